@@ -1,0 +1,233 @@
+//! SPEC section 3: the five codes that map a trellis state to a weight value.
+//!
+//! Every constant of every code lives here; the CPU reference, the encoder and the
+//! kernel templates (through [`CodeConstants`]) all read them from this module.
+
+use crate::error::{Error, Result};
+use half::f16;
+
+/// A state -> value map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Code {
+    /// QTIP's one multiply-add: byte sum of an LCG step, centred and scaled.
+    OneMad,
+    /// QTIP's three instructions: LCG step, mask, xor, sum of two halves.
+    ThreeInst,
+    /// EXL3's multiplicative congruential variant of `3inst`.
+    Mcg,
+    /// EXL3's one multiply: byte sum mapped through one f16 fma.
+    Mul1,
+    /// An explicit f32 table of `2^L` values.
+    Lut,
+}
+
+impl Code {
+    /// Every code, in SPEC order.
+    pub const ALL: [Code; 5] = [
+        Code::OneMad,
+        Code::ThreeInst,
+        Code::Mcg,
+        Code::Mul1,
+        Code::Lut,
+    ];
+
+    /// The SPEC name (`1mad`, `3inst`, `mcg`, `mul1`, `lut`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Code::OneMad => "1mad",
+            Code::ThreeInst => "3inst",
+            Code::Mcg => "mcg",
+            Code::Mul1 => "mul1",
+            Code::Lut => "lut",
+        }
+    }
+
+    /// Identifier-safe name for kernel symbols.
+    pub fn ident(self) -> &'static str {
+        match self {
+            Code::OneMad => "onemad",
+            Code::ThreeInst => "threeinst",
+            Code::Mcg => "mcg",
+            Code::Mul1 => "mul1",
+            Code::Lut => "lut",
+        }
+    }
+
+    /// Value of state `s` (only the low L bits are used by callers). `lut` is read for
+    /// code `lut` and must have at least `s + 1` entries.
+    pub fn value(self, s: u32, lut: Option<&[f32]>) -> f32 {
+        match self {
+            Code::OneMad => {
+                let y = bytesum(s.wrapping_mul(MAD_MUL).wrapping_add(MAD_ADD));
+                (y as i32 - MAD_CENTER) as f32 / MAD_DIVISOR
+            }
+            Code::ThreeInst => half_pair(s.wrapping_mul(INST_MUL).wrapping_add(INST_ADD)),
+            Code::Mcg => half_pair(s.wrapping_mul(MCG_MUL)),
+            Code::Mul1 => {
+                let y = bytesum(s.wrapping_mul(MUL1_MUL));
+                // (1024 + y) * h(0x1EEE) + h(0xC931) is exact in f32 (at most 21
+                // significant bits), so rounding the f32 fma to f16 is the one rounding.
+                let v = ((MUL1_OFFSET + y) as f32).mul_add(
+                    f16::from_bits(MUL1_SCALE_BITS).to_f32(),
+                    f16::from_bits(MUL1_BIAS_BITS).to_f32(),
+                );
+                f16::from_f32(v).to_f32()
+            }
+            Code::Lut => lut.expect("code lut needs its table")[s as usize],
+        }
+    }
+
+    /// The value of every state for `l` state bits. Code `lut` returns a copy of `lut`
+    /// after checking its length.
+    pub fn table(self, l: u32, lut: Option<&[f32]>) -> Result<Vec<f32>> {
+        let n = 1usize << l;
+        if self == Code::Lut {
+            let lut =
+                lut.ok_or_else(|| Error::invalid("lut", "missing", "code lut needs a table"))?;
+            if lut.len() != n {
+                return Err(Error::invalid(
+                    "lut length",
+                    lut.len(),
+                    format!("must be 2^L = {n}"),
+                ));
+            }
+            return Ok(lut.to_vec());
+        }
+        Ok((0..n as u32).map(|s| self.value(s, None)).collect())
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Code {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Code::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| Error::invalid("code", s, "expected one of 1mad, 3inst, mcg, mul1, lut"))
+    }
+}
+
+/// `1mad`: `x = s * MAD_MUL + MAD_ADD`.
+pub const MAD_MUL: u32 = 34038481;
+/// `1mad` additive constant.
+pub const MAD_ADD: u32 = 76625530;
+/// `1mad`: the byte sum is centred on 510 ...
+pub const MAD_CENTER: i32 = 510;
+/// ... and divided by this (exactly representable) f32.
+pub const MAD_DIVISOR: f32 = 147.800537109375;
+/// `3inst`: `x = s * INST_MUL + INST_ADD`.
+pub const INST_MUL: u32 = 89226354;
+/// `3inst` additive constant.
+pub const INST_ADD: u32 = 64248484;
+/// `mcg`: `x = s * MCG_MUL`.
+pub const MCG_MUL: u32 = 0xCBAC1FED;
+/// `3inst`/`mcg`: mask applied to `x`.
+pub const HALF_PAIR_MASK: u32 = 0x8FFF8FFF;
+/// `3inst`/`mcg`: xor applied after the mask.
+pub const HALF_PAIR_XOR: u32 = 0x3B603B60;
+/// `mul1`: `x = s * MUL1_MUL`.
+pub const MUL1_MUL: u32 = 0x83DCD12D;
+/// `mul1`: offset added to the byte sum.
+pub const MUL1_OFFSET: u32 = 1024;
+/// `mul1`: f16 bits of the multiplier.
+pub const MUL1_SCALE_BITS: u16 = 0x1EEE;
+/// `mul1`: f16 bits of the bias.
+pub const MUL1_BIAS_BITS: u16 = 0xC931;
+
+/// Sum of the four bytes of `x`.
+pub fn bytesum(x: u32) -> u32 {
+    x.to_le_bytes().iter().map(|&b| b as u32).sum()
+}
+
+/// `f16(h(r >> 16) + h(r & 0xFFFF))` with `r = (x & MASK) ^ XOR`. The f32 sum of two
+/// f16 values rounded again to f16 equals the correctly rounded f16 sum (f32 has
+/// 24 >= 2*11 + 2 significand bits), so every backend may add in f32.
+fn half_pair(x: u32) -> f32 {
+    let r = (x & HALF_PAIR_MASK) ^ HALF_PAIR_XOR;
+    let hi = f16::from_bits((r >> 16) as u16).to_f32();
+    let lo = f16::from_bits((r & 0xFFFF) as u16).to_f32();
+    f16::from_f32(hi + lo).to_f32()
+}
+
+/// The numeric constants a kernel template needs, as literal text for the dialects.
+#[derive(Clone, Debug)]
+pub struct CodeConstants {
+    pub mad_mul: u32,
+    pub mad_add: u32,
+    pub mad_center: i32,
+    /// `MAD_DIVISOR` as exact hex-float bits.
+    pub mad_divisor_bits: u32,
+    pub inst_mul: u32,
+    pub inst_add: u32,
+    pub mcg_mul: u32,
+    pub half_pair_mask: u32,
+    pub half_pair_xor: u32,
+    pub mul1_mul: u32,
+    pub mul1_offset: u32,
+    /// `h(MUL1_SCALE_BITS)` as f32 bits.
+    pub mul1_scale_f32_bits: u32,
+    /// `h(MUL1_BIAS_BITS)` as f32 bits.
+    pub mul1_bias_f32_bits: u32,
+}
+
+impl CodeConstants {
+    /// The constants of SPEC section 3.
+    pub fn spec() -> Self {
+        CodeConstants {
+            mad_mul: MAD_MUL,
+            mad_add: MAD_ADD,
+            mad_center: MAD_CENTER,
+            mad_divisor_bits: MAD_DIVISOR.to_bits(),
+            inst_mul: INST_MUL,
+            inst_add: INST_ADD,
+            mcg_mul: MCG_MUL,
+            half_pair_mask: HALF_PAIR_MASK,
+            half_pair_xor: HALF_PAIR_XOR,
+            mul1_mul: MUL1_MUL,
+            mul1_offset: MUL1_OFFSET,
+            mul1_scale_f32_bits: f16::from_bits(MUL1_SCALE_BITS).to_f32().to_bits(),
+            mul1_bias_f32_bits: f16::from_bits(MUL1_BIAS_BITS).to_f32().to_bits(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for c in Code::ALL {
+            assert_eq!(c.name().parse::<Code>().unwrap(), c);
+        }
+        assert!("2mad"
+            .parse::<Code>()
+            .unwrap_err()
+            .to_string()
+            .contains("2mad"));
+    }
+
+    #[test]
+    fn onemad_is_centred_unit_variance() {
+        let t = Code::OneMad.table(16, None).unwrap();
+        let mean = t.iter().map(|&v| v as f64).sum::<f64>() / t.len() as f64;
+        let var = t.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / t.len() as f64;
+        assert!(mean.abs() < 0.05, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.1, "var {var}");
+    }
+
+    #[test]
+    fn lut_table_checks_length() {
+        let err = Code::Lut
+            .table(12, Some(&[0.0; 100]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lut length = 100"), "{err}");
+    }
+}

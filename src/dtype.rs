@@ -1,0 +1,115 @@
+//! Activation and scale dtypes and the `round_T` of SPEC section 4.
+
+use crate::error::{Error, Result};
+use half::{bf16, f16};
+
+/// Activation dtype `T`: inputs `x`, outputs `y`/`mid`, and the rounding of weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl DType {
+    /// Every activation dtype.
+    pub const ALL: [DType; 3] = [DType::Bf16, DType::F16, DType::F32];
+
+    /// Name as in the file names and the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bf16 => "bf16",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            _ => 2,
+        }
+    }
+
+    /// `round_T`: nearest-even to the dtype, returned as the (exact) f32 value.
+    pub fn round(self, v: f32) -> f32 {
+        match self {
+            DType::Bf16 => bf16::from_f32(v).to_f32(),
+            DType::F16 => f16::from_f32(v).to_f32(),
+            DType::F32 => v,
+        }
+    }
+
+    /// Encode f32 values (already representable) as little-endian bytes of the dtype.
+    pub fn encode(self, values: &[f32]) -> Vec<u8> {
+        match self {
+            DType::Bf16 => values
+                .iter()
+                .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+                .collect(),
+            DType::F16 => values
+                .iter()
+                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+                .collect(),
+            DType::F32 => values.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+        }
+    }
+
+    /// Decode little-endian bytes of the dtype to f32 values (exact).
+    pub fn decode(self, bytes: &[u8]) -> Vec<f32> {
+        match self {
+            DType::Bf16 => bytes
+                .chunks_exact(2)
+                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            DType::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            DType::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| Error::invalid("dtype", s, "expected one of bf16, f16, f32"))
+    }
+}
+
+/// Dtype of the per-row `scales` tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScaleDType {
+    F16,
+    F32,
+}
+
+impl ScaleDType {
+    /// Name as in the files.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScaleDType::F16 => "f16",
+            ScaleDType::F32 => "f32",
+        }
+    }
+}
+
+impl std::fmt::Display for ScaleDType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

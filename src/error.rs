@@ -1,0 +1,80 @@
+//! One error type for the library. Every variant names the offending field and value,
+//! because a user staring at a rejected file needs to know *which* number was wrong.
+
+use std::path::PathBuf;
+
+/// Errors from validation, file I/O, kernel generation, compilation and launch.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A geometry or tensor field outside the SPEC ranges, or disagreeing with another.
+    #[error("invalid {field} = {value}: {reason}")]
+    Invalid {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    /// A tensor whose shape disagrees with what the geometry or kernel expects.
+    #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
+    Shape {
+        name: String,
+        actual: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    /// A tensor with a dtype the operation does not accept.
+    #[error("tensor `{name}` has dtype {actual}, expected {expected}")]
+    DType {
+        name: String,
+        actual: String,
+        expected: String,
+    },
+    /// A file that could not be read, parsed or written.
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    /// A kernel that failed to compile; `log` holds the compiler's output.
+    #[error("kernel `{kernel}` failed to compile on {backend}:\n{log}")]
+    Compile {
+        kernel: String,
+        backend: String,
+        log: String,
+    },
+    /// A backend that is not available on this machine (no driver, not built in, ...).
+    #[error("backend `{backend}` is unavailable: {reason}")]
+    Unavailable { backend: String, reason: String },
+    /// A failure reported by a backend while launching or copying.
+    #[error("{backend}: {reason}")]
+    Backend { backend: String, reason: String },
+}
+
+impl Error {
+    /// An out-of-range or inconsistent field.
+    pub fn invalid(
+        field: impl Into<String>,
+        value: impl ToString,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Invalid {
+            field: field.into(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A file-level problem.
+    pub fn file(path: impl Into<PathBuf>, reason: impl ToString) -> Self {
+        Error::File {
+            path: path.into(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// A backend-level problem.
+    pub fn backend(backend: impl Into<String>, reason: impl ToString) -> Self {
+        Error::Backend {
+            backend: backend.into(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Library result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

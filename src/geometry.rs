@@ -1,0 +1,228 @@
+//! SPEC section 1: the geometry of a trellis-coded matrix and its validation.
+
+use crate::codes::Code;
+use crate::error::{Error, Result};
+
+/// Lanes of the canonical order (SPEC section 5) and weights per run: both 32.
+pub const LANES: usize = 32;
+
+/// The shape and coding parameters of one quantized matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Geometry {
+    /// `R`: output features.
+    pub rows: usize,
+    /// `C`: input features.
+    pub cols: usize,
+    /// `T`: weights per block.
+    pub t: usize,
+    /// `k`: bits per weight.
+    pub k: u32,
+    /// `L`: trellis state bits.
+    pub l: u32,
+    /// State -> value map.
+    pub code: Code,
+}
+
+impl Geometry {
+    /// Build and validate a geometry.
+    pub fn new(rows: usize, cols: usize, t: usize, k: u32, l: u32, code: Code) -> Result<Self> {
+        let g = Geometry {
+            rows,
+            cols,
+            t,
+            k,
+            l,
+            code,
+        };
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// Check every SPEC section 1 range; the error names the first offending field.
+    pub fn validate(&self) -> Result<()> {
+        if self.rows == 0 {
+            return Err(Error::invalid("rows", self.rows, "must be at least 1"));
+        }
+        if self.t == 0 || self.t % 32 != 0 {
+            return Err(Error::invalid(
+                "T",
+                self.t,
+                "must be a positive multiple of 32",
+            ));
+        }
+        if self.cols == 0 || self.cols % self.t != 0 {
+            return Err(Error::invalid(
+                "cols",
+                self.cols,
+                format!("must be a positive multiple of T = {}", self.t),
+            ));
+        }
+        if !(1..=8).contains(&self.k) {
+            return Err(Error::invalid("k", self.k, "must be in 1..=8"));
+        }
+        if self.l <= self.k || self.l > 16 {
+            return Err(Error::invalid(
+                "L",
+                self.l,
+                format!("must satisfy k = {} < L <= 16", self.k),
+            ));
+        }
+        // Guard the u32 indexing every kernel uses.
+        if (self.rows as u64) * (self.cols as u64) * (self.k as u64) / 32 >= u32::MAX as u64 {
+            return Err(Error::invalid(
+                "rows*cols",
+                self.rows * self.cols,
+                "codes tensor exceeds 2^32 words",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Blocks per row, `C / T`.
+    pub fn blocks_per_row(&self) -> usize {
+        self.cols / self.t
+    }
+
+    /// u32 words per block, `T * k / 32`.
+    pub fn words_per_block(&self) -> usize {
+        self.t * self.k as usize / 32
+    }
+
+    /// u32 words per row.
+    pub fn words_per_row(&self) -> usize {
+        self.blocks_per_row() * self.words_per_block()
+    }
+
+    /// Shape of the `codes` tensor, `[R, C/T, T*k/32]`.
+    pub fn codes_shape(&self) -> [usize; 3] {
+        [self.rows, self.blocks_per_row(), self.words_per_block()]
+    }
+
+    /// Number of trellis states, `2^L`.
+    pub fn states(&self) -> usize {
+        1usize << self.l
+    }
+
+    /// The `lut` tensor's length for code `lut`, `None` for computed codes.
+    pub fn lut_len(&self) -> Option<usize> {
+        (self.code == Code::Lut).then(|| self.states())
+    }
+
+    /// The SPEC section 8 metadata string.
+    pub fn to_metadata(&self) -> String {
+        format!(
+            "code={};k={};L={};T={};rows={};cols={}",
+            self.code, self.k, self.l, self.t, self.rows, self.cols
+        )
+    }
+
+    /// Parse and validate the SPEC section 8 metadata string.
+    pub fn from_metadata(s: &str) -> Result<Self> {
+        let mut code = None;
+        let (mut k, mut l, mut t, mut rows, mut cols) = (None, None, None, None, None);
+        for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| Error::invalid("trellis metadata", part, "expected `key=value`"))?;
+            let num = |field: &str| -> Result<u64> {
+                value
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| Error::invalid(field, value, "not a non-negative integer"))
+            };
+            match key.trim() {
+                "code" => code = Some(value.trim().parse::<Code>()?),
+                "k" => k = Some(num("k")?),
+                "L" => l = Some(num("L")?),
+                "T" => t = Some(num("T")?),
+                "rows" => rows = Some(num("rows")?),
+                "cols" => cols = Some(num("cols")?),
+                other => {
+                    return Err(Error::invalid(
+                        "trellis metadata",
+                        other,
+                        "unknown key (expected code, k, L, T, rows, cols)",
+                    ))
+                }
+            }
+        }
+        let need = |field: &str, v: Option<u64>| {
+            v.ok_or_else(|| Error::invalid(field, "missing", format!("metadata `{s}` lacks it")))
+        };
+        let code = code
+            .ok_or_else(|| Error::invalid("code", "missing", format!("metadata `{s}` lacks it")))?;
+        let small = |field: &str, v: u64| -> Result<u32> {
+            u32::try_from(v).map_err(|_| Error::invalid(field, v, "out of range"))
+        };
+        let k = small("k", need("k", k)?)?;
+        let l = small("L", need("L", l)?)?;
+        let size = |field: &str, v: u64| -> Result<usize> {
+            usize::try_from(v).map_err(|_| Error::invalid(field, v, "out of range"))
+        };
+        Geometry::new(
+            size("rows", need("rows", rows)?)?,
+            size("cols", need("cols", cols)?)?,
+            size("T", need("T", t)?)?,
+            k,
+            l,
+            code,
+        )
+    }
+}
+
+impl std::fmt::Display for Geometry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}x{} code={} k={} L={} T={}",
+            self.rows, self.cols, self.code, self.k, self.l, self.t
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_each_field_by_name() {
+        let bad = [
+            (Geometry::new(4, 256, 48, 2, 12, Code::OneMad), "T = 48"),
+            (
+                Geometry::new(4, 300, 256, 2, 12, Code::OneMad),
+                "cols = 300",
+            ),
+            (Geometry::new(4, 256, 256, 0, 12, Code::OneMad), "k = 0"),
+            (Geometry::new(4, 256, 256, 9, 12, Code::OneMad), "k = 9"),
+            (Geometry::new(4, 256, 256, 4, 4, Code::OneMad), "L = 4"),
+            (Geometry::new(4, 256, 256, 4, 17, Code::OneMad), "L = 17"),
+            (Geometry::new(0, 256, 256, 4, 12, Code::OneMad), "rows = 0"),
+        ];
+        for (g, needle) in bad {
+            let msg = g.unwrap_err().to_string();
+            assert!(msg.contains(needle), "{msg:?} should mention {needle:?}");
+        }
+    }
+
+    #[test]
+    fn metadata_round_trips() {
+        let g = Geometry::new(5, 512, 128, 3, 13, Code::Mul1).unwrap();
+        assert_eq!(g.to_metadata(), "code=mul1;k=3;L=13;T=128;rows=5;cols=512");
+        assert_eq!(Geometry::from_metadata(&g.to_metadata()).unwrap(), g);
+    }
+
+    #[test]
+    fn metadata_errors_name_the_field() {
+        let cases = [
+            ("code=1mad;k=3;L=12;T=256;rows=4", "cols"),
+            ("code=zzz;k=3;L=12;T=256;rows=4;cols=256", "code"),
+            ("code=1mad;k=x;L=12;T=256;rows=4;cols=256", "k = x"),
+            ("code=1mad;k=3;L=12;T=256;rows=4;cols=256;q=1", "q"),
+            ("garbage", "garbage"),
+        ];
+        for (s, needle) in cases {
+            let msg = Geometry::from_metadata(s).unwrap_err().to_string();
+            assert!(msg.contains(needle), "{msg:?} should mention {needle:?}");
+        }
+    }
+}

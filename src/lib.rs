@@ -1,0 +1,21 @@
+//! Trellis-coded (QTIP / EXL3) weights: the format of `SPEC.md`, its CPU reference, an
+//! encoder, and generated kernels for CPU, CUDA and Metal with measured tuning tables.
+//!
+//! One concept, one module: [`geometry`] (SPEC 1), [`layout`] (SPEC 2), [`codes`]
+//! (SPEC 3), [`reference`] (SPEC 4-6) with [`canonical`] (the SPEC 5 order), [`io`]
+//! (SPEC 8).
+
+pub mod canonical;
+pub mod codes;
+pub mod dtype;
+pub mod error;
+pub mod geometry;
+pub mod layout;
+pub mod matrix;
+pub mod reference;
+
+pub use codes::Code;
+pub use dtype::{DType, ScaleDType};
+pub use error::{Error, Result};
+pub use geometry::Geometry;
+pub use matrix::{Activations, QuantizedMatrix};

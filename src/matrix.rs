@@ -1,0 +1,150 @@
+//! In-memory tensors of SPEC section 2: a quantized matrix and activations.
+
+use crate::codes::Code;
+use crate::dtype::{DType, ScaleDType};
+use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+use crate::layout;
+
+/// A trellis-coded matrix: geometry, packed codes, per-row scales and (code `lut`) its table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuantizedMatrix {
+    pub geometry: Geometry,
+    /// `[R, C/T, T*k/32]`, row-major.
+    pub codes: Vec<u32>,
+    /// `[R]`, exact values of the stored dtype.
+    pub scales: Vec<f32>,
+    /// How `scales` is stored in files and passed to kernels.
+    pub scale_dtype: ScaleDType,
+    /// `[2^L]` for code `lut`, `None` otherwise.
+    pub lut: Option<Vec<f32>>,
+}
+
+impl QuantizedMatrix {
+    /// Assemble and check every length against the geometry.
+    pub fn new(
+        geometry: Geometry,
+        codes: Vec<u32>,
+        scales: Vec<f32>,
+        scale_dtype: ScaleDType,
+        lut: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        geometry.validate()?;
+        let want = geometry.codes_shape().iter().product::<usize>();
+        if codes.len() != want {
+            return Err(Error::Shape {
+                name: "codes".into(),
+                actual: vec![codes.len()],
+                expected: geometry.codes_shape().to_vec(),
+            });
+        }
+        if scales.len() != geometry.rows {
+            return Err(Error::Shape {
+                name: "scales".into(),
+                actual: vec![scales.len()],
+                expected: vec![geometry.rows],
+            });
+        }
+        match (geometry.code, &lut) {
+            (Code::Lut, None) => {
+                return Err(Error::invalid(
+                    "lut",
+                    "missing",
+                    "code lut needs a table of 2^L f32",
+                ))
+            }
+            (Code::Lut, Some(t)) if t.len() != geometry.states() => {
+                return Err(Error::invalid(
+                    "lut length",
+                    t.len(),
+                    format!("must be 2^L = {}", geometry.states()),
+                ))
+            }
+            (c, Some(_)) if c != Code::Lut => {
+                return Err(Error::invalid(
+                    "lut",
+                    "present",
+                    format!("code {c} takes no table"),
+                ))
+            }
+            _ => {}
+        }
+        Ok(QuantizedMatrix {
+            geometry,
+            codes,
+            scales,
+            scale_dtype,
+            lut,
+        })
+    }
+
+    /// The words of block `b` of row `r`.
+    pub fn block(&self, r: usize, b: usize) -> &[u32] {
+        let wpb = self.geometry.words_per_block();
+        let start = (r * self.geometry.blocks_per_row() + b) * wpb;
+        &self.codes[start..start + wpb]
+    }
+
+    /// The state of weight `(r, c)`.
+    pub fn state(&self, r: usize, c: usize) -> u32 {
+        let g = &self.geometry;
+        layout::state(self.block(r, c / g.t), g.t, g.k, g.l, c % g.t)
+    }
+
+    /// The value table of this matrix's code (a copy of `lut` for code `lut`).
+    pub fn value_table(&self) -> Vec<f32> {
+        self.geometry
+            .code
+            .table(self.geometry.l, self.lut.as_deref())
+            .expect("lut length checked at construction")
+    }
+}
+
+/// Activations `x` (or outputs `y`, `mid`): `[M, C]` values exactly representable in `dtype`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Activations {
+    pub dtype: DType,
+    /// `M`.
+    pub rows: usize,
+    /// `C` (or `R` for outputs).
+    pub cols: usize,
+    /// Row-major values, each exactly representable in `dtype`.
+    pub data: Vec<f32>,
+}
+
+impl Activations {
+    /// Round arbitrary f32 values to `dtype` and wrap them.
+    pub fn from_f32(dtype: DType, rows: usize, cols: usize, data: Vec<f32>) -> Result<Self> {
+        if data.len() != rows * cols {
+            return Err(Error::Shape {
+                name: "x".into(),
+                actual: vec![data.len()],
+                expected: vec![rows, cols],
+            });
+        }
+        Ok(Activations {
+            dtype,
+            rows,
+            cols,
+            data: data.into_iter().map(|v| dtype.round(v)).collect(),
+        })
+    }
+
+    /// Row `m`.
+    pub fn row(&self, m: usize) -> &[f32] {
+        &self.data[m * self.cols..(m + 1) * self.cols]
+    }
+
+    /// Little-endian bytes in `dtype`.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.dtype.encode(&self.data)
+    }
+
+    /// Whether two tensors hold the same bits (NaN payloads included).
+    pub fn bits_eq(&self, other: &Activations) -> bool {
+        self.dtype == other.dtype
+            && self.rows == other.rows
+            && self.cols == other.cols
+            && self.to_bytes() == other.to_bytes()
+    }
+}

@@ -1,0 +1,206 @@
+//! The CPU reference (SPEC sections 4-6): the oracle every kernel is checked against.
+//! Deliberately plain: one function per SPEC step, no representation tricks.
+
+use crate::canonical;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::matrix::{Activations, QuantizedMatrix};
+use rayon::prelude::*;
+
+/// SPEC section 4: `w(r, c) = round_T(value(s) * f32(scales[r]))` for every row, `[R, C]`.
+pub fn dequantize(w: &QuantizedMatrix, dtype: DType) -> Vec<f32> {
+    let g = &w.geometry;
+    let table = w.value_table();
+    let mut out = vec![0.0f32; g.rows * g.cols];
+    out.par_chunks_mut(g.cols).enumerate().for_each(|(r, row)| {
+        for (c, v) in row.iter_mut().enumerate() {
+            *v = dtype.round(table[w.state(r, c) as usize] * w.scales[r]);
+        }
+    });
+    out
+}
+
+/// Check that `x` fits a matrix with `cols` input features.
+pub fn check_activations(x: &Activations, cols: usize) -> Result<()> {
+    if x.cols != cols {
+        return Err(Error::Shape {
+            name: "x".into(),
+            actual: vec![x.rows, x.cols],
+            expected: vec![x.rows, cols],
+        });
+    }
+    if x.rows == 0 {
+        return Err(Error::invalid("M", 0, "x must have at least one row"));
+    }
+    Ok(())
+}
+
+/// SPEC section 5: `y[m, r]` for every sample, `[M, R]` in the dtype of `x`.
+pub fn reduce(w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
+    check_activations(x, w.geometry.cols)?;
+    let (rows, cols) = (w.geometry.rows, w.geometry.cols);
+    let dense = dequantize(w, x.dtype);
+    let mut y = vec![0.0f32; x.rows * rows];
+    y.par_chunks_mut(rows).enumerate().for_each(|(m, out)| {
+        let xm = x.row(m);
+        for (r, o) in out.iter_mut().enumerate() {
+            let wr = &dense[r * cols..(r + 1) * cols];
+            *o = x.dtype.round(canonical::dot(xm, |c| wr[c]));
+        }
+    });
+    Ok(Activations {
+        dtype: x.dtype,
+        rows: x.rows,
+        cols: rows,
+        data: y,
+    })
+}
+
+/// SPEC section 6: `exp_spec`, a bit-reproducible f32 exponential.
+pub fn exp_spec(x: f32) -> f32 {
+    let x = x.max(-86.0).min(80.0);
+    let n = (x * f32::from_bits(0x3FB8AA3B)).round_ties_even();
+    let r = n.mul_add(-0.693359375, x);
+    let r = n.mul_add(f32::from_bits(0x395E8083), r);
+    let mut p = 1.9875691500e-4f32;
+    p = p.mul_add(r, 1.3981999507e-3);
+    p = p.mul_add(r, 8.3334519073e-3);
+    p = p.mul_add(r, 4.1665795894e-2);
+    p = p.mul_add(r, 1.6666665459e-1);
+    p = p.mul_add(r, 5.0000001201e-1);
+    let z = r * r;
+    let e = p.mul_add(z, r) + 1.0;
+    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `silu(g) = g * sigmoid(g)`, `sigmoid(g) = 1 / (1 + exp_spec(-g))`.
+pub fn silu(g: f32) -> f32 {
+    g * (1.0 / (1.0 + exp_spec(-g)))
+}
+
+/// The exact SwiGLU tail: `round_T(round_T(silu(g)) * u)` for rounded `g`, `u`.
+pub fn swiglu(g: f32, u: f32, dtype: DType) -> f32 {
+    dtype.round(dtype.round(silu(g)) * u)
+}
+
+/// SPEC section 6 with `tail = exact`: `mid = silu(G x) * (U x)`, `[M, R]`.
+pub fn gate_up(
+    gate: &QuantizedMatrix,
+    up: &QuantizedMatrix,
+    x: &Activations,
+) -> Result<Activations> {
+    check_pair(gate, up)?;
+    let g = reduce(gate, x)?;
+    let u = reduce(up, x)?;
+    let data = g
+        .data
+        .iter()
+        .zip(&u.data)
+        .map(|(&g, &u)| swiglu(g, u, x.dtype))
+        .collect();
+    Ok(Activations { data, ..g })
+}
+
+/// Gate and up must agree on everything but k, code, scales and table.
+pub fn check_pair(gate: &QuantizedMatrix, up: &QuantizedMatrix) -> Result<()> {
+    let (g, u) = (&gate.geometry, &up.geometry);
+    for (field, a, b) in [
+        ("rows", g.rows, u.rows),
+        ("cols", g.cols, u.cols),
+        ("T", g.t, u.t),
+    ] {
+        if a != b {
+            return Err(Error::invalid(
+                format!("up.{field}"),
+                b,
+                format!("gate and up must share {field}; gate has {a}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codes::Code;
+    use crate::dtype::ScaleDType;
+    use crate::geometry::Geometry;
+
+    fn random_matrix(g: Geometry, seed: u64) -> QuantizedMatrix {
+        let mut s = seed | 1;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let codes = (0..g.codes_shape().iter().product::<usize>())
+            .map(|_| next() as u32)
+            .collect();
+        let scales = (0..g.rows)
+            .map(|_| half::f16::from_f32(0.01 + (next() % 1000) as f32 * 1e-5).to_f32())
+            .collect();
+        QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, None).unwrap()
+    }
+
+    /// The canonical order differs from the real sum only by rounding: check it against
+    /// an f64 dense product within the SPEC section 7 bound.
+    #[test]
+    fn reduce_is_close_to_f64_dense_product() {
+        for (dtype, code) in [
+            (DType::F32, Code::OneMad),
+            (DType::Bf16, Code::ThreeInst),
+            (DType::F16, Code::Mul1),
+        ] {
+            let g = Geometry::new(7, 2048, 128, 3, 12, code).unwrap();
+            let w = random_matrix(g, 42);
+            let x = Activations::from_f32(
+                dtype,
+                3,
+                g.cols,
+                (0..3 * g.cols)
+                    .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 250.0)
+                    .collect(),
+            )
+            .unwrap();
+            let y = reduce(&w, &x).unwrap();
+            let dense = dequantize(&w, dtype);
+            for m in 0..3 {
+                for r in 0..g.rows {
+                    let (mut exact, mut abs) = (0.0f64, 0.0f64);
+                    for c in 0..g.cols {
+                        let p = dense[r * g.cols + c] as f64 * x.row(m)[c] as f64;
+                        exact += p;
+                        abs += p.abs();
+                    }
+                    let got = y.data[m * g.rows + r] as f64;
+                    let ulp = (dtype.round(exact as f32) as f64 - exact).abs() * 2.0
+                        + exact.abs() * 2f64.powi(-7);
+                    let bound = ulp + abs * 2f64.powi(-17);
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{dtype} {code} m{m} r{r}: {got} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn exp_spec_tracks_exp() {
+        for i in -860..=800 {
+            let x = i as f32 / 10.0;
+            let (a, b) = (exp_spec(x) as f64, (x as f64).exp());
+            assert!(((a - b) / b).abs() < 4e-7, "x={x}: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn mismatched_pair_is_rejected() {
+        let g = random_matrix(Geometry::new(4, 256, 256, 2, 12, Code::OneMad).unwrap(), 1);
+        let u = random_matrix(Geometry::new(5, 256, 256, 3, 12, Code::OneMad).unwrap(), 2);
+        let msg = check_pair(&g, &u).unwrap_err().to_string();
+        assert!(msg.contains("up.rows = 5"), "{msg}");
+    }
+}
