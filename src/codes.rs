@@ -155,14 +155,25 @@ fn half_pair(x: u32) -> f32 {
     f16::from_f32(hi + lo).to_f32()
 }
 
+/// `a / MAD_DIVISOR` the way kernels compute it: a reciprocal multiply and one fma
+/// correction instead of a division (cheaper on GPUs, and MSL promises no correctly
+/// rounded `/`). A test proves it equals IEEE division for every `1mad` byte sum.
+pub fn onemad_quotient(a: f32) -> f32 {
+    let r = 1.0 / MAD_DIVISOR;
+    let q = a * r;
+    (-q).mul_add(MAD_DIVISOR, a).mul_add(r, q)
+}
+
 /// The numeric constants a kernel template needs, as literal text for the dialects.
 #[derive(Clone, Debug)]
 pub struct CodeConstants {
     pub mad_mul: u32,
     pub mad_add: u32,
     pub mad_center: i32,
-    /// `MAD_DIVISOR` as exact hex-float bits.
+    /// `MAD_DIVISOR` as f32 bits.
     pub mad_divisor_bits: u32,
+    /// f32 bits of `1 / MAD_DIVISOR` rounded to f32 (see [`onemad_quotient`]).
+    pub mad_recip_bits: u32,
     pub inst_mul: u32,
     pub inst_add: u32,
     pub mcg_mul: u32,
@@ -184,6 +195,7 @@ impl CodeConstants {
             mad_add: MAD_ADD,
             mad_center: MAD_CENTER,
             mad_divisor_bits: MAD_DIVISOR.to_bits(),
+            mad_recip_bits: (1.0 / MAD_DIVISOR).to_bits(),
             inst_mul: INST_MUL,
             inst_add: INST_ADD,
             mcg_mul: MCG_MUL,
@@ -220,6 +232,18 @@ mod tests {
         let var = t.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / t.len() as f64;
         assert!(mean.abs() < 0.05, "mean {mean}");
         assert!((var - 1.0).abs() < 0.1, "var {var}");
+    }
+
+    #[test]
+    fn onemad_quotient_is_ieee_division_for_every_byte_sum() {
+        for y in 0..=1020i32 {
+            let a = (y - MAD_CENTER) as f32;
+            assert_eq!(
+                onemad_quotient(a).to_bits(),
+                (a / MAD_DIVISOR).to_bits(),
+                "y = {y}"
+            );
+        }
     }
 
     #[test]

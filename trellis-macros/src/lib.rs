@@ -1,1 +1,259 @@
-extern crate proc_macro;
+//! `#[trellis::kernel]`: turns a kernel declaration into a typed launch wrapper.
+//!
+//! ```ignore
+//! #[trellis::kernel(
+//!     name = "scale_rows",
+//!     template = "scale_rows.kernel",     // askama file with blocks `header` and `body`
+//!     grid = self.grid(),                 // -> trellis::kernel::Grid
+//!     inputs(x: act[self.rows, self.cols], s: f32[self.rows]),
+//!     outputs(y: act[self.rows, self.cols]),
+//! )]
+//! #[derive(Clone, Debug)]
+//! pub struct ScaleRows { pub rows: usize, pub cols: usize, pub act: Elem }
+//! ```
+//!
+//! Element types are `u32`, `f32`, `f16`, `bf16`, or the name of a field of type
+//! `trellis::kernel::Elem` (`act` above). Shapes are Rust expressions over `self`.
+//! Optional: `validate = expr` (a `Result<()>` checked before every launch) and
+//! `shared = expr` (threadgroup bytes the body declares).
+//!
+//! Generated: `impl KernelSpec`, two askama renderers (blocks `header` and `body`,
+//! with the declaration's fields and `dialect` in scope, so a template naming a field
+//! the kernel lacks fails the build), `<Name>Outputs<T>` with one field per output,
+//! and `launch` / `launch_into` / `launch_request` methods whose arguments are the
+//! named inputs (and outputs), checked for dtype and shape before the backend runs.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote};
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{bracketed, parenthesized, Expr, Ident, ItemStruct, LitStr, Token};
+
+struct TensorDecl {
+    name: Ident,
+    elem: Ident,
+    shape: Punctuated<Expr, Token![,]>,
+}
+
+impl Parse for TensorDecl {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        input.parse::<Token![:]>()?;
+        let elem: Ident = input.parse()?;
+        let content;
+        bracketed!(content in input);
+        let shape = Punctuated::parse_terminated(&content)?;
+        Ok(TensorDecl { name, elem, shape })
+    }
+}
+
+#[derive(Default)]
+struct KernelArgs {
+    name: Option<LitStr>,
+    template: Option<LitStr>,
+    grid: Option<Expr>,
+    validate: Option<Expr>,
+    shared: Option<Expr>,
+    inputs: Vec<TensorDecl>,
+    outputs: Vec<TensorDecl>,
+}
+
+impl Parse for KernelArgs {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut args = KernelArgs::default();
+        while !input.is_empty() {
+            let key: Ident = input.parse()?;
+            match key.to_string().as_str() {
+                "inputs" | "outputs" => {
+                    let content;
+                    parenthesized!(content in input);
+                    let list: Punctuated<TensorDecl, Token![,]> = Punctuated::parse_terminated(&content)?;
+                    let list = list.into_iter().collect();
+                    if key == "inputs" {
+                        args.inputs = list;
+                    } else {
+                        args.outputs = list;
+                    }
+                }
+                "name" | "template" => {
+                    input.parse::<Token![=]>()?;
+                    let v: LitStr = input.parse()?;
+                    if key == "name" {
+                        args.name = Some(v);
+                    } else {
+                        args.template = Some(v);
+                    }
+                }
+                "grid" | "validate" | "shared" => {
+                    input.parse::<Token![=]>()?;
+                    let e: Expr = input.parse()?;
+                    match key.to_string().as_str() {
+                        "grid" => args.grid = Some(e),
+                        "validate" => args.validate = Some(e),
+                        _ => args.shared = Some(e),
+                    }
+                }
+                other => {
+                    return Err(syn::Error::new(
+                        key.span(),
+                        format!("unknown kernel argument `{other}` (expected name, template, grid, validate, shared, inputs, outputs)"),
+                    ))
+                }
+            }
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+        }
+        Ok(args)
+    }
+}
+
+fn elem_expr(elem: &Ident) -> TokenStream2 {
+    match elem.to_string().as_str() {
+        "u32" => quote!(::trellis::kernel::Elem::U32),
+        "f32" => quote!(::trellis::kernel::Elem::F32),
+        "f16" => quote!(::trellis::kernel::Elem::F16),
+        "bf16" => quote!(::trellis::kernel::Elem::Bf16),
+        _ => quote!(::core::convert::Into::<::trellis::kernel::Elem>::into(self.#elem)),
+    }
+}
+
+fn specs(list: &[TensorDecl]) -> TokenStream2 {
+    let items = list.iter().map(|t| {
+        let name = t.name.to_string();
+        let elem = elem_expr(&t.elem);
+        let shape = t.shape.iter();
+        quote!(::trellis::kernel::TensorSpec { name: #name, elem: #elem, shape: vec![#((#shape) as usize),*] })
+    });
+    quote!(vec![#(#items),*])
+}
+
+/// Declare a kernel; see the crate docs.
+#[proc_macro_attribute]
+pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let args = syn::parse_macro_input!(attr as KernelArgs);
+    let item = syn::parse_macro_input!(item as ItemStruct);
+    match expand(args, item) {
+        Ok(ts) => ts.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
+    let span = Span::call_site();
+    let name = args
+        .name
+        .ok_or_else(|| syn::Error::new(span, "kernel needs `name = \"...\"`"))?;
+    let template = args
+        .template
+        .ok_or_else(|| syn::Error::new(span, "kernel needs `template = \"file\"`"))?;
+    let grid = args
+        .grid
+        .ok_or_else(|| syn::Error::new(span, "kernel needs `grid = expr`"))?;
+    if args.outputs.is_empty() {
+        return Err(syn::Error::new(span, "kernel needs at least one output"));
+    }
+    let validate = args.validate.map(|v| quote!(#v)).unwrap_or(quote!(Ok(())));
+    let shared = args
+        .shared
+        .map(|v| quote!((#v) as usize))
+        .unwrap_or(quote!(0usize));
+    let ty = &item.ident;
+    let vis = &item.vis;
+    let outputs_ty = format_ident!("{}Outputs", ty);
+    let header_ty = format_ident!("__{}Header", ty);
+    let body_ty = format_ident!("__{}Body", ty);
+    let input_specs = specs(&args.inputs);
+    let output_specs = specs(&args.outputs);
+    let in_names: Vec<&Ident> = args.inputs.iter().map(|t| &t.name).collect();
+    let out_names: Vec<&Ident> = args.outputs.iter().map(|t| &t.name).collect();
+    let out_idx = 0..out_names.len();
+    let doc_outputs = format!("Outputs of [`{ty}`], one field per declared output.");
+
+    Ok(quote! {
+        #item
+
+        #[derive(::trellis::askama::Template)]
+        #[template(path = #template, block = "header", escape = "none", askama = ::trellis::askama)]
+        struct #header_ty<'a> { spec: &'a #ty, dialect: ::trellis::kernel::Dialect }
+        impl ::core::ops::Deref for #header_ty<'_> {
+            type Target = #ty;
+            fn deref(&self) -> &#ty { self.spec }
+        }
+
+        #[derive(::trellis::askama::Template)]
+        #[template(path = #template, block = "body", escape = "none", askama = ::trellis::askama)]
+        struct #body_ty<'a> { spec: &'a #ty, dialect: ::trellis::kernel::Dialect }
+        impl ::core::ops::Deref for #body_ty<'_> {
+            type Target = #ty;
+            fn deref(&self) -> &#ty { self.spec }
+        }
+
+        impl ::trellis::kernel::KernelSpec for #ty {
+            const NAME: &'static str = #name;
+            fn inputs(&self) -> Vec<::trellis::kernel::TensorSpec> { #input_specs }
+            fn outputs(&self) -> Vec<::trellis::kernel::TensorSpec> { #output_specs }
+            fn grid(&self) -> ::trellis::kernel::Grid { #grid }
+            fn validate(&self) -> ::trellis::Result<()> { #validate }
+            fn shared_bytes(&self) -> usize { #shared }
+            fn render(&self, dialect: ::trellis::kernel::Dialect) -> ::trellis::Result<::trellis::kernel::Rendered> {
+                use ::trellis::askama::Template as _;
+                let fail = |e: ::trellis::askama::Error| ::trellis::Error::Compile {
+                    kernel: #name.to_string(),
+                    backend: dialect.to_string(),
+                    log: format!("template rendering failed: {e}"),
+                };
+                Ok(::trellis::kernel::Rendered {
+                    dialect,
+                    header: #header_ty { spec: self, dialect }.render().map_err(fail)?,
+                    body: #body_ty { spec: self, dialect }.render().map_err(fail)?,
+                })
+            }
+        }
+
+        #[doc = #doc_outputs]
+        #vis struct #outputs_ty<T> { #(pub #out_names: T),* }
+
+        impl #ty {
+            /// The backend-facing launch request (also what `Backend::precompile` takes).
+            pub fn launch_request<'r>(&self, render: &'r dyn Fn(::trellis::kernel::Dialect) -> ::trellis::Result<::trellis::kernel::Rendered>) -> ::trellis::kernel::Launch<'r> {
+                use ::trellis::kernel::KernelSpec as _;
+                ::trellis::kernel::Launch {
+                    kernel: #name,
+                    symbol: self.symbol(),
+                    grid: self.grid(),
+                    shared_bytes: self.shared_bytes(),
+                    inputs: self.inputs(),
+                    outputs: self.outputs(),
+                    render,
+                }
+            }
+
+            /// Check every argument, then compile (cached per backend) and run, allocating outputs.
+            #[allow(clippy::too_many_arguments)]
+            pub fn launch<B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &B::Tensor),*) -> ::trellis::Result<#outputs_ty<B::Tensor>> {
+                use ::trellis::kernel::KernelSpec as _;
+                ::trellis::kernel::KernelSpec::validate(self)?;
+                let render = |d: ::trellis::kernel::Dialect| self.render(d);
+                let launch = self.launch_request(&render);
+                ::trellis::kernel::check_args(#name, &launch.inputs, &[#(#in_names),*])?;
+                let mut outs = backend.launch(&launch, &[#(#in_names),*])?.into_iter();
+                Ok(#outputs_ty { #(#out_names: outs.next().expect("backend returned every output")),* })
+            }
+
+            /// Like `launch`, writing into preallocated outputs (checked like the inputs).
+            #[allow(clippy::too_many_arguments)]
+            pub fn launch_into<B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &B::Tensor,)* #(#out_names: &mut B::Tensor),*) -> ::trellis::Result<()> {
+                use ::trellis::kernel::KernelSpec as _;
+                ::trellis::kernel::KernelSpec::validate(self)?;
+                let render = |d: ::trellis::kernel::Dialect| self.render(d);
+                let launch = self.launch_request(&render);
+                ::trellis::kernel::check_args(#name, &launch.inputs, &[#(#in_names),*])?;
+                ::trellis::kernel::check_args(#name, &launch.outputs, &[#(&*#out_names),*])?;
+                let _ = [#(#out_idx),*];
+                backend.launch_into(&launch, &[#(#in_names),*], &mut [#(#out_names),*])
+            }
+        }
+    })
+}

@@ -1,0 +1,352 @@
+//! The CPU backend, the embedded default: rendered C++ built by the host compiler
+//! (`$CXX`, else `c++`) into a shared library cached on disk by source hash, loaded
+//! with `libloading`, and run one threadgroup per rayon task.
+
+use crate::error::{Error, Result};
+use crate::kernel::{fnv1a, Backend, DeviceTensor, Dialect, Elem, Launch, Rendered, TensorSpec};
+use libloading::Library;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+/// Entry point of a compiled CPU kernel: buffers in signature order, then the group.
+type EntryFn = unsafe extern "C" fn(*const *mut u8, u32, u32);
+
+/// Compiler flags. `-ffp-contract=off` and no fast-math keep SPEC 5's separate roundings;
+/// `-march=native` makes `fmaf` one instruction instead of a libm call.
+const CXX_FLAGS: &[&str] = &[
+    "-std=c++17",
+    "-O2",
+    "-march=native",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fPIC",
+    "-shared",
+    "-w",
+];
+
+#[derive(Clone)]
+struct Compiled {
+    _lib: Arc<Library>,
+    entry: EntryFn,
+}
+
+/// A host tensor: little-endian elements in 4-byte-aligned storage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuTensor {
+    elem: Elem,
+    shape: Vec<usize>,
+    words: Vec<u32>,
+}
+
+impl CpuTensor {
+    fn new(elem: Elem, shape: &[usize]) -> Self {
+        let bytes = shape.iter().product::<usize>() * elem.size();
+        CpuTensor {
+            elem,
+            shape: shape.to_vec(),
+            words: vec![0; bytes.div_ceil(4).max(1)],
+        }
+    }
+    fn byte_len(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.elem.size()
+    }
+    /// The tensor's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: u32 storage viewed as bytes; byte_len <= 4 * words.len().
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.byte_len()) }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let n = self.byte_len();
+        // SAFETY: as above, unique borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, n) }
+    }
+}
+
+impl DeviceTensor for CpuTensor {
+    fn elem(&self) -> Elem {
+        self.elem
+    }
+    fn shape(&self) -> Vec<usize> {
+        self.shape.clone()
+    }
+}
+
+/// The CPU backend.
+pub struct CpuBackend {
+    compiler: String,
+    cache_dir: PathBuf,
+    kernels: Mutex<HashMap<String, Compiled>>,
+    pool: rayon::ThreadPool,
+}
+
+impl CpuBackend {
+    /// A backend using `$CXX` (default `c++`) and the cache directory
+    /// `$TRELLIS_CACHE_DIR/cpu` (default: the system temp dir).
+    pub fn new() -> Result<Self> {
+        let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let cache_dir = cache_root().join("cpu");
+        std::fs::create_dir_all(&cache_dir).map_err(|e| Error::file(&cache_dir, e))?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            // Tables and staged x live on the task's stack (up to 48 KB + 256 KB at L = 16).
+            .stack_size(16 << 20)
+            .build()
+            .map_err(|e| Error::backend("cpu", e))?;
+        Ok(CpuBackend {
+            compiler,
+            cache_dir,
+            kernels: Mutex::new(HashMap::new()),
+            pool,
+        })
+    }
+
+    /// Host description, the CPU's device id for tuning tables (e.g. `cpu-amd-epyc-9b14`).
+    pub fn device_id(&self) -> String {
+        let model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|m| m.trim().to_string())
+            })
+            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+        crate::backend::slug(&format!("cpu {model}"))
+    }
+
+    fn compile_batch(
+        &self,
+        items: &[(String, Rendered, Vec<TensorSpec>, Vec<TensorSpec>)],
+    ) -> Result<()> {
+        let mut src = String::from("#include <cstdint>\n#include <cstring>\n#include <cmath>\n");
+        let prelude: String = crate::kernel::prelude(Dialect::Cpu)
+            .lines()
+            .filter(|l| !l.starts_with("#include"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        for (symbol, rendered, inputs, outputs) in items {
+            src.push_str(&cpu_translation_unit_part(
+                symbol, &prelude, rendered, inputs, outputs,
+            ));
+        }
+        let key = fnv1a(format!("{}|{}|{}", self.compiler, CXX_FLAGS.join(" "), src).as_bytes());
+        let lib_path = self.cache_dir.join(format!("k{key:016x}.so"));
+        if !lib_path.exists() {
+            let src_path = self.cache_dir.join(format!("k{key:016x}.cpp"));
+            std::fs::write(&src_path, &src).map_err(|e| Error::file(&src_path, e))?;
+            let tmp = self
+                .cache_dir
+                .join(format!("k{key:016x}.{}.tmp.so", std::process::id()));
+            let out = Command::new(&self.compiler)
+                .args(CXX_FLAGS)
+                .arg("-o")
+                .arg(&tmp)
+                .arg(&src_path)
+                .output()
+                .map_err(|e| Error::Unavailable {
+                    backend: "cpu".into(),
+                    reason: format!("cannot run the C++ compiler `{}`: {e}", self.compiler),
+                })?;
+            if !out.status.success() {
+                let names: Vec<&str> = items.iter().map(|i| i.0.as_str()).collect();
+                return Err(Error::Compile {
+                    kernel: names.join(", "),
+                    backend: "cpu".into(),
+                    log: format!(
+                        "{}\n(source: {})",
+                        String::from_utf8_lossy(&out.stderr),
+                        src_path.display()
+                    ),
+                });
+            }
+            std::fs::rename(&tmp, &lib_path).map_err(|e| Error::file(&lib_path, e))?;
+        }
+        // SAFETY: a library this backend just built from its own rendered source; its
+        // initialisers are the C++ runtime's.
+        let lib =
+            Arc::new(unsafe { Library::new(&lib_path) }.map_err(|e| Error::file(&lib_path, e))?);
+        let mut kernels = self.kernels.lock().expect("kernel cache lock");
+        for (symbol, ..) in items {
+            // SAFETY: every symbol in this library has the `EntryFn` signature (see
+            // `cpu_translation_unit_part`).
+            let entry: EntryFn = unsafe {
+                *lib.get::<EntryFn>(symbol.as_bytes())
+                    .map_err(|e| Error::backend("cpu", format!("symbol {symbol}: {e}")))?
+            };
+            kernels.insert(
+                symbol.clone(),
+                Compiled {
+                    _lib: lib.clone(),
+                    entry,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn compiled(&self, launch: &Launch<'_>) -> Result<Compiled> {
+        if let Some(c) = self
+            .kernels
+            .lock()
+            .expect("kernel cache lock")
+            .get(&launch.symbol)
+        {
+            return Ok(c.clone());
+        }
+        let rendered = (launch.render)(Dialect::Cpu)?;
+        self.compile_batch(&[(
+            launch.symbol.clone(),
+            rendered,
+            launch.inputs.clone(),
+            launch.outputs.clone(),
+        )])?;
+        Ok(self.kernels.lock().expect("kernel cache lock")[&launch.symbol].clone())
+    }
+}
+
+/// The cache root: `$TRELLIS_CACHE_DIR`, else `<temp>/trellis-kernel-cache`.
+pub fn cache_root() -> PathBuf {
+    std::env::var_os("TRELLIS_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("trellis-kernel-cache"))
+}
+
+/// One kernel of a CPU translation unit: its own namespace (so several specializations
+/// share a file), an `extern "C"` entry binding the buffers by name, then the body.
+pub fn cpu_translation_unit_part(
+    symbol: &str,
+    prelude: &str,
+    rendered: &Rendered,
+    inputs: &[TensorSpec],
+    outputs: &[TensorSpec],
+) -> String {
+    let mut bind = String::new();
+    for (i, t) in inputs.iter().enumerate() {
+        let ty = t.elem.c_type(Dialect::Cpu);
+        bind.push_str(&format!(
+            "  const {ty}* __restrict {} = (const {ty}*)bufs[{i}];\n",
+            t.name
+        ));
+    }
+    for (i, t) in outputs.iter().enumerate() {
+        let ty = t.elem.c_type(Dialect::Cpu);
+        bind.push_str(&format!(
+            "  {ty}* __restrict {} = ({ty}*)bufs[{}];\n",
+            t.name,
+            inputs.len() + i
+        ));
+    }
+    format!(
+        "namespace ns_{symbol} {{\n{prelude}\n{header}\nextern \"C\" void {symbol}(void* const* bufs, uint32_t group_x_, uint32_t group_y_) {{\n{bind}{body}\n}}\n}}  // namespace ns_{symbol}\n",
+        header = rendered.header,
+        body = rendered.body,
+    )
+}
+
+struct SendPtrs(Vec<*mut u8>);
+// SAFETY: kernels write disjoint output elements per group (each row belongs to one
+// group and slice); inputs are only read.
+unsafe impl Send for SendPtrs {}
+unsafe impl Sync for SendPtrs {}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Cpu
+    }
+
+    fn alloc(&self, spec: &TensorSpec) -> Result<CpuTensor> {
+        Ok(CpuTensor::new(spec.elem, &spec.shape))
+    }
+
+    fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<CpuTensor> {
+        let mut t = CpuTensor::new(elem, shape);
+        if bytes.len() != t.byte_len() {
+            return Err(Error::invalid(
+                "upload bytes",
+                bytes.len(),
+                format!("{elem} tensor of shape {shape:?} needs {}", t.byte_len()),
+            ));
+        }
+        t.bytes_mut().copy_from_slice(bytes);
+        Ok(t)
+    }
+
+    fn download(&self, t: &CpuTensor) -> Result<Vec<u8>> {
+        Ok(t.bytes().to_vec())
+    }
+
+    fn launch_into(
+        &self,
+        launch: &Launch<'_>,
+        inputs: &[&CpuTensor],
+        outputs: &mut [&mut CpuTensor],
+    ) -> Result<()> {
+        // The typed wrapper checked these already; a backend never trusts a caller with
+        // raw pointers, so check again.
+        crate::kernel::check_args(launch.kernel, &launch.inputs, inputs)?;
+        let outs: Vec<&CpuTensor> = outputs.iter().map(|t| &**t).collect();
+        crate::kernel::check_args(launch.kernel, &launch.outputs, &outs)?;
+        let compiled = self.compiled(launch)?;
+        let mut ptrs: Vec<*mut u8> = inputs.iter().map(|t| t.words.as_ptr() as *mut u8).collect();
+        ptrs.extend(outputs.iter_mut().map(|t| t.words.as_mut_ptr() as *mut u8));
+        let ptrs = SendPtrs(ptrs);
+        let [gx, gy, _] = launch.grid.groups;
+        self.pool.install(|| {
+            (0..gx as u64 * gy as u64).into_par_iter().for_each(|g| {
+                let ptrs = &ptrs;
+                // SAFETY: buffers match the kernel's declared specs (checked above), and
+                // the kernel indexes only within them for any validated specialization.
+                unsafe {
+                    (compiled.entry)(
+                        ptrs.0.as_ptr(),
+                        (g % gx as u64) as u32,
+                        (g / gx as u64) as u32,
+                    )
+                }
+            })
+        });
+        Ok(())
+    }
+
+    fn precompile(&self, launches: &[Launch<'_>]) -> Result<()> {
+        let known = self
+            .kernels
+            .lock()
+            .expect("kernel cache lock")
+            .keys()
+            .cloned()
+            .collect::<std::collections::HashSet<_>>();
+        let mut seen = std::collections::HashSet::new();
+        let mut todo = Vec::new();
+        for l in launches {
+            if !known.contains(&l.symbol) && seen.insert(l.symbol.clone()) {
+                todo.push((
+                    l.symbol.clone(),
+                    (l.render)(Dialect::Cpu)?,
+                    l.inputs.clone(),
+                    l.outputs.clone(),
+                ));
+            }
+        }
+        // Two compiler processes keep both cores of a small machine busy; larger batches
+        // amortise the compiler's start-up.
+        let jobs = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(1, 8);
+        let chunk = todo.len().div_ceil(jobs).clamp(1, 24);
+        let results: Vec<Result<()>> = todo
+            .par_chunks(chunk)
+            .map(|c| self.compile_batch(c))
+            .collect();
+        results.into_iter().collect()
+    }
+}

@@ -1,0 +1,486 @@
+//! This crate's kernels, declared with `#[trellis::kernel]`: `reduce` (y = W x),
+//! `gate_up` (fused SwiGLU; `gate_up_mixed` when the two k differ) and `expand`
+//! (dequantize). Each struct is one specialization; its fields are the template
+//! parameters, and [`Variant`] is the part the tuner chooses.
+
+use crate::codes::Code;
+use crate::dtype::{DType, ScaleDType};
+use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+use crate::kernel::{Dialect, Elem, Grid};
+use std::fmt;
+
+/// Largest M a kernel accepts.
+pub const MAX_M: u32 = 8;
+/// Threadgroup memory a specialization may declare (CUDA's static limit); backends
+/// with less (Metal: 32 KB) reject larger ones before launch.
+pub const MAX_SHARED_BYTES: usize = 48 * 1024;
+
+/// How a kernel obtains the value of a state; every form is bit-identical.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Representation {
+    /// Computed from the state with the code's integer/f16 arithmetic (`lut`: read from
+    /// global memory).
+    Inline,
+    /// A `2^L` f32 value table in global memory (cached by the device).
+    GlobalTable,
+    /// The value table staged into threadgroup/shared memory once per group.
+    SharedTable,
+}
+
+impl Representation {
+    /// Every representation.
+    pub const ALL: [Representation; 3] = [
+        Representation::Inline,
+        Representation::GlobalTable,
+        Representation::SharedTable,
+    ];
+    /// Name in tables and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Representation::Inline => "inline",
+            Representation::GlobalTable => "global_table",
+            Representation::SharedTable => "shared_table",
+        }
+    }
+    /// For templates.
+    pub fn is_shared(&self) -> bool {
+        *self == Representation::SharedTable
+    }
+    /// For templates.
+    pub fn is_global(&self) -> bool {
+        *self == Representation::GlobalTable
+    }
+}
+
+/// Numerics tier: `exact` reproduces the SPEC 5 order bit for bit, `fast` may reorder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tier {
+    Exact,
+    Fast,
+}
+
+impl Tier {
+    /// Name in tables and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Exact => "exact",
+            Tier::Fast => "fast",
+        }
+    }
+    /// For templates.
+    pub fn is_exact(&self) -> bool {
+        *self == Tier::Exact
+    }
+}
+
+/// SwiGLU tail arithmetic (SPEC 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tail {
+    /// `exp_spec`, bit-reproducible everywhere.
+    Exact,
+    /// The backend's own exp (GPU dialects); compared within a tolerance.
+    Native,
+}
+
+impl Tail {
+    /// Name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tail::Exact => "exact",
+            Tail::Native => "native",
+        }
+    }
+    /// For templates.
+    pub fn is_exact(&self) -> bool {
+        *self == Tail::Exact
+    }
+}
+
+/// How the M samples are spread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MStrategy {
+    /// One grid slice per sample (each slice decodes the weights again).
+    PerSample,
+    /// All samples in one slice, sharing one decode of every weight.
+    SharedDecode,
+}
+
+impl MStrategy {
+    /// Name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            MStrategy::PerSample => "per_sample",
+            MStrategy::SharedDecode => "shared_decode",
+        }
+    }
+}
+
+macro_rules! parse_by_name {
+    ($ty:ty, $field:literal, [$($v:expr),*]) => {
+        impl std::str::FromStr for $ty {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self> {
+                [$($v),*].into_iter().find(|v| v.name() == s).ok_or_else(|| {
+                    Error::invalid($field, s, format!("expected one of {}", [$($v.name()),*].join(", ")))
+                })
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+parse_by_name!(
+    Representation,
+    "representation",
+    [
+        Representation::Inline,
+        Representation::GlobalTable,
+        Representation::SharedTable
+    ]
+);
+parse_by_name!(Tier, "tier", [Tier::Exact, Tier::Fast]);
+parse_by_name!(Tail, "tail", [Tail::Exact, Tail::Native]);
+parse_by_name!(
+    MStrategy,
+    "m_strategy",
+    [MStrategy::PerSample, MStrategy::SharedDecode]
+);
+
+/// The tunable part of a specialization: same output bits (within a tier), different speed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Variant {
+    pub repr: Representation,
+    pub m_strategy: MStrategy,
+    /// Rows (simdgroups) per threadgroup; rows per task on the CPU.
+    pub rows_per_group: u32,
+    /// Stage x as f32 in threadgroup memory once per group.
+    pub x_shared: bool,
+    pub tier: Tier,
+}
+
+impl Default for Variant {
+    /// The built-in default: what runs when no tuning table has an entry.
+    fn default() -> Self {
+        Variant {
+            repr: Representation::Inline,
+            m_strategy: MStrategy::SharedDecode,
+            rows_per_group: 4,
+            x_shared: false,
+            tier: Tier::Exact,
+        }
+    }
+}
+
+impl fmt::Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} rpg={} x={} {}",
+            self.repr,
+            self.m_strategy,
+            self.rows_per_group,
+            if self.x_shared { "shared" } else { "global" },
+            self.tier
+        )
+    }
+}
+
+/// The coding of one projection: bits per weight, state bits, code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Proj {
+    pub k: u32,
+    pub l: u32,
+    pub code: Code,
+}
+
+impl Proj {
+    /// The coding of a matrix.
+    pub fn of(g: &Geometry) -> Self {
+        Proj {
+            k: g.k,
+            l: g.l,
+            code: g.code,
+        }
+    }
+}
+
+impl Code {
+    /// For templates.
+    pub fn is_lut(&self) -> bool {
+        *self == Code::Lut
+    }
+}
+
+/// Whether a kernel reads the value table of `p` in representation `repr`; when it does
+/// not, a one-element placeholder is passed.
+pub fn table_len(p: Proj, repr: Representation) -> usize {
+    if repr != Representation::Inline || p.code == Code::Lut {
+        1 << p.l
+    } else {
+        1
+    }
+}
+
+fn check_common(
+    rows: usize,
+    cols: usize,
+    t: usize,
+    projs: &[(&str, Proj)],
+    m: u32,
+    v: &Variant,
+    shared: usize,
+) -> Result<()> {
+    for (name, p) in projs {
+        Geometry::new(rows, cols, t, p.k, p.l, p.code).map_err(|e| match e {
+            Error::Invalid {
+                field,
+                value,
+                reason,
+            } if !name.is_empty() => Error::Invalid {
+                field: format!("{name}.{field}"),
+                value,
+                reason,
+            },
+            e => e,
+        })?;
+    }
+    if !(1..=MAX_M).contains(&m) {
+        return Err(Error::invalid("M", m, format!("must be in 1..={MAX_M}")));
+    }
+    if !matches!(v.rows_per_group, 1 | 2 | 4 | 8 | 16 | 32) {
+        return Err(Error::invalid(
+            "rows_per_group",
+            v.rows_per_group,
+            "must be a power of two in 1..=32",
+        ));
+    }
+    if shared > MAX_SHARED_BYTES {
+        return Err(Error::invalid(
+            "threadgroup memory",
+            shared,
+            format!("variant `{v}` needs more than {MAX_SHARED_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn grid(rows: usize, m: u32, v: &Variant) -> Grid {
+    let slices = match v.m_strategy {
+        MStrategy::PerSample => m,
+        MStrategy::SharedDecode => 1,
+    };
+    Grid {
+        groups: [rows.div_ceil(v.rows_per_group as usize) as u32, slices, 1],
+        threads: 32 * v.rows_per_group,
+    }
+}
+
+fn samples_per_slice(m: u32, v: &Variant) -> usize {
+    match v.m_strategy {
+        MStrategy::PerSample => 1,
+        MStrategy::SharedDecode => m as usize,
+    }
+}
+
+/// `y = W x` for `m` samples.
+#[crate::kernel(
+    name = "reduce",
+    template = "reduce.kernel",
+    grid = grid(self.rows, self.m, &self.variant),
+    validate = check_common(self.rows, self.cols, self.t, &[("", self.proj)], self.m, &self.variant, self.shared()),
+    shared = self.shared(),
+    inputs(
+        x: act[self.m, self.cols],
+        codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
+        scales: scale[self.rows],
+        table: f32[table_len(self.proj, self.variant.repr)],
+    ),
+    outputs(y: act[self.m, self.rows]),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reduce {
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub proj: Proj,
+    pub m: u32,
+    pub act: DType,
+    pub scale: ScaleDType,
+    pub variant: Variant,
+}
+
+impl Reduce {
+    /// Samples per grid slice.
+    pub fn mb(&self) -> usize {
+        samples_per_slice(self.m, &self.variant)
+    }
+    fn shared(&self) -> usize {
+        let table = if self.variant.repr.is_shared() {
+            4 << self.proj.l
+        } else {
+            0
+        };
+        table
+            + if self.variant.x_shared {
+                4 * self.mb() * self.cols
+            } else {
+                0
+            }
+    }
+    fn table_len(&self) -> usize {
+        1 << self.proj.l
+    }
+    fn words_per_block(&self) -> usize {
+        self.t * self.proj.k as usize / 32
+    }
+    fn words_per_row(&self) -> usize {
+        self.cols / self.t * self.words_per_block()
+    }
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        Elem::from(self.act).c_type(*d)
+    }
+}
+
+/// `mid = silu(G x) * (U x)`; named `gate_up_mixed` in listings when the two k differ.
+#[crate::kernel(
+    name = "gate_up",
+    template = "gate_up.kernel",
+    grid = grid(self.rows, self.m, &self.variant),
+    validate = self.check(),
+    shared = self.shared(),
+    inputs(
+        x: act[self.m, self.cols],
+        gcodes: u32[self.rows, self.cols / self.t, self.gate_words_per_block()],
+        gscales: gate_scale[self.rows],
+        gtable: f32[table_len(self.gate, self.variant.repr)],
+        ucodes: u32[self.rows, self.cols / self.t, self.up_words_per_block()],
+        uscales: up_scale[self.rows],
+        utable: f32[table_len(self.up, self.variant.repr)],
+    ),
+    outputs(mid: act[self.m, self.rows]),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GateUp {
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub gate: Proj,
+    pub up: Proj,
+    pub m: u32,
+    pub act: DType,
+    pub gate_scale: ScaleDType,
+    pub up_scale: ScaleDType,
+    pub tail: Tail,
+    pub variant: Variant,
+}
+
+impl GateUp {
+    /// `gate_up` or `gate_up_mixed`.
+    pub fn family_name(&self) -> &'static str {
+        if self.gate.k == self.up.k {
+            "gate_up"
+        } else {
+            "gate_up_mixed"
+        }
+    }
+    /// Samples per grid slice.
+    pub fn mb(&self) -> usize {
+        samples_per_slice(self.m, &self.variant)
+    }
+    fn check(&self) -> Result<()> {
+        check_common(
+            self.rows,
+            self.cols,
+            self.t,
+            &[("gate", self.gate), ("up", self.up)],
+            self.m,
+            &self.variant,
+            self.shared(),
+        )
+    }
+    fn shared(&self) -> usize {
+        let tables = if self.variant.repr.is_shared() {
+            (4 << self.gate.l) + (4 << self.up.l)
+        } else {
+            0
+        };
+        tables
+            + if self.variant.x_shared {
+                4 * self.mb() * self.cols
+            } else {
+                0
+            }
+    }
+    fn gate_table_len(&self) -> usize {
+        1 << self.gate.l
+    }
+    fn up_table_len(&self) -> usize {
+        1 << self.up.l
+    }
+    fn gate_words_per_block(&self) -> usize {
+        self.t * self.gate.k as usize / 32
+    }
+    fn up_words_per_block(&self) -> usize {
+        self.t * self.up.k as usize / 32
+    }
+    fn gate_words_per_row(&self) -> usize {
+        self.cols / self.t * self.gate_words_per_block()
+    }
+    fn up_words_per_row(&self) -> usize {
+        self.cols / self.t * self.up_words_per_block()
+    }
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        Elem::from(self.act).c_type(*d)
+    }
+}
+
+/// Dequantize to a dense `[R, C]` matrix in the activation dtype.
+#[crate::kernel(
+    name = "expand",
+    template = "expand.kernel",
+    grid = grid(self.rows, 1, &self.variant),
+    validate = check_common(self.rows, self.cols, self.t, &[("", self.proj)], 1, &self.variant, self.shared()),
+    shared = self.shared(),
+    inputs(
+        codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
+        scales: scale[self.rows],
+        table: f32[table_len(self.proj, self.variant.repr)],
+    ),
+    outputs(dense: act[self.rows, self.cols]),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Expand {
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub proj: Proj,
+    pub act: DType,
+    pub scale: ScaleDType,
+    pub variant: Variant,
+}
+
+impl Expand {
+    fn shared(&self) -> usize {
+        if self.variant.repr.is_shared() {
+            4 << self.proj.l
+        } else {
+            0
+        }
+    }
+    fn table_len(&self) -> usize {
+        1 << self.proj.l
+    }
+    fn words_per_block(&self) -> usize {
+        self.t * self.proj.k as usize / 32
+    }
+    fn words_per_row(&self) -> usize {
+        self.cols / self.t * self.words_per_block()
+    }
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        Elem::from(self.act).c_type(*d)
+    }
+}

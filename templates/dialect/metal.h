@@ -1,0 +1,54 @@
+// ---- Metal dialect shim (MLX MetalKernel header). MLX writes the kernel signature;
+// the body binds the attributes it needs by name (see the kernel body's first lines).
+#include <metal_stdlib>
+using namespace metal;
+#pragma clang fp contract(off)  // SPEC 5: no contraction of separate multiply/add
+typedef ulong ulong_t;
+
+#define DEVICE inline
+#define GLOBAL device
+#define GROUP_SHARED threadgroup
+#define GROUP_PTR threadgroup
+#define UNROLL _Pragma("clang loop unroll(full)")
+#define BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
+#define GROUP_X group_x_
+#define GROUP_Y group_y_
+#define THREAD_IN_GROUP thread_in_group_
+#define GROUP_THREADS group_threads_
+#define SIMDGROUP_ID simdgroup_id_
+#define LANE_ID lane_id_
+
+#define FOR_EACH_ROW(row, R, RPG) \
+  for (uint row = GROUP_X * (RPG) + SIMDGROUP_ID, once_row_ = 1u; once_row_ && row < (R); once_row_ = 0u)
+#define LANE_ARRAY(type, name, n) type name[1][n]
+#define FOR_EACH_LANE(lane) for (uint lane = LANE_ID, once_lane_ = 1u; once_lane_; once_lane_ = 0u)
+#define LANE(name) name[0]
+#define LANE_IS_ZERO (LANE_ID == 0u)
+#define BUTTERFLY(name, i) lane_butterfly(name[0][i])
+#define REDUCE_FAST(name, i) simd_sum(name[0][i])
+
+// SPEC 5 step 4 with explicit xor shuffles (simd_sum's order is unspecified).
+DEVICE float lane_butterfly(float v) {
+  UNROLL for (ushort o = 16; o > 0; o >>= 1) v = v + simd_shuffle_xor(v, o);
+  return v;
+}
+
+DEVICE uint bytesum(uint x) { return (x & 0xFFu) + ((x >> 8) & 0xFFu) + ((x >> 16) & 0xFFu) + (x >> 24); }
+DEVICE float fma32(float a, float b, float c) { return metal::fma(a, b, c); }
+DEVICE float mul32(float a, float b) { return a * b; }
+DEVICE float add32(float a, float b) { return a + b; }
+// MSL does not promise a correctly rounded `/`; refine the quotient with one fma step.
+DEVICE float div32(float a, float b) {
+  const float r = 1.0f / b, q = a * r;
+  return metal::fma(metal::fma(-q, b, a), r, q);
+}
+DEVICE float half_bits_to_f32(uint b) { return float(as_type<half>(ushort(b))); }
+DEVICE float round_f16(float v) { return float(half(v)); }
+DEVICE float as_f32(uint b) { return as_type<float>(b); }
+
+DEVICE float to_f32(float v) { return v; }
+DEVICE float to_f32(half v) { return float(v); }
+DEVICE float to_f32(bfloat16_t v) { return float(v); }
+template <typename T> DEVICE T from_f32(float v) { return static_cast<T>(v); }
+template <typename T> DEVICE float round_as(float v) { return to_f32(from_f32<T>(v)); }
+DEVICE float native_exp(float v) { return metal::exp(v); }

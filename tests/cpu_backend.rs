@@ -1,0 +1,147 @@
+//! The CPU backend runs the generated kernels and matches the reference bit for bit.
+
+use trellis::backend::CpuBackend;
+use trellis::kernels::{MStrategy, Representation, Tail, Tier, Variant};
+use trellis::{ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
+
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut s = seed | 1;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    }
+}
+
+fn random_matrix(g: Geometry, seed: u64) -> QuantizedMatrix {
+    let mut next = xorshift(seed);
+    let codes = (0..g.codes_shape().iter().product::<usize>())
+        .map(|_| next() as u32)
+        .collect();
+    let scales = (0..g.rows)
+        .map(|_| half::f16::from_f32(0.005 + (next() % 1000) as f32 * 3e-5).to_f32())
+        .collect();
+    let lut = (g.code == Code::Lut).then(|| {
+        (0..g.states())
+            .map(|_| ((next() % 2001) as f32 - 1000.0) / 400.0)
+            .collect()
+    });
+    QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, lut).unwrap()
+}
+
+fn random_x(dtype: DType, m: usize, cols: usize, seed: u64) -> Activations {
+    let mut next = xorshift(seed);
+    Activations::from_f32(
+        dtype,
+        m,
+        cols,
+        (0..m * cols)
+            .map(|_| ((next() % 4001) as f32 - 2000.0) / 700.0)
+            .collect(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn reduce_matches_reference_bit_for_bit() {
+    let b = CpuBackend::new().unwrap();
+    for (code, k, l, t, dtype, m, repr, ms) in [
+        (
+            Code::OneMad,
+            3,
+            12,
+            256,
+            DType::Bf16,
+            1,
+            Representation::Inline,
+            MStrategy::SharedDecode,
+        ),
+        (
+            Code::ThreeInst,
+            2,
+            16,
+            128,
+            DType::F16,
+            3,
+            Representation::GlobalTable,
+            MStrategy::PerSample,
+        ),
+        (
+            Code::Mcg,
+            1,
+            8,
+            32,
+            DType::F32,
+            2,
+            Representation::SharedTable,
+            MStrategy::SharedDecode,
+        ),
+        (
+            Code::Mul1,
+            5,
+            13,
+            64,
+            DType::Bf16,
+            8,
+            Representation::Inline,
+            MStrategy::PerSample,
+        ),
+        (
+            Code::Lut,
+            8,
+            12,
+            256,
+            DType::Bf16,
+            4,
+            Representation::Inline,
+            MStrategy::SharedDecode,
+        ),
+    ] {
+        let g = Geometry::new(37, 1024, t, k, l, code).unwrap();
+        let w = random_matrix(g, 7);
+        let x = random_x(dtype, m, g.cols, 9);
+        let variant = Variant {
+            repr,
+            m_strategy: ms,
+            rows_per_group: 4,
+            x_shared: false,
+            tier: Tier::Exact,
+        };
+        let got = ops::matvec(&b, &w, &x, variant).unwrap();
+        let want = reference::reduce(&w, &x).unwrap();
+        assert!(got.bits_eq(&want), "{g} {dtype} m={m} {variant}");
+    }
+}
+
+#[test]
+fn gate_up_matches_reference_bit_for_bit() {
+    let b = CpuBackend::new().unwrap();
+    let gate = random_matrix(Geometry::new(21, 512, 128, 2, 12, Code::OneMad).unwrap(), 1);
+    let up = random_matrix(
+        Geometry::new(21, 512, 128, 4, 12, Code::ThreeInst).unwrap(),
+        2,
+    );
+    for dtype in DType::ALL {
+        let x = random_x(dtype, 3, 512, 3);
+        let variant = Variant {
+            x_shared: true,
+            ..Variant::default()
+        };
+        let got = ops::gate_up(&b, &gate, &up, &x, Tail::Exact, variant).unwrap();
+        let want = reference::gate_up(&gate, &up, &x).unwrap();
+        assert!(got.bits_eq(&want), "{dtype}");
+    }
+}
+
+#[test]
+fn expand_matches_reference_dequantize() {
+    let b = CpuBackend::new().unwrap();
+    let w = random_matrix(Geometry::new(9, 512, 64, 3, 10, Code::Mul1).unwrap(), 5);
+    let got = ops::expand(&b, &w, DType::Bf16, Variant::default()).unwrap();
+    let want = reference::dequantize(&w, DType::Bf16);
+    assert_eq!(
+        got.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+}
