@@ -87,15 +87,16 @@ impl Elem {
         }
     }
 
-    /// The C type each dialect spells this element as (CPU keeps 16-bit floats as bits).
+    /// The C type each dialect spells this element as (CPU and CUDA wrap 16-bit floats'
+    /// bits in a struct and convert with their shims).
     pub fn c_type(self, dialect: Dialect) -> &'static str {
         match (self, dialect) {
             (Elem::U32, _) => "uint32_t",
             (Elem::F32, _) => "float",
             (Elem::F16, Dialect::Metal) => "half",
-            (Elem::F16, Dialect::Cuda) => "__half",
+            (Elem::F16, Dialect::Cuda) => "f16_t",
             (Elem::Bf16, Dialect::Metal) => "bfloat16_t",
-            (Elem::Bf16, Dialect::Cuda) => "__nv_bfloat16",
+            (Elem::Bf16, Dialect::Cuda) => "bf16_t",
             (Elem::F16, Dialect::Cpu) => "f16_t",
             (Elem::Bf16, Dialect::Cpu) => "bf16_t",
         }
@@ -244,6 +245,21 @@ pub trait Backend {
     fn name(&self) -> &'static str;
     /// Dialect it compiles.
     fn dialect(&self) -> Dialect;
+    /// Stable device id for tuning tables (`nvidia-h200`, `applegpu_g13s`, `cpu-<model>`).
+    fn device_id(&self) -> String;
+    /// Wait for queued work (GPU backends run asynchronously).
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Time `f`, which enqueues work, in milliseconds of device time (CUDA events on
+    /// CUDA; wall time around a synchronous run elsewhere).
+    fn time_ms(&self, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
+        self.synchronize()?;
+        let t = std::time::Instant::now();
+        f()?;
+        self.synchronize()?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    }
     /// Allocate a zeroed tensor.
     fn alloc(&self, spec: &TensorSpec) -> Result<Self::Tensor>;
     /// Copy host bytes (little-endian elements) to a new tensor.

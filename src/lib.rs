@@ -5,14 +5,29 @@
 //! (SPEC 3), [`reference`] (SPEC 4-6) with [`canonical`] (the SPEC 5 order), [`io`]
 //! (SPEC 8).
 
+extern crate self as trellis;
+
+pub use askama;
+pub use trellis_macros::kernel;
+
+pub mod backend;
 pub mod canonical;
+pub mod catalog;
 pub mod codes;
 pub mod dtype;
+pub mod encode;
 pub mod error;
 pub mod geometry;
+pub mod kernel;
+pub mod kernels;
+pub mod io;
 pub mod layout;
 pub mod matrix;
+pub mod metal_source;
+pub mod ops;
 pub mod reference;
+pub mod tune;
+pub mod verify;
 
 pub use codes::Code;
 pub use dtype::{DType, ScaleDType};

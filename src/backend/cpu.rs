@@ -103,7 +103,7 @@ impl CpuBackend {
     }
 
     /// Host description, the CPU's device id for tuning tables (e.g. `cpu-amd-epyc-9b14`).
-    pub fn device_id(&self) -> String {
+    pub fn cpu_model_id() -> String {
         let model = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|s| {
@@ -260,6 +260,10 @@ impl Backend for CpuBackend {
 
     fn dialect(&self) -> Dialect {
         Dialect::Cpu
+    }
+
+    fn device_id(&self) -> String {
+        Self::cpu_model_id()
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<CpuTensor> {

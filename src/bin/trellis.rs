@@ -1,1 +1,539 @@
-fn main() {}
+//! `trellis`: make, quantize, inspect and multiply trellis-coded weights (SPEC.md).
+//!
+//! The subcommand and flag names are a contract used by outside checkers; see
+//! `notes/cli.md`. Every failure prints exactly one line `error: <message>` on stderr
+//! and exits with status 1; outputs are written atomically, so a failed command never
+//! leaves a (half-written) output file behind.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use half::f16;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::StandardNormal;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use trellis::encode::{self, EncodeOptions};
+use trellis::io::{self, SafetensorsFile};
+use trellis::ScaleDType;
+use trellis::{reference, Activations, Code, DType, Error, Geometry, QuantizedMatrix, Result};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "trellis",
+    version,
+    about = "Trellis-coded (QTIP/EXL3) weights: make, quantize, inspect and multiply them",
+    long_about = "Trellis-coded (QTIP/EXL3) weights: make, quantize, inspect and multiply them.\n\n\
+        Files are safetensors (SPEC section 8): a quantized matrix is `<prefix>.codes` (u32), \
+        `<prefix>.scales` (f16/f32), `<prefix>.lut` (code lut) and the metadata \
+        `<prefix>.trellis`; activations are a tensor `x` [M, C] in bf16, f16 or f32.\n\n\
+        On failure: one line `error: <message>` on stderr, exit status 1, no output file."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Write a random quantized matrix (every bit pattern is a valid code).
+    Random(RandomArgs),
+    /// Write random Gaussian activations `x` [M, C].
+    RandomX(RandomXArgs),
+    /// Quantize a dense matrix from a safetensors file; prints the MSE.
+    Quantize(QuantizeArgs),
+    /// y = x W^T in the canonical order (SPEC section 5); writes `y` [M, R] in the dtype of x.
+    Matvec(MatvecArgs),
+    /// mid = silu(G x) * (U x) (SPEC section 6); writes `mid` [M, R] in the dtype of x.
+    GateUp(GateUpArgs),
+    /// Print the geometry of every quantized matrix in a file.
+    Info(InfoArgs),
+}
+
+/// Scale dtype of generated matrices.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ScaleArg {
+    F16,
+    F32,
+}
+
+#[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
+struct RandomArgs {
+    /// R: output features.
+    #[arg(long, value_name = "R")]
+    rows: usize,
+    /// C: input features (a multiple of T).
+    #[arg(long, value_name = "C")]
+    cols: usize,
+    /// Bits per weight, 1..=8.
+    #[arg(long, value_name = "K")]
+    k: u32,
+    /// Trellis state bits, k < L <= 16.
+    #[arg(long, value_name = "L")]
+    l: u32,
+    /// Weights per block (a multiple of 32).
+    #[arg(long, value_name = "T", default_value_t = 256)]
+    t: usize,
+    /// Code: 1mad, 3inst, mcg, mul1 or lut (lut: a Gaussian table seeded by --seed).
+    #[arg(long, value_name = "CODE")]
+    code: Code,
+    /// Seed of the ChaCha8 generator.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    seed: u64,
+    /// Output safetensors file.
+    #[arg(long, value_name = "W.safetensors")]
+    out: PathBuf,
+    /// Tensor name prefix.
+    #[arg(long, default_value = "w")]
+    prefix: String,
+    /// Dtype of the per-row scales (values drawn uniformly from [0.01, 0.05)).
+    #[arg(long, value_enum, default_value_t = ScaleArg::F16)]
+    scale_dtype: ScaleArg,
+}
+
+#[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
+struct RandomXArgs {
+    /// M: samples (rows of x).
+    #[arg(long, value_name = "M")]
+    m: usize,
+    /// C: columns of x (the weight matrix's input features).
+    #[arg(long, value_name = "C")]
+    cols: usize,
+    /// bf16, f16 or f32.
+    #[arg(long, default_value = "bf16")]
+    dtype: DType,
+    /// Seed of the ChaCha8 generator.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    seed: u64,
+    /// Output safetensors file.
+    #[arg(long, value_name = "X.safetensors")]
+    out: PathBuf,
+    /// Tensor name.
+    #[arg(long, default_value = "x")]
+    name: String,
+}
+
+#[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
+struct QuantizeArgs {
+    /// Dense safetensors file.
+    #[arg(long, value_name = "DENSE.safetensors")]
+    input: PathBuf,
+    /// Name of the dense [R, C] tensor in it (bf16, f16 or f32).
+    #[arg(long, value_name = "NAME")]
+    tensor: String,
+    /// Bits per weight, 1..=8.
+    #[arg(long, value_name = "K")]
+    k: u32,
+    /// Trellis state bits, k < L <= 16.
+    #[arg(long, value_name = "L")]
+    l: u32,
+    /// Weights per block (a multiple of 32 dividing C).
+    #[arg(long, value_name = "T", default_value_t = 256)]
+    t: usize,
+    /// Code: 1mad, 3inst, mcg, mul1 or lut.
+    #[arg(long, value_name = "CODE")]
+    code: Code,
+    /// Output safetensors file.
+    #[arg(long, value_name = "W.safetensors")]
+    out: PathBuf,
+    /// Tensor name prefix in the output.
+    #[arg(long, default_value = "w")]
+    prefix: String,
+    /// Table for code lut: a safetensors file holding a 1-D f32 tensor of 2^L values, the
+    /// one named `lut`, or else the first f32 tensor in file order. Without it, code lut
+    /// uses a Gaussian table seeded by --seed.
+    #[arg(long, value_name = "LUT.safetensors")]
+    lut: Option<PathBuf>,
+    /// Seed of the Gaussian table for code lut without --lut.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(Args, Debug)]
+struct MatvecArgs {
+    /// Quantized weights.
+    #[arg(long, value_name = "W.safetensors")]
+    weights: PathBuf,
+    /// Tensor name prefix of the weights.
+    #[arg(long, default_value = "w")]
+    prefix: String,
+    /// Activations: tensor `x` [M, C], bf16/f16/f32.
+    #[arg(long, value_name = "X.safetensors")]
+    x: PathBuf,
+    /// Output file; gets tensor `y` [M, R] in the dtype of x.
+    #[arg(long, value_name = "Y.safetensors")]
+    out: PathBuf,
+    /// Backend that runs the product: reference, cpu, cuda or metal (default: the best
+    /// available here: cuda with a driver, metal on macOS, else cpu).
+    #[arg(long, value_name = "NAME")]
+    backend: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct GateUpArgs {
+    /// Quantized gate matrix.
+    #[arg(long, value_name = "G.safetensors")]
+    gate: PathBuf,
+    /// Quantized up matrix.
+    #[arg(long, value_name = "U.safetensors")]
+    up: PathBuf,
+    /// Activations: tensor `x` [M, C], bf16/f16/f32.
+    #[arg(long, value_name = "X.safetensors")]
+    x: PathBuf,
+    /// Output file; gets tensor `mid` [M, R] in the dtype of x.
+    #[arg(long, value_name = "MID.safetensors")]
+    out: PathBuf,
+    /// SwiGLU tail: `exact` (SPEC section 6, bit-reproducible) or `native` (a backend's own).
+    #[arg(long, default_value = "exact")]
+    tail: String,
+    /// Backend that runs the product: reference, cpu, cuda or metal (default: the best
+    /// available here: cuda with a driver, metal on macOS, else cpu).
+    #[arg(long, value_name = "NAME")]
+    backend: Option<String>,
+    /// Tensor name prefix of the gate matrix.
+    #[arg(long, default_value = "w")]
+    gate_prefix: String,
+    /// Tensor name prefix of the up matrix.
+    #[arg(long, default_value = "w")]
+    up_prefix: String,
+}
+
+#[derive(Args, Debug)]
+struct InfoArgs {
+    /// A safetensors file.
+    #[arg(value_name = "FILE.safetensors")]
+    file: PathBuf,
+}
+
+use trellis::kernels::Tail;
+
+// ---------------------------------------------------------------------------------------
+// Backend dispatch: the only place that maps a backend name to an implementation.
+
+/// The backend used when `--backend` is not given: the best one available here.
+fn backend_or_default(b: &Option<String>) -> String {
+    b.clone().unwrap_or_else(|| trellis::backend::default_name().to_string())
+}
+
+/// `y = x W^T` on `backend`. Inputs are already validated.
+fn run_matvec(backend: &str, w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
+    trellis::backend::matvec(backend, w, x, None)
+}
+
+/// `mid = silu(G x) * (U x)` on `backend` with `tail`. Inputs are already validated.
+fn run_gate_up(backend: &str, gate: &QuantizedMatrix, up: &QuantizedMatrix, x: &Activations, tail: Tail) -> Result<Activations> {
+    trellis::backend::gate_up(backend, gate, up, x, tail, None)
+}
+
+// ---------------------------------------------------------------------------------------
+
+fn main() -> ExitCode {
+    // A bug must still end as one `error:` line and status 1, never a panic report.
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown failure".to_string());
+        let at = info
+            .location()
+            .map(|l| format!(" ({}:{})", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("error: internal error: {}{at}", one_line(&payload));
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            eprintln!("error: {} (see --help)", clap_message(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    match std::panic::catch_unwind(|| run(cli)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("error: {}", one_line(&e.to_string()));
+            ExitCode::FAILURE
+        }
+        // The panic hook has printed the one line.
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+/// Clap's message (everything before its usage section) on one line, without its own
+/// `error: ` prefix.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let msg = text
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("Usage:"))
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("tip:") && !l.starts_with("For more information")
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    msg.strip_prefix("error:")
+        .unwrap_or(&msg)
+        .trim()
+        .to_string()
+}
+
+/// Collapse a multi-line message (e.g. a compiler log) to one line.
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Prefix a non-file error with the file it came from (file errors already name it).
+fn in_file(path: &Path) -> impl Fn(Error) -> Error + '_ {
+    move |e| match e {
+        e @ Error::File { .. } => e,
+        e => Error::file(path, e),
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Random(a) => random(a),
+        Command::RandomX(a) => random_x(a),
+        Command::Quantize(a) => quantize(a),
+        Command::Matvec(a) => matvec(a),
+        Command::GateUp(a) => gate_up(a),
+        Command::Info(a) => info(a),
+    }
+}
+
+fn random(a: RandomArgs) -> Result<()> {
+    let g = Geometry::new(a.rows, a.cols, a.t, a.k, a.l, a.code)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
+    let n = g.codes_shape().iter().product::<usize>();
+    let codes: Vec<u32> = (0..n).map(|_| rng.random::<u32>()).collect();
+    let (scale_dtype, round): (ScaleDType, fn(f32) -> f32) = match a.scale_dtype {
+        ScaleArg::F16 => (ScaleDType::F16, |v| f16::from_f32(v).to_f32()),
+        ScaleArg::F32 => (ScaleDType::F32, |v| v),
+    };
+    let scales = (0..g.rows)
+        .map(|_| round(rng.random_range(0.01f32..0.05)))
+        .collect();
+    let lut = (g.code == Code::Lut).then(|| encode::gaussian_lut(g.l, a.seed));
+    let w = QuantizedMatrix::new(g, codes, scales, scale_dtype, lut)?;
+    io::write_quantized(&a.out, &a.prefix, &w)?;
+    println!("{}: {} -> {}", a.prefix, g, a.out.display());
+    Ok(())
+}
+
+fn random_x(a: RandomXArgs) -> Result<()> {
+    if a.m == 0 {
+        return Err(Error::invalid("m", a.m, "must be at least 1"));
+    }
+    if a.cols == 0 {
+        return Err(Error::invalid("cols", a.cols, "must be at least 1"));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
+    let data = (0..a.m * a.cols)
+        .map(|_| rng.sample::<f32, _>(StandardNormal))
+        .collect();
+    let x = Activations::from_f32(a.dtype, a.m, a.cols, data)?;
+    io::write_activations(&a.out, &a.name, &x)?;
+    println!(
+        "{}: {} [{}, {}] -> {}",
+        a.name,
+        a.dtype,
+        a.m,
+        a.cols,
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn quantize(a: QuantizeArgs) -> Result<()> {
+    let (dense, rows, cols) = io::read_dense(&a.input, &a.tensor).map_err(in_file(&a.input))?;
+    // Fail fast, naming the flag's field, before any encoding work.
+    let g = Geometry::new(rows, cols, a.t, a.k, a.l, a.code).map_err(|e| match e {
+        Error::Invalid { ref field, .. } if field == "rows" || field == "cols" => Error::file(
+            &a.input,
+            format!("tensor `{}` [{rows}, {cols}]: {e}", a.tensor),
+        ),
+        e => e,
+    })?;
+    if let Some(i) = dense.iter().position(|v| !v.is_finite()) {
+        return Err(Error::file(
+            &a.input,
+            Error::invalid(
+                format!("{}[{}, {}]", a.tensor, i / cols, i % cols),
+                dense[i],
+                "weights must be finite",
+            ),
+        ));
+    }
+    let lut = match (&a.lut, g.code) {
+        (Some(path), Code::Lut) => {
+            let (name, values) = io::read_lut_file(path).map_err(in_file(path))?;
+            if values.len() != g.states() {
+                return Err(Error::file(
+                    path,
+                    Error::invalid(
+                        format!("{name} length"),
+                        values.len(),
+                        format!("must be 2^L = {} for L = {}", g.states(), g.l),
+                    ),
+                ));
+            }
+            if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+                return Err(Error::file(
+                    path,
+                    Error::invalid(format!("{name}[{i}]"), values[i], "must be finite"),
+                ));
+            }
+            println!("lut: tensor `{name}` of {}", path.display());
+            Some(values)
+        }
+        (Some(_), code) => {
+            return Err(Error::invalid(
+                "code",
+                code,
+                "--lut is only used with --code lut",
+            ))
+        }
+        (None, Code::Lut) => Some(encode::gaussian_lut(g.l, a.seed)),
+        (None, _) => None,
+    };
+    let opts = EncodeOptions {
+        t: g.t,
+        k: g.k,
+        l: g.l,
+        code: g.code,
+        lut,
+        progress: std::io::stderr().is_terminal(),
+    };
+    let enc = encode::quantize(&dense, rows, cols, &opts)?;
+    io::write_quantized(&a.out, &a.prefix, &enc.matrix)?;
+    let power = dense.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / dense.len() as f64;
+    println!("mse: {:e}", enc.mse);
+    if power > 0.0 {
+        println!("relative mse: {:.6}", enc.mse / power);
+    }
+    println!("{}: {} -> {}", a.prefix, g, a.out.display());
+    Ok(())
+}
+
+/// Read `x` and check it against a matrix with `cols` input features.
+fn read_x(path: &Path, cols: usize) -> Result<Activations> {
+    let x = io::read_activations(path, "x").map_err(in_file(path))?;
+    if x.rows == 0 {
+        return Err(Error::file(
+            path,
+            Error::invalid("x M", 0, "x must have at least one row"),
+        ));
+    }
+    reference::check_activations(&x, cols).map_err(in_file(path))?;
+    Ok(x)
+}
+
+fn matvec(a: MatvecArgs) -> Result<()> {
+    let w = io::read_quantized(&a.weights, &a.prefix).map_err(in_file(&a.weights))?;
+    let x = read_x(&a.x, w.geometry.cols)?;
+    let backend = backend_or_default(&a.backend);
+    let y = run_matvec(&backend, &w, &x)?;
+    io::write_activations(&a.out, "y", &y)?;
+    println!(
+        "y: {} [{}, {}] ({}) -> {}",
+        y.dtype,
+        y.rows,
+        y.cols,
+        backend,
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn gate_up(a: GateUpArgs) -> Result<()> {
+    let tail: Tail = a.tail.parse()?;
+    let gate = io::read_quantized(&a.gate, &a.gate_prefix).map_err(in_file(&a.gate))?;
+    let up = io::read_quantized(&a.up, &a.up_prefix).map_err(in_file(&a.up))?;
+    reference::check_pair(&gate, &up)?;
+    let x = read_x(&a.x, gate.geometry.cols)?;
+    let backend = backend_or_default(&a.backend);
+    let mid = run_gate_up(&backend, &gate, &up, &x, tail)?;
+    io::write_activations(&a.out, "mid", &mid)?;
+    println!(
+        "mid: {} [{}, {}] ({}, tail {}) -> {}",
+        mid.dtype,
+        mid.rows,
+        mid.cols,
+        backend,
+        a.tail,
+        a.out.display()
+    );
+    Ok(())
+}
+
+fn info(a: InfoArgs) -> Result<()> {
+    let f = SafetensorsFile::open(&a.file)?;
+    let prefixes = f.quantized_prefixes();
+    let mut owned = std::collections::HashSet::new();
+    let mut lines = Vec::new();
+    for p in &prefixes {
+        let w = f.quantized(p).map_err(in_file(&a.file))?;
+        let g = w.geometry;
+        let bytes = w.codes.len() * 4
+            + w.scales.len()
+                * if w.scale_dtype == ScaleDType::F16 {
+                    2
+                } else {
+                    4
+                }
+            + w.lut.as_ref().map_or(0, |l| l.len() * 4);
+        lines.push(format!(
+            "{p}: code={} k={} L={} T={} rows={} cols={} scales={} ({:.3} bits/weight with scales)",
+            g.code,
+            g.k,
+            g.l,
+            g.t,
+            g.rows,
+            g.cols,
+            w.scale_dtype,
+            (bytes * 8) as f64 / (g.rows * g.cols) as f64
+        ));
+        owned.insert(io::codes_name(p));
+        owned.insert(io::scales_name(p));
+        if g.code == Code::Lut {
+            owned.insert(io::lut_name(p));
+        }
+    }
+    if prefixes.is_empty() {
+        println!("{}: no quantized matrices", a.file.display());
+    }
+    for l in lines {
+        println!("{l}");
+    }
+    for name in f.names() {
+        if owned.contains(&name) {
+            continue;
+        }
+        let t = f.tensor(&name)?;
+        println!("{name}: {} {:?}", io::dtype_name(t.dtype), t.shape);
+    }
+    Ok(())
+}

@@ -1,6 +1,6 @@
 // ---- CUDA dialect shim (NVRTC). Maps the kernel vocabulary onto CUDA built-ins.
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+// 16-bit floats are bit-wrappers converted with single PTX `cvt` instructions, so no
+// CUDA header is needed at NVRTC time.
 typedef unsigned int uint;
 typedef unsigned int uint32_t;
 typedef unsigned short uint16_t;
@@ -40,22 +40,28 @@ DEVICE float lane_reduce_fast(float v) {
   return v;
 }
 
-DEVICE uint bytesum(uint x) { return __dp4a(x, 0x01010101u, 0u); }
+struct __align__(2) f16_t { unsigned short bits; };
+struct __align__(2) bf16_t { unsigned short bits; };
+
+// Byte sum in one instruction: dot product of the four bytes with (1, 1, 1, 1).
+DEVICE uint bytesum(uint x) { uint r; asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(0x01010101u), "r"(0u)); return r; }
 DEVICE float fma32(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 DEVICE float mul32(float a, float b) { return __fmul_rn(a, b); }
 DEVICE float add32(float a, float b) { return __fadd_rn(a, b); }
 DEVICE float div32(float a, float b) { return __fdiv_rn(a, b); }
-DEVICE float half_bits_to_f32(uint b) { return __half2float(__ushort_as_half((unsigned short)b)); }
-DEVICE float round_f16(float v) { return __half2float(__float2half_rn(v)); }
+DEVICE float half_bits_to_f32(uint b) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)b)); return f; }
+DEVICE unsigned short f32_to_half_bits(float v) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
+DEVICE unsigned short f32_to_bf16_bits(float v) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
+DEVICE float round_f16(float v) { return half_bits_to_f32(f32_to_half_bits(v)); }
 DEVICE float as_f32(uint b) { return __uint_as_float(b); }
 
 DEVICE float to_f32(float v) { return v; }
-DEVICE float to_f32(__half v) { return __half2float(v); }
-DEVICE float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+DEVICE float to_f32(f16_t v) { return half_bits_to_f32(v.bits); }
+DEVICE float to_f32(bf16_t v) { return __uint_as_float((uint)v.bits << 16); }
 template <typename T> DEVICE T from_f32(float v);
 template <> DEVICE float from_f32<float>(float v) { return v; }
-template <> DEVICE __half from_f32<__half>(float v) { return __float2half_rn(v); }
-template <> DEVICE __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> DEVICE f16_t from_f32<f16_t>(float v) { return f16_t{f32_to_half_bits(v)}; }
+template <> DEVICE bf16_t from_f32<bf16_t>(float v) { return bf16_t{f32_to_bf16_bits(v)}; }
 // round_T of SPEC 4, as an f32 value.
 template <typename T> DEVICE float round_as(float v) { return to_f32(from_f32<T>(v)); }
 DEVICE float native_exp(float v) { return expf(v); }

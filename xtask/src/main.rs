@@ -1,1 +1,79 @@
-fn main() {}
+//! Project tasks: `cargo xtask verify | render | tune | bench`.
+
+mod verify;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "trellis project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Render, compile and run every specialization against the CPU reference.
+    Verify {
+        /// cpu, cuda or metal (default: the best available).
+        #[arg(long)]
+        backend: Option<String>,
+        /// A smaller catalog (one launch shape per representation).
+        #[arg(long)]
+        quick: bool,
+        /// Conformance vectors directory.
+        #[arg(long, default_value = "../shared/vectors")]
+        vectors: PathBuf,
+        /// Also write the report here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} {elapsed_precise} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(what.to_string());
+    bar
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> trellis::Result<bool> {
+    match cli.cmd {
+        Cmd::Verify { backend, quick, vectors, out } => {
+            let name = backend.unwrap_or_else(|| trellis::backend::default_name().to_string());
+            let (text, ok) = match name.as_str() {
+                "cpu" => verify::run(&trellis::backend::CpuBackend::new()?, quick, &vectors)?,
+                #[cfg(feature = "cuda")]
+                "cuda" => verify::run(&trellis::backend::cuda::CudaBackend::new(0)?, quick, &vectors)?,
+                other => {
+                    return Err(trellis::Error::Unavailable {
+                        backend: other.into(),
+                        reason: "not a backend this build can verify here (cpu, cuda; metal on macOS)".into(),
+                    })
+                }
+            };
+            print!("{text}");
+            if let Some(p) = out {
+                std::fs::write(&p, &text).map_err(|e| trellis::Error::file(&p, e))?;
+            }
+            Ok(ok)
+        }
+    }
+}

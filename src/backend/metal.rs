@@ -1,0 +1,471 @@
+//! The Metal backend (macOS): each specialization becomes an `mlx_rs::fast::MetalKernel`
+//! (header = the Metal prelude and the kernel's header, source = its body; MLX writes the
+//! signature, see [`crate::metal_source::standalone`] for the complete source it builds),
+//! tensors are `mlx_rs::Array`s, and MLX compiles each kernel on its first evaluation
+//! with its default (safe) math mode.
+//!
+//! MLX evaluates lazily. `launch_into` replaces the output tensors with the kernel's new
+//! arrays and starts their evaluation (`async_eval`); the first launch of a symbol waits
+//! for it, so that a source that does not compile is reported as `Error::Compile` there.
+//! `synchronize` waits for the GPU stream, `download` evaluates what it reads.
+
+use crate::error::{Error, Result};
+use crate::kernel::{Backend, DeviceTensor, Dialect, Elem, Launch, TensorSpec};
+use mlx_rs::error::Exception;
+use mlx_rs::fast::{MetalKernel, MetalKernelApplyOptions, MetalKernelOptions, MetalKernelOutput};
+use mlx_rs::{Array, Dtype, Stream};
+use std::collections::HashMap;
+use std::ffi::{c_char, CStr};
+use std::sync::{Arc, Mutex};
+
+/// Threadgroup memory a kernel may declare on Apple GPUs.
+pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
+
+/// Environment variable MLX reads to override the GPU architecture; it wins here too.
+pub const ARCH_ENV: &str = "MLX_METAL_GPU_ARCH";
+
+fn mlx_err(e: Exception) -> Error {
+    Error::backend("metal", e.what())
+}
+
+fn dtype_of(elem: Elem) -> Dtype {
+    match elem {
+        Elem::U32 => Dtype::Uint32,
+        Elem::F32 => Dtype::Float32,
+        Elem::F16 => Dtype::Float16,
+        Elem::Bf16 => Dtype::Bfloat16,
+    }
+}
+
+fn elem_of(dtype: Dtype) -> Option<Elem> {
+    match dtype {
+        Dtype::Uint32 => Some(Elem::U32),
+        Dtype::Float32 => Some(Elem::F32),
+        Dtype::Float16 => Some(Elem::F16),
+        Dtype::Bfloat16 => Some(Elem::Bf16),
+        _ => None,
+    }
+}
+
+fn mlx_shape(name: &str, shape: &[usize]) -> Result<Vec<i32>> {
+    let len = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if len.is_none_or(|n| n > i32::MAX as usize) {
+        return Err(Error::invalid(
+            name,
+            format!("{shape:?}"),
+            "MLX arrays hold at most 2^31 - 1 elements here",
+        ));
+    }
+    Ok(shape.iter().map(|&d| d as i32).collect())
+}
+
+/// A tensor on the Metal device: an MLX array with the element type and shape the kernel
+/// specs speak of.
+#[derive(Clone)]
+pub struct MetalTensor {
+    elem: Elem,
+    shape: Vec<usize>,
+    array: Array,
+}
+
+impl MetalTensor {
+    /// Wrap an MLX array (u32, f32, f16 or bf16; it should be row-contiguous, as kernels
+    /// index it as a flat buffer).
+    pub fn from_array(array: Array) -> Result<Self> {
+        let elem = elem_of(array.dtype()).ok_or_else(|| {
+            Error::invalid(
+                "dtype",
+                format!("{:?}", array.dtype()),
+                "Metal kernels take u32, f32, f16 or bf16 arrays",
+            )
+        })?;
+        let shape = array.shape().iter().map(|&d| d as usize).collect();
+        Ok(MetalTensor { elem, shape, array })
+    }
+    /// The MLX array.
+    pub fn array(&self) -> &Array {
+        &self.array
+    }
+    /// The MLX array, by value.
+    pub fn into_array(self) -> Array {
+        self.array
+    }
+}
+
+impl DeviceTensor for MetalTensor {
+    fn elem(&self) -> Elem {
+        self.elem
+    }
+    fn shape(&self) -> Vec<usize> {
+        self.shape.clone()
+    }
+}
+
+/// What `trellis info --devices` and the tuner report about the GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetalDeviceInfo {
+    /// MLX's `device_name` (e.g. `Apple M1 Pro`).
+    pub name: String,
+    /// MLX's `architecture` (e.g. `applegpu_g13s`), or `$MLX_METAL_GPU_ARCH`.
+    pub architecture: String,
+    /// Stable id for tuning tables: the architecture, lower case, underscores kept.
+    pub id: String,
+}
+
+/// The default GPU as MLX sees it.
+pub struct MetalBackend {
+    info: MetalDeviceInfo,
+    kernels: Mutex<HashMap<String, Arc<MetalKernel>>>,
+}
+
+/// `architecture` kept as MLX spells it: lower case, `[a-z0-9_]`, anything else a dash.
+fn arch_id(arch: &str) -> String {
+    let id: String = arch
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    id.trim_matches('-').to_string()
+}
+
+/// `device_name` and `architecture` of GPU 0 through mlx-c's device info.
+fn query_device() -> Result<(String, String)> {
+    let unavailable = |reason: &str| Error::Unavailable {
+        backend: "metal".into(),
+        reason: reason.into(),
+    };
+    // mlx-rs installs its error handler (MLX errors become values instead of exiting the
+    // process) on its first fallible call; make that happen before calling mlx-sys.
+    let _ = mlx_rs::Device::try_default();
+    // SAFETY: plain mlx-c calls on objects created and freed here; `get_string` returns a
+    // pointer into `info`, copied before `info` is freed.
+    unsafe {
+        let dev = mlx_sys::mlx_device_new_type(mlx_sys::mlx_device_type__MLX_GPU, 0);
+        let mut available = false;
+        if mlx_sys::mlx_device_is_available(&mut available, dev) != 0 || !available {
+            mlx_sys::mlx_device_free(dev);
+            return Err(unavailable("MLX reports no Metal GPU"));
+        }
+        let mut info = mlx_sys::mlx_device_info_new();
+        let status = mlx_sys::mlx_device_info_get(&mut info, dev);
+        let get = |key: &CStr| -> Option<String> {
+            let mut value: *const c_char = std::ptr::null();
+            (mlx_sys::mlx_device_info_get_string(&mut value, info, key.as_ptr()) == 0
+                && !value.is_null())
+            .then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
+        };
+        let found = (status == 0).then(|| (get(c"device_name"), get(c"architecture")));
+        mlx_sys::mlx_device_info_free(info);
+        mlx_sys::mlx_device_free(dev);
+        match found {
+            None => Err(unavailable("MLX could not describe the Metal GPU")),
+            Some((name, arch)) => {
+                let arch = arch.unwrap_or_default();
+                Ok((name.unwrap_or_else(|| arch.clone()), arch))
+            }
+        }
+    }
+}
+
+impl MetalBackend {
+    /// The default GPU; `Error::Unavailable` when MLX finds none.
+    pub fn new() -> Result<Self> {
+        let (name, mlx_arch) = query_device()?;
+        let architecture = std::env::var(ARCH_ENV)
+            .ok()
+            .filter(|a| !a.trim().is_empty())
+            .unwrap_or(mlx_arch);
+        let id = arch_id(&architecture);
+        if id.is_empty() {
+            return Err(Error::Unavailable {
+                backend: "metal".into(),
+                reason: format!("MLX reports no architecture for `{name}` (set {ARCH_ENV})"),
+            });
+        }
+        Ok(MetalBackend {
+            info: MetalDeviceInfo {
+                name,
+                architecture,
+                id,
+            },
+            kernels: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The device's identity.
+    pub fn info(&self) -> &MetalDeviceInfo {
+        &self.info
+    }
+
+    /// The cached kernel of a launch (built on a miss), and whether it was just built.
+    fn kernel(&self, launch: &Launch<'_>) -> Result<(Arc<MetalKernel>, bool)> {
+        let mut cache = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = cache.get(&launch.symbol) {
+            return Ok((k.clone(), false));
+        }
+        let rendered = (launch.render)(Dialect::Metal)?;
+        let inputs: Vec<&str> = launch.inputs.iter().map(|t| t.name).collect();
+        let outputs: Vec<&str> = launch.outputs.iter().map(|t| t.name).collect();
+        let options = MetalKernelOptions {
+            header: format!(
+                "{}{}",
+                crate::kernel::prelude(Dialect::Metal),
+                rendered.header
+            ),
+            // Kernels index inputs as flat row-major buffers; MLX copies only an input that
+            // is not row-contiguous (a foreign view), at evaluation.
+            ensure_row_contiguous: true,
+            atomic_outputs: false,
+        };
+        let kernel = MetalKernel::new(&launch.symbol, &inputs, &outputs, &rendered.body, options)
+            .map_err(|e| Error::Compile {
+                kernel: launch.symbol.clone(),
+                backend: "metal".into(),
+                log: e.what().to_string(),
+            })?;
+        let kernel = Arc::new(kernel);
+        cache.insert(launch.symbol.clone(), kernel.clone());
+        Ok((kernel, true))
+    }
+}
+
+impl Backend for MetalBackend {
+    type Tensor = MetalTensor;
+
+    fn name(&self) -> &'static str {
+        "metal"
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Metal
+    }
+
+    fn device_id(&self) -> String {
+        self.info.id.clone()
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let stream = Stream::thread_local_or_gpu();
+        // SAFETY: a valid stream handle owned by `stream` for the duration of the call.
+        let status = unsafe { mlx_sys::mlx_synchronize(stream.as_ptr()) };
+        if status != 0 {
+            return Err(Error::backend(
+                "metal",
+                format!("waiting for the GPU stream failed (mlx-c status {status})"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn alloc(&self, spec: &TensorSpec) -> Result<MetalTensor> {
+        let shape = mlx_shape(spec.name, &spec.shape)?;
+        let array = mlx_rs::ops::zeros_dtype(&shape, dtype_of(spec.elem)).map_err(mlx_err)?;
+        Ok(MetalTensor {
+            elem: spec.elem,
+            shape: spec.shape.clone(),
+            array,
+        })
+    }
+
+    fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<MetalTensor> {
+        let dims = mlx_shape("upload shape", shape)?;
+        let want = shape.iter().product::<usize>() * elem.size();
+        if bytes.len() != want {
+            return Err(Error::invalid(
+                "upload bytes",
+                bytes.len(),
+                format!("{elem} tensor of shape {shape:?} needs {want}"),
+            ));
+        }
+        let array = match elem {
+            Elem::U32 => {
+                let v: Vec<u32> = bytes
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                Array::from_slice(&v, &dims)
+            }
+            Elem::F32 => {
+                let v: Vec<f32> = bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                Array::from_slice(&v, &dims)
+            }
+            Elem::F16 => {
+                let v: Vec<half::f16> = bytes
+                    .chunks_exact(2)
+                    .map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])))
+                    .collect();
+                Array::from_slice(&v, &dims)
+            }
+            Elem::Bf16 => {
+                let v: Vec<half::bf16> = bytes
+                    .chunks_exact(2)
+                    .map(|b| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])))
+                    .collect();
+                Array::from_slice(&v, &dims)
+            }
+        };
+        Ok(MetalTensor {
+            elem,
+            shape: shape.to_vec(),
+            array,
+        })
+    }
+
+    fn download(&self, t: &MetalTensor) -> Result<Vec<u8>> {
+        t.array.eval().map_err(mlx_err)?;
+        if t.array.size() == 0 {
+            return Ok(Vec::new());
+        }
+        let slice_err = |e: mlx_rs::error::AsSliceError| Error::backend("metal", e);
+        let bytes = match t.elem {
+            Elem::U32 => t
+                .array
+                .try_as_slice::<u32>()
+                .map_err(slice_err)?
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+            Elem::F32 => t
+                .array
+                .try_as_slice::<f32>()
+                .map_err(slice_err)?
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+            Elem::F16 => t
+                .array
+                .try_as_slice::<half::f16>()
+                .map_err(slice_err)?
+                .iter()
+                .flat_map(|v| v.to_bits().to_le_bytes())
+                .collect(),
+            Elem::Bf16 => t
+                .array
+                .try_as_slice::<half::bf16>()
+                .map_err(slice_err)?
+                .iter()
+                .flat_map(|v| v.to_bits().to_le_bytes())
+                .collect(),
+        };
+        Ok(bytes)
+    }
+
+    fn launch_into(
+        &self,
+        launch: &Launch<'_>,
+        inputs: &[&MetalTensor],
+        outputs: &mut [&mut MetalTensor],
+    ) -> Result<()> {
+        if inputs.len() != launch.inputs.len() || outputs.len() != launch.outputs.len() {
+            return Err(Error::invalid(
+                format!("{} arguments", launch.kernel),
+                format!("{} inputs, {} outputs", inputs.len(), outputs.len()),
+                format!(
+                    "the kernel takes {} inputs and {} outputs",
+                    launch.inputs.len(),
+                    launch.outputs.len()
+                ),
+            ));
+        }
+        crate::kernel::check_args(launch.kernel, &launch.inputs, inputs)?;
+        let outs: Vec<&MetalTensor> = outputs.iter().map(|t| &**t).collect();
+        crate::kernel::check_args(launch.kernel, &launch.outputs, &outs)?;
+        if launch.shared_bytes > MAX_THREADGROUP_MEMORY {
+            return Err(Error::invalid(
+                "threadgroup memory",
+                launch.shared_bytes,
+                format!(
+                    "Metal allows {MAX_THREADGROUP_MEMORY} bytes per threadgroup ({})",
+                    self.info.id
+                ),
+            ));
+        }
+        // MLX dispatches threads, not groups: the grid is in threads.
+        let grid = launch.grid;
+        let dim = |v: u64, what: &str| {
+            i32::try_from(v).map_err(|_| Error::invalid(format!("{} {what}", launch.kernel), v, "exceeds MLX's i32 grid"))
+        };
+        let threads = dim(grid.threads as u64, "threads per group")?;
+        let mlx_grid = (
+            dim(grid.groups[0] as u64 * grid.threads as u64, "grid x")?,
+            dim(grid.groups[1] as u64, "grid y")?,
+            dim(grid.groups[2] as u64, "grid z")?,
+        );
+        let out_specs = launch
+            .outputs
+            .iter()
+            .map(|s| {
+                Ok(MetalKernelOutput {
+                    shape: mlx_shape(s.name, &s.shape)?,
+                    dtype: dtype_of(s.elem),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let arrays_in: Vec<&Array> = inputs.iter().map(|t| &t.array).collect();
+        let (kernel, fresh) = self.kernel(launch)?;
+        let failed = |e: Exception| {
+            if fresh {
+                self.kernels
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .remove(&launch.symbol);
+                Error::Compile {
+                    kernel: launch.symbol.clone(),
+                    backend: format!("metal ({})", self.info.id),
+                    log: e.what().to_string(),
+                }
+            } else {
+                mlx_err(e)
+            }
+        };
+        // SAFETY: input and output shapes and dtypes match the kernel's declared specs
+        // (checked above); every validated specialization reads only inside its inputs,
+        // never writes them, and writes every element of every output exactly once, from
+        // one thread, within the grid built from its own `grid()`.
+        let arrays = unsafe {
+            kernel.apply(
+                &arrays_in,
+                &out_specs,
+                mlx_grid,
+                (threads, 1, 1),
+                MetalKernelApplyOptions::default(),
+            )
+        }
+        .map_err(&failed)?;
+        if arrays.len() != outputs.len() {
+            return Err(Error::backend(
+                "metal",
+                format!(
+                    "{}: MLX returned {} outputs for {}",
+                    launch.symbol,
+                    arrays.len(),
+                    outputs.len()
+                ),
+            ));
+        }
+        // The first launch waits, so a source MLX cannot compile surfaces here as
+        // `Error::Compile`; later ones only start the work.
+        if fresh {
+            mlx_rs::transforms::eval(&arrays).map_err(&failed)?;
+        } else {
+            mlx_rs::transforms::async_eval(&arrays).map_err(mlx_err)?;
+        }
+        for ((slot, array), spec) in outputs.iter_mut().zip(arrays).zip(&launch.outputs) {
+            **slot = MetalTensor {
+                elem: spec.elem,
+                shape: spec.shape.clone(),
+                array,
+            };
+        }
+        Ok(())
+    }
+}

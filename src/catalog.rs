@@ -1,0 +1,146 @@
+//! Every specialization worth building: the list `xtask render`, `xtask verify` and the
+//! Metal shim check walk, and the candidate space the tuner draws from.
+
+use crate::codes::Code;
+use crate::dtype::{DType, ScaleDType};
+use crate::error::Result;
+use crate::kernel::{Dialect, KernelSpec, Launch, Rendered, TensorSpec};
+use crate::kernels::{Expand, GateUp, MStrategy, Proj, Reduce, Representation, Tail, Tier, Variant};
+
+/// One specialization of any of this crate's kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AnyKernel {
+    Reduce(Reduce),
+    GateUp(GateUp),
+    Expand(Expand),
+}
+
+impl AnyKernel {
+    /// Family name (`reduce`, `gate_up`, `gate_up_mixed`, `expand`).
+    pub fn family(&self) -> &'static str {
+        match self {
+            AnyKernel::Reduce(_) => "reduce",
+            AnyKernel::GateUp(k) => k.family_name(),
+            AnyKernel::Expand(_) => "expand",
+        }
+    }
+    /// Unique symbol.
+    pub fn symbol(&self) -> String {
+        match self {
+            AnyKernel::Reduce(k) => k.symbol(),
+            AnyKernel::GateUp(k) => k.symbol(),
+            AnyKernel::Expand(k) => k.symbol(),
+        }
+    }
+    /// Render for a dialect.
+    pub fn render(&self, d: Dialect) -> Result<Rendered> {
+        match self {
+            AnyKernel::Reduce(k) => k.render(d),
+            AnyKernel::GateUp(k) => k.render(d),
+            AnyKernel::Expand(k) => k.render(d),
+        }
+    }
+    /// Validate the specialization.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            AnyKernel::Reduce(k) => k.validate(),
+            AnyKernel::GateUp(k) => k.validate(),
+            AnyKernel::Expand(k) => k.validate(),
+        }
+    }
+    /// Inputs in signature order.
+    pub fn inputs(&self) -> Vec<TensorSpec> {
+        match self {
+            AnyKernel::Reduce(k) => k.inputs(),
+            AnyKernel::GateUp(k) => k.inputs(),
+            AnyKernel::Expand(k) => k.inputs(),
+        }
+    }
+    /// Outputs in signature order.
+    pub fn outputs(&self) -> Vec<TensorSpec> {
+        match self {
+            AnyKernel::Reduce(k) => k.outputs(),
+            AnyKernel::GateUp(k) => k.outputs(),
+            AnyKernel::Expand(k) => k.outputs(),
+        }
+    }
+    /// The tunable part.
+    pub fn variant(&self) -> Variant {
+        match self {
+            AnyKernel::Reduce(k) => k.variant,
+            AnyKernel::GateUp(k) => k.variant,
+            AnyKernel::Expand(k) => k.variant,
+        }
+    }
+    /// A launch request (for `Backend::precompile`).
+    pub fn launch_request<'r>(&self, render: &'r dyn Fn(Dialect) -> Result<Rendered>) -> Launch<'r> {
+        match self {
+            AnyKernel::Reduce(k) => k.launch_request(render),
+            AnyKernel::GateUp(k) => k.launch_request(render),
+            AnyKernel::Expand(k) => k.launch_request(render),
+        }
+    }
+}
+
+/// Launch shapes and representations the tuner and verifier enumerate for a tier.
+pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
+    let mut out = Vec::new();
+    let rpgs: &[u32] = if quick { &[4] } else { &[1, 2, 4, 8] };
+    let strategies: &[MStrategy] = if m == 1 { &[MStrategy::SharedDecode] } else { &[MStrategy::SharedDecode, MStrategy::PerSample] };
+    for repr in Representation::ALL {
+        for &m_strategy in strategies {
+            for &rows_per_group in rpgs {
+                for x_shared in [false, true] {
+                    out.push(Variant { repr, m_strategy, rows_per_group, x_shared, tier });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The matrices `xtask verify` and `xtask render` cover: every code, k 1..8 spread over
+/// L 9..16, T 32..256, odd row counts, all three dtypes, M up to 8.
+pub fn verify_cases(quick: bool) -> Vec<(Proj, Proj, usize, usize, usize, DType, u32)> {
+    // (gate/main proj, up proj, rows, cols, T, dtype, M)
+    let p = |k, l, code| Proj { k, l, code };
+    let mut cases = vec![
+        (p(3, 12, Code::OneMad), p(3, 12, Code::OneMad), 37, 512, 256, DType::Bf16, 1),
+        (p(2, 12, Code::OneMad), p(4, 12, Code::OneMad), 19, 256, 128, DType::Bf16, 4),
+        (p(4, 16, Code::ThreeInst), p(3, 16, Code::ThreeInst), 33, 256, 64, DType::F16, 2),
+        (p(1, 8, Code::Mcg), p(2, 9, Code::Mcg), 7, 96, 32, DType::F32, 3),
+        (p(5, 13, Code::Mul1), p(5, 13, Code::Mul1), 21, 320, 160, DType::Bf16, 8),
+        (p(8, 12, Code::Lut), p(6, 11, Code::OneMad), 9, 512, 256, DType::Bf16, 8),
+    ];
+    if !quick {
+        cases.extend([
+            (p(7, 16, Code::OneMad), p(7, 16, Code::OneMad), 11, 256, 256, DType::F16, 5),
+            (p(6, 10, Code::Mul1), p(2, 10, Code::ThreeInst), 65, 384, 128, DType::F32, 8),
+            (p(2, 14, Code::Mcg), p(4, 14, Code::Mcg), 130, 1024, 256, DType::Bf16, 1),
+        ]);
+    }
+    cases
+}
+
+/// Every specialization of the verify/render catalog for a dialect.
+pub fn specializations(dialect: Dialect, quick: bool) -> Vec<AnyKernel> {
+    let mut out = Vec::new();
+    let tails: &[Tail] = if dialect == Dialect::Cpu { &[Tail::Exact] } else { &[Tail::Exact, Tail::Native] };
+    for (gp, up, rows, cols, t, act, m) in verify_cases(quick) {
+        for tier in [Tier::Exact, Tier::Fast] {
+            for variant in variants(tier, m, quick) {
+                let reduce = Reduce { rows, cols, t, proj: gp, m, act, scale: ScaleDType::F16, variant };
+                out.push(AnyKernel::Reduce(reduce));
+                for &tail in tails {
+                    let g = GateUp { rows, cols, t, gate: gp, up, m, act, gate_scale: ScaleDType::F16, up_scale: ScaleDType::F16, tail, variant };
+                    out.push(AnyKernel::GateUp(g));
+                }
+                if tier == Tier::Exact && variant.m_strategy == MStrategy::SharedDecode && !variant.x_shared {
+                    out.push(AnyKernel::Expand(Expand { rows, cols, t, proj: gp, act, scale: ScaleDType::F16, variant }));
+                }
+            }
+        }
+    }
+    out.retain(|k| k.validate().is_ok());
+    out
+}

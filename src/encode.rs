@@ -1,0 +1,1019 @@
+//! The encoder: tail-biting Viterbi quantization of a dense matrix (QTIP's two-pass
+//! scheme) into the format of `SPEC.md`.
+//!
+//! Every block of `T` weights of a row is quantized to the path of the bitshift trellis
+//! (SPEC section 2) whose code values (SPEC section 3), times the row scale, are nearest
+//! to the weights in squared error:
+//!
+//! 1. the row scale starts at `rms(row) / rms(code values)`; the targets are `row / scale`;
+//! 2. pass 1 runs unconstrained Viterbi on the block rotated by `T/2` and reads the state
+//!    the path takes at original position 0; its high `L-k` bits are the overlap `o`;
+//! 3. pass 2 runs Viterbi on the block in order, with the first state restricted to
+//!    `s_0 >> k == o` and the last to `s_{T-1} mod 2^(L-k) == o`, so the path closes on
+//!    itself and [`layout::pack_block`] stores it exactly;
+//! 4. the row scale becomes the least-squares optimum for the chosen values
+//!    (`sum w v / sum v v`), rounded to f16.
+//!
+//! The Viterbi step is `O(2^L)`: `mins[p] = min_h cost[p | h << (L-k)]` over the `2^k`
+//! predecessors (argmin kept as a `u8` back pointer), then
+//! `cost'[s] = (value[s] - x_t)^2 + mins[s >> k]`. Both loops run over plain `f32` slices
+//! in fixed-size chunks so LLVM vectorises them; on x86-64 the same code is also compiled
+//! for AVX2 and picked at run time (the per-lane operations are identical, so the result
+//! does not depend on the CPU).
+
+use crate::codes::Code;
+use crate::dtype::ScaleDType;
+use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+use crate::layout;
+use crate::matrix::QuantizedMatrix;
+use half::f16;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::StandardNormal;
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// What to quantize to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EncodeOptions {
+    /// `T`: weights per block.
+    pub t: usize,
+    /// `k`: bits per weight.
+    pub k: u32,
+    /// `L`: trellis state bits.
+    pub l: u32,
+    /// State -> value map.
+    pub code: Code,
+    /// The `2^L` table of code `lut` (see [`gaussian_lut`]); `None` for computed codes.
+    pub lut: Option<Vec<f32>>,
+    /// Draw a progress bar over rows on stderr.
+    pub progress: bool,
+}
+
+/// A quantized matrix and how far it is from its input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Encoded {
+    /// Codes, f16 scales and (code `lut`) the table.
+    pub matrix: QuantizedMatrix,
+    /// Mean over all weights of `(value(s) * scale - w)^2`: the product in f32 (the
+    /// SPEC section 4 weight at `T = f32`), the sum in f64.
+    pub mse: f64,
+}
+
+/// A Gaussian table of `2^l` values for code `lut`: i.i.d. standard normal samples from
+/// `ChaCha8Rng::seed_from_u64(seed)`, so the same `(l, seed)` always gives the same table.
+pub fn gaussian_lut(l: u32, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..1usize << l)
+        .map(|_| rng.sample::<f32, _>(StandardNormal))
+        .collect()
+}
+
+/// Quantize `dense`, row-major `[rows, cols]` f32, with tail-biting Viterbi.
+///
+/// Errors (naming the field) on a geometry outside SPEC section 1, on
+/// `dense.len() != rows * cols`, on a missing, misfit or non-finite `lut`, on non-finite
+/// weights and on a row whose scale overflows f16.
+pub fn quantize(dense: &[f32], rows: usize, cols: usize, opts: &EncodeOptions) -> Result<Encoded> {
+    quantize_inner(dense, rows, cols, opts, false).map(|(e, _)| e)
+}
+
+/// The tail-biting path of one block: states `s_0 .. s_{T-1}` of the bitshift trellis
+/// (`s_{t+1} = (s_t << k) mod 2^L | new bits`, closing from `s_{T-1}` back to `s_0`)
+/// that make `sum_t (values[s_t] - targets[t])^2` small, by QTIP's two Viterbi passes.
+/// [`quantize`] runs this on every block of `row / scale`; [`layout::pack_block`]
+/// stores the result. `values` is the code's table ([`Code::table`]).
+pub fn tail_biting_path(values: &[f32], k: u32, l: u32, targets: &[f32]) -> Result<Vec<u32>> {
+    if !(1..=8).contains(&k) {
+        return Err(Error::invalid("k", k, "must be in 1..=8"));
+    }
+    if l <= k || l > 16 {
+        return Err(Error::invalid(
+            "L",
+            l,
+            format!("must satisfy k = {k} < L <= 16"),
+        ));
+    }
+    if values.len() != 1 << l {
+        return Err(Error::invalid(
+            "values length",
+            values.len(),
+            format!("must be 2^L = {}", 1 << l),
+        ));
+    }
+    if targets.len() < 2 {
+        return Err(Error::invalid(
+            "targets length",
+            targets.len(),
+            "a block needs at least 2 weights",
+        ));
+    }
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        return Err(Error::invalid(
+            format!("values[{i}]"),
+            values[i],
+            "must be finite",
+        ));
+    }
+    if let Some(i) = targets.iter().position(|v| !v.is_finite()) {
+        return Err(Error::invalid(
+            format!("targets[{i}]"),
+            targets[i],
+            "must be finite",
+        ));
+    }
+    let mut states = vec![0u32; targets.len()];
+    SCRATCH.with(|s| {
+        let s = &mut *s.borrow_mut();
+        s.targets.clear();
+        s.targets.extend_from_slice(targets);
+        encode_block(values, k, l, &mut states, s);
+    });
+    Ok(states)
+}
+
+/// [`quantize`], optionally also returning the state of every weight, `[rows, cols]`.
+fn quantize_inner(
+    dense: &[f32],
+    rows: usize,
+    cols: usize,
+    opts: &EncodeOptions,
+    keep_states: bool,
+) -> Result<(Encoded, Vec<u32>)> {
+    let g = Geometry::new(rows, cols, opts.t, opts.k, opts.l, opts.code)?;
+    if dense.len() != rows * cols {
+        return Err(Error::Shape {
+            name: "dense".into(),
+            actual: vec![dense.len()],
+            expected: vec![rows, cols],
+        });
+    }
+    if g.code != Code::Lut && opts.lut.is_some() {
+        return Err(Error::invalid(
+            "lut",
+            "present",
+            format!("code {} takes no table", g.code),
+        ));
+    }
+    let values = g.code.table(g.l, opts.lut.as_deref())?;
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        return Err(Error::invalid(
+            format!("lut[{i}]"),
+            values[i],
+            "table values must be finite",
+        ));
+    }
+    if let Some(i) = dense.iter().position(|v| !v.is_finite()) {
+        return Err(Error::invalid(
+            format!("dense[{}, {}]", i / cols, i % cols),
+            dense[i],
+            "weights must be finite",
+        ));
+    }
+
+    let mut enc = RowEncoder::new(&g, &values, dense);
+    enc.mult = enc.search_multiplier();
+    let bar = progress_bar(rows, opts.progress);
+    let mut codes = vec![0u32; g.codes_shape().iter().product()];
+    let rows_out: Vec<Result<RowResult>> = codes
+        .par_chunks_mut(g.words_per_row())
+        .enumerate()
+        .map(|(r, out)| {
+            let res = enc.row(r, out);
+            bar.inc(1);
+            res
+        })
+        .collect();
+    bar.finish();
+    let mut scales = Vec::with_capacity(rows);
+    let mut states = Vec::with_capacity(if keep_states { rows * cols } else { 0 });
+    let mut sse = 0.0f64;
+    for res in rows_out {
+        let res = res?;
+        scales.push(res.scale);
+        sse += res.sse;
+        if keep_states {
+            states.extend_from_slice(&res.states);
+        }
+    }
+    let matrix = QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, opts.lut.clone())?;
+    let mse = sse / (rows * cols) as f64;
+    Ok((Encoded { matrix, mse }, states))
+}
+
+fn progress_bar(rows: usize, show: bool) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(rows as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "quantize [{elapsed_precise}] {wide_bar} {pos}/{len} rows (eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// The grid of search-scale multipliers: `MULT_POINTS` from `MULT_LOW` by `MULT_RATIO`,
+/// extended while the best is at an end inside `MULT_MIN ..= MULT_MAX`.
+const MULT_LOW: f64 = 0.75;
+const MULT_RATIO: f64 = 1.1;
+const MULT_POINTS: i32 = 8;
+const MULT_MIN: f64 = 0.3;
+const MULT_MAX: f64 = 3.0;
+
+/// What every row shares: geometry, value table, the input and the search multiplier.
+struct RowEncoder<'a> {
+    g: &'a Geometry,
+    values: &'a [f32],
+    dense: &'a [f32],
+    /// `rms` of every row of `dense`.
+    row_rms: Vec<f64>,
+    /// `rms` of the value table.
+    values_rms: f64,
+    /// Row `r` is searched at scale `row_rms[r] / values_rms * mult`.
+    mult: f64,
+}
+
+/// One quantized row.
+struct RowResult {
+    /// The f16 scale, as f32.
+    scale: f32,
+    /// Sum of squared errors of the decoded row.
+    sse: f64,
+    /// The state of every weight.
+    states: Vec<u32>,
+}
+
+impl<'a> RowEncoder<'a> {
+    fn new(g: &'a Geometry, values: &'a [f32], dense: &'a [f32]) -> Self {
+        let ss: f64 = values.iter().map(|&v| v as f64 * v as f64).sum();
+        let row_rms = dense
+            .par_chunks(g.cols)
+            .map(|w| (w.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / g.cols as f64).sqrt())
+            .collect();
+        RowEncoder {
+            g,
+            values,
+            dense,
+            row_rms,
+            values_rms: (ss / values.len() as f64).sqrt(),
+            mult: 1.0,
+        }
+    }
+
+    /// The scale row `r` is searched at with multiplier `mult`; rows of zeros use 1.
+    fn search_scale(&self, r: usize, mult: f64) -> f64 {
+        let s = self.row_rms[r] / self.values_rms * mult;
+        if s > 0.0 && s.is_finite() {
+            s
+        } else {
+            1.0
+        }
+    }
+
+    /// Choose the multiplier of the rms-matched search scale. Trellis paths do not
+    /// reproduce the source's variance (the code's tails are bounded, the best paths
+    /// shrink), so the best scale is up to ~40% off `rms(row)/rms(values)` at large k
+    /// (about 0.9 at k = 1, 1.0 at k = 2, 1.2 at k = 4, 1.3-1.45 at k = 8 for Gaussian
+    /// rows). Single unconstrained Viterbi passes on a few blocks spread over the matrix
+    /// (1/16 of them, at least 8 and at most 32) rate a geometric grid of multipliers
+    /// (ratio 1.1, extended until the best is inside); a parabola through the best and
+    /// its neighbours (in log m) gives the answer, which averages out the sample's
+    /// noise. Deterministic: the sample and the sums do not depend on threads.
+    fn search_multiplier(&self) -> f64 {
+        let g = self.g;
+        let total = g.rows * g.blocks_per_row();
+        let n = (total / 16).clamp(8, 32).min(total);
+        let sample: Vec<usize> = (0..n).map(|i| (2 * i + 1) * total / (2 * n)).collect();
+        let rate = |mults: &[f64]| -> Vec<f64> {
+            let pairs: Vec<(f64, usize)> = mults
+                .iter()
+                .flat_map(|&m| sample.iter().map(move |&b| (m, b)))
+                .collect();
+            let errs: Vec<f64> = pairs
+                .into_par_iter()
+                .map(|(m, b)| self.block_error(b, m))
+                .collect();
+            errs.chunks(n).map(|c| c.iter().sum()).collect()
+        };
+        let mut grid: Vec<f64> = (0..MULT_POINTS)
+            .map(|i| MULT_LOW * MULT_RATIO.powi(i))
+            .collect();
+        let mut errs = rate(&grid);
+        let argmin =
+            |e: &[f64]| (0..e.len()).fold(0, |best, i| if e[i] < e[best] { i } else { best });
+        loop {
+            let i = argmin(&errs);
+            if i == 0 && grid[0] > MULT_MIN {
+                let m = grid[0] / MULT_RATIO;
+                grid.insert(0, m);
+                errs.insert(0, rate(&[m])[0]);
+            } else if i == grid.len() - 1 && grid[i] < MULT_MAX {
+                let m = grid[i] * MULT_RATIO;
+                grid.push(m);
+                errs.push(rate(&[m])[0]);
+            } else {
+                break;
+            }
+        }
+        let i = argmin(&errs);
+        if i == 0 || i == grid.len() - 1 {
+            return grid[i];
+        }
+        let (a, b, c) = (errs[i - 1], errs[i], errs[i + 1]);
+        let curvature = a - 2.0 * b + c;
+        let offset = if curvature > 0.0 {
+            (0.5 * (a - c) / curvature).clamp(-0.5, 0.5)
+        } else {
+            0.0
+        };
+        grid[i] * MULT_RATIO.powf(offset)
+    }
+
+    /// Squared error of the unconstrained Viterbi path of block `b` (counted over the
+    /// whole matrix) at search multiplier `mult`.
+    fn block_error(&self, b: usize, mult: f64) -> f64 {
+        let g = self.g;
+        let r = b / g.blocks_per_row();
+        let start = r * g.cols + (b % g.blocks_per_row()) * g.t;
+        let scale = self.search_scale(r, mult);
+        let inv = (1.0 / scale) as f32;
+        SCRATCH.with(|s| {
+            let s = &mut *s.borrow_mut();
+            s.targets.clear();
+            s.targets
+                .extend(self.dense[start..start + g.t].iter().map(|&v| v * inv));
+            let mut states = std::mem::take(&mut s.states);
+            states.resize(g.t, 0);
+            let targets = std::mem::take(&mut s.targets);
+            let cost = viterbi(self.values, g.k, g.l, &targets, None, &mut states, s);
+            s.targets = targets;
+            s.states = states;
+            cost as f64 * scale * scale
+        })
+    }
+
+    /// Quantize row `r` into `out` (its codes).
+    fn row(&self, r: usize, out: &mut [u32]) -> Result<RowResult> {
+        let g = self.g;
+        let w = &self.dense[r * g.cols..(r + 1) * g.cols];
+        let inv = (1.0 / self.search_scale(r, self.mult)) as f32;
+        let mut states = vec![0u32; g.cols];
+        // Blocks are independent once the search scale is fixed.
+        states
+            .par_chunks_mut(g.t)
+            .zip(out.par_chunks_mut(g.words_per_block()))
+            .zip(w.par_chunks(g.t))
+            .for_each(|((st, words), wb)| {
+                SCRATCH.with(|s| {
+                    let s = &mut *s.borrow_mut();
+                    s.targets.clear();
+                    s.targets.extend(wb.iter().map(|&v| v * inv));
+                    encode_block(self.values, g.k, g.l, st, s);
+                });
+                layout::pack_block(st, g.k, words);
+            });
+        // Least-squares scale for the chosen values, rounded to f16.
+        let (mut wv, mut vv) = (0.0f64, 0.0f64);
+        for (&st, &x) in states.iter().zip(w) {
+            let v = self.values[st as usize] as f64;
+            wv += x as f64 * v;
+            vv += v * v;
+        }
+        let ls = if vv > 0.0 { wv / vv } else { 0.0 };
+        let scale = f16::from_f64(ls);
+        if !scale.is_finite() {
+            return Err(Error::invalid(
+                format!("scale of row {r}"),
+                ls,
+                "exceeds the f16 range of scales",
+            ));
+        }
+        let scale = scale.to_f32();
+        // The reported error uses the decoded weights, read back from the packed codes.
+        let wpb = g.words_per_block();
+        let mut sse = 0.0f64;
+        for (b, wb) in w.chunks(g.t).enumerate() {
+            let block = &out[b * wpb..(b + 1) * wpb];
+            for (t, &x) in wb.iter().enumerate() {
+                let s = layout::state(block, g.t, g.k, g.l, t);
+                let d = (self.values[s as usize] * scale) as f64 - x as f64;
+                sse += d * d;
+            }
+        }
+        Ok(RowResult { scale, sse, states })
+    }
+}
+
+/// Per-thread working memory of the Viterbi passes.
+#[derive(Default)]
+struct Scratch {
+    /// `M_t`: the cheapest path into each predecessor group (see [`step`]).
+    mins: Vec<f32>,
+    mins_next: Vec<f32>,
+    /// `T * 2^(L-k)` back pointers: the high `k` bits of the best predecessor.
+    bp: Vec<u8>,
+    targets: Vec<f32>,
+    rotated: Vec<f32>,
+    states: Vec<u32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The tail-biting path for `s.targets` (one block) into `states`: pass 1 on the block
+/// rotated by `T/2` fixes the overlap, pass 2 finds the best path through it that closes.
+fn encode_block(values: &[f32], k: u32, l: u32, states: &mut [u32], s: &mut Scratch) {
+    let t_len = s.targets.len();
+    let half = t_len / 2;
+    s.rotated.clear();
+    s.rotated
+        .extend((0..t_len).map(|i| s.targets[(i + half) % t_len]));
+    let rotated = std::mem::take(&mut s.rotated);
+    viterbi(values, k, l, &rotated, None, states, s);
+    s.rotated = rotated;
+    // Rotated position `half` is original position 0.
+    let overlap = states[half] >> k;
+    let targets = std::mem::take(&mut s.targets);
+    viterbi(values, k, l, &targets, Some(overlap), states, s);
+    s.targets = targets;
+}
+
+/// A finite stand-in for an infinite cost (an excluded start state), so that the bit
+/// tricks of [`step`] never meet an infinity or a NaN.
+const EXCLUDED: f32 = 1e30;
+
+/// Viterbi over `x` (`x.len()` steps); `overlap = Some(o)` restricts the path to start in
+/// a state with high bits `o` and end in one with low bits `o` (a tail-biting path).
+/// Writes the best path's states to `states` and returns its cost.
+fn viterbi(
+    values: &[f32],
+    k: u32,
+    l: u32,
+    x: &[f32],
+    overlap: Option<u32>,
+    states: &mut [u32],
+    s: &mut Scratch,
+) -> f32 {
+    let p_n = 1usize << (l - k);
+    let t_len = x.len();
+    s.mins.resize(p_n, 0.0);
+    s.mins_next.resize(p_n, 0.0);
+    s.bp.resize(t_len * p_n, 0);
+    // mins[q] = 0 for the allowed start groups q = s_0 >> k, excluded otherwise.
+    match overlap {
+        None => s.mins.fill(0.0),
+        Some(o) => {
+            s.mins.fill(EXCLUDED);
+            s.mins[o as usize] = 0.0;
+        }
+    }
+    forward(values, k, x, &mut s.mins, &mut s.mins_next, &mut s.bp);
+    // The cost of ending in state i is d_{T-1}(i) + mins[i >> k].
+    let xl = x[t_len - 1];
+    let end_cost = |i: u32| {
+        let d = values[i as usize] - xl;
+        d * d + s.mins[(i >> k) as usize]
+    };
+    let (mut best, mut best_cost) = (0u32, f32::INFINITY);
+    let mut consider = |i: u32| {
+        let c = end_cost(i);
+        if c < best_cost {
+            best = i;
+            best_cost = c;
+        }
+    };
+    match overlap {
+        None => (0..1u32 << l).for_each(&mut consider),
+        Some(o) => (0..1u32 << k).for_each(|h| consider(o | h << (l - k))),
+    }
+    states[t_len - 1] = best;
+    for t in (1..t_len).rev() {
+        let p = states[t] >> k;
+        let h = s.bp[t * p_n + p as usize] as u32;
+        states[t - 1] = p | h << (l - k);
+    }
+    best_cost
+}
+
+/// The forward pass: on return `mins` holds `M_{T-1}` (see [`step`]) and
+/// `bp[t * 2^(L-k) + p]` the back pointers of every step `t >= 1`.
+fn forward(values: &[f32], k: u32, x: &[f32], mins: &mut [f32], next: &mut [f32], bp: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            unsafe { forward_avx2(values, k, x, mins, next, bp) };
+            return;
+        }
+    }
+    forward_any(values, k, x, mins, next, bp)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn forward_avx2(
+    values: &[f32],
+    k: u32,
+    x: &[f32],
+    mins: &mut [f32],
+    next: &mut [f32],
+    bp: &mut [u8],
+) {
+    forward_k(values, k, x, mins, next, bp)
+}
+
+/// The baseline build (SSE2 on x86-64).
+fn forward_any(
+    values: &[f32],
+    k: u32,
+    x: &[f32],
+    mins: &mut [f32],
+    next: &mut [f32],
+    bp: &mut [u8],
+) {
+    forward_k(values, k, x, mins, next, bp)
+}
+
+#[inline(always)]
+fn forward_k(values: &[f32], k: u32, x: &[f32], mins: &mut [f32], next: &mut [f32], bp: &mut [u8]) {
+    match k {
+        1 => forward_const::<1>(values, x, mins, next, bp),
+        2 => forward_const::<2>(values, x, mins, next, bp),
+        3 => forward_const::<3>(values, x, mins, next, bp),
+        4 => forward_const::<4>(values, x, mins, next, bp),
+        5 => forward_const::<5>(values, x, mins, next, bp),
+        6 => forward_const::<6>(values, x, mins, next, bp),
+        7 => forward_const::<7>(values, x, mins, next, bp),
+        8 => forward_const::<8>(values, x, mins, next, bp),
+        _ => unreachable!("k validated by Geometry"),
+    }
+}
+
+/// Predecessor groups `p` per cache block of a step: their running minima stay in L1
+/// while the `2^k` predecessor slices stream past.
+const BLOCK: usize = 256;
+
+#[inline(always)]
+fn forward_const<const K: u32>(
+    values: &[f32],
+    x: &[f32],
+    mins: &mut [f32],
+    next: &mut [f32],
+    bp: &mut [u8],
+) {
+    let p_n = mins.len();
+    let (mut cur, mut nxt) = (&mut *mins, &mut *next);
+    for t in 1..x.len() {
+        step::<K>(values, cur, nxt, &mut bp[t * p_n..(t + 1) * p_n], x[t - 1]);
+        std::mem::swap(&mut cur, &mut nxt);
+    }
+    if x.len() % 2 == 0 {
+        // An odd number of steps left M_{T-1} in `next`.
+        mins.copy_from_slice(next);
+    }
+}
+
+/// One trellis step, with the costs kept implicit: the best path into state `s` at step
+/// `t` costs `c_t(s) = (values[s] - x_t)^2 + M_t[s >> k]`, so a step only reads the
+/// value table and `M_{t-1}` (`prev`) and writes `M_t` (`next`):
+///
+/// `next[p] = min_h c_{t-1}(p | h << (L-k))`, `bp[p]` = that `h` (the smallest on ties),
+/// with `xt` = `x_{t-1}`.
+///
+/// The minimum carries its argument: a candidate's key is its f32 bits (costs are
+/// never negative, so the bits order like the values) with the low `k` mantissa bits
+/// replaced by `h`; one integer min per candidate finds both. The comparison thereby
+/// ignores cost differences below `2^(k-23)` relative, far below one weight's error.
+#[inline(always)]
+fn step<const K: u32>(values: &[f32], prev: &[f32], next: &mut [f32], bp: &mut [u8], xt: f32) {
+    let h_n = 1usize << K;
+    let p_n = prev.len();
+    let pb = p_n.min(BLOCK);
+    let keep = !(h_n as u32 - 1);
+    let mut keys = [0u32; BLOCK];
+    let mut spread = [0.0f32; BLOCK];
+    for p0 in (0..p_n).step_by(pb) {
+        let keys = &mut keys[..pb];
+        for h in 0..h_n {
+            // States base .. base + pb: the predecessors p0.. with high bits h.
+            let base = h * p_n + p0;
+            let vals = &values[base..base + pb];
+            let e = &mut spread[..pb];
+            if pb % h_n == 0 {
+                let q0 = base >> K;
+                for (ee, &mm) in e.chunks_exact_mut(h_n).zip(&prev[q0..q0 + pb / h_n]) {
+                    ee.fill(mm);
+                }
+            } else {
+                for (i, ee) in e.iter_mut().enumerate() {
+                    *ee = prev[(base + i) >> K];
+                }
+            }
+            if h == 0 {
+                for ((kk, &v), &m) in keys.iter_mut().zip(vals).zip(e.iter()) {
+                    let d = v - xt;
+                    *kk = (d * d + m).to_bits() & keep;
+                }
+            } else {
+                for ((kk, &v), &m) in keys.iter_mut().zip(vals).zip(e.iter()) {
+                    let d = v - xt;
+                    *kk = (*kk).min(((d * d + m).to_bits() & keep) | h as u32);
+                }
+            }
+        }
+        for ((o, b), &kk) in next[p0..p0 + pb]
+            .iter_mut()
+            .zip(&mut bp[p0..p0 + pb])
+            .zip(keys.iter())
+        {
+            *o = f32::from_bits(kk);
+            *b = (kk & !keep) as u8;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::reference;
+
+    fn gaussian(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| rng.sample::<f32, _>(StandardNormal))
+            .collect()
+    }
+
+    fn opts(code: Code, t: usize, k: u32, l: u32) -> EncodeOptions {
+        EncodeOptions {
+            t,
+            k,
+            l,
+            code,
+            lut: (code == Code::Lut).then(|| gaussian_lut(l, 7)),
+            progress: false,
+        }
+    }
+
+    /// The MSE the reference decoder gives for `e` against `dense`.
+    fn reference_mse(e: &Encoded, dense: &[f32]) -> f64 {
+        let w = reference::dequantize(&e.matrix, DType::F32);
+        let sse: f64 = w
+            .iter()
+            .zip(dense)
+            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+            .sum();
+        sse / dense.len() as f64
+    }
+
+    /// An i.i.d. unit Gaussian source lands where QTIP's paper puts these codes
+    /// (k=2, L=16: about 0.069; L=12 somewhat worse; k=4 far lower), above the
+    /// rate-distortion bound 2^(-2k).
+    #[test]
+    fn gaussian_mse_is_in_the_published_range() {
+        let (rows, cols) = (16, 1024);
+        let w = gaussian(rows * cols, 1);
+        let cases = [
+            (Code::OneMad, 2, 16, 0.0660, 0.0710),
+            (Code::ThreeInst, 2, 16, 0.0660, 0.0710),
+            (Code::OneMad, 2, 12, 0.0700, 0.0770),
+            (Code::ThreeInst, 2, 12, 0.0700, 0.0770),
+            (Code::OneMad, 4, 12, 0.0040, 0.0060),
+            (Code::ThreeInst, 4, 12, 0.0040, 0.0060),
+        ];
+        for (code, k, l, lo, hi) in cases {
+            let e = quantize(&w, rows, cols, &opts(code, 256, k, l)).unwrap();
+            eprintln!("{code} k={k} L={l}: mse {:.5}", e.mse);
+            assert!(
+                (lo..=hi).contains(&e.mse),
+                "{code} k={k} L={l}: mse {} outside [{lo}, {hi}]",
+                e.mse
+            );
+            assert!(e.mse > 0.25f64.powi(k as i32), "below D(R)");
+        }
+    }
+
+    /// Every code and a spread of T, k, L: the packed codes decode (through
+    /// `QuantizedMatrix::state`) to exactly the states the encoder chose, every block
+    /// is a closed tail-biting path, and the reported MSE is the reference decoder's.
+    #[test]
+    fn every_code_round_trips() {
+        let cases = [
+            (Code::OneMad, 64, 1, 2),
+            (Code::OneMad, 256, 2, 12),
+            (Code::ThreeInst, 128, 3, 9),
+            (Code::Mcg, 32, 8, 16),
+            (Code::Mul1, 256, 5, 11),
+            (Code::Lut, 96, 2, 10),
+            (Code::Lut, 64, 4, 13),
+        ];
+        for (i, (code, t, k, l)) in cases.into_iter().enumerate() {
+            let (rows, cols) = (3, 2 * t);
+            let w: Vec<f32> = gaussian(rows * cols, 10 + i as u64)
+                .iter()
+                .enumerate()
+                .map(|(j, &v)| v * (0.01 + (j / cols) as f32))
+                .collect();
+            let o = opts(code, t, k, l);
+            let (e, states) = quantize_inner(&w, rows, cols, &o, true).unwrap();
+            let m = &e.matrix;
+            assert_eq!(m.scale_dtype, ScaleDType::F16);
+            assert_eq!(m.lut, o.lut);
+            for r in 0..rows {
+                assert_eq!(half::f16::from_f32(m.scales[r]).to_f32(), m.scales[r]);
+                for b in 0..cols / t {
+                    let st = &states[r * cols + b * t..r * cols + (b + 1) * t];
+                    assert!(layout::is_tail_biting(st, k, l), "{code} r{r} b{b}");
+                }
+                for c in 0..cols {
+                    assert_eq!(m.state(r, c), states[r * cols + c], "{code} ({r}, {c})");
+                }
+            }
+            let want = reference_mse(&e, &w);
+            assert!(
+                (e.mse - want).abs() <= 1e-9 * want,
+                "{code}: {} vs {want}",
+                e.mse
+            );
+        }
+    }
+
+    #[test]
+    fn mse_equals_reference_dequantize() {
+        let (rows, cols) = (5, 512);
+        let w = gaussian(rows * cols, 3);
+        for code in Code::ALL {
+            let e = quantize(&w, rows, cols, &opts(code, 128, 3, 10)).unwrap();
+            let want = reference_mse(&e, &w);
+            assert!(
+                (e.mse - want).abs() <= 1e-9 * want,
+                "{code}: {} vs {want}",
+                e.mse
+            );
+        }
+    }
+
+    #[test]
+    fn zero_rows_get_zero_scale() {
+        let (rows, cols) = (2, 256);
+        let mut w = gaussian(rows * cols, 4);
+        w[..cols].fill(0.0);
+        let e = quantize(&w, rows, cols, &opts(Code::OneMad, 256, 2, 8)).unwrap();
+        assert_eq!(e.matrix.scales[0], 0.0);
+        assert!(e.matrix.scales[1] > 0.0);
+        assert!((e.mse - reference_mse(&e, &w)).abs() <= 1e-12);
+    }
+
+    /// Same input, same output, whatever the number of threads.
+    #[test]
+    fn deterministic_across_thread_counts() {
+        let (rows, cols) = (6, 512);
+        let w = gaussian(rows * cols, 5);
+        let o = opts(Code::ThreeInst, 256, 2, 10);
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap()
+            .install(|| quantize(&w, rows, cols, &o).unwrap());
+        let many = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap()
+            .install(|| quantize(&w, rows, cols, &o).unwrap());
+        assert_eq!(one, many);
+    }
+
+    #[test]
+    fn bad_input_errors_name_the_field() {
+        let w = vec![0.5f32; 4 * 256];
+        let o = |code, t, k, l, lut| EncodeOptions {
+            t,
+            k,
+            l,
+            code,
+            lut,
+            progress: false,
+        };
+        let cases: Vec<(&[f32], usize, usize, EncodeOptions, &str)> = vec![
+            (
+                &w[..100],
+                4,
+                256,
+                o(Code::OneMad, 256, 2, 12, None),
+                "dense",
+            ),
+            (&w, 4, 256, o(Code::OneMad, 48, 2, 12, None), "T = 48"),
+            (&w, 4, 256, o(Code::OneMad, 256, 0, 12, None), "k = 0"),
+            (&w, 4, 256, o(Code::OneMad, 256, 9, 12, None), "k = 9"),
+            (&w, 4, 256, o(Code::OneMad, 256, 4, 4, None), "L = 4"),
+            (&w, 4, 256, o(Code::OneMad, 256, 2, 17, None), "L = 17"),
+            (&w, 2, 512, o(Code::OneMad, 384, 2, 12, None), "cols = 512"),
+            (
+                &w[..0],
+                0,
+                256,
+                o(Code::OneMad, 256, 2, 12, None),
+                "rows = 0",
+            ),
+            (&w, 4, 256, o(Code::Lut, 256, 2, 12, None), "lut = missing"),
+            (
+                &w,
+                4,
+                256,
+                o(Code::Lut, 256, 2, 12, Some(vec![0.0; 100])),
+                "lut length = 100",
+            ),
+            (
+                &w,
+                4,
+                256,
+                o(Code::Mul1, 256, 2, 12, Some(gaussian_lut(12, 1))),
+                "lut = present",
+            ),
+        ];
+        for (dense, rows, cols, opts, needle) in cases {
+            let msg = quantize(dense, rows, cols, &opts).unwrap_err().to_string();
+            assert!(msg.contains(needle), "{msg:?} should mention {needle:?}");
+        }
+        let mut nan_lut = gaussian_lut(8, 1);
+        nan_lut[5] = f32::NAN;
+        let msg = quantize(&w, 4, 256, &o(Code::Lut, 256, 2, 8, Some(nan_lut)))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("lut[5]"), "{msg}");
+        let mut bad = w.clone();
+        bad[256 + 7] = f32::INFINITY;
+        let msg = quantize(&bad, 4, 256, &o(Code::OneMad, 256, 2, 8, None))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("dense[1, 7]"), "{msg}");
+        let huge = vec![1e30f32; 256];
+        let msg = quantize(&huge, 1, 256, &o(Code::OneMad, 256, 2, 8, None))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("scale of row 0"), "{msg}");
+    }
+
+    /// The costs of every path of a tiny trellis, by enumeration: Viterbi finds the
+    /// cheapest (unconstrained, and with the tail-biting restriction of pass 2).
+    #[test]
+    fn viterbi_finds_the_cheapest_path() {
+        for (k, l, t_len) in [(1u32, 3u32, 9usize), (2, 4, 7), (3, 5, 5), (1, 2, 10)] {
+            let values: Vec<f32> = gaussian(1 << l, l as u64);
+            let x = gaussian(t_len, 100 + k as u64);
+            let low = (1u32 << (l - k)) - 1;
+            let cost = |st: &[u32]| -> f32 {
+                st.iter()
+                    .zip(&x)
+                    .map(|(&s, &xt)| (values[s as usize] - xt).powi(2))
+                    .sum()
+            };
+            // Every path: a start state, then k new bits per step.
+            let mut best_free = f32::INFINITY;
+            let mut best_tied = vec![f32::INFINITY; 1 << (l - k)];
+            for start in 0..1u32 << l {
+                for bits in 0..1u64 << (k as usize * (t_len - 1)) {
+                    let mut st = vec![start];
+                    for t in 1..t_len {
+                        let new = (bits >> (k as usize * (t - 1))) as u32 & ((1 << k) - 1);
+                        st.push(((st[t - 1] << k) & ((1 << l) - 1)) | new);
+                    }
+                    let c = cost(&st);
+                    best_free = best_free.min(c);
+                    let o = start >> k;
+                    if st[t_len - 1] & low == o {
+                        best_tied[o as usize] = best_tied[o as usize].min(c);
+                    }
+                }
+            }
+            let mut s = Scratch::default();
+            let mut states = vec![0u32; t_len];
+            let got = viterbi(&values, k, l, &x, None, &mut states, &mut s);
+            let close = |a: f32, b: f32| (a - b).abs() <= 1e-5 * b.max(1e-3);
+            assert!(close(got, best_free), "k{k} L{l}: {got} vs {best_free}");
+            assert!(close(cost(&states), best_free));
+            for o in 0..1u32 << (l - k) {
+                let got = viterbi(&values, k, l, &x, Some(o), &mut states, &mut s);
+                let want = best_tied[o as usize];
+                assert!(close(got, want), "k{k} L{l} o{o}: {got} vs {want}");
+                assert!(close(cost(&states), want));
+                assert_eq!(states[0] >> k, o);
+                assert_eq!(states[t_len - 1] & low, o);
+            }
+        }
+    }
+
+    /// The AVX2 build and the baseline build compute the same bits.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_and_baseline_agree() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        for (k, l) in [
+            (1u32, 6u32),
+            (2, 12),
+            (3, 11),
+            (4, 13),
+            (5, 9),
+            (6, 14),
+            (7, 9),
+            (8, 16),
+        ] {
+            let values = Code::OneMad.table(l, None).unwrap();
+            let x = gaussian(64, k as u64);
+            let p_n = 1usize << (l - k);
+            let run = |avx2: bool| {
+                let (mut m, mut n, mut bp) =
+                    (vec![0.0f32; p_n], vec![0.0f32; p_n], vec![0u8; 64 * p_n]);
+                m[3 % p_n] = EXCLUDED;
+                if avx2 {
+                    unsafe { forward_avx2(&values, k, &x, &mut m, &mut n, &mut bp) }
+                } else {
+                    forward_any(&values, k, &x, &mut m, &mut n, &mut bp)
+                }
+                (m.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), bp)
+            };
+            assert!(run(true) == run(false), "k{k} L{l}");
+        }
+    }
+
+    #[test]
+    fn gaussian_lut_is_seeded() {
+        let a = gaussian_lut(10, 3);
+        assert_eq!(a.len(), 1024);
+        assert_eq!(a, gaussian_lut(10, 3));
+        assert_ne!(a, gaussian_lut(10, 4));
+        let var = a.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / 1024.0;
+        assert!((var - 1.0).abs() < 0.15, "{var}");
+    }
+
+    #[test]
+    fn grid_probe() {
+        let (rows, cols) = (16, 1024);
+        let w = gaussian(rows * cols, 1);
+        for (code, k, l) in [
+            (Code::OneMad, 2, 12),
+            (Code::ThreeInst, 2, 12),
+            (Code::OneMad, 4, 12),
+            (Code::OneMad, 1, 12),
+        ] {
+            let o = opts(code, 256, k, l);
+            let g = Geometry::new(rows, cols, 256, k, l, code).unwrap();
+            let values = code.table(l, o.lut.as_deref()).unwrap();
+            let mut enc = RowEncoder::new(&g, &values, &w);
+            let total = 64;
+            let mut line = String::new();
+            for m in (0..8).map(|i| MULT_LOW * MULT_RATIO.powi(i)) {
+                let e8: f64 = (0..8)
+                    .map(|i| enc.block_error((2 * i + 1) * total / 16, m))
+                    .sum::<f64>()
+                    / 2048.0;
+                let eall: f64 = (0..64).map(|b| enc.block_error(b, m)).sum::<f64>() / 16384.0;
+                enc.mult = m;
+                let mut codes = vec![0u32; g.words_per_row()];
+                let full: f64 = (0..rows)
+                    .map(|r| enc.row(r, &mut codes).unwrap().sse)
+                    .sum::<f64>()
+                    / 16384.0;
+                line += &format!(" m{m:.3}: s8 {e8:.5} s64 {eall:.5} full {full:.5}\n");
+            }
+            eprintln!("{code} k={k} L={l}\n{line}");
+        }
+    }
+
+    #[test]
+    #[ignore = "timing probe: cargo test --release --lib encode::tests::speed_probe -- --ignored --nocapture"]
+    fn speed_probe() {
+        for (k, l) in [(2u32, 16u32), (2, 12), (1, 16), (4, 16), (8, 16)] {
+            let values = Code::OneMad.table(l, None).unwrap();
+            let x = gaussian(256, 3);
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let t0 = std::time::Instant::now();
+                let reps = if l == 16 { 8 } else { 128 };
+                SCRATCH.with(|s| {
+                    let s = &mut *s.borrow_mut();
+                    let mut st = vec![0u32; 256];
+                    for _ in 0..reps {
+                        viterbi(&values, k, l, &x, None, &mut st, s);
+                    }
+                });
+                let per = t0.elapsed().as_secs_f64() / (reps as f64 * 256.0 * (1u64 << l) as f64);
+                best = best.min(per);
+            }
+            eprintln!(
+                "k={k} L={l}: {:.3} ns/state-step, {:.2} G edges/s",
+                best * 1e9,
+                (1u64 << k) as f64 / best / 1e9
+            );
+        }
+    }
+}

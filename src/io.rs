@@ -1,0 +1,606 @@
+//! SPEC section 8: the safetensors interchange file.
+//!
+//! Reading checks every tensor against the `<prefix>.trellis` metadata (dtype, shape,
+//! table length) before anything runs, and every mismatch is an [`Error`] that names
+//! the tensor or field and the offending value. Writing is atomic: the file is written
+//! next to its destination under a temporary name and renamed into place, so a failed
+//! command never leaves a half-written output behind.
+
+use crate::codes::Code;
+use crate::dtype::{DType, ScaleDType};
+use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+use crate::matrix::{Activations, QuantizedMatrix};
+use safetensors::tensor::Metadata;
+use safetensors::{Dtype, SafeTensors, View};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Suffix of the metadata key that describes a quantized matrix: `<prefix>.trellis`.
+pub const METADATA_SUFFIX: &str = ".trellis";
+
+/// Name of the `codes` tensor of a matrix stored under `prefix`.
+pub fn codes_name(prefix: &str) -> String {
+    format!("{prefix}.codes")
+}
+
+/// Name of the `scales` tensor of a matrix stored under `prefix`.
+pub fn scales_name(prefix: &str) -> String {
+    format!("{prefix}.scales")
+}
+
+/// Name of the `lut` tensor of a matrix stored under `prefix` (code `lut` only).
+pub fn lut_name(prefix: &str) -> String {
+    format!("{prefix}.lut")
+}
+
+/// Name of the metadata key of a matrix stored under `prefix`.
+pub fn metadata_key(prefix: &str) -> String {
+    format!("{prefix}{METADATA_SUFFIX}")
+}
+
+/// The lower-case name of a safetensors dtype (`u32`, `bf16`, `f64`, ...), as errors show it.
+pub fn dtype_name(d: Dtype) -> String {
+    d.to_string().to_lowercase()
+}
+
+/// An activation dtype as a safetensors dtype.
+pub fn to_st_dtype(d: DType) -> Dtype {
+    match d {
+        DType::Bf16 => Dtype::BF16,
+        DType::F16 => Dtype::F16,
+        DType::F32 => Dtype::F32,
+    }
+}
+
+/// A safetensors dtype as an activation dtype, if it is one.
+pub fn from_st_dtype(d: Dtype) -> Option<DType> {
+    match d {
+        Dtype::BF16 => Some(DType::Bf16),
+        Dtype::F16 => Some(DType::F16),
+        Dtype::F32 => Some(DType::F32),
+        _ => None,
+    }
+}
+
+/// One tensor of an open file: its name, dtype, shape and little-endian bytes.
+#[derive(Clone, Debug)]
+pub struct TensorRef<'a> {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: &'a [usize],
+    pub data: &'a [u8],
+}
+
+impl TensorRef<'_> {
+    /// Require one of the float dtypes and decode to exact f32 values.
+    pub fn to_f32(&self) -> Result<Vec<f32>> {
+        match from_st_dtype(self.dtype) {
+            Some(d) => Ok(d.decode(self.data)),
+            None => Err(self.wrong_dtype("bf16, f16 or f32")),
+        }
+    }
+
+    /// Require `u32` and decode.
+    pub fn to_u32(&self) -> Result<Vec<u32>> {
+        if self.dtype != Dtype::U32 {
+            return Err(self.wrong_dtype("u32"));
+        }
+        Ok(self
+            .data
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    /// An [`Error::DType`] for this tensor.
+    pub fn wrong_dtype(&self, expected: &str) -> Error {
+        Error::DType {
+            name: self.name.clone(),
+            actual: dtype_name(self.dtype),
+            expected: expected.to_string(),
+        }
+    }
+
+    /// Require exactly `expected` as the shape.
+    pub fn expect_shape(&self, expected: &[usize]) -> Result<()> {
+        if self.shape != expected {
+            return Err(Error::Shape {
+                name: self.name.clone(),
+                actual: self.shape.to_vec(),
+                expected: expected.to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Require rank 2 and return `(rows, cols)`. A tensor of another rank is reported
+    /// with the rank-2 shape it would most plausibly have been (`[C]` -> `[1, C]`).
+    pub fn matrix_shape(&self) -> Result<(usize, usize)> {
+        match *self.shape {
+            [rows, cols] => Ok((rows, cols)),
+            _ => {
+                let cols = self.shape.last().copied().unwrap_or(1);
+                let rows = self.shape.iter().product::<usize>() / cols.max(1);
+                Err(Error::Shape {
+                    name: self.name.clone(),
+                    actual: self.shape.to_vec(),
+                    expected: vec![rows, cols],
+                })
+            }
+        }
+    }
+}
+
+/// A safetensors file read into memory and validated (header, offsets, length).
+pub struct SafetensorsFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    data_start: usize,
+    meta: Metadata,
+}
+
+impl std::fmt::Debug for SafetensorsFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SafetensorsFile")
+            .field("path", &self.path)
+            .field("tensors", &self.names())
+            .finish()
+    }
+}
+
+impl SafetensorsFile {
+    /// Read and parse a file. A missing, truncated or garbage file is an [`Error::File`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes =
+            std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read: {e}")))?;
+        let (n, meta) = SafeTensors::read_metadata(&bytes)
+            .map_err(|e| Error::file(path, format!("not a valid safetensors file: {e}")))?;
+        Ok(SafetensorsFile {
+            path: path.to_path_buf(),
+            bytes,
+            data_start: 8 + n,
+            meta,
+        })
+    }
+
+    /// The path this file was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Tensor names in file (data offset) order.
+    pub fn names(&self) -> Vec<String> {
+        self.meta.offset_keys()
+    }
+
+    /// The string metadata (`__metadata__`), possibly empty.
+    pub fn metadata(&self) -> HashMap<String, String> {
+        self.meta.metadata().clone().unwrap_or_default()
+    }
+
+    /// One metadata value.
+    pub fn metadata_value(&self, key: &str) -> Option<&str> {
+        self.meta
+            .metadata()
+            .as_ref()
+            .and_then(|m| m.get(key))
+            .map(String::as_str)
+    }
+
+    /// A tensor, if present.
+    pub fn get(&self, name: &str) -> Option<TensorRef<'_>> {
+        let info = self.meta.info(name)?;
+        let (s, e) = info.data_offsets;
+        Some(TensorRef {
+            name: name.to_string(),
+            dtype: info.dtype,
+            shape: &info.shape,
+            data: &self.bytes[self.data_start + s..self.data_start + e],
+        })
+    }
+
+    /// A tensor; a missing one is an [`Error::File`] that lists what the file holds.
+    pub fn tensor(&self, name: &str) -> Result<TensorRef<'_>> {
+        self.get(name).ok_or_else(|| {
+            Error::file(
+                &self.path,
+                format!(
+                    "no tensor `{name}` (the file holds: {})",
+                    list_or_none(&self.names())
+                ),
+            )
+        })
+    }
+
+    /// The quantized matrix stored under `prefix`, checked against its metadata.
+    pub fn quantized(&self, prefix: &str) -> Result<QuantizedMatrix> {
+        let key = metadata_key(prefix);
+        let meta = self.metadata_value(&key).ok_or_else(|| {
+            let found = self.quantized_prefixes();
+            Error::file(
+                &self.path,
+                format!(
+                    "no metadata `{key}` describing a quantized matrix with prefix `{prefix}` \
+                     (prefixes in the file: {})",
+                    list_or_none(&found)
+                ),
+            )
+        })?;
+        let geometry = parse_geometry(&key, meta)?;
+
+        let codes_t = self.tensor(&codes_name(prefix))?;
+        let codes = codes_t.to_u32()?;
+        codes_t.expect_shape(&geometry.codes_shape())?;
+
+        let scales_t = self.tensor(&scales_name(prefix))?;
+        let scale_dtype = match scales_t.dtype {
+            Dtype::F16 => ScaleDType::F16,
+            Dtype::F32 => ScaleDType::F32,
+            _ => return Err(scales_t.wrong_dtype("f16 or f32")),
+        };
+        scales_t.expect_shape(&[geometry.rows])?;
+        let scales = scales_t.to_f32()?;
+
+        let lut = match geometry.code {
+            Code::Lut => {
+                let lut_t = self.tensor(&lut_name(prefix))?;
+                if lut_t.dtype != Dtype::F32 {
+                    return Err(lut_t.wrong_dtype("f32"));
+                }
+                let n: usize = lut_t.shape.iter().product();
+                if lut_t.shape.len() != 1 || n != geometry.states() {
+                    return Err(Error::invalid(
+                        format!("{} length", lut_t.name),
+                        format!("{n} (shape {:?})", lut_t.shape),
+                        format!("must be 2^L = {} for L = {}", geometry.states(), geometry.l),
+                    ));
+                }
+                Some(lut_t.to_f32()?)
+            }
+            // A stray table next to a computed code is not part of the matrix.
+            _ => None,
+        };
+        QuantizedMatrix::new(geometry, codes, scales, scale_dtype, lut)
+    }
+
+    /// Prefixes of every `<prefix>.trellis` metadata key, sorted.
+    pub fn quantized_prefixes(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .metadata()
+            .into_keys()
+            .filter_map(|k| k.strip_suffix(METADATA_SUFFIX).map(str::to_string))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Activations `[M, C]` in bf16, f16 or f32.
+    pub fn activations(&self, name: &str) -> Result<Activations> {
+        let t = self.tensor(name)?;
+        let dtype = from_st_dtype(t.dtype).ok_or_else(|| t.wrong_dtype("bf16, f16 or f32"))?;
+        let (rows, cols) = t.matrix_shape()?;
+        Ok(Activations {
+            dtype,
+            rows,
+            cols,
+            data: dtype.decode(t.data),
+        })
+    }
+
+    /// A dense matrix `[rows, cols]` in bf16, f16 or f32, as exact f32 values.
+    pub fn dense(&self, name: &str) -> Result<(Vec<f32>, usize, usize)> {
+        let t = self.tensor(name)?;
+        let data = t.to_f32()?;
+        let (rows, cols) = t.matrix_shape()?;
+        Ok((data, rows, cols))
+    }
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// Parse `<key>` = `code=..;k=..;...`; errors name the key and the field.
+fn parse_geometry(key: &str, value: &str) -> Result<Geometry> {
+    Geometry::from_metadata(value).map_err(|e| match e {
+        Error::Invalid {
+            field,
+            value,
+            reason,
+        } => Error::Invalid {
+            field: if field == "trellis metadata" {
+                key.to_string()
+            } else {
+                format!("{key} {field}")
+            },
+            value,
+            reason,
+        },
+        other => other,
+    })
+}
+
+/// Read the quantized matrix stored under `prefix` (SPEC section 8).
+pub fn read_quantized(path: &Path, prefix: &str) -> Result<QuantizedMatrix> {
+    SafetensorsFile::open(path)?.quantized(prefix)
+}
+
+/// Every quantized matrix in a file: `(prefix, geometry)` from the metadata keys ending
+/// in `.trellis`, sorted by prefix. Only the metadata is checked, not the tensors.
+pub fn list_quantized(path: &Path) -> Result<Vec<(String, Geometry)>> {
+    let f = SafetensorsFile::open(path)?;
+    f.quantized_prefixes()
+        .into_iter()
+        .map(|p| {
+            let key = metadata_key(&p);
+            let g = parse_geometry(&key, f.metadata_value(&key).unwrap_or_default())?;
+            Ok((p, g))
+        })
+        .collect()
+}
+
+/// Read activations `name` (`[M, C]`, bf16/f16/f32).
+pub fn read_activations(path: &Path, name: &str) -> Result<Activations> {
+    SafetensorsFile::open(path)?.activations(name)
+}
+
+/// Read a dense matrix `name` (`[rows, cols]`, bf16/f16/f32) as `(values, rows, cols)`.
+pub fn read_dense(path: &Path, name: &str) -> Result<(Vec<f32>, usize, usize)> {
+    SafetensorsFile::open(path)?.dense(name)
+}
+
+/// Read a value table for code `lut` from a file of its own: the f32 tensor named `lut`,
+/// or else the first f32 tensor in file order. Returns the tensor's name and values;
+/// the table must be one-dimensional (its length is checked against `2^L` by the caller).
+pub fn read_lut_file(path: &Path) -> Result<(String, Vec<f32>)> {
+    let f = SafetensorsFile::open(path)?;
+    let name = if f.get("lut").is_some() {
+        "lut".to_string()
+    } else {
+        f.names()
+            .into_iter()
+            .find(|n| f.get(n).is_some_and(|t| t.dtype == Dtype::F32))
+            .ok_or_else(|| {
+                Error::file(
+                    path,
+                    format!(
+                        "no f32 tensor to use as a lut (the file holds: {})",
+                        list_or_none(&f.names())
+                    ),
+                )
+            })?
+    };
+    let t = f.tensor(&name)?;
+    if t.dtype != Dtype::F32 {
+        return Err(t.wrong_dtype("f32"));
+    }
+    if t.shape.len() != 1 {
+        return Err(Error::Shape {
+            name: name.clone(),
+            actual: t.shape.to_vec(),
+            expected: vec![t.shape.iter().product()],
+        });
+    }
+    let values = t.to_f32()?;
+    Ok((name, values))
+}
+
+/// Write one quantized matrix under `prefix` (atomically).
+pub fn write_quantized(path: &Path, prefix: &str, w: &QuantizedMatrix) -> Result<()> {
+    let mut out = Writer::new();
+    out.quantized(prefix, w);
+    out.write(path)
+}
+
+/// Write activations (or outputs `y`, `mid`) as tensor `name` (atomically).
+pub fn write_activations(path: &Path, name: &str, a: &Activations) -> Result<()> {
+    let mut out = Writer::new();
+    out.activations(name, a);
+    out.write(path)
+}
+
+/// Collects tensors and metadata for one file, then writes it atomically.
+#[derive(Default, Debug)]
+pub struct Writer {
+    tensors: Vec<OwnedTensor>,
+    metadata: HashMap<String, String>,
+}
+
+#[derive(Debug)]
+struct OwnedTensor {
+    name: String,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl View for &OwnedTensor {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+impl Writer {
+    /// An empty file.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add raw little-endian bytes as tensor `name`.
+    pub fn raw(
+        &mut self,
+        name: impl Into<String>,
+        dtype: Dtype,
+        shape: Vec<usize>,
+        data: Vec<u8>,
+    ) -> &mut Self {
+        self.tensors.push(OwnedTensor {
+            name: name.into(),
+            dtype,
+            shape,
+            data,
+        });
+        self
+    }
+
+    /// Add an f32 tensor.
+    pub fn f32(&mut self, name: impl Into<String>, shape: Vec<usize>, data: &[f32]) -> &mut Self {
+        self.raw(name, Dtype::F32, shape, DType::F32.encode(data))
+    }
+
+    /// Add a u32 tensor.
+    pub fn u32(&mut self, name: impl Into<String>, shape: Vec<usize>, data: &[u32]) -> &mut Self {
+        let bytes = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.raw(name, Dtype::U32, shape, bytes)
+    }
+
+    /// Add a metadata entry.
+    pub fn metadata(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// Add a quantized matrix: `<prefix>.codes`, `<prefix>.scales`, `<prefix>.lut`
+    /// (code `lut`) and the `<prefix>.trellis` metadata.
+    pub fn quantized(&mut self, prefix: &str, w: &QuantizedMatrix) -> &mut Self {
+        let g = &w.geometry;
+        self.u32(codes_name(prefix), g.codes_shape().to_vec(), &w.codes);
+        let (dtype, bytes) = match w.scale_dtype {
+            ScaleDType::F16 => (Dtype::F16, DType::F16.encode(&w.scales)),
+            ScaleDType::F32 => (Dtype::F32, DType::F32.encode(&w.scales)),
+        };
+        self.raw(scales_name(prefix), dtype, vec![g.rows], bytes);
+        if let Some(lut) = &w.lut {
+            self.f32(lut_name(prefix), vec![lut.len()], lut);
+        }
+        self.metadata(metadata_key(prefix), g.to_metadata())
+    }
+
+    /// Add activations `[M, C]` in their dtype.
+    pub fn activations(&mut self, name: impl Into<String>, a: &Activations) -> &mut Self {
+        self.raw(
+            name,
+            to_st_dtype(a.dtype),
+            vec![a.rows, a.cols],
+            a.to_bytes(),
+        )
+    }
+
+    /// Serialize and write atomically: a temporary file in the destination's directory,
+    /// flushed, then renamed over `path`. On any failure the temporary file is removed and
+    /// `path` is left as it was.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for t in &self.tensors {
+            if !seen.insert(t.name.as_str()) {
+                return Err(Error::invalid(
+                    "tensor name",
+                    &t.name,
+                    "added twice to one file",
+                ));
+            }
+        }
+        let metadata = (!self.metadata.is_empty()).then(|| self.metadata.clone());
+        let bytes = safetensors::serialize(self.tensors.iter().map(|t| (&t.name, t)), metadata)
+            .map_err(|e| Error::file(path, format!("cannot serialize: {e}")))?;
+        write_atomic(path, &bytes)
+    }
+}
+
+/// Write `bytes` to `path` through a temporary sibling file and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| Error::file(path, "output path has no file name"))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(
+        ".{}.{}.{n}.tmp",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::file(path, format!("cannot write: {e}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrix(code: Code) -> QuantizedMatrix {
+        let g = Geometry::new(3, 64, 32, 2, 6, code).unwrap();
+        let codes = (0..g.codes_shape().iter().product::<usize>() as u32)
+            .map(|i| i.wrapping_mul(0x9E37_79B9))
+            .collect();
+        let lut = (code == Code::Lut).then(|| (0..64).map(|i| i as f32 / 64.0).collect());
+        QuantizedMatrix::new(g, codes, vec![0.5, 0.25, 0.125], ScaleDType::F16, lut).unwrap()
+    }
+
+    #[test]
+    fn quantized_and_activations_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.safetensors");
+        for code in [Code::Mcg, Code::Lut] {
+            let w = matrix(code);
+            let x = Activations::from_f32(DType::Bf16, 2, 64, (0..128).map(|i| i as f32).collect())
+                .unwrap();
+            let mut out = Writer::new();
+            out.quantized("gate", &w).activations("x", &x);
+            out.write(&path).unwrap();
+            assert_eq!(read_quantized(&path, "gate").unwrap(), w);
+            assert!(read_activations(&path, "x").unwrap().bits_eq(&x));
+            let listed = list_quantized(&path).unwrap();
+            assert_eq!(listed, vec![("gate".to_string(), w.geometry)]);
+        }
+        // No temporary file is left beside the output.
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1);
+    }
+
+    #[test]
+    fn missing_tensor_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.safetensors");
+        write_quantized(&path, "w", &matrix(Code::OneMad)).unwrap();
+        let f = SafetensorsFile::open(&path).unwrap();
+        assert_eq!(f.tensor("w.codes").unwrap().name, "w.codes");
+        assert!(f
+            .tensor("w.nope")
+            .unwrap_err()
+            .to_string()
+            .contains("w.nope"));
+    }
+}

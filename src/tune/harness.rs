@@ -1,0 +1,1 @@
+//! The measuring harness behind `cargo xtask tune` (filled in below).

@@ -1,0 +1,1168 @@
+//! End-to-end tests of the `trellis` binary: the happy paths against the in-process
+//! reference, and every malformed input. A rejected input must exit non-zero with exactly
+//! one stderr line `error: ...` naming the field and value, print no panic report, and
+//! leave no output file (nor a temporary one) behind.
+
+use safetensors::Dtype;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use trellis::io::{self, SafetensorsFile};
+use trellis::{reference, Activations, Code, DType};
+
+const BIN: &str = env!("CARGO_BIN_EXE_trellis");
+
+fn trellis(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run the trellis binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Run, require success, return stdout.
+fn ok(args: &[&str]) -> String {
+    let out = trellis(args);
+    assert!(
+        out.status.success(),
+        "trellis {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Run, require a clean failure mentioning every needle, and no file at `out_path`.
+fn fails(args: &[&str], out_path: &Path, needles: &[&str]) -> String {
+    let out = trellis(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "trellis {args:?} should exit 1; stderr: {stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+        "trellis {args:?} panicked: {stderr}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "trellis {args:?}: stderr must be one line: {stderr:?}"
+    );
+    assert!(
+        lines[0].starts_with("error: "),
+        "trellis {args:?}: stderr must start with `error: `: {stderr:?}"
+    );
+    for n in needles {
+        assert!(
+            lines[0].contains(n),
+            "trellis {args:?}: error {:?} should mention {n:?}",
+            lines[0]
+        );
+    }
+    assert!(
+        !out_path.exists(),
+        "trellis {args:?} failed but left {}",
+        out_path.display()
+    );
+    no_temp_files(out_path.parent().unwrap());
+    lines[0].to_string()
+}
+
+/// No atomic-write leftovers (`.<name>.<pid>.<n>.tmp`) in `dir`.
+fn no_temp_files(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.ends_with(".tmp"), "temporary file {name} left behind");
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+struct Dir(tempfile::TempDir);
+
+impl Dir {
+    fn new() -> Self {
+        Dir(tempfile::tempdir().unwrap())
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+}
+
+/// Write a safetensors file directly through the safetensors crate (no `trellis::io`),
+/// so malformed files can be built.
+fn write_raw(path: &Path, tensors: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)>, meta: &[(&str, &str)]) {
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, shape, data)| {
+            (
+                n.to_string(),
+                safetensors::tensor::TensorView::new(*d, shape.clone(), data).unwrap(),
+            )
+        })
+        .collect();
+    let meta: Option<HashMap<String, String>> = (!meta.is_empty()).then(|| {
+        meta.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    });
+    let bytes = safetensors::serialize(views, meta).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn u32_bytes(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32)
+        .flat_map(|i| {
+            (i.wrapping_add(seed))
+                .wrapping_mul(0x9E37_79B9)
+                .to_le_bytes()
+        })
+        .collect()
+}
+
+fn f16_bytes(values: &[f32]) -> Vec<u8> {
+    DType::F16.encode(values)
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    DType::F32.encode(values)
+}
+
+const META_OK: &str = "code=1mad;k=2;L=12;T=256;rows=4;cols=512";
+
+/// A quantized matrix `w` with the given metadata and tensor shapes.
+fn weights_file(
+    path: &Path,
+    meta: Option<&str>,
+    codes_shape: Vec<usize>,
+    scales_shape: Vec<usize>,
+) {
+    let n: usize = codes_shape.iter().product();
+    let r: usize = scales_shape.iter().product();
+    let meta: Vec<(&str, &str)> = meta.map(|m| vec![("w.trellis", m)]).unwrap_or_default();
+    write_raw(
+        path,
+        vec![
+            ("w.codes", Dtype::U32, codes_shape, u32_bytes(n, 1)),
+            (
+                "w.scales",
+                Dtype::F16,
+                scales_shape,
+                f16_bytes(&vec![0.02; r]),
+            ),
+        ],
+        &meta,
+    );
+}
+
+fn x_file(path: &Path, dtype: Dtype, shape: Vec<usize>) {
+    let n: usize = shape.iter().product();
+    let bytes = match dtype {
+        Dtype::F32 => f32_bytes(&vec![0.5; n]),
+        Dtype::BF16 => DType::Bf16.encode(&vec![0.5; n]),
+        Dtype::F16 => f16_bytes(&vec![0.5; n]),
+        Dtype::F64 => (0..n).flat_map(|_| 0.5f64.to_le_bytes()).collect(),
+        Dtype::I32 => (0..n).flat_map(|_| 1i32.to_le_bytes()).collect(),
+        other => panic!("no test data for {other}"),
+    };
+    write_raw(path, vec![("x", dtype, shape, bytes)], &[]);
+}
+
+fn read_bits(path: &Path, name: &str) -> Activations {
+    io::read_activations(path, name).unwrap()
+}
+
+fn assert_same_bits(what: &str, got: &Activations, want: &Activations) {
+    assert_eq!(
+        (got.dtype, got.rows, got.cols),
+        (want.dtype, want.rows, want.cols),
+        "{what}"
+    );
+    for (i, (a, b)) in got.data.iter().zip(&want.data).enumerate() {
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "{what}: first mismatch at [{}, {}]: {a} vs {b}",
+            i / got.cols,
+            i % got.cols
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Happy paths
+
+#[test]
+fn random_then_matvec_matches_the_reference() {
+    let d = Dir::new();
+    let (w, x, y) = (
+        d.path("w.safetensors"),
+        d.path("x.safetensors"),
+        d.path("y.safetensors"),
+    );
+    for (code, k, l, t, dtype) in [
+        ("1mad", "2", "12", "256", "bf16"),
+        ("3inst", "4", "16", "128", "f16"),
+        ("mcg", "1", "8", "32", "f32"),
+        ("mul1", "5", "13", "64", "bf16"),
+        ("lut", "3", "10", "64", "f16"),
+    ] {
+        ok(&[
+            "random",
+            "--rows",
+            "12",
+            "--cols",
+            "512",
+            "--k",
+            k,
+            "--l",
+            l,
+            "--t",
+            t,
+            "--code",
+            code,
+            "--seed",
+            "7",
+            "--out",
+            s(&w),
+        ]);
+        ok(&[
+            "random-x",
+            "--m",
+            "3",
+            "--cols",
+            "512",
+            "--dtype",
+            dtype,
+            "--seed",
+            "9",
+            "--out",
+            s(&x),
+        ]);
+        let stdout = ok(&["matvec", "--weights", s(&w), "--x", s(&x), "--out", s(&y)]);
+        assert!(stdout.contains("y:"), "{stdout}");
+
+        let wm = io::read_quantized(&w, "w").unwrap();
+        assert_eq!(wm.geometry.code, code.parse::<Code>().unwrap());
+        assert!(
+            wm.scales.iter().all(|&v| (0.009..0.051).contains(&v)),
+            "{:?}",
+            wm.scales
+        );
+        let xa = read_bits(&x, "x");
+        assert_eq!(xa.dtype.name(), dtype);
+        let want = reference::reduce(&wm, &xa).unwrap();
+        let got = read_bits(&y, "y");
+        assert_same_bits(&format!("matvec {code} {dtype}"), &got, &want);
+        no_temp_files(d.0.path());
+    }
+}
+
+#[test]
+fn random_is_deterministic_per_seed() {
+    let d = Dir::new();
+    let (a, b, c) = (d.path("a"), d.path("b"), d.path("c"));
+    let args = |seed: &str, out: &Path| {
+        ok(&[
+            "random",
+            "--rows",
+            "4",
+            "--cols",
+            "256",
+            "--k",
+            "2",
+            "--l",
+            "12",
+            "--code",
+            "lut",
+            "--seed",
+            seed,
+            "--out",
+            s(out),
+        ]);
+    };
+    args("1", &a);
+    args("1", &b);
+    args("2", &c);
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert_ne!(std::fs::read(&a).unwrap(), std::fs::read(&c).unwrap());
+    let w = io::read_quantized(&a, "w").unwrap();
+    assert_eq!(w.lut.as_ref().map(Vec::len), Some(4096));
+}
+
+#[test]
+fn gate_up_matches_the_reference() {
+    let d = Dir::new();
+    let (g, u, x, mid) = (
+        d.path("g.safetensors"),
+        d.path("u.safetensors"),
+        d.path("x.safetensors"),
+        d.path("mid.safetensors"),
+    );
+    ok(&[
+        "random",
+        "--rows",
+        "24",
+        "--cols",
+        "768",
+        "--k",
+        "2",
+        "--l",
+        "12",
+        "--code",
+        "1mad",
+        "--seed",
+        "1",
+        "--out",
+        s(&g),
+        "--prefix",
+        "gate",
+    ]);
+    ok(&[
+        "random",
+        "--rows",
+        "24",
+        "--cols",
+        "768",
+        "--k",
+        "4",
+        "--l",
+        "16",
+        "--code",
+        "mul1",
+        "--seed",
+        "2",
+        "--out",
+        s(&u),
+        "--prefix",
+        "up",
+    ]);
+    for dtype in ["bf16", "f16", "f32"] {
+        ok(&[
+            "random-x",
+            "--m",
+            "2",
+            "--cols",
+            "768",
+            "--dtype",
+            dtype,
+            "--out",
+            s(&x),
+        ]);
+        ok(&[
+            "gate-up",
+            "--gate",
+            s(&g),
+            "--up",
+            s(&u),
+            "--x",
+            s(&x),
+            "--out",
+            s(&mid),
+            "--gate-prefix",
+            "gate",
+            "--up-prefix",
+            "up",
+            "--tail",
+            "exact",
+        ]);
+        let gm = io::read_quantized(&g, "gate").unwrap();
+        let um = io::read_quantized(&u, "up").unwrap();
+        let want = reference::gate_up(&gm, &um, &read_bits(&x, "x")).unwrap();
+        assert_same_bits(&format!("gate-up {dtype}"), &read_bits(&mid, "mid"), &want);
+    }
+}
+
+#[test]
+fn cli_reproduces_the_conformance_vectors() {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/vectors"));
+    assert!(
+        dir.is_dir(),
+        "conformance vectors missing at {}",
+        dir.display()
+    );
+    let d = Dir::new();
+    let out = d.path("out.safetensors");
+    let mv = dir.join("matvec-1mad-k2-L12-bf16-m4.safetensors");
+    ok(&[
+        "matvec",
+        "--weights",
+        s(&mv),
+        "--x",
+        s(&mv),
+        "--out",
+        s(&out),
+    ]);
+    assert_same_bits("matvec vector", &read_bits(&out, "y"), &read_bits(&mv, "y"));
+    let mv = dir.join("matvec-lut-k8-L12-bf16-m8.safetensors");
+    ok(&[
+        "matvec",
+        "--weights",
+        s(&mv),
+        "--x",
+        s(&mv),
+        "--out",
+        s(&out),
+    ]);
+    assert_same_bits(
+        "matvec lut vector",
+        &read_bits(&out, "y"),
+        &read_bits(&mv, "y"),
+    );
+    let gu = dir.join("gateup-1mad-k2k4-L12-bf16-m4.safetensors");
+    ok(&[
+        "gate-up",
+        "--gate",
+        s(&gu),
+        "--up",
+        s(&gu),
+        "--x",
+        s(&gu),
+        "--out",
+        s(&out),
+        "--gate-prefix",
+        "gate",
+        "--up-prefix",
+        "up",
+    ]);
+    assert_same_bits(
+        "gate-up vector",
+        &read_bits(&out, "mid"),
+        &read_bits(&gu, "mid"),
+    );
+    let info = ok(&["info", s(&gu)]);
+    assert!(
+        info.contains("gate: code=1mad k=2 L=12 T=256 rows=35 cols=2048 scales=f16"),
+        "{info}"
+    );
+    assert!(
+        info.contains("up: code=1mad k=4 L=12 T=256 rows=35 cols=2048 scales=f16"),
+        "{info}"
+    );
+}
+
+#[test]
+fn info_prints_every_matrix() {
+    let d = Dir::new();
+    let w = d.path("w.safetensors");
+    ok(&[
+        "random",
+        "--rows",
+        "8",
+        "--cols",
+        "512",
+        "--k",
+        "3",
+        "--l",
+        "12",
+        "--t",
+        "128",
+        "--code",
+        "lut",
+        "--out",
+        s(&w),
+        "--prefix",
+        "layer0.mlp",
+    ]);
+    let stdout = ok(&["info", s(&w)]);
+    assert!(
+        stdout.contains("layer0.mlp: code=lut k=3 L=12 T=128 rows=8 cols=512 scales=f16"),
+        "{stdout}"
+    );
+    // Tensors of the matrix are not listed again as loose tensors.
+    assert!(!stdout.contains("layer0.mlp.codes"), "{stdout}");
+    let x = d.path("x.safetensors");
+    ok(&["random-x", "--m", "2", "--cols", "64", "--out", s(&x)]);
+    let stdout = ok(&["info", s(&x)]);
+    assert!(stdout.contains("no quantized matrices"), "{stdout}");
+    assert!(stdout.contains("x: bf16 [2, 64]"), "{stdout}");
+}
+
+/// A small Gaussian dense matrix: the MSE is printed, matches the written codes, and is
+/// well below the signal power (a trellis code at 2 bits keeps ~90% of it).
+#[test]
+fn quantize_prints_a_plausible_mse() {
+    use rand::SeedableRng;
+    let d = Dir::new();
+    let (dense_path, w) = (d.path("dense.safetensors"), d.path("w.safetensors"));
+    let (rows, cols) = (8usize, 512usize);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let dense: Vec<f32> = (0..rows * cols)
+        .map(|_| 0.02 * rand::Rng::sample::<f32, _>(&mut rng, rand_distr::StandardNormal))
+        .collect();
+    write_raw(
+        &dense_path,
+        vec![(
+            "layer.weight",
+            Dtype::F32,
+            vec![rows, cols],
+            f32_bytes(&dense),
+        )],
+        &[],
+    );
+    let power = dense.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / dense.len() as f64;
+    for (code, k) in [("1mad", "2"), ("mul1", "3"), ("lut", "2")] {
+        let stdout = ok(&[
+            "quantize",
+            "--input",
+            s(&dense_path),
+            "--tensor",
+            "layer.weight",
+            "--k",
+            k,
+            "--l",
+            "10",
+            "--t",
+            "128",
+            "--code",
+            code,
+            "--out",
+            s(&w),
+        ]);
+        let mse: f64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("mse: "))
+            .unwrap_or_else(|| panic!("no `mse: ` line in {stdout:?}"))
+            .trim()
+            .parse()
+            .unwrap();
+        let rel = mse / power;
+        assert!(rel > 0.0 && rel < 0.25, "{code} k={k}: relative mse {rel}");
+        let m = io::read_quantized(&w, "w").unwrap();
+        let deq = reference::dequantize(&m, DType::F32);
+        let ours = deq
+            .iter()
+            .zip(&dense)
+            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+            .sum::<f64>()
+            / dense.len() as f64;
+        assert!(
+            (ours - mse).abs() <= 1e-6 * mse,
+            "{code}: printed {mse}, file gives {ours}"
+        );
+    }
+    // An explicit table from a file, found under the name `lut`.
+    let lut_path = d.path("lut.safetensors");
+    let table = trellis::encode::gaussian_lut(10, 5);
+    write_raw(
+        &lut_path,
+        vec![("lut", Dtype::F32, vec![1024], f32_bytes(&table))],
+        &[],
+    );
+    ok(&[
+        "quantize",
+        "--input",
+        s(&dense_path),
+        "--tensor",
+        "layer.weight",
+        "--k",
+        "2",
+        "--l",
+        "10",
+        "--t",
+        "128",
+        "--code",
+        "lut",
+        "--lut",
+        s(&lut_path),
+        "--out",
+        s(&w),
+    ]);
+    assert_eq!(io::read_quantized(&w, "w").unwrap().lut, Some(table));
+}
+
+// ---------------------------------------------------------------------------------------
+// Rejected inputs
+
+fn random_args<'a>(
+    out: &'a str,
+    rows: &'a str,
+    cols: &'a str,
+    k: &'a str,
+    l: &'a str,
+    t: &'a str,
+) -> Vec<&'a str> {
+    vec![
+        "random", "--rows", rows, "--cols", cols, "--k", k, "--l", l, "--t", t, "--code", "1mad",
+        "--out", out,
+    ]
+}
+
+#[test]
+fn random_rejects_bad_geometry() {
+    let d = Dir::new();
+    let out = d.path("w.safetensors");
+    let o = s(&out);
+    for (args, needles) in [
+        (
+            random_args(o, "4", "300", "2", "12", "256"),
+            vec!["cols = 300", "T = 256"],
+        ),
+        (random_args(o, "4", "480", "2", "12", "48"), vec!["T = 48"]),
+        (random_args(o, "4", "512", "2", "12", "0"), vec!["T = 0"]),
+        (random_args(o, "4", "512", "0", "12", "256"), vec!["k = 0"]),
+        (random_args(o, "4", "512", "9", "12", "256"), vec!["k = 9"]),
+        (
+            random_args(o, "4", "512", "-1", "12", "256"),
+            vec!["--k", "-1"],
+        ),
+        (random_args(o, "4", "512", "4", "4", "256"), vec!["L = 4"]),
+        (random_args(o, "4", "512", "2", "2", "256"), vec!["L = 2"]),
+        (random_args(o, "4", "512", "2", "17", "256"), vec!["L = 17"]),
+        (
+            random_args(o, "0", "512", "2", "12", "256"),
+            vec!["rows = 0"],
+        ),
+    ] {
+        fails(&args, &out, &needles);
+    }
+    fails(
+        &[
+            "random", "--rows", "4", "--cols", "512", "--k", "2", "--l", "12", "--code", "2mad",
+            "--out", o,
+        ],
+        &out,
+        &["code", "2mad"],
+    );
+    fails(
+        &["random", "--rows", "4", "--cols", "512", "--out", o],
+        &out,
+        &["--k"],
+    );
+    fails(
+        &["random-x", "--m", "0", "--cols", "512", "--out", o],
+        &out,
+        &["m = 0"],
+    );
+    fails(
+        &[
+            "random-x", "--m", "1", "--cols", "512", "--dtype", "f64", "--out", o,
+        ],
+        &out,
+        &["dtype = f64"],
+    );
+}
+
+/// A valid `x` for a 4 x 512 matrix, a valid weights file, and the matvec command line.
+struct Case {
+    d: Dir,
+    w: PathBuf,
+    x: PathBuf,
+    out: PathBuf,
+}
+
+impl Case {
+    fn new() -> Self {
+        let d = Dir::new();
+        let (w, x, out) = (
+            d.path("w.safetensors"),
+            d.path("x.safetensors"),
+            d.path("y.safetensors"),
+        );
+        weights_file(&w, Some(META_OK), vec![4, 2, 16], vec![4]);
+        x_file(&x, Dtype::BF16, vec![2, 512]);
+        Case { d, w, x, out }
+    }
+    fn matvec(&self, needles: &[&str]) -> String {
+        fails(
+            &[
+                "matvec",
+                "--weights",
+                s(&self.w),
+                "--x",
+                s(&self.x),
+                "--out",
+                s(&self.out),
+            ],
+            &self.out,
+            needles,
+        )
+    }
+}
+
+#[test]
+fn the_valid_case_is_valid() {
+    let c = Case::new();
+    ok(&[
+        "matvec",
+        "--weights",
+        s(&c.w),
+        "--x",
+        s(&c.x),
+        "--out",
+        s(&c.out),
+    ]);
+    assert!(c.out.exists());
+}
+
+#[test]
+fn metadata_ranges_are_checked() {
+    let c = Case::new();
+    for (meta, codes, needles) in [
+        (
+            "code=1mad;k=2;L=12;T=256;rows=4;cols=300",
+            vec![4, 1, 16],
+            vec!["w.trellis", "cols = 300"],
+        ),
+        (
+            "code=1mad;k=2;L=12;T=48;rows=4;cols=480",
+            vec![4, 10, 3],
+            vec!["w.trellis", "T = 48"],
+        ),
+        (
+            "code=1mad;k=0;L=12;T=256;rows=4;cols=512",
+            vec![4, 2, 16],
+            vec!["w.trellis", "k = 0"],
+        ),
+        (
+            "code=1mad;k=9;L=12;T=256;rows=4;cols=512",
+            vec![4, 2, 16],
+            vec!["w.trellis", "k = 9"],
+        ),
+        (
+            "code=1mad;k=2;L=2;T=256;rows=4;cols=512",
+            vec![4, 2, 16],
+            vec!["w.trellis", "L = 2"],
+        ),
+        (
+            "code=1mad;k=2;L=17;T=256;rows=4;cols=512",
+            vec![4, 2, 16],
+            vec!["w.trellis", "L = 17"],
+        ),
+    ] {
+        weights_file(&c.w, Some(meta), codes, vec![4]);
+        c.matvec(&needles);
+    }
+}
+
+#[test]
+fn missing_and_malformed_metadata_are_rejected() {
+    let c = Case::new();
+    weights_file(&c.w, None, vec![4, 2, 16], vec![4]);
+    c.matvec(&["w.trellis", "w.safetensors"]);
+    for (meta, needles) in [
+        ("garbage", vec!["w.trellis", "garbage"]),
+        (
+            "code=1mad;k=two;L=12;T=256;rows=4;cols=512",
+            vec!["w.trellis", "k = two"],
+        ),
+        (
+            "code=2mad;k=2;L=12;T=256;rows=4;cols=512",
+            vec!["code = 2mad"],
+        ),
+        ("code=1mad;k=2;L=12;T=256;rows=4", vec!["cols", "missing"]),
+        (
+            "code=1mad;k=2;L=12;T=256;rows=4;cols=512;bits=3",
+            vec!["bits"],
+        ),
+        ("", vec!["w.trellis", "code"]),
+    ] {
+        weights_file(&c.w, Some(meta), vec![4, 2, 16], vec![4]);
+        c.matvec(&needles);
+    }
+}
+
+#[test]
+fn tensor_shapes_and_dtypes_must_match_the_metadata() {
+    let c = Case::new();
+    // codes shape.
+    for (shape, needle) in [
+        (vec![4, 2, 15], "[4, 2, 15]"),
+        (vec![4, 1, 16], "[4, 1, 16]"),
+        (vec![5, 2, 16], "[5, 2, 16]"),
+        (vec![128], "[128]"),
+    ] {
+        weights_file(&c.w, Some(META_OK), shape, vec![4]);
+        c.matvec(&["w.codes", needle, "[4, 2, 16]"]);
+    }
+    // scales shape.
+    weights_file(&c.w, Some(META_OK), vec![4, 2, 16], vec![5]);
+    c.matvec(&["w.scales", "[5]", "[4]"]);
+    weights_file(&c.w, Some(META_OK), vec![4, 2, 16], vec![4, 1]);
+    c.matvec(&["w.scales", "[4, 1]"]);
+    // dtypes.
+    let meta = [("w.trellis", META_OK)];
+    write_raw(
+        &c.w,
+        vec![
+            ("w.codes", Dtype::I32, vec![4, 2, 16], u32_bytes(128, 0)),
+            ("w.scales", Dtype::F16, vec![4], f16_bytes(&[0.02; 4])),
+        ],
+        &meta,
+    );
+    c.matvec(&["w.codes", "i32", "u32"]);
+    write_raw(
+        &c.w,
+        vec![
+            ("w.codes", Dtype::U32, vec![4, 2, 16], u32_bytes(128, 0)),
+            (
+                "w.scales",
+                Dtype::BF16,
+                vec![4],
+                DType::Bf16.encode(&[0.02; 4]),
+            ),
+        ],
+        &meta,
+    );
+    c.matvec(&["w.scales", "bf16"]);
+    // A missing tensor.
+    write_raw(
+        &c.w,
+        vec![("w.codes", Dtype::U32, vec![4, 2, 16], u32_bytes(128, 0))],
+        &meta,
+    );
+    c.matvec(&["w.scales"]);
+}
+
+#[test]
+fn lut_must_have_two_to_the_l_f32_entries() {
+    let c = Case::new();
+    let meta = [("w.trellis", "code=lut;k=2;L=10;T=256;rows=4;cols=512")];
+    let base = |lut: Option<(Dtype, Vec<usize>, Vec<u8>)>| {
+        let mut t = vec![
+            ("w.codes", Dtype::U32, vec![4, 2, 16], u32_bytes(128, 0)),
+            ("w.scales", Dtype::F16, vec![4], f16_bytes(&[0.02; 4])),
+        ];
+        if let Some((d, shape, bytes)) = lut {
+            t.push(("w.lut", d, shape, bytes));
+        }
+        write_raw(&c.w, t, &meta);
+    };
+    base(Some((Dtype::F32, vec![100], f32_bytes(&[0.5; 100]))));
+    c.matvec(&["w.lut length = 100", "1024"]);
+    base(Some((Dtype::F32, vec![2048], f32_bytes(&[0.5; 2048]))));
+    c.matvec(&["w.lut length = 2048", "1024"]);
+    base(Some((Dtype::F32, vec![32, 32], f32_bytes(&[0.5; 1024]))));
+    c.matvec(&["w.lut length", "[32, 32]"]);
+    base(Some((Dtype::F16, vec![1024], f16_bytes(&[0.5; 1024]))));
+    c.matvec(&["w.lut", "f16", "f32"]);
+    base(None);
+    c.matvec(&["w.lut"]);
+    base(Some((Dtype::F32, vec![1024], f32_bytes(&[0.5; 1024]))));
+    ok(&[
+        "matvec",
+        "--weights",
+        s(&c.w),
+        "--x",
+        s(&c.x),
+        "--out",
+        s(&c.out),
+    ]);
+}
+
+#[test]
+fn activations_are_checked() {
+    let c = Case::new();
+    x_file(&c.x, Dtype::BF16, vec![2, 256]);
+    c.matvec(&["`x`", "[2, 256]", "[2, 512]"]);
+    x_file(&c.x, Dtype::F32, vec![1, 1024]);
+    c.matvec(&["`x`", "[1, 1024]"]);
+    x_file(&c.x, Dtype::I32, vec![2, 512]);
+    c.matvec(&["`x`", "i32"]);
+    x_file(&c.x, Dtype::F64, vec![2, 512]);
+    c.matvec(&["`x`", "f64"]);
+    x_file(&c.x, Dtype::BF16, vec![512]);
+    c.matvec(&["`x`", "[512]", "[1, 512]"]);
+    x_file(&c.x, Dtype::BF16, vec![2, 2, 512]);
+    c.matvec(&["`x`", "[2, 2, 512]"]);
+    x_file(&c.x, Dtype::BF16, vec![0, 512]);
+    c.matvec(&["M = 0"]);
+    // The tensor must be called `x`.
+    write_raw(
+        &c.x,
+        vec![(
+            "input",
+            Dtype::BF16,
+            vec![2, 512],
+            DType::Bf16.encode(&[0.5; 1024]),
+        )],
+        &[],
+    );
+    c.matvec(&["`x`", "input"]);
+}
+
+#[test]
+fn truncated_garbage_and_missing_files_are_rejected() {
+    let c = Case::new();
+    let good = std::fs::read(&c.w).unwrap();
+    // Cut inside the data, inside the header, and inside the length prefix.
+    for cut in [good.len() - 7, 40, 5, 0] {
+        std::fs::write(&c.w, &good[..cut]).unwrap();
+        c.matvec(&["w.safetensors", "not a valid safetensors file"]);
+    }
+    // Trailing bytes are as wrong as missing ones.
+    let mut longer = good.clone();
+    longer.extend_from_slice(&[0; 8]);
+    std::fs::write(&c.w, &longer).unwrap();
+    c.matvec(&["w.safetensors", "not a valid safetensors file"]);
+    for garbage in [
+        b"this is not a safetensors file at all".to_vec(),
+        {
+            let mut v = 20u64.to_le_bytes().to_vec();
+            v.extend_from_slice(b"{\"x\": not json!!!!}");
+            v
+        },
+        vec![0xFF; 64],
+    ] {
+        std::fs::write(&c.w, &garbage).unwrap();
+        c.matvec(&["w.safetensors", "not a valid safetensors file"]);
+    }
+    std::fs::write(&c.w, &good).unwrap();
+    std::fs::remove_file(&c.x).unwrap();
+    c.matvec(&["x.safetensors", "cannot read"]);
+    // Truncated activations too.
+    x_file(&c.x, Dtype::BF16, vec![2, 512]);
+    let xb = std::fs::read(&c.x).unwrap();
+    std::fs::write(&c.x, &xb[..xb.len() - 2]).unwrap();
+    c.matvec(&["x.safetensors", "not a valid safetensors file"]);
+}
+
+#[test]
+fn backend_tail_and_prefix_are_checked() {
+    let c = Case::new();
+    let (w, x, out) = (s(&c.w), s(&c.x), s(&c.out));
+    fails(
+        &[
+            "matvec",
+            "--weights",
+            w,
+            "--x",
+            x,
+            "--out",
+            out,
+            "--backend",
+            "nope",
+        ],
+        &c.out,
+        &["backend `nope`"],
+    );
+    fails(
+        &[
+            "matvec",
+            "--weights",
+            w,
+            "--x",
+            x,
+            "--out",
+            out,
+            "--prefix",
+            "q",
+        ],
+        &c.out,
+        &["q.trellis", "w"],
+    );
+    let gate_up = |extra: &[&str], needles: &[&str]| {
+        let mut args = vec!["gate-up", "--gate", w, "--up", w, "--x", x, "--out", out];
+        args.extend_from_slice(extra);
+        fails(&args, &c.out, needles);
+    };
+    gate_up(&["--tail", "native"], &["tail = native", "reference"]);
+    gate_up(&["--tail", "fast"], &["tail = fast"]);
+    gate_up(&["--backend", "metal"], &["backend `metal`"]);
+    gate_up(&["--up-prefix", "up"], &["up.trellis"]);
+    // Gate and up must agree on rows, cols and T.
+    let up = c.d.path("up.safetensors");
+    weights_file(
+        &up,
+        Some("code=1mad;k=3;L=12;T=256;rows=5;cols=512"),
+        vec![5, 2, 24],
+        vec![5],
+    );
+    fails(
+        &[
+            "gate-up",
+            "--gate",
+            w,
+            "--up",
+            s(&up),
+            "--x",
+            x,
+            "--out",
+            out,
+        ],
+        &c.out,
+        &["up.rows = 5"],
+    );
+    x_file(&c.x, Dtype::F16, vec![1, 256]);
+    gate_up(&[], &["`x`", "[1, 256]"]);
+    // ... and with everything right it runs.
+    x_file(&c.x, Dtype::F16, vec![1, 512]);
+    ok(&["gate-up", "--gate", w, "--up", w, "--x", x, "--out", out]);
+}
+
+#[test]
+fn info_rejects_broken_files() {
+    let c = Case::new();
+    let none = c.d.path("never-written");
+    weights_file(&c.w, Some(META_OK), vec![4, 2, 15], vec![4]);
+    fails(&["info", s(&c.w)], &none, &["w.codes", "[4, 2, 15]"]);
+    std::fs::write(&c.w, b"garbage").unwrap();
+    fails(&["info", s(&c.w)], &none, &["not a valid safetensors file"]);
+}
+
+#[test]
+fn quantize_rejects_bad_inputs() {
+    let d = Dir::new();
+    let (dense, out, lut) = (
+        d.path("dense.safetensors"),
+        d.path("w.safetensors"),
+        d.path("lut.safetensors"),
+    );
+    let vals: Vec<f32> = (0..4 * 512)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 1e-3)
+        .collect();
+    write_raw(
+        &dense,
+        vec![("w", Dtype::F32, vec![4, 512], f32_bytes(&vals))],
+        &[],
+    );
+    let q = |extra: &[&str], needles: &[&str]| {
+        let mut args = vec![
+            "quantize",
+            "--input",
+            s(&dense),
+            "--tensor",
+            "w",
+            "--out",
+            s(&out),
+        ];
+        args.extend_from_slice(extra);
+        fails(&args, &out, needles);
+    };
+    let base = ["--k", "2", "--l", "10", "--t", "128", "--code", "1mad"];
+    q(
+        &["--k", "2", "--l", "10", "--t", "96", "--code", "1mad"],
+        &["T = 96"],
+    );
+    q(
+        &["--k", "2", "--l", "10", "--t", "1024", "--code", "1mad"],
+        &["cols = 512", "T = 1024"],
+    );
+    q(
+        &["--k", "0", "--l", "10", "--t", "128", "--code", "1mad"],
+        &["k = 0"],
+    );
+    q(
+        &["--k", "2", "--l", "2", "--t", "128", "--code", "1mad"],
+        &["L = 2"],
+    );
+    q(
+        &[
+            "--k",
+            "2",
+            "--l",
+            "10",
+            "--t",
+            "128",
+            "--code",
+            "1mad",
+            "--lut",
+            s(&lut),
+        ],
+        &["--lut", "code = 1mad"],
+    );
+    let mut wrong_tensor = base.to_vec();
+    wrong_tensor.extend(["--tensor", "nope"]);
+    let args: Vec<&str> = ["quantize", "--input", s(&dense), "--out", s(&out)]
+        .into_iter()
+        .chain(wrong_tensor)
+        .collect();
+    fails(&args, &out, &["nope"]);
+    // A table of the wrong length, and one that is not f32.
+    write_raw(
+        &lut,
+        vec![("lut", Dtype::F32, vec![100], f32_bytes(&[0.1; 100]))],
+        &[],
+    );
+    q(
+        &[
+            "--k",
+            "2",
+            "--l",
+            "10",
+            "--t",
+            "128",
+            "--code",
+            "lut",
+            "--lut",
+            s(&lut),
+        ],
+        &["lut length = 100", "1024"],
+    );
+    write_raw(
+        &lut,
+        vec![("table", Dtype::F16, vec![1024], f16_bytes(&[0.1; 1024]))],
+        &[],
+    );
+    q(
+        &[
+            "--k",
+            "2",
+            "--l",
+            "10",
+            "--t",
+            "128",
+            "--code",
+            "lut",
+            "--lut",
+            s(&lut),
+        ],
+        &["no f32 tensor"],
+    );
+    // Non-finite weights, and an unsupported dense dtype.
+    let mut bad = vals.clone();
+    bad[513] = f32::NAN;
+    write_raw(
+        &dense,
+        vec![("w", Dtype::F32, vec![4, 512], f32_bytes(&bad))],
+        &[],
+    );
+    q(&base, &["w[1, 1]", "NaN"]);
+    write_raw(
+        &dense,
+        vec![("w", Dtype::I32, vec![4, 512], u32_bytes(2048, 0))],
+        &[],
+    );
+    q(&base, &["`w`", "i32"]);
+}
+
+#[test]
+fn a_failed_command_leaves_an_existing_output_untouched() {
+    let c = Case::new();
+    std::fs::write(&c.out, b"previous").unwrap();
+    x_file(&c.x, Dtype::BF16, vec![2, 100]);
+    let out = trellis(&[
+        "matvec",
+        "--weights",
+        s(&c.w),
+        "--x",
+        s(&c.x),
+        "--out",
+        s(&c.out),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(std::fs::read(&c.out).unwrap(), b"previous");
+    no_temp_files(c.d.0.path());
+}
+
+#[test]
+fn file_reader_lists_matrices() {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/vectors"));
+    let f = SafetensorsFile::open(dir.join("gateup-3inst-k4k3-L16-f16-m2.safetensors")).unwrap();
+    assert_eq!(
+        f.quantized_prefixes(),
+        vec!["gate".to_string(), "up".to_string()]
+    );
+    let listed = io::list_quantized(&dir.join("gateup-3inst-k4k3-L16-f16-m2.safetensors")).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[1].1.k, 3);
+}

@@ -1,0 +1,226 @@
+//! Every Metal specialization of the catalog, assembled as MLX assembles it
+//! (`metal_source::standalone`), compiles with the host C++ compiler against the shim of
+//! `<metal_stdlib>` in `templates/dialect/msl_shim`: a typo or a type error in the Metal
+//! dialect fails here, on machines without Xcode. The same run checks that no `exact`
+//! Metal kernel reduces with `simd_sum` (SPEC 5: the butterfly uses xor shuffles).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+use trellis::catalog::{specializations, AnyKernel};
+use trellis::kernel::Dialect;
+use trellis::kernels::Tier;
+use trellis::metal_source::standalone;
+
+const SHIM_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/templates/dialect/msl_shim");
+const FLAGS: &[&str] = &["-std=c++17", "-Wno-attributes", "-Wno-unknown-pragmas"];
+
+fn compiler() -> String {
+    std::env::var("CXX").unwrap_or_else(|_| "c++".into())
+}
+
+struct Kernel {
+    symbol: String,
+    tier: Tier,
+    /// The complete MLX source.
+    source: String,
+}
+
+/// One translation unit: `<metal_stdlib>` once, then each kernel in its own namespace
+/// (the preludes repeat; their `#include` lines go, their identical macros may repeat).
+struct Batch {
+    text: String,
+    /// (first line, kernel index), ascending.
+    starts: Vec<(usize, usize)>,
+}
+
+fn batch(kernels: &[Kernel], range: std::ops::Range<usize>) -> Batch {
+    let mut text = String::from("#include <metal_stdlib>\n");
+    let mut line = 2;
+    let mut starts = Vec::new();
+    for i in range {
+        let k = &kernels[i];
+        starts.push((line, i));
+        let mut part = format!("namespace ns_{} {{\n", k.symbol);
+        for l in k.source.lines() {
+            // Keep the line count of the original source (for error locations).
+            part.push_str(if l.trim_start().starts_with("#include") { "" } else { l });
+            part.push('\n');
+        }
+        part.push_str("}\n");
+        line += part.lines().count();
+        text.push_str(&part);
+    }
+    Batch { text, starts }
+}
+
+fn run(args: &[&str], file: &Path) -> (bool, String, String) {
+    let out = Command::new(compiler())
+        .args(FLAGS)
+        .arg(format!("-I{SHIM_DIR}"))
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C++ compiler `{}`: {e}", compiler()));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The kernel a compiler log's first `<file>:<line>:` points into.
+fn culprit(log: &str, file: &Path, b: &Batch) -> Option<usize> {
+    let prefix = format!("{}:", file.display());
+    let line: usize = log
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .find_map(|rest| rest.split(':').next()?.parse().ok())?;
+    b.starts.iter().rev().find(|(start, _)| *start <= line).map(|&(_, i)| i)
+}
+
+/// Which kernels of a batch contain `simd_sum` once macros are expanded.
+fn uses_simd_sum(preprocessed: &str, kernels: &[Kernel], b: &Batch) -> Vec<(usize, bool)> {
+    b.starts
+        .iter()
+        .map(|&(_, i)| {
+            let open = format!("namespace ns_{} {{", kernels[i].symbol);
+            let at = preprocessed
+                .find(&open)
+                .unwrap_or_else(|| panic!("{} missing from the preprocessed batch", kernels[i].symbol));
+            let rest = &preprocessed[at + open.len()..];
+            let end = rest.find("namespace ns_").unwrap_or(rest.len());
+            (i, rest[..end].contains("simd_sum"))
+        })
+        .collect()
+}
+
+#[test]
+fn every_metal_specialization_compiles_against_the_shim() {
+    let started = Instant::now();
+    let kernels: Vec<Kernel> = specializations(Dialect::Metal, false)
+        .iter()
+        .map(|k: &AnyKernel| {
+            let symbol = k.symbol();
+            let rendered = k
+                .render(Dialect::Metal)
+                .unwrap_or_else(|e| panic!("{symbol} does not render for Metal: {e}"));
+            Kernel {
+                source: standalone(&symbol, &rendered, &k.inputs(), &k.outputs()),
+                symbol,
+                tier: k.variant().tier,
+            }
+        })
+        .collect();
+    assert!(!kernels.is_empty(), "the catalog has no Metal specializations");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 8);
+    let n_batches = (jobs * 2).min(kernels.len());
+    let per = kernels.len().div_ceil(n_batches);
+    let batches: Vec<(PathBuf, Batch)> = (0..kernels.len())
+        .step_by(per)
+        .enumerate()
+        .map(|(bi, lo)| {
+            let b = batch(&kernels, lo..(lo + per).min(kernels.len()));
+            let path = dir.path().join(format!("metal_batch_{bi}.cpp"));
+            std::fs::write(&path, &b.text).expect("write batch");
+            (path, b)
+        })
+        .collect();
+
+    // (batch, compiled, log, simd_sum use per kernel)
+    type Outcome = (usize, bool, String, Vec<(usize, bool)>);
+    let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| loop {
+                let bi = next.fetch_add(1, Ordering::Relaxed);
+                let Some((path, b)) = batches.get(bi) else { break };
+                let (ok, _, log) = run(&["-fsyntax-only"], path);
+                let (pre_ok, pre, pre_log) = run(&["-E", "-P"], path);
+                assert!(pre_ok, "preprocessing {} failed:\n{pre_log}", path.display());
+                let simd = uses_simd_sum(&pre, &kernels, b);
+                outcomes.lock().unwrap().push((bi, ok, log, simd));
+            });
+        }
+    });
+    let mut outcomes = outcomes.into_inner().unwrap();
+    outcomes.sort_by_key(|o| o.0);
+
+    if let Some((bi, _, log, _)) = outcomes.iter().find(|o| !o.1) {
+        let (path, b) = &batches[*bi];
+        let Some(i) = culprit(log, path, b) else {
+            panic!("batch {} failed to compile:\n{log}", path.display());
+        };
+        // Compile the culprit alone, as MLX would see it, for a clean log.
+        let k = &kernels[i];
+        let single = dir.path().join(format!("{}.metal.cpp", k.symbol));
+        std::fs::write(&single, &k.source).expect("write kernel");
+        let (ok, _, single_log) = run(&["-fsyntax-only"], &single);
+        let shown = if ok { log.as_str() } else { single_log.as_str() };
+        panic!(
+            "Metal kernel {} does not compile against the shim ({}):\n{shown}",
+            k.symbol,
+            if ok { "batch log" } else { "its own log" },
+        );
+    }
+
+    let mut fast_with_simd_sum = 0;
+    for (_, _, _, simd) in &outcomes {
+        for &(i, uses) in simd {
+            match kernels[i].tier {
+                Tier::Exact => assert!(
+                    !uses,
+                    "exact-tier Metal kernel {} uses simd_sum (SPEC 5 asks for the xor butterfly)",
+                    kernels[i].symbol
+                ),
+                Tier::Fast => fast_with_simd_sum += uses as usize,
+            }
+        }
+    }
+    let fast = kernels.iter().filter(|k| k.tier == Tier::Fast).count();
+    assert!(
+        fast == 0 || fast_with_simd_sum > 0,
+        "no fast-tier Metal kernel uses simd_sum: the simd_sum check would be vacuous"
+    );
+    eprintln!(
+        "{} Metal kernels ({} fast, {} of them with simd_sum) compiled in {} batches on {} jobs in {:.1} s",
+        kernels.len(),
+        fast,
+        fast_with_simd_sum,
+        batches.len(),
+        jobs,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn standalone_matches_mlx_signature_rules() {
+    // A small input (< 8 elements) goes to `constant`, outputs to `device`, and only the
+    // thread attributes the body names are declared, with MLX's types.
+    let k = specializations(Dialect::Metal, true)
+        .into_iter()
+        .next()
+        .expect("a Metal specialization");
+    let rendered = k.render(Dialect::Metal).unwrap();
+    let src = standalone(&k.symbol(), &rendered, &k.inputs(), &k.outputs());
+    let sig_at = src.find("[[kernel]] void ").expect("kernel signature");
+    let sig = &src[sig_at..src[sig_at..].find(") {").unwrap() + sig_at];
+    assert!(sig.contains("uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]"), "{sig}");
+    assert!(sig.contains("uint simdgroup_index_in_threadgroup [[simdgroup_index_in_threadgroup]]"), "{sig}");
+    assert!(!sig.contains("thread_position_in_grid [["), "{sig}");
+    for (i, t) in k.inputs().iter().enumerate() {
+        let space = if t.len() < 8 { "constant" } else { "device" };
+        let want = format!("const {space} {}* {} [[buffer({i})]]", t.elem.c_type(Dialect::Metal), t.name);
+        assert!(sig.contains(&want), "missing `{want}` in\n{sig}");
+    }
+    let n = k.inputs().len();
+    for (j, t) in k.outputs().iter().enumerate() {
+        let want = format!("device {}* {} [[buffer({})]]", t.elem.c_type(Dialect::Metal), t.name, n + j);
+        assert!(sig.contains(&want), "missing `{want}` in\n{sig}");
+    }
+}
