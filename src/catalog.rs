@@ -85,7 +85,7 @@ impl AnyKernel {
 /// Launch shapes and representations the tuner and verifier enumerate for a tier.
 pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     let mut out = Vec::new();
-    let rpgs: &[u32] = if quick { &[4] } else { &[1, 2, 4, 8] };
+    let rpgs: &[u32] = if quick { &[4] } else { &[2, 4, 8, 16] };
     let strategies: &[MStrategy] = if m == 1 { &[MStrategy::SharedDecode] } else { &[MStrategy::SharedDecode, MStrategy::PerSample] };
     for repr in Representation::ALL {
         for &m_strategy in strategies {

@@ -79,7 +79,10 @@ pub fn standalone(
                 buffer(format!("const constant int* {name}_shape"), &mut params);
             }
             if body.contains(&format!("{name}_strides")) {
-                buffer(format!("const constant int64_t* {name}_strides"), &mut params);
+                buffer(
+                    format!("const constant int64_t* {name}_strides"),
+                    &mut params,
+                );
             }
             if body.contains(&format!("{name}_ndim")) {
                 buffer(format!("const constant int& {name}_ndim"), &mut params);

@@ -1,11 +1,16 @@
 // ---- Shared by every dialect: SPEC section 3 codes and section 6 exp, written once.
 // Constants come from src/codes.rs; the dialect shim above supplies the primitives.
 
+// bytesum_acc(x, c) = c + byte sum of x (the shim's). With c = 0x4B000000, the bits of
+// the f32 2^23, the result is the bits of the f32 2^23 + byte sum: an exact int -> float
+// conversion without a conversion instruction.
+
 // 1mad: byte sum of an LCG step, centred, divided by {{ c.mad_divisor_bits }} (as f32 bits).
 // The quotient is the correctly rounded IEEE division, obtained with a reciprocal and
 // one fma correction (checked against `/` for all 1021 byte sums in src/codes.rs).
 DEVICE float trellis_value_onemad(uint s) {
-  const float a = (float)((int)bytesum(s * {{ c.mad_mul }}u + {{ c.mad_add }}u) - {{ c.mad_center }});
+  // 2^23 + bytesum as f32 bits, minus 2^23 + 510: the centred byte sum, exactly.
+  const float a = as_f32(bytesum_acc(s * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x4B000000u)) - 8389118.0f;
   const float d = as_f32({{ c.mad_divisor_bits }}u), r = as_f32({{ c.mad_recip_bits }}u);
   const float q = mul32(a, r);
   return fma32(fma32(-q, d, a), r, q);
@@ -19,7 +24,7 @@ DEVICE float trellis_value_threeinst(uint s) { return trellis_half_pair(s * {{ c
 DEVICE float trellis_value_mcg(uint s) { return trellis_half_pair(s * {{ c.mcg_mul }}u); }
 // mul1: byte sum through one f16 multiply-add (exact in f32, so one rounding).
 DEVICE float trellis_value_mul1(uint s) {
-  const float y = (float)({{ c.mul1_offset }}u + bytesum(s * {{ c.mul1_mul }}u));
+  const float y = as_f32(bytesum_acc(s * {{ c.mul1_mul }}u, 0x4B000000u + {{ c.mul1_offset }}u)) - 8388608.0f;
   return round_f16(fma32(y, as_f32({{ c.mul1_scale_f32_bits }}u), as_f32({{ c.mul1_bias_f32_bits }}u)));
 }
 

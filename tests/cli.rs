@@ -943,7 +943,7 @@ fn backend_tail_and_prefix_are_checked() {
             "nope",
         ],
         &c.out,
-        &["backend `nope`"],
+        &["backend = nope"],
     );
     fails(
         &[

@@ -46,7 +46,11 @@ fn batch(kernels: &[Kernel], range: std::ops::Range<usize>) -> Batch {
         let mut part = format!("namespace ns_{} {{\n", k.symbol);
         for l in k.source.lines() {
             // Keep the line count of the original source (for error locations).
-            part.push_str(if l.trim_start().starts_with("#include") { "" } else { l });
+            part.push_str(if l.trim_start().starts_with("#include") {
+                ""
+            } else {
+                l
+            });
             part.push('\n');
         }
         part.push_str("}\n");
@@ -78,7 +82,11 @@ fn culprit(log: &str, file: &Path, b: &Batch) -> Option<usize> {
         .lines()
         .filter_map(|l| l.strip_prefix(&prefix))
         .find_map(|rest| rest.split(':').next()?.parse().ok())?;
-    b.starts.iter().rev().find(|(start, _)| *start <= line).map(|&(_, i)| i)
+    b.starts
+        .iter()
+        .rev()
+        .find(|(start, _)| *start <= line)
+        .map(|&(_, i)| i)
 }
 
 /// Which kernels of a batch contain `simd_sum` once macros are expanded.
@@ -87,9 +95,9 @@ fn uses_simd_sum(preprocessed: &str, kernels: &[Kernel], b: &Batch) -> Vec<(usiz
         .iter()
         .map(|&(_, i)| {
             let open = format!("namespace ns_{} {{", kernels[i].symbol);
-            let at = preprocessed
-                .find(&open)
-                .unwrap_or_else(|| panic!("{} missing from the preprocessed batch", kernels[i].symbol));
+            let at = preprocessed.find(&open).unwrap_or_else(|| {
+                panic!("{} missing from the preprocessed batch", kernels[i].symbol)
+            });
             let rest = &preprocessed[at + open.len()..];
             let end = rest.find("namespace ns_").unwrap_or(rest.len());
             (i, rest[..end].contains("simd_sum"))
@@ -114,10 +122,15 @@ fn every_metal_specialization_compiles_against_the_shim() {
             }
         })
         .collect();
-    assert!(!kernels.is_empty(), "the catalog has no Metal specializations");
+    assert!(
+        !kernels.is_empty(),
+        "the catalog has no Metal specializations"
+    );
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let jobs = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 8);
+    let jobs = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8);
     let n_batches = (jobs * 2).min(kernels.len());
     let per = kernels.len().div_ceil(n_batches);
     let batches: Vec<(PathBuf, Batch)> = (0..kernels.len())
@@ -139,10 +152,16 @@ fn every_metal_specialization_compiles_against_the_shim() {
         for _ in 0..jobs {
             s.spawn(|| loop {
                 let bi = next.fetch_add(1, Ordering::Relaxed);
-                let Some((path, b)) = batches.get(bi) else { break };
+                let Some((path, b)) = batches.get(bi) else {
+                    break;
+                };
                 let (ok, _, log) = run(&["-fsyntax-only"], path);
                 let (pre_ok, pre, pre_log) = run(&["-E", "-P"], path);
-                assert!(pre_ok, "preprocessing {} failed:\n{pre_log}", path.display());
+                assert!(
+                    pre_ok,
+                    "preprocessing {} failed:\n{pre_log}",
+                    path.display()
+                );
                 let simd = uses_simd_sum(&pre, &kernels, b);
                 outcomes.lock().unwrap().push((bi, ok, log, simd));
             });
@@ -161,7 +180,11 @@ fn every_metal_specialization_compiles_against_the_shim() {
         let single = dir.path().join(format!("{}.metal.cpp", k.symbol));
         std::fs::write(&single, &k.source).expect("write kernel");
         let (ok, _, single_log) = run(&["-fsyntax-only"], &single);
-        let shown = if ok { log.as_str() } else { single_log.as_str() };
+        let shown = if ok {
+            log.as_str()
+        } else {
+            single_log.as_str()
+        };
         panic!(
             "Metal kernel {} does not compile against the shim ({}):\n{shown}",
             k.symbol,
@@ -210,17 +233,32 @@ fn standalone_matches_mlx_signature_rules() {
     let src = standalone(&k.symbol(), &rendered, &k.inputs(), &k.outputs());
     let sig_at = src.find("[[kernel]] void ").expect("kernel signature");
     let sig = &src[sig_at..src[sig_at..].find(") {").unwrap() + sig_at];
-    assert!(sig.contains("uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]"), "{sig}");
-    assert!(sig.contains("uint simdgroup_index_in_threadgroup [[simdgroup_index_in_threadgroup]]"), "{sig}");
+    assert!(
+        sig.contains("uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]"),
+        "{sig}"
+    );
+    assert!(
+        sig.contains("uint simdgroup_index_in_threadgroup [[simdgroup_index_in_threadgroup]]"),
+        "{sig}"
+    );
     assert!(!sig.contains("thread_position_in_grid [["), "{sig}");
     for (i, t) in k.inputs().iter().enumerate() {
         let space = if t.len() < 8 { "constant" } else { "device" };
-        let want = format!("const {space} {}* {} [[buffer({i})]]", t.elem.c_type(Dialect::Metal), t.name);
+        let want = format!(
+            "const {space} {}* {} [[buffer({i})]]",
+            t.elem.c_type(Dialect::Metal),
+            t.name
+        );
         assert!(sig.contains(&want), "missing `{want}` in\n{sig}");
     }
     let n = k.inputs().len();
     for (j, t) in k.outputs().iter().enumerate() {
-        let want = format!("device {}* {} [[buffer({})]]", t.elem.c_type(Dialect::Metal), t.name, n + j);
+        let want = format!(
+            "device {}* {} [[buffer({})]]",
+            t.elem.c_type(Dialect::Metal),
+            t.name,
+            n + j
+        );
         assert!(sig.contains(&want), "missing `{want}` in\n{sig}");
     }
 }

@@ -14,9 +14,10 @@ use crate::kernel::{Backend, DeviceTensor, Dialect, Elem, Launch, TensorSpec};
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{MetalKernel, MetalKernelApplyOptions, MetalKernelOptions, MetalKernelOutput};
 use mlx_rs::{Array, Dtype, Stream};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
-use std::sync::{Arc, Mutex};
+use std::rc::Rc;
 
 /// Threadgroup memory a kernel may declare on Apple GPUs.
 pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
@@ -112,10 +113,11 @@ pub struct MetalDeviceInfo {
     pub id: String,
 }
 
-/// The default GPU as MLX sees it.
+/// The default GPU as MLX sees it. MLX's kernel handles are not thread-safe, so neither
+/// is the backend (`!Send`, `!Sync`); its tensors are `Send`.
 pub struct MetalBackend {
     info: MetalDeviceInfo,
-    kernels: Mutex<HashMap<String, Arc<MetalKernel>>>,
+    kernels: RefCell<HashMap<String, Rc<MetalKernel>>>,
 }
 
 /// `architecture` kept as MLX spells it: lower case, `[a-z0-9_]`, anything else a dash.
@@ -194,7 +196,7 @@ impl MetalBackend {
                 architecture,
                 id,
             },
-            kernels: Mutex::new(HashMap::new()),
+            kernels: RefCell::new(HashMap::new()),
         })
     }
 
@@ -204,8 +206,8 @@ impl MetalBackend {
     }
 
     /// The cached kernel of a launch (built on a miss), and whether it was just built.
-    fn kernel(&self, launch: &Launch<'_>) -> Result<(Arc<MetalKernel>, bool)> {
-        let mut cache = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
+    fn kernel(&self, launch: &Launch<'_>) -> Result<(Rc<MetalKernel>, bool)> {
+        let mut cache = self.kernels.borrow_mut();
         if let Some(k) = cache.get(&launch.symbol) {
             return Ok((k.clone(), false));
         }
@@ -225,11 +227,11 @@ impl MetalBackend {
         };
         let kernel = MetalKernel::new(&launch.symbol, &inputs, &outputs, &rendered.body, options)
             .map_err(|e| Error::Compile {
-                kernel: launch.symbol.clone(),
-                backend: "metal".into(),
-                log: e.what().to_string(),
-            })?;
-        let kernel = Arc::new(kernel);
+            kernel: launch.symbol.clone(),
+            backend: "metal".into(),
+            log: e.what().to_string(),
+        })?;
+        let kernel = Rc::new(kernel);
         cache.insert(launch.symbol.clone(), kernel.clone());
         Ok((kernel, true))
     }
@@ -392,7 +394,13 @@ impl Backend for MetalBackend {
         // MLX dispatches threads, not groups: the grid is in threads.
         let grid = launch.grid;
         let dim = |v: u64, what: &str| {
-            i32::try_from(v).map_err(|_| Error::invalid(format!("{} {what}", launch.kernel), v, "exceeds MLX's i32 grid"))
+            i32::try_from(v).map_err(|_| {
+                Error::invalid(
+                    format!("{} {what}", launch.kernel),
+                    v,
+                    "exceeds MLX's i32 grid",
+                )
+            })
         };
         let threads = dim(grid.threads as u64, "threads per group")?;
         let mlx_grid = (
@@ -414,10 +422,7 @@ impl Backend for MetalBackend {
         let (kernel, fresh) = self.kernel(launch)?;
         let failed = |e: Exception| {
             if fresh {
-                self.kernels
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .remove(&launch.symbol);
+                self.kernels.borrow_mut().remove(&launch.symbol);
                 Error::Compile {
                     kernel: launch.symbol.clone(),
                     backend: format!("metal ({})", self.info.id),

@@ -46,8 +46,10 @@ enum Command {
     Matvec(MatvecArgs),
     /// mid = silu(G x) * (U x) (SPEC section 6); writes `mid` [M, R] in the dtype of x.
     GateUp(GateUpArgs),
-    /// Print the geometry of every quantized matrix in a file.
+    /// Print the geometry of every quantized matrix in a file, or (--devices) the backends.
     Info(InfoArgs),
+    /// Which kernel variant the tuning tables choose for a key on a device, and why.
+    Select(SelectArgs),
 }
 
 /// Scale dtype of generated matrices.
@@ -205,7 +207,59 @@ struct GateUpArgs {
 struct InfoArgs {
     /// A safetensors file.
     #[arg(value_name = "FILE.safetensors")]
-    file: PathBuf,
+    file: Option<PathBuf>,
+    /// List every backend (`name: description` or `name: unavailable: reason`) and the
+    /// default one.
+    #[arg(long)]
+    devices: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
+struct SelectArgs {
+    /// Device id as in the tuning tables (`nvidia-h200`, `applegpu-g15s`, ...).
+    #[arg(long, value_name = "ID")]
+    device: String,
+    /// Kernel family: reduce, gate_up or gate_up_mixed.
+    #[arg(long, value_name = "F")]
+    family: String,
+    /// R: output features.
+    #[arg(long, value_name = "R")]
+    rows: usize,
+    /// C: input features (a multiple of T).
+    #[arg(long, value_name = "C")]
+    cols: usize,
+    /// Bits per weight, 1..=8 (the gate's for gate_up).
+    #[arg(long, value_name = "K")]
+    k: u32,
+    /// M: samples (rows of x).
+    #[arg(long, value_name = "M")]
+    m: u32,
+    /// Bits per weight of the up matrix (gate_up; default: --k).
+    #[arg(long, value_name = "KU")]
+    ku: Option<u32>,
+    /// Trellis state bits, k < L <= 16.
+    #[arg(long, value_name = "L", default_value_t = 12)]
+    l: u32,
+    /// Weights per block (a multiple of 32).
+    #[arg(long, value_name = "T", default_value_t = 256)]
+    t: usize,
+    /// Code: 1mad, 3inst, mcg, mul1 or lut.
+    #[arg(long, value_name = "CODE", default_value = "1mad")]
+    code: String,
+    /// Activation dtype: bf16, f16 or f32.
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// Numerics tier: exact or fast.
+    #[arg(long, default_value = "exact")]
+    tier: String,
+    /// Backend whose tables are read (default: cuda for nvidia-*, metal for applegpu-*,
+    /// else cpu).
+    #[arg(long, value_name = "NAME")]
+    backend: Option<String>,
+    /// Directory of `*.toml` tables added after the embedded ones and $TRELLIS_TUNING_DIR.
+    #[arg(long, value_name = "DIR")]
+    tables: Option<PathBuf>,
 }
 
 use trellis::kernels::Tail;
@@ -215,7 +269,8 @@ use trellis::kernels::Tail;
 
 /// The backend used when `--backend` is not given: the best one available here.
 fn backend_or_default(b: &Option<String>) -> String {
-    b.clone().unwrap_or_else(|| trellis::backend::default_name().to_string())
+    b.clone()
+        .unwrap_or_else(|| trellis::backend::default_name().to_string())
 }
 
 /// `y = x W^T` on `backend`. Inputs are already validated.
@@ -224,7 +279,13 @@ fn run_matvec(backend: &str, w: &QuantizedMatrix, x: &Activations) -> Result<Act
 }
 
 /// `mid = silu(G x) * (U x)` on `backend` with `tail`. Inputs are already validated.
-fn run_gate_up(backend: &str, gate: &QuantizedMatrix, up: &QuantizedMatrix, x: &Activations, tail: Tail) -> Result<Activations> {
+fn run_gate_up(
+    backend: &str,
+    gate: &QuantizedMatrix,
+    up: &QuantizedMatrix,
+    x: &Activations,
+    tail: Tail,
+) -> Result<Activations> {
     trellis::backend::gate_up(backend, gate, up, x, tail, None)
 }
 
@@ -321,6 +382,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Matvec(a) => matvec(a),
         Command::GateUp(a) => gate_up(a),
         Command::Info(a) => info(a),
+        Command::Select(a) => select(a),
     }
 }
 
@@ -490,12 +552,118 @@ fn gate_up(a: GateUpArgs) -> Result<()> {
 }
 
 fn info(a: InfoArgs) -> Result<()> {
-    let f = SafetensorsFile::open(&a.file)?;
+    if a.devices {
+        for (name, status) in trellis::backend::devices() {
+            match status {
+                Ok(d) => println!("{name}: {}", one_line(&d)),
+                Err(r) => {
+                    // The error's own "backend `x` is unavailable: " would repeat the line's.
+                    let prefix = format!("backend `{name}` is unavailable: ");
+                    let reason = r.strip_prefix(prefix.as_str()).unwrap_or(&r);
+                    println!("{name}: unavailable: {}", one_line(reason))
+                }
+            }
+        }
+        println!("default: {}", trellis::backend::default_name());
+    }
+    match &a.file {
+        Some(file) => info_file(file),
+        None if a.devices => Ok(()),
+        None => Err(Error::invalid(
+            "FILE",
+            "(none)",
+            "give a safetensors file, or --devices",
+        )),
+    }
+}
+
+/// The backend whose tables a device id belongs to.
+fn backend_for_device(device: &str) -> &'static str {
+    if device.starts_with("nvidia") {
+        "cuda"
+    } else if device.starts_with("applegpu") {
+        "metal"
+    } else {
+        "cpu"
+    }
+}
+
+fn select(a: SelectArgs) -> Result<()> {
+    use trellis::kernels::Tier;
+    use trellis::tune::{Family, Selector, TuneKey};
+    let device = a.device.trim();
+    if device.is_empty() {
+        return Err(Error::invalid("device", "\"\"", "must not be empty"));
+    }
+    let family: Family = a.family.parse()?;
+    let code: Code = a.code.parse()?;
+    let dtype: DType = a.dtype.parse()?;
+    let tier: Tier = a.tier.parse()?;
+    let backend = match &a.backend {
+        Some(b) if trellis::backend::NAMES.contains(&b.as_str()) => b.clone(),
+        Some(b) => {
+            return Err(Error::invalid(
+                "backend",
+                b,
+                format!("expected one of {}", trellis::backend::NAMES.join(", ")),
+            ))
+        }
+        None => backend_for_device(device).to_string(),
+    };
+    if a.m == 0 {
+        return Err(Error::invalid("m", a.m, "must be at least 1"));
+    }
+    let g = Geometry::new(a.rows, a.cols, a.t, a.k, a.l, code)?;
+    let up = match (family, a.ku) {
+        (Family::Reduce, Some(ku)) if ku != a.k => {
+            return Err(Error::invalid(
+                "ku",
+                ku,
+                "only gate_up has a separate up k (reduce: leave it out or equal to --k)",
+            ))
+        }
+        (Family::Reduce, _) => None,
+        (Family::GateUp, ku) => {
+            let ku = ku.unwrap_or(a.k);
+            Some(
+                Geometry::new(a.rows, a.cols, a.t, ku, a.l, code).map_err(|e| match e {
+                    Error::Invalid {
+                        field,
+                        value,
+                        reason,
+                    } if field == "k" => Error::Invalid {
+                        field: "ku".into(),
+                        value,
+                        reason,
+                    },
+                    e => e,
+                })?,
+            )
+        }
+    };
+    let key = TuneKey::new(family, &g, up.as_ref(), dtype, a.m, tier);
+    let mut selector = Selector::from_env();
+    if let Some(dir) = &a.tables {
+        selector.add_dir(dir);
+    }
+    for w in &selector.warnings {
+        eprintln!("warning: {}", one_line(w));
+    }
+    let sel = selector.select(&backend, device, &key);
+    println!("key: {key}");
+    println!("device: {device} ({backend})");
+    println!("variant: {}", sel.variant);
+    println!("source: {}", sel.source);
+    Ok(())
+}
+
+fn info_file(file: &Path) -> Result<()> {
+    let f = SafetensorsFile::open(file)?;
     let prefixes = f.quantized_prefixes();
     let mut owned = std::collections::HashSet::new();
     let mut lines = Vec::new();
     for p in &prefixes {
-        let w = f.quantized(p).map_err(in_file(&a.file))?;
+        let w = f.quantized(p).map_err(in_file(file))?;
         let g = w.geometry;
         let bytes = w.codes.len() * 4
             + w.scales.len()
@@ -523,7 +691,7 @@ fn info(a: InfoArgs) -> Result<()> {
         }
     }
     if prefixes.is_empty() {
-        println!("{}: no quantized matrices", a.file.display());
+        println!("{}: no quantized matrices", file.display());
     }
     for l in lines {
         println!("{l}");

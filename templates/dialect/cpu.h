@@ -72,7 +72,7 @@ DEVICE uint16_t f32_to_half_bits(float f) {
   return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 DEVICE float round_f16(float v) { return half_bits_to_f32(f32_to_half_bits(v)); }
-DEVICE uint bytesum(uint x) { return (x & 0xFFu) + ((x >> 8) & 0xFFu) + ((x >> 16) & 0xFFu) + (x >> 24); }
+DEVICE uint bytesum_acc(uint x, uint c) { return c + (x & 0xFFu) + ((x >> 8) & 0xFFu) + ((x >> 16) & 0xFFu) + (x >> 24); }
 DEVICE float native_exp(float v) { return std::exp(v); }
 DEVICE uint16_t f32_to_bf16_bits(float f) {
   uint32_t x = f32_bits(f);

@@ -43,8 +43,8 @@ DEVICE float lane_reduce_fast(float v) {
 struct __align__(2) f16_t { unsigned short bits; };
 struct __align__(2) bf16_t { unsigned short bits; };
 
-// Byte sum in one instruction: dot product of the four bytes with (1, 1, 1, 1).
-DEVICE uint bytesum(uint x) { uint r; asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(0x01010101u), "r"(0u)); return r; }
+// c + byte sum in one instruction: dot product of the four bytes with (1, 1, 1, 1).
+DEVICE uint bytesum_acc(uint x, uint c) { uint r; asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(x), "r"(0x01010101u), "r"(c)); return r; }
 DEVICE float fma32(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 DEVICE float mul32(float a, float b) { return __fmul_rn(a, b); }
 DEVICE float add32(float a, float b) { return __fadd_rn(a, b); }

@@ -33,7 +33,7 @@ DEVICE float lane_butterfly(float v) {
   return v;
 }
 
-DEVICE uint bytesum(uint x) { return (x & 0xFFu) + ((x >> 8) & 0xFFu) + ((x >> 16) & 0xFFu) + (x >> 24); }
+DEVICE uint bytesum_acc(uint x, uint c) { return c + (x & 0xFFu) + ((x >> 8) & 0xFFu) + ((x >> 16) & 0xFFu) + (x >> 24); }
 DEVICE float fma32(float a, float b, float c) { return metal::fma(a, b, c); }
 DEVICE float mul32(float a, float b) { return a * b; }
 DEVICE float add32(float a, float b) { return a + b; }

@@ -1,6 +1,9 @@
 //! Project tasks: `cargo xtask verify | render | tune | bench`.
 
+mod tune;
 mod verify;
+#[cfg(feature = "cuda")]
+mod bench;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -29,6 +32,21 @@ enum Cmd {
         /// Also write the report here.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Measure candidates per key and write tuning/<device-id>.toml.
+    Tune(tune::TuneArgs),
+    /// Tuned kernels vs dense bf16 cuBLAS and copy bandwidth on a CUDA device.
+    #[cfg(feature = "cuda")]
+    Bench {
+        /// Only cuda is benchmarked against cuBLAS.
+        #[arg(long, default_value = "cuda")]
+        backend: String,
+        /// Markdown report path.
+        #[arg(long, default_value = "tuning/reports/nvidia-h200-bench.md")]
+        out: PathBuf,
+        /// Tuning table to take the tuned variants from (default: embedded/env tables).
+        #[arg(long)]
+        table: Option<PathBuf>,
     },
 }
 
@@ -74,6 +92,35 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                 std::fs::write(&p, &text).map_err(|e| trellis::Error::file(&p, e))?;
             }
             Ok(ok)
+        }
+        Cmd::Tune(args) => {
+            let name = args.backend.clone().unwrap_or_else(|| trellis::backend::default_name().to_string());
+            match name.as_str() {
+                "cpu" => {
+                    let b = trellis::backend::CpuBackend::new()?;
+                    let desc = format!("{} threads", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+                    tune::run(&b, &args, desc)?;
+                }
+                #[cfg(feature = "cuda")]
+                "cuda" => {
+                    let b = trellis::backend::cuda::CudaBackend::new(0)?;
+                    let i = b.info().clone();
+                    let desc = format!("{}, sm_{}{}, {} SMs, {:.0} GiB", i.name, i.compute_capability.0, i.compute_capability.1, i.sm_count, i.memory_bytes as f64 / (1u64 << 30) as f64);
+                    tune::run(&b, &args, desc)?;
+                }
+                other => {
+                    return Err(trellis::Error::Unavailable { backend: other.into(), reason: "not a backend this build can tune here (cpu, cuda)".into() })
+                }
+            }
+            Ok(true)
+        }
+        #[cfg(feature = "cuda")]
+        Cmd::Bench { backend, out, table } => {
+            if backend != "cuda" {
+                return Err(trellis::Error::invalid("backend", backend, "bench compares against cuBLAS: cuda only"));
+            }
+            bench::run(&out, table.as_deref())?;
+            Ok(true)
         }
     }
 }

@@ -1,0 +1,732 @@
+//! The tuning-table selector, through the library API and through `trellis select`:
+//! exact key, nearest bucket, nearest device family, unknown device, and every kind of
+//! bad table (stale templates, unknown field, TOML syntax, unknown representation), which
+//! must become a warning and a default choice, never a panic or a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use trellis::kernels::{MStrategy, Representation, Tier, Variant};
+use trellis::tune::table::DeviceRecord;
+use trellis::tune::{
+    default_variant, Bucket, Entry, Family, Selector, Source, Table, TuneKey, VariantRecord,
+    TUNING_DIR_ENV,
+};
+use trellis::{Code, DType, Geometry};
+
+const BIN: &str = env!("CARGO_BIN_EXE_trellis");
+
+/// The tuned winner of the test tables (not the built-in default).
+fn winner() -> Variant {
+    Variant {
+        repr: Representation::SharedTable,
+        m_strategy: MStrategy::PerSample,
+        rows_per_group: 8,
+        x_shared: true,
+        tier: Tier::Exact,
+    }
+}
+
+fn device(id: &str, backend: &str, hash: &str) -> DeviceRecord {
+    DeviceRecord {
+        id: id.into(),
+        backend: backend.into(),
+        description: format!("test table for {id}"),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        template_hash: hash.into(),
+        date: "2025-01-01".into(),
+    }
+}
+
+/// A reduce entry: bf16, M=1, k=2, L=12, 1mad, exact, bucket `rows x cols`.
+fn entry(rows: u64, cols: u64, v: &Variant) -> Entry {
+    Entry {
+        family: "reduce".into(),
+        dtype: "bf16".into(),
+        m: 1,
+        k: 2,
+        ku: 2,
+        l: 12,
+        code: "1mad".into(),
+        tier: "exact".into(),
+        bucket: format!("{rows}x{cols}"),
+        shape: format!("{rows}x{cols}"),
+        winner: VariantRecord::of(v),
+        median_us: 10.0,
+        default_us: 12.0,
+        speedup: 1.2,
+        bandwidth_gbs: 1000.0,
+        noise: 0.01,
+        runner_up: Some(VariantRecord::of(&Variant::default())),
+        runner_up_us: Some(12.0),
+        rejected: Vec::new(),
+    }
+}
+
+/// A current table for `id` with one entry, bucket 4096x4096.
+fn table(id: &str, backend: &str) -> Table {
+    Table {
+        device: device(id, backend, &trellis::tune::template_hash()),
+        entries: vec![entry(4096, 4096, &winner())],
+    }
+}
+
+fn key(rows: usize, cols: usize) -> TuneKey {
+    let g = Geometry::new(rows, cols, 256, 2, 12, Code::OneMad).unwrap();
+    TuneKey::new(Family::Reduce, &g, None, DType::Bf16, 1, Tier::Exact)
+}
+
+/// A fresh directory holding `files` (name, text).
+fn dir_with(files: &[(&str, String)]) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(d.path().join(name), text).unwrap();
+    }
+    d
+}
+
+/// A selector over `dir` only (no embedded tables, no environment).
+fn selector_of(dir: &Path) -> Selector {
+    let mut s = Selector::empty();
+    s.add_dir(dir);
+    s
+}
+
+/// `text` with `line` inserted right after the `[device]` header.
+fn with_device_line(text: &str, line: &str) -> String {
+    assert!(
+        text.contains("[device]\n"),
+        "unexpected table layout:\n{text}"
+    );
+    text.replacen("[device]\n", &format!("[device]\n{line}\n"), 1)
+}
+
+// ---------------------------------------------------------------------------------------
+// Library API.
+
+#[test]
+fn table_round_trips_through_toml() {
+    let t = table("nvidia-h200", "cuda");
+    let text = t.to_toml();
+    assert_eq!(Table::parse(&text).unwrap(), t);
+    assert_eq!(t.entries[0].key().unwrap(), key(4096, 4096));
+    assert_eq!(Bucket::of(4096, 4096).to_string(), "4096x4096");
+}
+
+#[test]
+fn exact_key_comes_from_the_table() {
+    let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
+    let s = selector_of(d.path());
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let sel = s.select("cuda", "nvidia-h200", &key(4096, 4096));
+    assert_eq!(sel.variant, winner());
+    match &sel.source {
+        Source::Table { table, key: k } => {
+            assert!(table.ends_with("nvidia-h200.toml"), "{table}");
+            assert_eq!(k, &key(4096, 4096).to_string());
+        }
+        other => panic!("expected Source::Table, got {other:?}"),
+    }
+    assert!(
+        sel.source.to_string().starts_with("table "),
+        "{}",
+        sel.source
+    );
+}
+
+#[test]
+fn nearby_shape_takes_the_nearest_bucket() {
+    // 5120 x 3072 is bucket 4096x4096 too (log-space rounding), so use a farther shape.
+    assert_eq!(key(5120, 3072).bucket, key(4096, 4096).bucket);
+    let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
+    let s = selector_of(d.path());
+    let sel = s.select("cuda", "nvidia-h200", &key(8192, 2048));
+    assert_eq!(sel.variant, winner());
+    match &sel.source {
+        Source::Nearest { key: k, why, .. } => {
+            assert!(k.contains("4096x4096"), "{k}");
+            assert!(why.contains("nearest bucket"), "{why}");
+        }
+        other => panic!("expected Source::Nearest, got {other:?}"),
+    }
+}
+
+#[test]
+fn nearest_bucket_prefers_the_closest() {
+    let mut t = table("nvidia-h200", "cuda");
+    let other = Variant {
+        rows_per_group: 2,
+        ..winner()
+    };
+    t.entries.push(entry(1024, 1024, &other));
+    let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
+    let s = selector_of(d.path());
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert_eq!(
+        s.select("cuda", "nvidia-h200", &key(512, 1024)).variant,
+        other
+    );
+    assert_eq!(
+        s.select("cuda", "nvidia-h200", &key(8192, 8192)).variant,
+        winner()
+    );
+}
+
+#[test]
+fn another_key_is_not_a_nearest_bucket() {
+    // Same bucket, different M: the table has nothing for it.
+    let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
+    let s = selector_of(d.path());
+    let k = TuneKey {
+        m: 4,
+        ..key(4096, 4096)
+    };
+    let sel = s.select("cuda", "nvidia-h200", &k);
+    assert_eq!(sel.variant, default_variant(&k));
+    assert!(
+        matches!(sel.source, Source::Default { .. }),
+        "{:?}",
+        sel.source
+    );
+}
+
+#[test]
+fn family_member_takes_the_nearest_device() {
+    let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
+    let s = selector_of(d.path());
+    let sel = s.select("cuda", "nvidia-h100", &key(4096, 4096));
+    assert_eq!(sel.variant, winner());
+    match &sel.source {
+        Source::Nearest { why, .. } => {
+            assert!(
+                why.contains("nvidia-h200") && why.contains("nvidia-h100"),
+                "{why}"
+            )
+        }
+        other => panic!("expected Source::Nearest, got {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_device_gets_the_default() {
+    let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
+    let s = selector_of(d.path());
+    for (backend, dev) in [
+        ("cuda", "zz-unknown-gpu"),
+        ("metal", "nvidia-h200"),
+        ("cpu", "nvidia-h200"),
+    ] {
+        let sel = s.select(backend, dev, &key(4096, 4096));
+        assert_eq!(
+            sel.variant,
+            default_variant(&key(4096, 4096)),
+            "{backend} {dev}"
+        );
+        match &sel.source {
+            Source::Default { why } => assert!(why.contains(dev), "{why}"),
+            other => panic!("{backend} {dev}: expected Source::Default, got {other:?}"),
+        }
+    }
+    // And with no tables at all.
+    let sel = Selector::empty().select("cuda", "nvidia-h200", &key(4096, 4096));
+    assert!(matches!(sel.source, Source::Default { .. }));
+    // The default keeps the key's tier.
+    let fast = TuneKey {
+        tier: Tier::Fast,
+        ..key(4096, 4096)
+    };
+    assert_eq!(
+        Selector::empty().select("cpu", "x", &fast).variant.tier,
+        Tier::Fast
+    );
+}
+
+#[test]
+fn stale_template_hash_is_a_warning_and_the_default() {
+    let mut t = table("nvidia-h200", "cuda");
+    t.device.template_hash = "0123456789abcdef".into();
+    assert_ne!(t.device.template_hash, trellis::tune::template_hash());
+    let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
+    let s = selector_of(d.path());
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    let w = &s.warnings[0];
+    assert!(w.contains("nvidia-h200.toml"), "{w}");
+    assert!(
+        w.contains("0123456789abcdef") && w.contains(&trellis::tune::template_hash()),
+        "{w}"
+    );
+    assert!(w.contains("template"), "{w}");
+    let sel = s.select("cuda", "nvidia-h200", &key(4096, 4096));
+    assert_eq!(sel.variant, Variant::default());
+    assert!(
+        matches!(sel.source, Source::Default { .. }),
+        "{:?}",
+        sel.source
+    );
+}
+
+#[test]
+fn unknown_field_is_a_warning() {
+    let text = with_device_line(&table("nvidia-h200", "cuda").to_toml(), "colour = \"blue\"");
+    let d = dir_with(&[("nvidia-h200.toml", text)]);
+    let s = selector_of(d.path());
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert!(s.warnings[0].contains("colour"), "{}", s.warnings[0]);
+    assert!(matches!(
+        s.select("cuda", "nvidia-h200", &key(4096, 4096)).source,
+        Source::Default { .. }
+    ));
+    // An unknown field in an entry's winner, too.
+    let text = table("nvidia-h200", "cuda").to_toml().replacen(
+        "x_shared = true",
+        "x_shared = true\nunroll = 4",
+        1,
+    );
+    assert!(text.contains("unroll"), "{text}");
+    let s = selector_of(dir_with(&[("t.toml", text)]).path());
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert!(s.warnings[0].contains("unroll"), "{}", s.warnings[0]);
+}
+
+#[test]
+fn bad_toml_syntax_is_a_warning() {
+    let good = table("nvidia-h200", "cuda").to_toml();
+    let bad = format!("{}\n[[entry\nfamily = ", &good[..good.len() / 2]);
+    let d = dir_with(&[("nvidia-h200.toml", bad), ("empty.toml", String::new())]);
+    let s = selector_of(d.path());
+    // Both are ignored: the truncated one, and the empty one (no [device]).
+    assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+    assert!(
+        s.warnings.iter().any(|w| w.contains("nvidia-h200.toml")),
+        "{:?}",
+        s.warnings
+    );
+    assert!(
+        s.warnings.iter().any(|w| w.contains("empty.toml")),
+        "{:?}",
+        s.warnings
+    );
+    assert!(
+        s.warnings.iter().all(|w| w.contains("ignored")),
+        "{:?}",
+        s.warnings
+    );
+    assert!(matches!(
+        s.select("cuda", "nvidia-h200", &key(4096, 4096)).source,
+        Source::Default { .. }
+    ));
+    // Garbage bytes and text that is not a table at all.
+    let mut s = Selector::empty();
+    s.add_text("garbage", "\u{0}\u{1}\u{ff}");
+    s.add_text("list", "[1, 2, 3]");
+    s.add_text("wrong types", &good.replacen("m = 1", "m = \"one\"", 1));
+    assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
+}
+
+#[test]
+fn unknown_representation_is_a_warning() {
+    let mut t = table("nvidia-h200", "cuda");
+    t.entries[0].winner.repr = "texture_table".into();
+    let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
+    let s = selector_of(d.path());
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    let w = &s.warnings[0];
+    assert!(w.contains("texture_table") && w.contains("winner"), "{w}");
+    let sel = s.select("cuda", "nvidia-h200", &key(4096, 4096));
+    assert_eq!(sel.variant, Variant::default());
+    assert!(matches!(sel.source, Source::Default { .. }));
+}
+
+#[test]
+fn bad_keys_are_warnings() {
+    for (field, from, to) in [
+        ("family", "family = \"reduce\"", "family = \"attention\""),
+        ("bucket", "bucket = \"4096x4096\"", "bucket = \"4000x4096\""),
+        ("code", "code = \"1mad\"", "code = \"2mad\""),
+        (
+            "m_strategy",
+            "m_strategy = \"per_sample\"",
+            "m_strategy = \"sideways\"",
+        ),
+    ] {
+        let text = table("nvidia-h200", "cuda").to_toml();
+        assert!(text.contains(from), "{field}: {text}");
+        let mut s = Selector::empty();
+        s.add_text("t", &text.replacen(from, to, 1));
+        assert_eq!(s.warnings.len(), 1, "{field}: {:?}", s.warnings);
+        assert!(
+            matches!(
+                s.select("cuda", "nvidia-h200", &key(4096, 4096)).source,
+                Source::Default { .. }
+            ),
+            "{field}"
+        );
+    }
+}
+
+#[test]
+fn missing_directory_is_a_warning() {
+    let d = tempfile::tempdir().unwrap();
+    let s = selector_of(&d.path().join("does-not-exist"));
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    assert!(
+        s.warnings[0].contains("does-not-exist"),
+        "{}",
+        s.warnings[0]
+    );
+}
+
+#[test]
+fn good_and_bad_tables_side_by_side() {
+    let mut stale = table("nvidia-h100", "cuda");
+    stale.device.template_hash = "ffffffffffffffff".into();
+    let d = dir_with(&[
+        ("a-nvidia-h100.toml", stale.to_toml()),
+        ("b-nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml()),
+        ("c-broken.toml", "[device".into()),
+        ("notes.txt", "not a table".into()),
+    ]);
+    let s = selector_of(d.path());
+    assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+    assert!(matches!(
+        s.select("cuda", "nvidia-h200", &key(4096, 4096)).source,
+        Source::Table { .. }
+    ));
+    // The stale h100 table is gone, so h100 borrows the h200 one.
+    assert!(matches!(
+        s.select("cuda", "nvidia-h100", &key(4096, 4096)).source,
+        Source::Nearest { .. }
+    ));
+}
+
+#[test]
+fn later_table_for_a_device_wins() {
+    let mut newer = table("nvidia-h200", "cuda");
+    newer.entries[0].winner = VariantRecord::of(&Variant::default());
+    newer.entries[0].winner.rows_per_group = 16;
+    let d = dir_with(&[
+        ("a.toml", table("nvidia-h200", "cuda").to_toml()),
+        ("b.toml", newer.to_toml()),
+    ]);
+    let s = selector_of(d.path());
+    let sel = s.select("cuda", "nvidia-h200", &key(4096, 4096));
+    assert_eq!(sel.variant.rows_per_group, 16);
+    match sel.source {
+        Source::Table { table, .. } => assert!(table.ends_with("b.toml"), "{table}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Through the binary.
+
+/// `trellis args`, with no `$TRELLIS_TUNING_DIR` from the caller's environment.
+fn trellis(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove(TUNING_DIR_ENV)
+        .output()
+        .expect("run the trellis binary")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Run, require exit 0 and no panic; (stdout, stderr).
+fn ok(args: &[&str]) -> (String, String) {
+    let out = trellis(args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "trellis {args:?} failed ({}):\nstdout: {stdout}\nstderr: {stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (stdout, stderr)
+}
+
+/// Run, require exit 1 with exactly one `error:` line containing every needle.
+fn fails(args: &[&str], needles: &[&str]) {
+    let out = trellis(args);
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "trellis {args:?} should exit 1; stderr: {stderr}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "trellis {args:?}: stderr must be one line: {stderr:?}"
+    );
+    assert!(lines[0].starts_with("error: "), "{stderr:?}");
+    for n in needles {
+        assert!(
+            lines[0].contains(n),
+            "trellis {args:?}: {:?} does not mention {n:?}",
+            lines[0]
+        );
+    }
+}
+
+/// The value of the `name: ` line of `stdout`.
+fn line<'a>(stdout: &'a str, name: &str) -> &'a str {
+    let prefix = format!("{name}: ");
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no `{name}:` line in {stdout:?}"))
+}
+
+fn select_args<'a>(device: &'a str, tables: Option<&'a str>, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "select", "--device", device, "--family", "reduce", "--rows", "4096", "--cols", "4096",
+        "--k", "2", "--m", "1",
+    ];
+    if let Some(t) = tables {
+        v.extend(["--tables", t]);
+    }
+    v.extend_from_slice(extra);
+    v
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+#[test]
+fn cli_select_reads_tables() {
+    let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
+    let dir = path_str(d.path());
+    let want = format!("variant: {}", winner());
+
+    // Exact: --backend defaults to cuda for nvidia-*.
+    let (out, _) = ok(&select_args("nvidia-h200", Some(dir), &[]));
+    assert!(out.contains(&want), "{out}");
+    let source = line(&out, "source");
+    assert!(
+        source.starts_with("table ") && source.contains("nvidia-h200.toml"),
+        "{out}"
+    );
+    assert!(source.contains(&key(4096, 4096).to_string()), "{out}");
+    assert!(!source.contains('('), "exact, not nearest: {out}");
+
+    // Nearest bucket.
+    let mut args = select_args("nvidia-h200", Some(dir), &[]);
+    args[6] = "8192"; // --rows
+    args[8] = "2048"; // --cols
+    let (out, _) = ok(&args);
+    assert!(out.contains(&want), "{out}");
+    assert!(line(&out, "source").contains("nearest bucket"), "{out}");
+
+    // Nearest device (an id no checked-in table will have, so only ours is near).
+    let (out, _) = ok(&select_args("nvidia-h200-zz", Some(dir), &[]));
+    assert!(out.contains(&want), "{out}");
+    assert!(
+        line(&out, "source").contains("nearest device nvidia-h200 for nvidia-h200-zz"),
+        "{out}"
+    );
+
+    // Same device id on another backend's tables: the default.
+    let (out, _) = ok(&select_args(
+        "nvidia-h200",
+        Some(dir),
+        &["--backend", "cpu"],
+    ));
+    assert!(
+        line(&out, "source").starts_with("built-in default"),
+        "{out}"
+    );
+    assert_eq!(
+        line(&out, "variant"),
+        Variant::default().to_string(),
+        "{out}"
+    );
+}
+
+#[test]
+fn cli_select_corrupted_table_warns_and_defaults() {
+    let good = table("zztest-gpu1", "cuda").to_toml();
+    let cases = [
+        (
+            "truncated",
+            format!("{}\n[[entry\n", &good[..good.len() / 2]),
+        ),
+        (
+            "unknown field",
+            with_device_line(&good, "colour = \"blue\""),
+        ),
+        (
+            "stale",
+            good.replace(&trellis::tune::template_hash(), "0123456789abcdef"),
+        ),
+        (
+            "bad repr",
+            good.replacen("repr = \"shared_table\"", "repr = \"texture_table\"", 1),
+        ),
+    ];
+    for (what, text) in cases {
+        assert_ne!(text, good, "{what}");
+        let d = dir_with(&[("zztest-gpu1.toml", text)]);
+        let (out, err) = ok(&select_args(
+            "zztest-gpu1",
+            Some(path_str(d.path())),
+            &["--backend", "cuda"],
+        ));
+        let ours: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("zztest-gpu1.toml"))
+            .collect();
+        assert_eq!(ours.len(), 1, "{what}: {err}");
+        assert!(ours[0].starts_with("warning: "), "{what}: {err}");
+        assert!(
+            err.lines().all(|l| l.starts_with("warning: ")),
+            "{what}: {err}"
+        );
+        assert!(
+            line(&out, "source").starts_with("built-in default"),
+            "{what}: {out}"
+        );
+        assert_eq!(
+            line(&out, "variant"),
+            Variant::default().to_string(),
+            "{what}: {out}"
+        );
+    }
+}
+
+#[test]
+fn cli_select_unknown_device_is_the_default() {
+    let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
+    for tables in [None, Some(path_str(d.path()))] {
+        let (out, _) = ok(&select_args("zz-unknown-device", tables, &[]));
+        assert!(line(&out, "device").contains("(cpu)"), "{out}");
+        let source = line(&out, "source");
+        assert!(
+            source.starts_with("built-in default") && source.contains("zz-unknown-device"),
+            "{out}"
+        );
+        assert_eq!(
+            line(&out, "variant"),
+            "inline shared_decode rpg=4 x=global exact",
+            "{out}"
+        );
+    }
+    // Backend from the device id.
+    let (out, _) = ok(&select_args("applegpu-g15s", None, &["--tier", "fast"]));
+    assert!(line(&out, "device").contains("(metal)"), "{out}");
+    assert!(line(&out, "variant").ends_with(" fast"), "{out}");
+}
+
+#[test]
+fn cli_select_missing_tables_dir_warns() {
+    let d = tempfile::tempdir().unwrap();
+    let missing: PathBuf = d.path().join("nope");
+    let (out, err) = ok(&select_args("nvidia-h200", Some(path_str(&missing)), &[]));
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("warning: ") && l.contains("nope")),
+        "{err}"
+    );
+    assert!(!line(&out, "source").is_empty(), "{out}");
+}
+
+#[test]
+fn cli_select_gate_up_keys() {
+    let (out, _) = ok(&[
+        "select",
+        "--device",
+        "zz-x",
+        "--family",
+        "gate_up_mixed",
+        "--rows",
+        "4096",
+        "--cols",
+        "4096",
+        "--k",
+        "2",
+        "--ku",
+        "3",
+        "--m",
+        "2",
+        "--l",
+        "16",
+        "--code",
+        "3inst",
+        "--dtype",
+        "f16",
+    ]);
+    assert_eq!(
+        line(&out, "key"),
+        "gate_up f16 M=2 kg2ku3 L=16 3inst exact 4096x4096",
+        "{out}"
+    );
+}
+
+#[test]
+fn cli_select_rejects_bad_values() {
+    let base = |field: &str, value: &str| -> Vec<String> {
+        let mut v: Vec<String> = select_args("nvidia-h200", None, &[])
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if let Some(i) = v.iter().position(|a| a == field) {
+            v[i + 1] = value.to_string();
+        } else {
+            v.extend([field.to_string(), value.to_string()]);
+        }
+        v
+    };
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("--family", "attention", &["family", "attention"]),
+        ("--rows", "0", &["rows"]),
+        ("--rows", "-3", &["rows"]),
+        ("--cols", "300", &["cols", "300"]),
+        ("--k", "9", &["k", "9"]),
+        ("--k", "two", &["--k", "two"]),
+        ("--m", "0", &["m"]),
+        ("--l", "40", &["L", "40"]),
+        ("--t", "100", &["T", "100"]),
+        ("--code", "2mad", &["code", "2mad"]),
+        ("--dtype", "f64", &["dtype", "f64"]),
+        ("--tier", "turbo", &["tier", "turbo"]),
+        ("--backend", "vulkan", &["backend", "vulkan"]),
+        ("--ku", "3", &["ku", "3"]),
+        ("--device", "", &["device"]),
+    ];
+    for (flag, value, needles) in cases {
+        let args = base(flag, value);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails(&args, needles);
+    }
+    // ku out of range for gate_up names ku.
+    let mut args = base("--ku", "12");
+    let f = args.iter().position(|a| a == "--family").unwrap();
+    args[f + 1] = "gate_up".into();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fails(&args, &["ku", "12"]);
+    fails(&["select", "--device", "nvidia-h200"], &["--family"]);
+}
+
+#[test]
+fn cli_info_devices() {
+    let (out, _) = ok(&["info", "--devices"]);
+    let lines: Vec<&str> = out.lines().collect();
+    for name in trellis::backend::NAMES {
+        assert!(
+            lines.iter().any(|l| l.starts_with(&format!("{name}: "))),
+            "{name} missing: {out}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("reference: ") && !l.contains("unavailable")),
+        "{out}"
+    );
+    let default = line(&out, "default");
+    assert!(trellis::backend::NAMES.contains(&default), "{out}");
+    // Without a file or --devices: one error line.
+    fails(&["info"], &["FILE"]);
+}
