@@ -5,7 +5,7 @@ use crate::codes::Code;
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::kernel::{Dialect, KernelSpec, Launch, Rendered, TensorSpec};
-use crate::kernels::{Expand, GateUp, MStrategy, Proj, Reduce, Representation, Tail, Tier, Variant};
+use crate::kernels::{Expand, GateUp, MStrategy, Proj, Reduce, Representation, Tail, Tier, Variant, XStage};
 
 /// One specialization of any of this crate's kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -85,13 +85,13 @@ impl AnyKernel {
 /// Launch shapes and representations the tuner and verifier enumerate for a tier.
 pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     let mut out = Vec::new();
-    let rpgs: &[u32] = if quick { &[4] } else { &[2, 4, 8, 16] };
+    let rpgs: &[u32] = if quick { &[4] } else { &[4, 16] };
     let strategies: &[MStrategy] = if m == 1 { &[MStrategy::SharedDecode] } else { &[MStrategy::SharedDecode, MStrategy::PerSample] };
     for repr in Representation::ALL {
         for &m_strategy in strategies {
             for &rows_per_group in rpgs {
-                for x_shared in [false, true] {
-                    out.push(Variant { repr, m_strategy, rows_per_group, x_shared, tier });
+                for x_stage in XStage::ALL {
+                    out.push(Variant { repr, m_strategy, rows_per_group, x_stage, tier });
                 }
             }
         }
@@ -135,7 +135,7 @@ pub fn specializations(dialect: Dialect, quick: bool) -> Vec<AnyKernel> {
                     let g = GateUp { rows, cols, t, gate: gp, up, m, act, gate_scale: ScaleDType::F16, up_scale: ScaleDType::F16, tail, variant };
                     out.push(AnyKernel::GateUp(g));
                 }
-                if tier == Tier::Exact && variant.m_strategy == MStrategy::SharedDecode && !variant.x_shared {
+                if tier == Tier::Exact && variant.m_strategy == MStrategy::SharedDecode && variant.x_stage == XStage::Global {
                     out.push(AnyKernel::Expand(Expand { rows, cols, t, proj: gp, act, scale: ScaleDType::F16, variant }));
                 }
             }

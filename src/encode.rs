@@ -112,14 +112,14 @@ pub fn tail_biting_path(values: &[f32], k: u32, l: u32, targets: &[f32]) -> Resu
             "a block needs at least 2 weights",
         ));
     }
-    if let Some(i) = values.iter().position(|v| !(v.abs() <= MAX_MAGNITUDE)) {
+    if let Some(i) = values.iter().position(|v| !in_range(*v)) {
         return Err(Error::invalid(
             format!("values[{i}]"),
             values[i],
             "must be finite and at most 1e6 in magnitude",
         ));
     }
-    if let Some(i) = targets.iter().position(|v| !(v.abs() <= MAX_MAGNITUDE)) {
+    if let Some(i) = targets.iter().position(|v| !in_range(*v)) {
         return Err(Error::invalid(
             format!("targets[{i}]"),
             targets[i],
@@ -160,7 +160,7 @@ fn quantize_inner(
         ));
     }
     let values = g.code.table(g.l, opts.lut.as_deref())?;
-    if let Some(i) = values.iter().position(|v| !(v.abs() <= MAX_MAGNITUDE)) {
+    if let Some(i) = values.iter().position(|v| !in_range(*v)) {
         return Err(Error::invalid(
             format!("lut[{i}]"),
             values[i],
@@ -457,6 +457,11 @@ fn encode_block(values: &[f32], k: u32, l: u32, states: &mut [u32], s: &mut Scra
 /// Bound on code values and Viterbi targets: path costs stay far below [`EXCLUDED`].
 /// (`quantize` scales its targets to the table's rms, so weights need no bound.)
 const MAX_MAGNITUDE: f32 = 1e6;
+
+/// Finite and at most [`MAX_MAGNITUDE`] in magnitude.
+fn in_range(v: f32) -> bool {
+    v.is_finite() && v.abs() <= MAX_MAGNITUDE
+}
 
 /// A finite stand-in for an infinite cost (an excluded start state), so that the bit
 /// tricks of [`step`] never meet an infinity or a NaN.

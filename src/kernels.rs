@@ -149,6 +149,39 @@ parse_by_name!(
     "m_strategy",
     [MStrategy::PerSample, MStrategy::SharedDecode]
 );
+parse_by_name!(XStage, "x_stage", [XStage::Global, XStage::SharedF32, XStage::SharedAct]);
+
+/// Where the activations are read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum XStage {
+    /// Straight from global memory, converted per use.
+    Global,
+    /// Staged once per group into threadgroup memory as f32.
+    SharedF32,
+    /// Staged once per group in the activation dtype (half the bytes for 16-bit dtypes).
+    SharedAct,
+}
+
+impl XStage {
+    /// Every staging.
+    pub const ALL: [XStage; 3] = [XStage::Global, XStage::SharedF32, XStage::SharedAct];
+    /// Name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            XStage::Global => "global",
+            XStage::SharedF32 => "shared_f32",
+            XStage::SharedAct => "shared_act",
+        }
+    }
+    /// For templates.
+    pub fn is_shared(&self) -> bool {
+        *self != XStage::Global
+    }
+    /// For templates: staged copy stays in the activation dtype.
+    pub fn is_act(&self) -> bool {
+        *self == XStage::SharedAct
+    }
+}
 
 /// The tunable part of a specialization: same output bits (within a tier), different speed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -157,8 +190,8 @@ pub struct Variant {
     pub m_strategy: MStrategy,
     /// Rows (simdgroups) per threadgroup; rows per task on the CPU.
     pub rows_per_group: u32,
-    /// Stage x as f32 in threadgroup memory once per group.
-    pub x_shared: bool,
+    /// Where x is read from.
+    pub x_stage: XStage,
     pub tier: Tier,
 }
 
@@ -169,7 +202,7 @@ impl Default for Variant {
             repr: Representation::Inline,
             m_strategy: MStrategy::SharedDecode,
             rows_per_group: 4,
-            x_shared: false,
+            x_stage: XStage::Global,
             tier: Tier::Exact,
         }
     }
@@ -180,11 +213,7 @@ impl fmt::Display for Variant {
         write!(
             f,
             "{} {} rpg={} x={} {}",
-            self.repr,
-            self.m_strategy,
-            self.rows_per_group,
-            if self.x_shared { "shared" } else { "global" },
-            self.tier
+            self.repr, self.m_strategy, self.rows_per_group, self.x_stage, self.tier
         )
     }
 }
@@ -268,6 +297,40 @@ fn check_common(
     Ok(())
 }
 
+/// Elements per staged 32-weight run of x: one 4-byte word of padding per run, so the
+/// 32 lanes (each on its own run) read 32 different banks.
+fn x_run_stride(v: &Variant, act: DType) -> usize {
+    if v.x_stage.is_act() && act.size() == 2 {
+        34
+    } else {
+        33
+    }
+}
+
+fn x_elem_size(v: &Variant, act: DType) -> usize {
+    if v.x_stage.is_act() {
+        act.size()
+    } else {
+        4
+    }
+}
+
+fn x_stage_bytes(v: &Variant, act: DType, mb: usize, cols: usize) -> usize {
+    if v.x_stage.is_shared() {
+        mb * (cols / 32) * x_run_stride(v, act) * x_elem_size(v, act)
+    } else {
+        0
+    }
+}
+
+fn xs_c(v: &Variant, act: DType, d: &Dialect) -> &'static str {
+    if v.x_stage.is_act() {
+        Elem::from(act).c_type(*d)
+    } else {
+        "float"
+    }
+}
+
 fn grid(rows: usize, m: u32, v: &Variant) -> Grid {
     let slices = match v.m_strategy {
         MStrategy::PerSample => m,
@@ -325,11 +388,13 @@ impl Reduce {
             0
         };
         table
-            + if self.variant.x_shared {
-                4 * self.mb() * self.cols
-            } else {
-                0
-            }
+            + x_stage_bytes(&self.variant, self.act, self.mb(), self.cols)
+    }
+    fn x_run_stride(&self) -> usize {
+        x_run_stride(&self.variant, self.act)
+    }
+    fn xs_c(&self, d: &Dialect) -> &'static str {
+        xs_c(&self.variant, self.act, d)
     }
     fn table_len(&self) -> usize {
         1 << self.proj.l
@@ -409,11 +474,13 @@ impl GateUp {
             0
         };
         tables
-            + if self.variant.x_shared {
-                4 * self.mb() * self.cols
-            } else {
-                0
-            }
+            + x_stage_bytes(&self.variant, self.act, self.mb(), self.cols)
+    }
+    fn x_run_stride(&self) -> usize {
+        x_run_stride(&self.variant, self.act)
+    }
+    fn xs_c(&self, d: &Dialect) -> &'static str {
+        xs_c(&self.variant, self.act, d)
     }
     fn gate_table_len(&self) -> usize {
         1 << self.gate.l

@@ -1,7 +1,7 @@
 //! The CPU backend runs the generated kernels and matches the reference bit for bit.
 
 use trellis::backend::CpuBackend;
-use trellis::kernels::{MStrategy, Representation, Tail, Tier, Variant};
+use trellis::kernels::{MStrategy, Representation, Tail, Tier, Variant, XStage};
 use trellis::{ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
 fn xorshift(seed: u64) -> impl FnMut() -> u64 {
@@ -105,7 +105,7 @@ fn reduce_matches_reference_bit_for_bit() {
             repr,
             m_strategy: ms,
             rows_per_group: 4,
-            x_shared: false,
+            x_stage: XStage::Global,
             tier: Tier::Exact,
         };
         let got = ops::matvec(&b, &w, &x, variant).unwrap();
@@ -125,7 +125,7 @@ fn gate_up_matches_reference_bit_for_bit() {
     for dtype in DType::ALL {
         let x = random_x(dtype, 3, 512, 3);
         let variant = Variant {
-            x_shared: true,
+            x_stage: XStage::SharedAct,
             ..Variant::default()
         };
         let got = ops::gate_up(&b, &gate, &up, &x, Tail::Exact, variant).unwrap();

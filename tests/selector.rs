@@ -21,7 +21,7 @@ fn winner() -> Variant {
         repr: Representation::SharedTable,
         m_strategy: MStrategy::PerSample,
         rows_per_group: 8,
-        x_shared: true,
+        x_stage: trellis::kernels::XStage::SharedF32,
         tier: Tier::Exact,
     }
 }
@@ -277,8 +277,8 @@ fn unknown_field_is_a_warning() {
     ));
     // An unknown field in an entry's winner, too.
     let text = table("nvidia-h200", "cuda").to_toml().replacen(
-        "x_shared = true",
-        "x_shared = true\nunroll = 4",
+        "x_stage = \"shared_f32\"",
+        "x_stage = \"shared_f32\"\nunroll = 4",
         1,
     );
     assert!(text.contains("unroll"), "{text}");

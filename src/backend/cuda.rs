@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::kernel::{fnv1a, Backend, DeviceTensor, Dialect, Elem, Launch, Rendered, TensorSpec};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use cudarc::nvrtc::{CompileOptions, Ptx};
+use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -130,17 +130,21 @@ impl CudaBackend {
     }
 
 
-    fn options(&self) -> CompileOptions {
-        CompileOptions {
-            ftz: Some(false),
-            prec_div: Some(true),
-            prec_sqrt: Some(true),
-            fmad: Some(false),
-            use_fast_math: Some(false),
-            arch: Some(self.arch),
-            options: vec!["--std=c++17".into()],
-            ..Default::default()
-        }
+    /// NVRTC flags: the device's own architecture (so NVRTC emits SASS, compiled in
+    /// parallel, instead of PTX that the driver would JIT one by one at load), and no
+    /// contraction, flush-to-zero or approximate division (SPEC 5).
+    fn options(&self) -> Vec<String> {
+        [
+            "--ftz=false",
+            "--prec-div=true",
+            "--prec-sqrt=true",
+            "--fmad=false",
+            "--std=c++17",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("--gpu-architecture={}", self.arch)])
+        .collect()
     }
 
     /// The full NVRTC source of a kernel: shim, shared functions, header, entry.
@@ -161,27 +165,23 @@ impl CudaBackend {
         )
     }
 
-    fn ptx(&self, symbol: &str, src: &str) -> Result<String> {
+    fn cubin(&self, symbol: &str, src: &str) -> Result<Vec<u8>> {
         let opts = self.options();
-        let key = fnv1a(format!("{:?}|{src}", opts).as_bytes());
-        let path = self.cache_dir.join(format!("{symbol}-{key:016x}.ptx"));
-        if let Ok(ptx) = std::fs::read_to_string(&path) {
-            return Ok(ptx);
+        let key = fnv1a(format!("{opts:?}|{src}").as_bytes());
+        let path = self.cache_dir.join(format!("{symbol}-{key:016x}.cubin"));
+        if let Ok(bin) = std::fs::read(&path) {
+            return Ok(bin);
         }
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| Error::Compile {
+        let bin = nvrtc_cubin(src, &opts).map_err(|log| Error::Compile {
             kernel: symbol.into(),
             backend: format!("cuda ({})", self.arch),
-            log: match e {
-                cudarc::nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
-                other => format!("{other:?}"),
-            },
+            log,
         })?;
-        let text = ptx.to_src();
         let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-        if std::fs::write(&tmp, &text).is_ok() {
+        if std::fs::write(&tmp, &bin).is_ok() {
             let _ = std::fs::rename(&tmp, &path);
         }
-        Ok(text)
+        Ok(bin)
     }
 
     fn function(&self, launch: &Launch<'_>) -> Result<CudaFunction> {
@@ -190,15 +190,15 @@ impl CudaBackend {
         }
         let rendered = (launch.render)(Dialect::Cuda)?;
         let src = Self::source(&launch.symbol, &rendered, &launch.inputs, &launch.outputs);
-        let ptx = self.ptx(&launch.symbol, &src)?;
-        self.load(&launch.symbol, ptx)
+        let bin = self.cubin(&launch.symbol, &src)?;
+        self.load(&launch.symbol, bin)
     }
 
-    fn load(&self, symbol: &str, ptx: String) -> Result<CudaFunction> {
-        let module = self.ctx.load_module(Ptx::from_src(ptx)).map_err(|e| Error::Compile {
+    fn load(&self, symbol: &str, cubin: Vec<u8>) -> Result<CudaFunction> {
+        let module = self.ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| Error::Compile {
             kernel: symbol.into(),
             backend: "cuda".into(),
-            log: format!("loading PTX: {e:?}"),
+            log: format!("loading the module: {e:?}"),
         })?;
         let f = module.load_function(symbol).map_err(driver_err)?;
         self.kernels.lock().expect("kernel cache lock").insert(symbol.to_string(), f.clone());
@@ -328,12 +328,43 @@ impl Backend for CudaBackend {
         }
         // NVRTC is thread-safe; compile in parallel, load on this thread. A failure is
         // left for the launch to report, so one bad specialization does not hide the rest.
-        let ptxs: Vec<(String, Result<String>)> = todo.par_iter().map(|(s, src)| (s.clone(), self.ptx(s, src))).collect();
-        for (symbol, ptx) in ptxs {
-            if let Ok(ptx) = ptx {
-                let _ = self.load(&symbol, ptx);
+        let bins: Vec<(String, Result<Vec<u8>>)> = todo.par_iter().map(|(s, src)| (s.clone(), self.cubin(s, src))).collect();
+        for (symbol, bin) in bins {
+            if let Ok(bin) = bin {
+                let _ = self.load(&symbol, bin);
             }
         }
         Ok(())
+    }
+}
+
+/// Compile `src` with NVRTC straight to a CUBIN; `Err` holds the compiler log.
+fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<Vec<u8>, String> {
+    use cudarc::nvrtc::{result, sys};
+    let csrc = std::ffi::CString::new(src).map_err(|e| e.to_string())?;
+    let prog = result::create_program(&csrc, None).map_err(|e| format!("{e:?}"))?;
+    // SAFETY: `prog` was just created and is destroyed exactly once below; the buffers
+    // passed to NVRTC are sized by NVRTC's own size queries.
+    unsafe {
+        let out = match result::compile_program(prog, options) {
+            Err(e) => {
+                let log = result::get_program_log(prog)
+                    .map(|l| std::ffi::CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Err(format!("{e:?}\n{log}"))
+            }
+            Ok(()) => {
+                let mut size = 0usize;
+                sys::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| format!("{e:?}")).and_then(|_| {
+                    let mut bin = vec![0u8; size];
+                    sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr() as *mut std::ffi::c_char)
+                        .result()
+                        .map(|_| bin)
+                        .map_err(|e| format!("{e:?}"))
+                })
+            }
+        };
+        let _ = result::destroy_program(prog);
+        out
     }
 }

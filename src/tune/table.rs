@@ -3,7 +3,7 @@
 
 use super::{Bucket, Family, TuneKey};
 use crate::error::{Error, Result};
-use crate::kernels::{MStrategy, Representation, Tier, Variant};
+use crate::kernels::{MStrategy, Representation, Tier, Variant, XStage};
 use serde::{Deserialize, Serialize};
 
 /// Who measured, where, with what.
@@ -31,7 +31,7 @@ pub struct VariantRecord {
     pub repr: String,
     pub m_strategy: String,
     pub rows_per_group: u32,
-    pub x_shared: bool,
+    pub x_stage: String,
 }
 
 impl VariantRecord {
@@ -41,7 +41,7 @@ impl VariantRecord {
             repr: v.repr.name().into(),
             m_strategy: v.m_strategy.name().into(),
             rows_per_group: v.rows_per_group,
-            x_shared: v.x_shared,
+            x_stage: v.x_stage.name().into(),
         }
     }
     /// Parse back (validated when the table is parsed).
@@ -50,7 +50,7 @@ impl VariantRecord {
             repr: self.repr.parse::<Representation>()?,
             m_strategy: self.m_strategy.parse::<MStrategy>()?,
             rows_per_group: self.rows_per_group,
-            x_shared: self.x_shared,
+            x_stage: self.x_stage.parse::<XStage>()?,
             tier,
         })
     }

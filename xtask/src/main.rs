@@ -1,5 +1,6 @@
 //! Project tasks: `cargo xtask verify | render | tune | bench`.
 
+mod render;
 mod tune;
 mod verify;
 #[cfg(feature = "cuda")]
@@ -32,6 +33,14 @@ enum Cmd {
         /// Also write the report here.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Write every specialization's Metal, CUDA and C++ source.
+    Render {
+        #[arg(long, default_value = "target/rendered")]
+        out: PathBuf,
+        /// The smaller catalog.
+        #[arg(long)]
+        quick: bool,
     },
     /// Measure candidates per key and write tuning/<device-id>.toml.
     Tune(tune::TuneArgs),
@@ -92,6 +101,11 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                 std::fs::write(&p, &text).map_err(|e| trellis::Error::file(&p, e))?;
             }
             Ok(ok)
+        }
+        Cmd::Render { out, quick } => {
+            let n = render::render(&out, quick)?;
+            println!("wrote {n} files under {}", out.display());
+            Ok(true)
         }
         Cmd::Tune(args) => {
             let name = args.backend.clone().unwrap_or_else(|| trellis::backend::default_name().to_string());

@@ -152,7 +152,7 @@ pub fn summary(t: &Table) -> String {
             w.repr,
             w.m_strategy,
             w.rows_per_group,
-            if w.x_shared { "shared" } else { "global" },
+            w.x_stage,
             e.median_us,
             e.default_us,
             e.speedup,
