@@ -320,6 +320,21 @@ pub fn prelude(dialect: Dialect) -> String {
     format!("{shim}\n{common}\n")
 }
 
+/// Finish a rendered body for its dialect. Metal: MLX declares a thread attribute only
+/// when its name appears in the body, so the body starts by binding the ones the dialect
+/// shim's vocabulary (`GROUP_X`, `LANE_ID`, ...) reads. Other dialects bind them in
+/// their entry points.
+pub fn bind_body(dialect: Dialect, body: String) -> String {
+    match dialect {
+        Dialect::Metal => format!(
+            "  const uint group_x_ = threadgroup_position_in_grid.x, group_y_ = threadgroup_position_in_grid.y;\n  \
+             const uint thread_in_group_ = thread_position_in_threadgroup.x, group_threads_ = threads_per_threadgroup.x;\n  \
+             const uint simdgroup_id_ = simdgroup_index_in_threadgroup, lane_id_ = thread_index_in_simdgroup;\n{body}"
+        ),
+        _ => body,
+    }
+}
+
 #[derive(askama::Template)]
 #[template(path = "common.h", escape = "none")]
 struct CommonHeader {

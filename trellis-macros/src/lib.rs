@@ -207,7 +207,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
                 Ok(::trellis::kernel::Rendered {
                     dialect,
                     header: #header_ty { spec: self, dialect }.render().map_err(fail)?,
-                    body: #body_ty { spec: self, dialect }.render().map_err(fail)?,
+                    body: ::trellis::kernel::bind_body(dialect, #body_ty { spec: self, dialect }.render().map_err(fail)?),
                 })
             }
         }
