@@ -8,12 +8,22 @@ fn main() {
     let out = std::env::var("OUT_DIR").unwrap();
     let root = std::env::var("CARGO_MANIFEST_DIR").unwrap();
     let mut tables: Vec<_> = std::fs::read_dir(Path::new(&root).join("tuning"))
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+                .collect()
+        })
         .unwrap_or_default();
     tables.sort();
     let mut s = String::from("&[\n");
     for p in &tables {
-        writeln!(s, "    ({:?}, include_str!({:?})),", p.file_name().unwrap().to_string_lossy(), p.display().to_string()).unwrap();
+        writeln!(
+            s,
+            "    ({:?}, include_str!({:?})),",
+            p.file_name().unwrap().to_string_lossy(),
+            p.display().to_string()
+        )
+        .unwrap();
     }
     s.push(']');
     std::fs::write(Path::new(&out).join("embedded_tables.rs"), s).unwrap();

@@ -21,21 +21,50 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements((g.rows * g.cols) as u64));
     for m in [1usize, 4] {
         let x = random_activations(DType::Bf16, m, g.cols, 3);
-        let tuned = select_for(&b, Family::Reduce, &g, None, &x).unwrap().variant;
+        let tuned = select_for(&b, Family::Reduce, &g, None, &x)
+            .unwrap()
+            .variant;
         let dw = DeviceMatrix::upload(&b, &w).unwrap();
         let du = DeviceMatrix::upload(&b, &u).unwrap();
         let dx = ops::upload_activations(&b, &x).unwrap();
-        group.bench_function(format!("reference/reduce/m{m}"), |bn| bn.iter(|| reference::reduce(black_box(&w), &x).unwrap()));
+        group.bench_function(format!("reference/reduce/m{m}"), |bn| {
+            bn.iter(|| reference::reduce(black_box(&w), &x).unwrap())
+        });
         for (name, v) in [("tuned", tuned), ("default", Variant::default())] {
             let spec = ops::reduce_spec(&g, w.scale_dtype, DType::Bf16, m as u32, v);
             group.bench_function(format!("kernel-{name}/reduce/m{m}"), |bn| {
-                bn.iter(|| spec.launch(&b, &dx, &dw.codes, &dw.scales, dw.table(v.repr)).unwrap())
+                bn.iter(|| {
+                    spec.launch(&b, &dx, &dw.codes, &dw.scales, dw.table(v.repr))
+                        .unwrap()
+                })
             });
         }
-        let gv = select_for(&b, Family::GateUp, &g, Some(&g), &x).unwrap().variant;
-        let spec = ops::gate_up_spec(&g, &g, (w.scale_dtype, u.scale_dtype), DType::Bf16, m as u32, Tail::Exact, gv);
+        let gv = select_for(&b, Family::GateUp, &g, Some(&g), &x)
+            .unwrap()
+            .variant;
+        let spec = ops::gate_up_spec(
+            &g,
+            &g,
+            (w.scale_dtype, u.scale_dtype),
+            DType::Bf16,
+            m as u32,
+            Tail::Exact,
+            gv,
+        );
         group.bench_function(format!("kernel-tuned/gate_up/m{m}"), |bn| {
-            bn.iter(|| spec.launch(&b, &dx, &dw.codes, &dw.scales, dw.table(gv.repr), &du.codes, &du.scales, du.table(gv.repr)).unwrap())
+            bn.iter(|| {
+                spec.launch(
+                    &b,
+                    &dx,
+                    &dw.codes,
+                    &dw.scales,
+                    dw.table(gv.repr),
+                    &du.codes,
+                    &du.scales,
+                    du.table(gv.repr),
+                )
+                .unwrap()
+            })
         });
     }
     group.finish();

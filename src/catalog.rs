@@ -5,7 +5,9 @@ use crate::codes::Code;
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::kernel::{Dialect, KernelSpec, Launch, Rendered, TensorSpec};
-use crate::kernels::{Expand, GateUp, MStrategy, Proj, Reduce, Representation, Tail, Tier, Variant, XStage};
+use crate::kernels::{
+    Expand, GateUp, MStrategy, Proj, Reduce, Representation, Tail, Tier, Variant, XStage,
+};
 
 /// One specialization of any of this crate's kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -73,7 +75,10 @@ impl AnyKernel {
         }
     }
     /// A launch request (for `Backend::precompile`).
-    pub fn launch_request<'r>(&self, render: &'r dyn Fn(Dialect) -> Result<Rendered>) -> Launch<'r> {
+    pub fn launch_request<'r>(
+        &self,
+        render: &'r dyn Fn(Dialect) -> Result<Rendered>,
+    ) -> Launch<'r> {
         match self {
             AnyKernel::Reduce(k) => k.launch_request(render),
             AnyKernel::GateUp(k) => k.launch_request(render),
@@ -86,12 +91,22 @@ impl AnyKernel {
 pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     let mut out = Vec::new();
     let rpgs: &[u32] = if quick { &[4] } else { &[4, 16] };
-    let strategies: &[MStrategy] = if m == 1 { &[MStrategy::SharedDecode] } else { &[MStrategy::SharedDecode, MStrategy::PerSample] };
+    let strategies: &[MStrategy] = if m == 1 {
+        &[MStrategy::SharedDecode]
+    } else {
+        &[MStrategy::SharedDecode, MStrategy::PerSample]
+    };
     for repr in Representation::ALL {
         for &m_strategy in strategies {
             for &rows_per_group in rpgs {
                 for x_stage in XStage::ALL {
-                    out.push(Variant { repr, m_strategy, rows_per_group, x_stage, tier });
+                    out.push(Variant {
+                        repr,
+                        m_strategy,
+                        rows_per_group,
+                        x_stage,
+                        tier,
+                    });
                 }
             }
         }
@@ -99,24 +114,137 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     out
 }
 
+/// One verify case: a gate (or the only) matrix, an up matrix, their shared shape, the
+/// activation dtype and M.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Case {
+    pub gate: Proj,
+    pub up: Proj,
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub act: DType,
+    pub m: u32,
+}
+
+impl Case {
+    /// Whether a specialization belongs to this case.
+    pub fn covers(&self, k: &AnyKernel) -> bool {
+        let c = self;
+        match k {
+            AnyKernel::Reduce(r) => {
+                (r.proj, r.rows, r.cols, r.t, r.act, r.m)
+                    == (c.gate, c.rows, c.cols, c.t, c.act, c.m)
+            }
+            AnyKernel::GateUp(g) => {
+                (g.gate, g.up, g.rows, g.cols, g.t, g.act, g.m)
+                    == (c.gate, c.up, c.rows, c.cols, c.t, c.act, c.m)
+            }
+            AnyKernel::Expand(e) => {
+                (e.proj, e.rows, e.cols, e.t, e.act) == (c.gate, c.rows, c.cols, c.t, c.act)
+            }
+        }
+    }
+}
+
 /// The matrices `xtask verify` and `xtask render` cover: every code, k 1..8 spread over
-/// L 9..16, T 32..256, odd row counts, all three dtypes, M up to 8.
-pub fn verify_cases(quick: bool) -> Vec<(Proj, Proj, usize, usize, usize, DType, u32)> {
-    // (gate/main proj, up proj, rows, cols, T, dtype, M)
+/// L 8..16, T 32..256, odd row counts, all three dtypes, M up to 8.
+pub fn verify_cases(quick: bool) -> Vec<Case> {
     let p = |k, l, code| Proj { k, l, code };
+    let case = |gate, up, rows, cols, t, act, m| Case {
+        gate,
+        up,
+        rows,
+        cols,
+        t,
+        act,
+        m,
+    };
     let mut cases = vec![
-        (p(3, 12, Code::OneMad), p(3, 12, Code::OneMad), 37, 512, 256, DType::Bf16, 1),
-        (p(2, 12, Code::OneMad), p(4, 12, Code::OneMad), 19, 256, 128, DType::Bf16, 4),
-        (p(4, 16, Code::ThreeInst), p(3, 16, Code::ThreeInst), 33, 256, 64, DType::F16, 2),
-        (p(1, 8, Code::Mcg), p(2, 9, Code::Mcg), 7, 96, 32, DType::F32, 3),
-        (p(5, 13, Code::Mul1), p(5, 13, Code::Mul1), 21, 320, 160, DType::Bf16, 8),
-        (p(8, 12, Code::Lut), p(6, 11, Code::OneMad), 9, 512, 256, DType::Bf16, 8),
+        case(
+            p(3, 12, Code::OneMad),
+            p(3, 12, Code::OneMad),
+            37,
+            512,
+            256,
+            DType::Bf16,
+            1,
+        ),
+        case(
+            p(2, 12, Code::OneMad),
+            p(4, 12, Code::OneMad),
+            19,
+            256,
+            128,
+            DType::Bf16,
+            4,
+        ),
+        case(
+            p(4, 16, Code::ThreeInst),
+            p(3, 16, Code::ThreeInst),
+            33,
+            256,
+            64,
+            DType::F16,
+            2,
+        ),
+        case(
+            p(1, 8, Code::Mcg),
+            p(2, 9, Code::Mcg),
+            7,
+            96,
+            32,
+            DType::F32,
+            3,
+        ),
+        case(
+            p(5, 13, Code::Mul1),
+            p(5, 13, Code::Mul1),
+            21,
+            320,
+            160,
+            DType::Bf16,
+            8,
+        ),
+        case(
+            p(8, 12, Code::Lut),
+            p(6, 11, Code::OneMad),
+            9,
+            512,
+            256,
+            DType::Bf16,
+            8,
+        ),
     ];
     if !quick {
         cases.extend([
-            (p(7, 16, Code::OneMad), p(7, 16, Code::OneMad), 11, 256, 256, DType::F16, 5),
-            (p(6, 10, Code::Mul1), p(2, 10, Code::ThreeInst), 65, 384, 128, DType::F32, 8),
-            (p(2, 14, Code::Mcg), p(4, 14, Code::Mcg), 130, 1024, 256, DType::Bf16, 1),
+            case(
+                p(7, 16, Code::OneMad),
+                p(7, 16, Code::OneMad),
+                11,
+                256,
+                256,
+                DType::F16,
+                5,
+            ),
+            case(
+                p(6, 10, Code::Mul1),
+                p(2, 10, Code::ThreeInst),
+                65,
+                384,
+                128,
+                DType::F32,
+                8,
+            ),
+            case(
+                p(2, 14, Code::Mcg),
+                p(4, 14, Code::Mcg),
+                130,
+                1024,
+                256,
+                DType::Bf16,
+                1,
+            ),
         ]);
     }
     cases
@@ -125,18 +253,63 @@ pub fn verify_cases(quick: bool) -> Vec<(Proj, Proj, usize, usize, usize, DType,
 /// Every specialization of the verify/render catalog for a dialect.
 pub fn specializations(dialect: Dialect, quick: bool) -> Vec<AnyKernel> {
     let mut out = Vec::new();
-    let tails: &[Tail] = if dialect == Dialect::Cpu { &[Tail::Exact] } else { &[Tail::Exact, Tail::Native] };
-    for (gp, up, rows, cols, t, act, m) in verify_cases(quick) {
+    let tails: &[Tail] = if dialect == Dialect::Cpu {
+        &[Tail::Exact]
+    } else {
+        &[Tail::Exact, Tail::Native]
+    };
+    for Case {
+        gate: gp,
+        up,
+        rows,
+        cols,
+        t,
+        act,
+        m,
+    } in verify_cases(quick)
+    {
         for tier in [Tier::Exact, Tier::Fast] {
             for variant in variants(tier, m, quick) {
-                let reduce = Reduce { rows, cols, t, proj: gp, m, act, scale: ScaleDType::F16, variant };
+                let reduce = Reduce {
+                    rows,
+                    cols,
+                    t,
+                    proj: gp,
+                    m,
+                    act,
+                    scale: ScaleDType::F16,
+                    variant,
+                };
                 out.push(AnyKernel::Reduce(reduce));
                 for &tail in tails {
-                    let g = GateUp { rows, cols, t, gate: gp, up, m, act, gate_scale: ScaleDType::F16, up_scale: ScaleDType::F16, tail, variant };
+                    let g = GateUp {
+                        rows,
+                        cols,
+                        t,
+                        gate: gp,
+                        up,
+                        m,
+                        act,
+                        gate_scale: ScaleDType::F16,
+                        up_scale: ScaleDType::F16,
+                        tail,
+                        variant,
+                    };
                     out.push(AnyKernel::GateUp(g));
                 }
-                if tier == Tier::Exact && variant.m_strategy == MStrategy::SharedDecode && variant.x_stage == XStage::Global {
-                    out.push(AnyKernel::Expand(Expand { rows, cols, t, proj: gp, act, scale: ScaleDType::F16, variant }));
+                if tier == Tier::Exact
+                    && variant.m_strategy == MStrategy::SharedDecode
+                    && variant.x_stage == XStage::Global
+                {
+                    out.push(AnyKernel::Expand(Expand {
+                        rows,
+                        cols,
+                        t,
+                        proj: gp,
+                        act,
+                        scale: ScaleDType::F16,
+                        variant,
+                    }));
                 }
             }
         }

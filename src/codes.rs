@@ -120,6 +120,7 @@ pub const MAD_ADD: u32 = 76625530;
 /// `1mad`: the byte sum is centred on 510 ...
 pub const MAD_CENTER: i32 = 510;
 /// ... and divided by this (exactly representable) f32.
+#[allow(clippy::excessive_precision)]
 pub const MAD_DIVISOR: f32 = 147.800537109375;
 /// `3inst`: `x = s * INST_MUL + INST_ADD`.
 pub const INST_MUL: u32 = 89226354;

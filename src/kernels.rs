@@ -149,7 +149,11 @@ parse_by_name!(
     "m_strategy",
     [MStrategy::PerSample, MStrategy::SharedDecode]
 );
-parse_by_name!(XStage, "x_stage", [XStage::Global, XStage::SharedF32, XStage::SharedAct]);
+parse_by_name!(
+    XStage,
+    "x_stage",
+    [XStage::Global, XStage::SharedF32, XStage::SharedAct]
+);
 
 /// Where the activations are read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -387,8 +391,7 @@ impl Reduce {
         } else {
             0
         };
-        table
-            + x_stage_bytes(&self.variant, self.act, self.mb(), self.cols)
+        table + x_stage_bytes(&self.variant, self.act, self.mb(), self.cols)
     }
     fn x_run_stride(&self) -> usize {
         x_run_stride(&self.variant, self.act)
@@ -473,8 +476,7 @@ impl GateUp {
         } else {
             0
         };
-        tables
-            + x_stage_bytes(&self.variant, self.act, self.mb(), self.cols)
+        tables + x_stage_bytes(&self.variant, self.act, self.mb(), self.cols)
     }
     fn x_run_stride(&self) -> usize {
         x_run_stride(&self.variant, self.act)

@@ -2,7 +2,7 @@
 //! encoder, and generated kernels for CPU, CUDA and Metal with measured tuning tables.
 //!
 //! One concept, one module: [`geometry`] (SPEC 1), [`layout`] (SPEC 2), [`codes`]
-//! (SPEC 3), [`reference`] (SPEC 4-6) with [`canonical`] (the SPEC 5 order), [`io`]
+//! (SPEC 3), [`reference`](mod@reference) (SPEC 4-6) with [`canonical`] (the SPEC 5 order), [`io`]
 //! (SPEC 8).
 
 extern crate self as trellis;
@@ -18,9 +18,9 @@ pub mod dtype;
 pub mod encode;
 pub mod error;
 pub mod geometry;
+pub mod io;
 pub mod kernel;
 pub mod kernels;
-pub mod io;
 pub mod layout;
 pub mod matrix;
 pub mod metal_source;

@@ -56,7 +56,10 @@ pub fn reduce(w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
     })
 }
 
-/// SPEC section 6: `exp_spec`, a bit-reproducible f32 exponential.
+/// SPEC section 6: `exp_spec`, a bit-reproducible f32 exponential. The literals are the
+/// SPEC's, verbatim (each means its nearest f32), and `max`/`min` are IEEE maxNum/minNum
+/// like the kernels' `fmax`/`fmin` (NaN goes to -86, where `clamp` would keep it).
+#[allow(clippy::excessive_precision, clippy::manual_clamp)]
 pub fn exp_spec(x: f32) -> f32 {
     let x = x.max(-86.0).min(80.0);
     let n = (x * f32::from_bits(0x3FB8AA3B)).round_ties_even();

@@ -113,7 +113,9 @@ impl CpuBackend {
                     .map(|m| m.trim().to_string())
             })
             .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-        let model = ["(R)", "(r)", "(TM)", "(tm)"].iter().fold(model, |m, t| m.replace(t, ""));
+        let model = ["(R)", "(r)", "(TM)", "(tm)"]
+            .iter()
+            .fold(model, |m, t| m.replace(t, ""));
         crate::backend::slug(&format!("cpu {model}"))
     }
 

@@ -5,7 +5,9 @@
 use crate::error::{Error, Result};
 use crate::kernel::{fnv1a, Backend, DeviceTensor, Dialect, Elem, Launch, Rendered, TensorSpec};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -99,7 +101,9 @@ impl CudaBackend {
             compute_capability: cc,
             sm_count: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
             memory_bytes: ctx.total_mem().map_err(driver_err)?,
-            shared_per_block: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)? as usize,
+            shared_per_block: attr(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
+            )? as usize,
         };
         let arch: &'static str = Box::leak(format!("sm_{}{}", cc.0, cc.1).into_boxed_str());
         let cache_dir = crate::backend::cpu::cache_root().join("cuda");
@@ -129,7 +133,6 @@ impl CudaBackend {
         &self.ctx
     }
 
-
     /// NVRTC flags: the device's own architecture (so NVRTC emits SASS, compiled in
     /// parallel, instead of PTX that the driver would JIT one by one at load), and no
     /// contraction, flush-to-zero or approximate division (SPEC 5).
@@ -148,13 +151,26 @@ impl CudaBackend {
     }
 
     /// The full NVRTC source of a kernel: shim, shared functions, header, entry.
-    pub fn source(symbol: &str, rendered: &Rendered, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> String {
+    pub fn source(
+        symbol: &str,
+        rendered: &Rendered,
+        inputs: &[TensorSpec],
+        outputs: &[TensorSpec],
+    ) -> String {
         let mut params = Vec::new();
         for t in inputs {
-            params.push(format!("const {}* __restrict__ {}", t.elem.c_type(Dialect::Cuda), t.name));
+            params.push(format!(
+                "const {}* __restrict__ {}",
+                t.elem.c_type(Dialect::Cuda),
+                t.name
+            ));
         }
         for t in outputs {
-            params.push(format!("{}* __restrict__ {}", t.elem.c_type(Dialect::Cuda), t.name));
+            params.push(format!(
+                "{}* __restrict__ {}",
+                t.elem.c_type(Dialect::Cuda),
+                t.name
+            ));
         }
         format!(
             "{prelude}\n{header}\nextern \"C\" __global__ void {symbol}({params}) {{\n{body}\n}}\n",
@@ -185,7 +201,12 @@ impl CudaBackend {
     }
 
     fn function(&self, launch: &Launch<'_>) -> Result<CudaFunction> {
-        if let Some(f) = self.kernels.lock().expect("kernel cache lock").get(&launch.symbol) {
+        if let Some(f) = self
+            .kernels
+            .lock()
+            .expect("kernel cache lock")
+            .get(&launch.symbol)
+        {
             return Ok(f.clone());
         }
         let rendered = (launch.render)(Dialect::Cuda)?;
@@ -195,13 +216,19 @@ impl CudaBackend {
     }
 
     fn load(&self, symbol: &str, cubin: Vec<u8>) -> Result<CudaFunction> {
-        let module = self.ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| Error::Compile {
-            kernel: symbol.into(),
-            backend: "cuda".into(),
-            log: format!("loading the module: {e:?}"),
-        })?;
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(cubin))
+            .map_err(|e| Error::Compile {
+                kernel: symbol.into(),
+                backend: "cuda".into(),
+                log: format!("loading the module: {e:?}"),
+            })?;
         let f = module.load_function(symbol).map_err(driver_err)?;
-        self.kernels.lock().expect("kernel cache lock").insert(symbol.to_string(), f.clone());
+        self.kernels
+            .lock()
+            .expect("kernel cache lock")
+            .insert(symbol.to_string(), f.clone());
         Ok(f)
     }
 
@@ -210,7 +237,10 @@ impl CudaBackend {
             return Err(Error::invalid(
                 name,
                 format!("device {}", t.buf.ordinal()),
-                format!("tensor lives on another CUDA context than this backend's device {}", self.ctx.ordinal()),
+                format!(
+                    "tensor lives on another CUDA context than this backend's device {}",
+                    self.ctx.ordinal()
+                ),
             ));
         }
         Ok(())
@@ -237,8 +267,14 @@ impl Backend for CudaBackend {
     }
 
     fn time_ms(&self, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
-        let start = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_err)?;
-        let end = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver_err)?;
+        let start = self
+            .ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(driver_err)?;
+        let end = self
+            .ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(driver_err)?;
         start.record(&self.stream).map_err(driver_err)?;
         f()?;
         end.record(&self.stream).map_err(driver_err)?;
@@ -258,7 +294,11 @@ impl Backend for CudaBackend {
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<CudaTensor> {
         let want = shape.iter().product::<usize>() * elem.size();
         if bytes.len() != want {
-            return Err(Error::invalid("upload bytes", bytes.len(), format!("{elem} tensor of shape {shape:?} needs {want}")));
+            return Err(Error::invalid(
+                "upload bytes",
+                bytes.len(),
+                format!("{elem} tensor of shape {shape:?} needs {want}"),
+            ));
         }
         let buf = if bytes.is_empty() {
             self.stream.alloc_zeros::<u8>(1).map_err(driver_err)?
@@ -279,7 +319,12 @@ impl Backend for CudaBackend {
         Ok(v)
     }
 
-    fn launch_into(&self, launch: &Launch<'_>, inputs: &[&CudaTensor], outputs: &mut [&mut CudaTensor]) -> Result<()> {
+    fn launch_into(
+        &self,
+        launch: &Launch<'_>,
+        inputs: &[&CudaTensor],
+        outputs: &mut [&mut CudaTensor],
+    ) -> Result<()> {
         crate::kernel::check_args(launch.kernel, &launch.inputs, inputs)?;
         let outs: Vec<&CudaTensor> = outputs.iter().map(|t| &**t).collect();
         crate::kernel::check_args(launch.kernel, &launch.outputs, &outs)?;
@@ -293,12 +338,19 @@ impl Backend for CudaBackend {
             return Err(Error::invalid(
                 "threadgroup memory",
                 launch.shared_bytes,
-                format!("{} allows {} bytes per block", self.info.name, self.info.shared_per_block),
+                format!(
+                    "{} allows {} bytes per block",
+                    self.info.name, self.info.shared_per_block
+                ),
             ));
         }
         let f = self.function(launch)?;
         let cfg = LaunchConfig {
-            grid_dim: (launch.grid.groups[0], launch.grid.groups[1], launch.grid.groups[2]),
+            grid_dim: (
+                launch.grid.groups[0],
+                launch.grid.groups[1],
+                launch.grid.groups[2],
+            ),
             block_dim: (launch.grid.threads, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -317,18 +369,30 @@ impl Backend for CudaBackend {
 
     fn precompile(&self, launches: &[Launch<'_>]) -> Result<()> {
         use rayon::prelude::*;
-        let known: std::collections::HashSet<String> = self.kernels.lock().expect("kernel cache lock").keys().cloned().collect();
+        let known: std::collections::HashSet<String> = self
+            .kernels
+            .lock()
+            .expect("kernel cache lock")
+            .keys()
+            .cloned()
+            .collect();
         let mut seen = std::collections::HashSet::new();
         let mut todo = Vec::new();
         for l in launches {
             if !known.contains(&l.symbol) && seen.insert(l.symbol.clone()) {
                 let r = (l.render)(Dialect::Cuda)?;
-                todo.push((l.symbol.clone(), Self::source(&l.symbol, &r, &l.inputs, &l.outputs)));
+                todo.push((
+                    l.symbol.clone(),
+                    Self::source(&l.symbol, &r, &l.inputs, &l.outputs),
+                ));
             }
         }
         // NVRTC is thread-safe; compile in parallel, load on this thread. A failure is
         // left for the launch to report, so one bad specialization does not hide the rest.
-        let bins: Vec<(String, Result<Vec<u8>>)> = todo.par_iter().map(|(s, src)| (s.clone(), self.cubin(s, src))).collect();
+        let bins: Vec<(String, Result<Vec<u8>>)> = todo
+            .par_iter()
+            .map(|(s, src)| (s.clone(), self.cubin(s, src)))
+            .collect();
         for (symbol, bin) in bins {
             if let Ok(bin) = bin {
                 let _ = self.load(&symbol, bin);
@@ -349,19 +413,26 @@ fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<Vec<u8>, St
         let out = match result::compile_program(prog, options) {
             Err(e) => {
                 let log = result::get_program_log(prog)
-                    .map(|l| std::ffi::CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
+                    .map(|l| {
+                        std::ffi::CStr::from_ptr(l.as_ptr())
+                            .to_string_lossy()
+                            .into_owned()
+                    })
                     .unwrap_or_default();
                 Err(format!("{e:?}\n{log}"))
             }
             Ok(()) => {
                 let mut size = 0usize;
-                sys::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| format!("{e:?}")).and_then(|_| {
-                    let mut bin = vec![0u8; size];
-                    sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr() as *mut std::ffi::c_char)
-                        .result()
-                        .map(|_| bin)
-                        .map_err(|e| format!("{e:?}"))
-                })
+                sys::nvrtcGetCUBINSize(prog, &mut size)
+                    .result()
+                    .map_err(|e| format!("{e:?}"))
+                    .and_then(|_| {
+                        let mut bin = vec![0u8; size];
+                        sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr() as *mut std::ffi::c_char)
+                            .result()
+                            .map(|_| bin)
+                            .map_err(|e| format!("{e:?}"))
+                    })
             }
         };
         let _ = result::destroy_program(prog);

@@ -7,8 +7,8 @@ pub mod cuda;
 #[cfg(target_os = "macos")]
 pub mod metal;
 
-pub use cpu::{CpuBackend, CpuTensor};
 pub use crate::kernel::Backend;
+pub use cpu::{CpuBackend, CpuTensor};
 
 /// Lower-case, dash-separated id from a device name (`NVIDIA H200` -> `nvidia-h200`).
 pub fn slug(name: &str) -> String {
@@ -45,8 +45,20 @@ pub fn default_name() -> &'static str {
 
 /// Every backend with a one-line description, or why it is unavailable.
 pub fn devices() -> Vec<(&'static str, std::result::Result<String, String>)> {
-    let cpu = CpuBackend::new().map(|_| format!("{} (C++ via $CXX or c++, {} threads)", CpuBackend::cpu_model_id(), rayon::current_num_threads()));
-    let mut out = vec![("reference", Ok("plain Rust SPEC reference (oracle)".to_string())), ("cpu", cpu.map_err(|e| e.to_string()))];
+    let cpu = CpuBackend::new().map(|_| {
+        format!(
+            "{} (C++ via $CXX or c++, {} threads)",
+            CpuBackend::cpu_model_id(),
+            rayon::current_num_threads()
+        )
+    });
+    let mut out = vec![
+        (
+            "reference",
+            Ok("plain Rust SPEC reference (oracle)".to_string()),
+        ),
+        ("cpu", cpu.map_err(|e| e.to_string())),
+    ];
     #[cfg(feature = "cuda")]
     out.push((
         "cuda",
@@ -66,14 +78,19 @@ pub fn devices() -> Vec<(&'static str, std::result::Result<String, String>)> {
             .map_err(|e| e.to_string()),
     ));
     #[cfg(not(feature = "cuda"))]
-    out.push(("cuda", Err("not built in (enable the `cuda` feature)".into())));
+    out.push((
+        "cuda",
+        Err("not built in (enable the `cuda` feature)".into()),
+    ));
     out.push(("metal", metal_status()));
     out
 }
 
 #[cfg(target_os = "macos")]
 fn metal_status() -> std::result::Result<String, String> {
-    metal::MetalBackend::new().map(|b| b.device_id()).map_err(|e| e.to_string())
+    metal::MetalBackend::new()
+        .map(|b| b.device_id())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(not(target_os = "macos"))]
@@ -82,7 +99,11 @@ fn metal_status() -> std::result::Result<String, String> {
 }
 
 fn unknown(name: &str) -> Error {
-    Error::invalid("backend", name, format!("expected one of {}", NAMES.join(", ")))
+    Error::invalid(
+        "backend",
+        name,
+        format!("expected one of {}", NAMES.join(", ")),
+    )
 }
 
 fn unavailable(name: &str, reason: &str) -> Error {
@@ -107,7 +128,10 @@ macro_rules! with_backend {
                 $body
             }
             #[cfg(not(feature = "cuda"))]
-            "cuda" => Err(unavailable("cuda", "not built in (enable the `cuda` feature)")),
+            "cuda" => Err(unavailable(
+                "cuda",
+                "not built in (enable the `cuda` feature)",
+            )),
             #[cfg(target_os = "macos")]
             "metal" => {
                 let $b = metal::MetalBackend::new()?;
@@ -121,34 +145,66 @@ macro_rules! with_backend {
 }
 
 /// `y = W x` on the named backend; `variant: None` asks the tuning tables.
-pub fn matvec(name: &str, w: &QuantizedMatrix, x: &Activations, variant: Option<Variant>) -> Result<Activations> {
+pub fn matvec(
+    name: &str,
+    w: &QuantizedMatrix,
+    x: &Activations,
+    variant: Option<Variant>,
+) -> Result<Activations> {
     if name == "reference" {
         return crate::reference::reduce(w, x);
     }
     with_backend!(name, |b| {
         let v = match variant {
             Some(v) => v,
-            None => crate::tune::select_for(&b, crate::tune::Family::Reduce, &w.geometry, None, x)?.variant,
+            None => {
+                crate::tune::select_for(&b, crate::tune::Family::Reduce, &w.geometry, None, x)?
+                    .variant
+            }
         };
         crate::ops::matvec(&b, w, x, v)
     })
 }
 
 /// `mid = silu(G x) * (U x)` on the named backend; `variant: None` asks the tuning tables.
-pub fn gate_up(name: &str, gate: &QuantizedMatrix, up: &QuantizedMatrix, x: &Activations, tail: Tail, variant: Option<Variant>) -> Result<Activations> {
+pub fn gate_up(
+    name: &str,
+    gate: &QuantizedMatrix,
+    up: &QuantizedMatrix,
+    x: &Activations,
+    tail: Tail,
+    variant: Option<Variant>,
+) -> Result<Activations> {
     if name == "reference" {
         if tail != Tail::Exact {
-            return Err(Error::invalid("tail", tail, "the reference implements tail = exact only"));
+            return Err(Error::invalid(
+                "tail",
+                tail,
+                "the reference implements tail = exact only",
+            ));
         }
         return crate::reference::gate_up(gate, up, x);
     }
     if name == "cpu" && tail != Tail::Exact {
-        return Err(Error::invalid("tail", tail, "the cpu backend implements tail = exact only (native is for GPU dialects)"));
+        return Err(Error::invalid(
+            "tail",
+            tail,
+            "the cpu backend implements tail = exact only (native is for GPU dialects)",
+        ));
     }
     with_backend!(name, |b| {
         let v = match variant {
             Some(v) => v,
-            None => crate::tune::select_for(&b, crate::tune::Family::GateUp, &gate.geometry, Some(&up.geometry), x)?.variant,
+            None => {
+                crate::tune::select_for(
+                    &b,
+                    crate::tune::Family::GateUp,
+                    &gate.geometry,
+                    Some(&up.geometry),
+                    x,
+                )?
+                .variant
+            }
         };
         crate::ops::gate_up(&b, gate, up, x, tail, v)
     })

@@ -49,7 +49,20 @@ pub struct Shape {
 
 /// Shapes of the MLP presets: Qwen3-14B and Llama-3-8B (gate/up, then down).
 pub fn preset(name: &str) -> Option<Vec<Shape>> {
-    let mlp = |inter: usize, hidden: usize| vec![Shape { rows: inter, cols: hidden, gate_up: true }, Shape { rows: hidden, cols: inter, gate_up: false }];
+    let mlp = |inter: usize, hidden: usize| {
+        vec![
+            Shape {
+                rows: inter,
+                cols: hidden,
+                gate_up: true,
+            },
+            Shape {
+                rows: hidden,
+                cols: inter,
+                gate_up: false,
+            },
+        ]
+    };
     match name {
         "qwen3-14b" => Some(mlp(17408, 5120)),
         "llama-3-8b" => Some(mlp(14336, 4096)),
@@ -69,7 +82,11 @@ impl Stats {
     fn of(mut v: Vec<f64>) -> Stats {
         v.sort_by(|a, b| a.total_cmp(b));
         let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
-        Stats { median: q(0.5), p10: q(0.1), p90: q(0.9) }
+        Stats {
+            median: q(0.5),
+            p10: q(0.1),
+            p90: q(0.9),
+        }
     }
     /// Relative spread.
     pub fn noise(&self) -> f64 {
@@ -82,7 +99,12 @@ impl Stats {
 pub fn keys(o: &TuneOptions) -> Result<Vec<(TuneKey, usize, usize)>> {
     let mut out: Vec<(TuneKey, usize, usize)> = Vec::new();
     for &family in &o.families {
-        for &Shape { rows, cols, gate_up } in &o.shapes {
+        for &Shape {
+            rows,
+            cols,
+            gate_up,
+        } in &o.shapes
+        {
             if family == Family::GateUp && !gate_up {
                 continue;
             }
@@ -110,7 +132,12 @@ pub struct KeyResult {
 }
 
 /// Warm up, then time `reps` launches, launch `i` on weight copy `i % copies`.
-pub fn time_candidate<B: Backend>(b: &B, reps: usize, mut launch: impl FnMut(usize) -> Result<()>, copies: usize) -> Result<Stats> {
+pub fn time_candidate<B: Backend>(
+    b: &B,
+    reps: usize,
+    mut launch: impl FnMut(usize) -> Result<()>,
+    copies: usize,
+) -> Result<Stats> {
     for i in 0..3 {
         launch(i % copies)?;
     }
@@ -124,21 +151,43 @@ pub fn time_candidate<B: Backend>(b: &B, reps: usize, mut launch: impl FnMut(usi
 }
 
 /// Tune one key on `b`.
-pub fn tune_key<B: Backend>(b: &B, o: &TuneOptions, key: &TuneKey, rows: usize, cols: usize, seed: u64) -> Result<KeyResult> {
+pub fn tune_key<B: Backend>(
+    b: &B,
+    o: &TuneOptions,
+    key: &TuneKey,
+    rows: usize,
+    cols: usize,
+    seed: u64,
+) -> Result<KeyResult> {
     let g = Geometry::new(rows, cols, o.t, key.k, key.l, key.code)?;
     let gate = random_matrix(g, seed);
-    let up = random_matrix(Geometry::new(rows, cols, o.t, key.ku, key.l, key.code)?, seed + 1);
+    let up = random_matrix(
+        Geometry::new(rows, cols, o.t, key.ku, key.l, key.code)?,
+        seed + 1,
+    );
     let x = random_activations(key.dtype, key.m as usize, cols, seed + 2);
     let (want, dense) = match key.family {
-        Family::Reduce => (reference::reduce(&gate, &x)?, Some(reference::dequantize(&gate, key.dtype))),
+        Family::Reduce => (
+            reference::reduce(&gate, &x)?,
+            Some(reference::dequantize(&gate, key.dtype)),
+        ),
         Family::GateUp => (reference::gate_up(&gate, &up, &x)?, None),
     };
     // Rotate through enough copies that the weights cannot stay in cache.
-    let per_copy = gate.codes.len() * 4 + if key.family == Family::GateUp { up.codes.len() * 4 } else { 0 };
+    let per_copy = gate.codes.len() * 4
+        + if key.family == Family::GateUp {
+            up.codes.len() * 4
+        } else {
+            0
+        };
     let copies = o.working_set.div_ceil(per_copy.max(1)).clamp(1, 16);
-    let gates: Vec<DeviceMatrix<B>> = (0..copies).map(|_| DeviceMatrix::upload(b, &gate)).collect::<Result<_>>()?;
+    let gates: Vec<DeviceMatrix<B>> = (0..copies)
+        .map(|_| DeviceMatrix::upload(b, &gate))
+        .collect::<Result<_>>()?;
     let ups: Vec<DeviceMatrix<B>> = if key.family == Family::GateUp {
-        (0..copies).map(|_| DeviceMatrix::upload(b, &up)).collect::<Result<_>>()?
+        (0..copies)
+            .map(|_| DeviceMatrix::upload(b, &up))
+            .collect::<Result<_>>()?
     } else {
         Vec::new()
     };
@@ -153,15 +202,38 @@ pub fn tune_key<B: Backend>(b: &B, o: &TuneOptions, key: &TuneKey, rows: usize, 
     let mut timed: Vec<(Variant, Stats)> = Vec::new();
     // Compile all candidates up front.
     let reduce = |v: Variant| ops::reduce_spec(&g, gate.scale_dtype, key.dtype, key.m, v);
-    let gate_up = |v: Variant| ops::gate_up_spec(&g, &up.geometry, (gate.scale_dtype, up.scale_dtype), key.dtype, key.m, Tail::Exact, v);
+    let gate_up = |v: Variant| {
+        ops::gate_up_spec(
+            &g,
+            &up.geometry,
+            (gate.scale_dtype, up.scale_dtype),
+            key.dtype,
+            key.m,
+            Tail::Exact,
+            v,
+        )
+    };
     {
         let reduces: Vec<_> = candidates.iter().map(|&v| reduce(v)).collect();
         let gus: Vec<_> = candidates.iter().map(|&v| gate_up(v)).collect();
-        let rr: Vec<_> = reduces.iter().map(|s| move |d: Dialect| s.render(d)).collect();
+        let rr: Vec<_> = reduces
+            .iter()
+            .map(|s| move |d: Dialect| s.render(d))
+            .collect();
         let gr: Vec<_> = gus.iter().map(|s| move |d: Dialect| s.render(d)).collect();
         let launches: Vec<_> = match key.family {
-            Family::Reduce => reduces.iter().zip(&rr).filter(|(s, _)| s.validate().is_ok()).map(|(s, r)| s.launch_request(r)).collect(),
-            Family::GateUp => gus.iter().zip(&gr).filter(|(s, _)| s.validate().is_ok()).map(|(s, r)| s.launch_request(r)).collect(),
+            Family::Reduce => reduces
+                .iter()
+                .zip(&rr)
+                .filter(|(s, _)| s.validate().is_ok())
+                .map(|(s, r)| s.launch_request(r))
+                .collect(),
+            Family::GateUp => gus
+                .iter()
+                .zip(&gr)
+                .filter(|(s, _)| s.validate().is_ok())
+                .map(|(s, r)| s.launch_request(r))
+                .collect(),
         };
         b.precompile(&launches)?;
     }
@@ -176,19 +248,30 @@ pub fn tune_key<B: Backend>(b: &B, o: &TuneOptions, key: &TuneKey, rows: usize, 
                 Family::GateUp => {
                     let s = gate_up(v);
                     let (gw, uw) = (&gates[i], &ups[i]);
-                    Ok(s.launch(b, &dx, &gw.codes, &gw.scales, gw.table(v.repr), &uw.codes, &uw.scales, uw.table(v.repr))?.mid)
+                    Ok(s.launch(
+                        b,
+                        &dx,
+                        &gw.codes,
+                        &gw.scales,
+                        gw.table(v.repr),
+                        &uw.codes,
+                        &uw.scales,
+                        uw.table(v.repr),
+                    )?
+                    .mid)
                 }
             }
         };
         // Verify before timing: a candidate that fails to compile or mismatches is
         // recorded with its reason and never chosen.
-        let checked = run(0).and_then(|t| ops::download_activations(b, &t, key.dtype, key.m as usize, rows)).map_err(|e| e.to_string()).and_then(
-            |got: Activations| match (o.tier, &dense) {
+        let checked = run(0)
+            .and_then(|t| ops::download_activations(b, &t, key.dtype, key.m as usize, rows))
+            .map_err(|e| e.to_string())
+            .and_then(|got: Activations| match (o.tier, &dense) {
                 (Tier::Exact, _) => first_mismatch(&got, &want).map_or(Ok(()), Err),
                 (Tier::Fast, Some(d)) => check_fast_bound(d, cols, &x, &got),
                 (Tier::Fast, None) => first_mismatch(&got, &want).map_or(Ok(()), |_| Ok(())),
-            },
-        );
+            });
         if let Err(why) = checked {
             rejected.push(format!("{v}: {}", why.lines().next().unwrap_or_default()));
             continue;
@@ -200,14 +283,30 @@ pub fn tune_key<B: Backend>(b: &B, o: &TuneOptions, key: &TuneKey, rows: usize, 
     }
     let default_stats = timed.iter().find(|(v, _)| *v == default).map(|(_, s)| *s);
     timed.sort_by(|a, b| a.1.median.total_cmp(&b.1.median));
-    let (best, best_stats) = *timed.first().ok_or_else(|| Error::backend(b.name(), format!("every candidate for [{key}] was rejected: {}", rejected.join("; "))))?;
+    let (best, best_stats) = *timed.first().ok_or_else(|| {
+        Error::backend(
+            b.name(),
+            format!(
+                "every candidate for [{key}] was rejected: {}",
+                rejected.join("; ")
+            ),
+        )
+    })?;
     // Keep the default unless the best beats it by more than the measured noise.
     let (winner, wstats) = match default_stats {
-        Some(ds) if (ds.median - best_stats.median) / ds.median <= best_stats.noise().max(ds.noise()).max(0.01) => (default, ds),
+        Some(ds)
+            if (ds.median - best_stats.median) / ds.median
+                <= best_stats.noise().max(ds.noise()).max(0.01) =>
+        {
+            (default, ds)
+        }
         _ => (best, best_stats),
     };
     let runner = timed.iter().find(|(v, _)| *v != winner);
-    let bytes = per_copy + x.data.len() * key.dtype.size() + key.m as usize * rows * key.dtype.size() + rows * 2;
+    let bytes = per_copy
+        + x.data.len() * key.dtype.size()
+        + key.m as usize * rows * key.dtype.size()
+        + rows * 2;
     let entry = Entry {
         family: key.family.name().into(),
         dtype: key.dtype.name().into(),
@@ -250,7 +349,10 @@ pub fn header<B: Backend>(b: &B, description: String) -> DeviceRecord {
 
 /// UTC date, `YYYY-MM-DD`.
 pub fn today() -> String {
-    let days = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() / 86400).unwrap_or(0) as i64;
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() / 86400)
+        .unwrap_or(0) as i64;
     // Civil from days (Howard Hinnant's algorithm).
     let z = days + 719468;
     let era = z.div_euclid(146097);
@@ -266,17 +368,40 @@ pub fn today() -> String {
 
 /// Tune every key, resuming from `existing` (same device and templates), calling
 /// `save` after each key so an interrupted run loses at most one key.
-pub fn tune<B: Backend>(b: &B, o: &TuneOptions, description: String, existing: Option<Table>, mut save: impl FnMut(&Table) -> Result<()>, mut progress: impl FnMut(usize, usize, &str)) -> Result<Table> {
+pub fn tune<B: Backend>(
+    b: &B,
+    o: &TuneOptions,
+    description: String,
+    existing: Option<Table>,
+    mut save: impl FnMut(&Table) -> Result<()>,
+    mut progress: impl FnMut(usize, usize, &str),
+) -> Result<Table> {
     let mut table = match existing {
-        Some(t) if t.device.id == b.device_id() && t.device.backend == b.name() && t.device.template_hash == super::template_hash() => t,
-        _ => Table { device: header(b, description.clone()), entries: Vec::new() },
+        Some(t)
+            if t.device.id == b.device_id()
+                && t.device.backend == b.name()
+                && t.device.template_hash == super::template_hash() =>
+        {
+            t
+        }
+        _ => Table {
+            device: header(b, description.clone()),
+            entries: Vec::new(),
+        },
     };
-    table.device = DeviceRecord { date: today(), ..table.device };
+    table.device = DeviceRecord {
+        date: today(),
+        ..table.device
+    };
     let keys = keys(o)?;
     let start = std::time::Instant::now();
     for (i, (key, rows, cols)) in keys.iter().enumerate() {
         progress(i, keys.len(), &key.to_string());
-        if table.entries.iter().any(|e| e.key().ok().as_ref() == Some(key)) {
+        if table
+            .entries
+            .iter()
+            .any(|e| e.key().ok().as_ref() == Some(key))
+        {
             continue;
         }
         if start.elapsed() > o.budget {

@@ -17,7 +17,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Kernel family a key belongs to (`gate_up` covers the mixed-k form: its key carries both k).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
     Reduce,
@@ -70,7 +72,8 @@ impl Bucket {
     }
     fn log_distance(&self, other: &Bucket) -> u32 {
         (self.rows.trailing_zeros() as i32 - other.rows.trailing_zeros() as i32).unsigned_abs()
-            + (self.cols.trailing_zeros() as i32 - other.cols.trailing_zeros() as i32).unsigned_abs()
+            + (self.cols.trailing_zeros() as i32 - other.cols.trailing_zeros() as i32)
+                .unsigned_abs()
     }
 }
 
@@ -111,7 +114,14 @@ pub struct TuneKey {
 
 impl TuneKey {
     /// The key of a launch.
-    pub fn new(family: Family, g: &Geometry, up: Option<&Geometry>, dtype: DType, m: u32, tier: Tier) -> Self {
+    pub fn new(
+        family: Family,
+        g: &Geometry,
+        up: Option<&Geometry>,
+        dtype: DType,
+        m: u32,
+        tier: Tier,
+    ) -> Self {
         TuneKey {
             family,
             dtype,
@@ -127,14 +137,25 @@ impl TuneKey {
 
     /// Whether two keys differ only in the bucket.
     fn same_but_bucket(&self, o: &TuneKey) -> bool {
-        TuneKey { bucket: o.bucket, ..*self } == *o
+        TuneKey {
+            bucket: o.bucket,
+            ..*self
+        } == *o
     }
 }
 
 impl fmt::Display for TuneKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let k = if self.family == Family::GateUp { format!("kg{}ku{}", self.k, self.ku) } else { format!("k{}", self.k) };
-        write!(f, "{} {} M={} {k} L={} {} {} {}", self.family, self.dtype, self.m, self.l, self.code, self.tier, self.bucket)
+        let k = if self.family == Family::GateUp {
+            format!("kg{}ku{}", self.k, self.ku)
+        } else {
+            format!("k{}", self.k)
+        };
+        write!(
+            f,
+            "{} {} M={} {k} L={} {} {} {}",
+            self.family, self.dtype, self.m, self.l, self.code, self.tier, self.bucket
+        )
     }
 }
 
@@ -144,7 +165,11 @@ pub enum Source {
     /// The device's own table, exact key.
     Table { table: String, key: String },
     /// The device's own table (or a family member's), nearest bucket or nearest device.
-    Nearest { table: String, key: String, why: String },
+    Nearest {
+        table: String,
+        key: String,
+        why: String,
+    },
     /// No table had anything: the built-in default.
     Default { why: String },
     /// The caller forced it.
@@ -155,7 +180,9 @@ impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Source::Table { table, key } => write!(f, "table {table}, entry [{key}]"),
-            Source::Nearest { table, key, why } => write!(f, "table {table}, entry [{key}] ({why})"),
+            Source::Nearest { table, key, why } => {
+                write!(f, "table {table}, entry [{key}] ({why})")
+            }
             Source::Default { why } => write!(f, "built-in default ({why})"),
             Source::Forced => f.write_str("forced by the caller"),
         }
@@ -182,7 +209,10 @@ pub struct Selector {
 /// The hash of the kernel templates a table was measured with: tables from other
 /// templates are stale and ignored.
 pub fn template_hash() -> String {
-    format!("{:016x}", crate::kernel::fnv1a(include!(concat!(env!("OUT_DIR"), "/template_sources.rs")).as_bytes()))
+    format!(
+        "{:016x}",
+        crate::kernel::fnv1a(include!(concat!(env!("OUT_DIR"), "/template_sources.rs")).as_bytes())
+    )
 }
 
 /// Environment variable naming a directory of `*.toml` tables that override the embedded ones.
@@ -203,15 +233,24 @@ impl Selector {
 
     /// No tables: every selection is the built-in default.
     pub fn empty() -> Self {
-        Selector { tables: Vec::new(), warnings: Vec::new() }
+        Selector {
+            tables: Vec::new(),
+            warnings: Vec::new(),
+        }
     }
 
     /// Add every `*.toml` of a directory (later tables for the same device win).
     pub fn add_dir(&mut self, dir: &Path) {
         let mut paths: Vec<PathBuf> = match std::fs::read_dir(dir) {
-            Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|e| e == "toml")).collect(),
+            Ok(rd) => rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+                .collect(),
             Err(e) => {
-                self.warnings.push(format!("{}: cannot read tuning directory: {e}", dir.display()));
+                self.warnings.push(format!(
+                    "{}: cannot read tuning directory: {e}",
+                    dir.display()
+                ));
                 return;
             }
         };
@@ -242,13 +281,19 @@ impl Selector {
 
     /// Add a parsed table (API override).
     pub fn add_table(&mut self, name: &str, table: Table) {
-        self.tables.retain(|(_, o)| !(o.device.id == table.device.id && o.device.backend == table.device.backend));
+        self.tables.retain(|(_, o)| {
+            !(o.device.id == table.device.id && o.device.backend == table.device.backend)
+        });
         self.tables.push((name.to_string(), table));
     }
 
     /// The choice for `key` on `device` of `backend`.
     pub fn select(&self, backend: &str, device: &str, key: &TuneKey) -> Selection {
-        let mine: Vec<&(String, Table)> = self.tables.iter().filter(|(_, t)| t.device.backend == backend).collect();
+        let mine: Vec<&(String, Table)> = self
+            .tables
+            .iter()
+            .filter(|(_, t)| t.device.backend == backend)
+            .collect();
         let own = mine.iter().find(|(_, t)| t.device.id == device);
         // Nearest family: the table whose device id shares the longest prefix.
         let family = || {
@@ -273,7 +318,10 @@ impl Selector {
             },
         };
         let (name, t) = (&table.0, &table.1);
-        let exact = t.entries.iter().find(|e| e.key().ok().as_ref() == Some(key));
+        let exact = t
+            .entries
+            .iter()
+            .find(|e| e.key().ok().as_ref() == Some(key));
         let nearest = || {
             t.entries
                 .iter()
@@ -285,11 +333,18 @@ impl Selector {
         match (exact, via_family) {
             (Some(e), false) => Selection {
                 variant: e.winner.to_variant(key.tier),
-                source: Source::Table { table: name.clone(), key: key.to_string() },
+                source: Source::Table {
+                    table: name.clone(),
+                    key: key.to_string(),
+                },
             },
             (Some(e), true) => Selection {
                 variant: e.winner.to_variant(key.tier),
-                source: Source::Nearest { table: name.clone(), key: key.to_string(), why: format!("nearest device {} for {device}", t.device.id) },
+                source: Source::Nearest {
+                    table: name.clone(),
+                    key: key.to_string(),
+                    why: format!("nearest device {} for {device}", t.device.id),
+                },
             },
             (None, _) => match nearest() {
                 Some(e) => Selection {
@@ -302,7 +357,9 @@ impl Selector {
                 },
                 None => Selection {
                     variant: default_variant(key),
-                    source: Source::Default { why: format!("table {name} has no entry for [{key}]") },
+                    source: Source::Default {
+                        why: format!("table {name} has no entry for [{key}]"),
+                    },
                 },
             },
         }
@@ -315,12 +372,21 @@ fn common_prefix(a: &str, b: &str) -> usize {
 
 /// The built-in default for a key.
 pub fn default_variant(key: &TuneKey) -> Variant {
-    Variant { tier: key.tier, ..Variant::default() }
+    Variant {
+        tier: key.tier,
+        ..Variant::default()
+    }
 }
 
 /// Select the exact-tier variant for a launch on backend `b`, printing ignored-table
 /// warnings to stderr once per process.
-pub fn select_for<B: Backend>(b: &B, family: Family, g: &Geometry, up: Option<&Geometry>, x: &Activations) -> Result<Selection> {
+pub fn select_for<B: Backend>(
+    b: &B,
+    family: Family,
+    g: &Geometry,
+    up: Option<&Geometry>,
+    x: &Activations,
+) -> Result<Selection> {
     use std::sync::OnceLock;
     static SELECTOR: OnceLock<Selector> = OnceLock::new();
     let sel = SELECTOR.get_or_init(|| {

@@ -56,7 +56,10 @@ impl VariantRecord {
     }
     /// Parse back; the table parser has already rejected bad names.
     pub fn to_variant(&self, tier: Tier) -> Variant {
-        self.try_variant(tier).unwrap_or(Variant { tier, ..Variant::default() })
+        self.try_variant(tier).unwrap_or(Variant {
+            tier,
+            ..Variant::default()
+        })
     }
 }
 
@@ -119,12 +122,20 @@ pub struct Table {
 impl Table {
     /// Parse and validate every entry's key and winner.
     pub fn parse(text: &str) -> Result<Self> {
-        let t: Table = toml::from_str(text).map_err(|e| Error::invalid("tuning table", "toml", e.to_string().trim().replace('\n', " ")))?;
+        let t: Table = toml::from_str(text).map_err(|e| {
+            Error::invalid(
+                "tuning table",
+                "toml",
+                e.to_string().trim().replace('\n', " "),
+            )
+        })?;
         for (i, e) in t.entries.iter().enumerate() {
-            let key = e.key().map_err(|err| Error::invalid(format!("entry[{i}]"), "key", err.to_string()))?;
-            e.winner
-                .try_variant(key.tier)
-                .map_err(|err| Error::invalid(format!("entry[{i}].winner"), "variant", err.to_string()))?;
+            let key = e
+                .key()
+                .map_err(|err| Error::invalid(format!("entry[{i}]"), "key", err.to_string()))?;
+            e.winner.try_variant(key.tier).map_err(|err| {
+                Error::invalid(format!("entry[{i}].winner"), "variant", err.to_string())
+            })?;
         }
         Ok(t)
     }

@@ -37,11 +37,23 @@ fn copy_bandwidth(b: &CudaBackend) -> Result<f64> {
     Ok(2.0 * n as f64 / (samples[samples.len() / 2] * 1e-3) / 1e9)
 }
 
-fn cublas_gemv(b: &CudaBackend, blas: &CudaBlas, rows: usize, cols: usize, m: usize) -> Result<Stats> {
+fn cublas_gemv(
+    b: &CudaBackend,
+    blas: &CudaBlas,
+    rows: usize,
+    cols: usize,
+    m: usize,
+) -> Result<Stats> {
     let copies = WORKING_SET.div_ceil(rows * cols * 2).clamp(2, 8);
-    let w: Vec<bf16> = (0..rows * cols).map(|i| bf16::from_f32(((i * 7919 % 1000) as f32 - 500.0) * 1e-4)).collect();
-    let ws = (0..copies).map(|_| b.stream().clone_htod(&w).map_err(err)).collect::<Result<Vec<_>>>()?;
-    let x: Vec<bf16> = (0..m * cols).map(|i| bf16::from_f32(((i % 17) as f32 - 8.0) * 0.1)).collect();
+    let w: Vec<bf16> = (0..rows * cols)
+        .map(|i| bf16::from_f32(((i * 7919 % 1000) as f32 - 500.0) * 1e-4))
+        .collect();
+    let ws = (0..copies)
+        .map(|_| b.stream().clone_htod(&w).map_err(err))
+        .collect::<Result<Vec<_>>>()?;
+    let x: Vec<bf16> = (0..m * cols)
+        .map(|i| bf16::from_f32(((i % 17) as f32 - 8.0) * 0.1))
+        .collect();
     let x = b.stream().clone_htod(&x).map_err(err)?;
     let mut y = b.stream().alloc_zeros::<bf16>(m * rows).map_err(err)?;
     // y[M, R] = x[M, C] W[R, C]^T, in column-major terms y^T = W^T(op) x^T.
@@ -73,7 +85,9 @@ fn trellis_reduce(b: &CudaBackend, g: Geometry, m: u32, v: Variant) -> Result<(S
     let x = random_activations(DType::Bf16, m as usize, g.cols, 12);
     let per_copy = w.codes.len() * 4;
     let copies = WORKING_SET.div_ceil(per_copy).clamp(1, 16);
-    let ws = (0..copies).map(|_| DeviceMatrix::upload(b, &w)).collect::<Result<Vec<_>>>()?;
+    let ws = (0..copies)
+        .map(|_| DeviceMatrix::upload(b, &w))
+        .collect::<Result<Vec<_>>>()?;
     let dx = ops::upload_activations(b, &x)?;
     let spec = ops::reduce_spec(&g, w.scale_dtype, DType::Bf16, m, v);
     let stats = time_candidate(
@@ -81,7 +95,8 @@ fn trellis_reduce(b: &CudaBackend, g: Geometry, m: u32, v: Variant) -> Result<(S
         REPS,
         |i| {
             let d = &ws[i];
-            spec.launch(b, &dx, &d.codes, &d.scales, d.table(v.repr)).map(drop)
+            spec.launch(b, &dx, &d.codes, &d.scales, d.table(v.repr))
+                .map(drop)
         },
         copies,
     )?;
@@ -104,7 +119,11 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     let copy = copy_bandwidth(&b)?;
     let info = b.info().clone();
     let mut s = String::new();
-    let _ = writeln!(s, "# Trellis reduce vs dense bf16 cuBLAS on {} ({})\n", info.name, info.id);
+    let _ = writeln!(
+        s,
+        "# Trellis reduce vs dense bf16 cuBLAS on {} ({})\n",
+        info.name, info.id
+    );
     let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).", harness::today(), copy);
     let _ = writeln!(s, "Each time is the median of {REPS} launches timed with CUDA events, rotating through weight copies totalling at least {} MB (L2 is about 60 MB). Trellis: exact tier, bf16, L = 12, code 1mad, T = 256, the variant the tuning table selects (source in the last column). cuBLAS: `cublasGemmEx` bf16 on the dense weights of the same shape.\n", WORKING_SET >> 20);
     let _ = writeln!(s, "| shape | k | M | trellis us | GB/s | cuBLAS bf16 us | cuBLAS / trellis | variant | source |");
@@ -134,17 +153,29 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                     if shape.rows == 17408 && k == 3 {
                         goal.push((m, ts.median, cs.median));
                     }
-                    eprintln!("{}x{} k{k} M{m}: trellis {:.1} us, cublas {:.1} us", shape.rows, shape.cols, ts.median, cs.median);
+                    eprintln!(
+                        "{}x{} k{k} M{m}: trellis {:.1} us, cublas {:.1} us",
+                        shape.rows, shape.cols, ts.median, cs.median
+                    );
                 }
             }
         }
     }
     let _ = writeln!(s, "\n## Goals (exact tier, 17408 x 5120, k = 3)\n");
-    if let (Some(m1), Some(m4)) = (goal.iter().find(|g| g.0 == 1), goal.iter().find(|g| g.0 == 4)) {
+    if let (Some(m1), Some(m4)) = (
+        goal.iter().find(|g| g.0 == 1),
+        goal.iter().find(|g| g.0 == 4),
+    ) {
         let r = m1.2 / m1.1;
         let _ = writeln!(s, "- M = 1 vs dense bf16 cuBLAS: {:.1} us vs {:.1} us, {r:.2}x (goal: at least 2x): **{}**.", m1.1, m1.2, if r >= 2.0 { "met" } else { "missed" });
         let q = m4.1 / m1.1;
-        let _ = writeln!(s, "- M = 4 vs M = 1: {:.1} us vs {:.1} us, {q:.2}x (goal: within 1.3x): **{}**.", m4.1, m1.1, if q <= 1.3 { "met" } else { "missed" });
+        let _ = writeln!(
+            s,
+            "- M = 4 vs M = 1: {:.1} us vs {:.1} us, {q:.2}x (goal: within 1.3x): **{}**.",
+            m4.1,
+            m1.1,
+            if q <= 1.3 { "met" } else { "missed" }
+        );
     }
     std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
     println!("{s}");

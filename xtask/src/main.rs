@@ -1,10 +1,10 @@
 //! Project tasks: `cargo xtask verify | render | tune | bench`.
 
+#[cfg(feature = "cuda")]
+mod bench;
 mod render;
 mod tune;
 mod verify;
-#[cfg(feature = "cuda")]
-mod bench;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -42,8 +42,8 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
-    /// Measure candidates per key and write tuning/<device-id>.toml.
-    Tune(tune::TuneArgs),
+    /// Measure candidates per key and write tuning/DEVICE-ID.toml.
+    Tune(Box<tune::TuneArgs>),
     /// Tuned kernels vs dense bf16 cuBLAS and copy bandwidth on a CUDA device.
     #[cfg(feature = "cuda")]
     Bench {
@@ -62,9 +62,11 @@ enum Cmd {
 pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} {elapsed_precise} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template(
+            "{prefix} [{bar:40}] {pos}/{len} {elapsed_precise} {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar.set_prefix(what.to_string());
     bar
@@ -83,19 +85,29 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> trellis::Result<bool> {
     match cli.cmd {
-        Cmd::Verify { backend, quick, vectors, out } => {
+        Cmd::Verify {
+            backend,
+            quick,
+            vectors,
+            out,
+        } => {
             let name = backend.unwrap_or_else(|| trellis::backend::default_name().to_string());
-            let (text, ok) = match name.as_str() {
-                "cpu" => verify::run(&trellis::backend::CpuBackend::new()?, quick, &vectors)?,
-                #[cfg(feature = "cuda")]
-                "cuda" => verify::run(&trellis::backend::cuda::CudaBackend::new(0)?, quick, &vectors)?,
-                other => {
-                    return Err(trellis::Error::Unavailable {
+            let (text, ok) =
+                match name.as_str() {
+                    "cpu" => verify::run(&trellis::backend::CpuBackend::new()?, quick, &vectors)?,
+                    #[cfg(feature = "cuda")]
+                    "cuda" => verify::run(
+                        &trellis::backend::cuda::CudaBackend::new(0)?,
+                        quick,
+                        &vectors,
+                    )?,
+                    other => return Err(trellis::Error::Unavailable {
                         backend: other.into(),
-                        reason: "not a backend this build can verify here (cpu, cuda; metal on macOS)".into(),
-                    })
-                }
-            };
+                        reason:
+                            "not a backend this build can verify here (cpu, cuda; metal on macOS)"
+                                .into(),
+                    }),
+                };
             print!("{text}");
             if let Some(p) = out {
                 std::fs::write(&p, &text).map_err(|e| trellis::Error::file(&p, e))?;
@@ -108,30 +120,56 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             Ok(true)
         }
         Cmd::Tune(args) => {
-            let name = args.backend.clone().unwrap_or_else(|| trellis::backend::default_name().to_string());
+            let name = args
+                .backend
+                .clone()
+                .unwrap_or_else(|| trellis::backend::default_name().to_string());
             match name.as_str() {
                 "cpu" => {
                     let b = trellis::backend::CpuBackend::new()?;
-                    let desc = format!("{} threads", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+                    let desc = format!(
+                        "{} threads",
+                        std::thread::available_parallelism()
+                            .map(|n| n.get())
+                            .unwrap_or(1)
+                    );
                     tune::run(&b, &args, desc)?;
                 }
                 #[cfg(feature = "cuda")]
                 "cuda" => {
                     let b = trellis::backend::cuda::CudaBackend::new(0)?;
                     let i = b.info().clone();
-                    let desc = format!("{}, sm_{}{}, {} SMs, {:.0} GiB", i.name, i.compute_capability.0, i.compute_capability.1, i.sm_count, i.memory_bytes as f64 / (1u64 << 30) as f64);
+                    let desc = format!(
+                        "{}, sm_{}{}, {} SMs, {:.0} GiB",
+                        i.name,
+                        i.compute_capability.0,
+                        i.compute_capability.1,
+                        i.sm_count,
+                        i.memory_bytes as f64 / (1u64 << 30) as f64
+                    );
                     tune::run(&b, &args, desc)?;
                 }
                 other => {
-                    return Err(trellis::Error::Unavailable { backend: other.into(), reason: "not a backend this build can tune here (cpu, cuda)".into() })
+                    return Err(trellis::Error::Unavailable {
+                        backend: other.into(),
+                        reason: "not a backend this build can tune here (cpu, cuda)".into(),
+                    })
                 }
             }
             Ok(true)
         }
         #[cfg(feature = "cuda")]
-        Cmd::Bench { backend, out, table } => {
+        Cmd::Bench {
+            backend,
+            out,
+            table,
+        } => {
             if backend != "cuda" {
-                return Err(trellis::Error::invalid("backend", backend, "bench compares against cuBLAS: cuda only"));
+                return Err(trellis::Error::invalid(
+                    "backend",
+                    backend,
+                    "bench compares against cuBLAS: cuda only",
+                ));
             }
             bench::run(&out, table.as_deref())?;
             Ok(true)

@@ -44,14 +44,20 @@ pub struct TuneArgs {
     /// Timed repetitions per candidate (default: 50 on GPUs, 5 on the CPU).
     #[arg(long)]
     pub reps: Option<usize>,
-    /// Output table (default: tuning/<device-id>.toml). An existing table for the same
+    /// Output table (default: tuning/DEVICE-ID.toml). An existing table for the same
     /// device and templates is resumed.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration> {
-    let bad = || Error::invalid("budget", s, "expected a number with s, m or h (e.g. 90s, 10m)");
+    let bad = || {
+        Error::invalid(
+            "budget",
+            s,
+            "expected a number with s, m or h (e.g. 90s, 10m)",
+        )
+    };
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?);
     let n: u64 = n.parse().map_err(|_| bad())?;
     match unit {
@@ -71,7 +77,11 @@ fn parse_shapes(items: &[String]) -> Result<Vec<Shape>> {
         }
         let bad = || Error::invalid("shape", s, "expected qwen3-14b, llama-3-8b or RxC");
         let (r, c) = s.split_once('x').ok_or_else(bad)?;
-        out.push(Shape { rows: r.parse().map_err(|_| bad())?, cols: c.parse().map_err(|_| bad())?, gate_up: true });
+        out.push(Shape {
+            rows: r.parse().map_err(|_| bad())?,
+            cols: c.parse().map_err(|_| bad())?,
+            gate_up: true,
+        });
     }
     Ok(out)
 }
@@ -89,17 +99,29 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathB
         }
     };
     let shapes = if a.shape.is_empty() {
-        if gpu { parse_shapes(&["qwen3-14b".into(), "llama-3-8b".into()])? } else { parse_shapes(&["1024x4096".into()])? }
+        if gpu {
+            parse_shapes(&["qwen3-14b".into(), "llama-3-8b".into()])?
+        } else {
+            parse_shapes(&["1024x4096".into()])?
+        }
     } else {
         parse_shapes(&a.shape)?
     };
     let codes: Vec<Code> = if a.code.is_empty() {
-        if gpu { vec![Code::OneMad, Code::ThreeInst] } else { vec![Code::OneMad] }
+        if gpu {
+            vec![Code::OneMad, Code::ThreeInst]
+        } else {
+            vec![Code::OneMad]
+        }
     } else {
         a.code.iter().map(|c| c.parse()).collect::<Result<_>>()?
     };
     let opts = TuneOptions {
-        families: a.family.iter().map(|f| f.parse::<Family>()).collect::<Result<_>>()?,
+        families: a
+            .family
+            .iter()
+            .map(|f| f.parse::<Family>())
+            .collect::<Result<_>>()?,
         shapes,
         ms: pick(&a.m, &[1, 2, 4], &[1, 4]),
         ks: pick(&a.k, &[2, 3, 4], &[2, 3]),
@@ -113,8 +135,13 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathB
         working_set: if gpu { 256 << 20 } else { 64 << 20 },
         reps: a.reps.unwrap_or(if gpu { 50 } else { 5 }),
     };
-    let out = a.out.clone().unwrap_or_else(|| PathBuf::from(format!("tuning/{}.toml", b.device_id())));
-    let existing = std::fs::read_to_string(&out).ok().and_then(|t| Table::parse(&t).ok());
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("tuning/{}.toml", b.device_id())));
+    let existing = std::fs::read_to_string(&out)
+        .ok()
+        .and_then(|t| Table::parse(&t).ok());
     if let Some(t) = &existing {
         eprintln!("resuming {} ({} entries)", out.display(), t.entries.len());
     }
@@ -141,7 +168,12 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathB
 
 /// The end-of-run table.
 pub fn summary(t: &Table) -> String {
-    let mut s = format!("tuned {} keys on {} ({})\n", t.entries.len(), t.device.id, t.device.backend);
+    let mut s = format!(
+        "tuned {} keys on {} ({})\n",
+        t.entries.len(),
+        t.device.id,
+        t.device.backend
+    );
     s += "| key | shape | winner | median us | default us | speedup | GB/s | rejected |\n|---|---|---|---:|---:|---:|---:|---:|\n";
     for e in &t.entries {
         let k = e.key().map(|k| k.to_string()).unwrap_or_default();

@@ -23,7 +23,10 @@ pub fn run<B: Backend>(b: &B, quick: bool, vectors: &Path) -> trellis::Result<(S
             symbol: "index.json".into(),
             case: vectors.display().to_string(),
             variant: Default::default(),
-            result: Err(format!("conformance vectors not found at {}", vectors.display())),
+            result: Err(format!(
+                "conformance vectors not found at {}",
+                vectors.display()
+            )),
         });
     }
     Ok(report(b, &outcomes, started.elapsed()))
@@ -31,13 +34,22 @@ pub fn run<B: Backend>(b: &B, quick: bool, vectors: &Path) -> trellis::Result<(S
 
 fn report<B: Backend>(b: &B, outcomes: &[Outcome], took: std::time::Duration) -> (String, bool) {
     let mut s = String::new();
-    let _ = writeln!(s, "# cargo xtask verify --backend {} ({})", b.name(), b.device_id());
+    let _ = writeln!(
+        s,
+        "# cargo xtask verify --backend {} ({})",
+        b.name(),
+        b.device_id()
+    );
     let _ = writeln!(s);
     let _ = writeln!(s, "| family | tier | specializations | matched | failed |");
     let _ = writeln!(s, "|---|---|---:|---:|---:|");
     let mut by: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
     for o in outcomes {
-        let tier = if o.symbol.starts_with("vector") { "exact (vectors)".to_string() } else { o.variant.tier.to_string() };
+        let tier = if o.symbol.starts_with("vector") {
+            "exact (vectors)".to_string()
+        } else {
+            o.variant.tier.to_string()
+        };
         let e = by.entry((o.family.to_string(), tier)).or_default();
         e.0 += 1;
         e.1 += o.result.is_ok() as usize;
@@ -49,9 +61,27 @@ fn report<B: Backend>(b: &B, outcomes: &[Outcome], took: std::time::Duration) ->
     let ok = outcomes.iter().filter(|o| o.result.is_ok()).count();
     let _ = writeln!(s, "| **all** | | {total} | {ok} | {} |", total - ok);
     let _ = writeln!(s);
-    let _ = writeln!(s, "{total} specializations and vector runs, {ok} matched, {} failed ({:.1} s)", total - ok, took.as_secs_f64());
-    for f in outcomes.iter().filter(|o| o.result.is_err()).skip(1).take(20) {
-        let _ = writeln!(s, "also failed: {} {} [{}] {}: {}", f.family, f.symbol, f.case, f.variant, f.result.as_ref().unwrap_err());
+    let _ = writeln!(
+        s,
+        "{total} specializations and vector runs, {ok} matched, {} failed ({:.1} s)",
+        total - ok,
+        took.as_secs_f64()
+    );
+    for f in outcomes
+        .iter()
+        .filter(|o| o.result.is_err())
+        .skip(1)
+        .take(20)
+    {
+        let _ = writeln!(
+            s,
+            "also failed: {} {} [{}] {}: {}",
+            f.family,
+            f.symbol,
+            f.case,
+            f.variant,
+            f.result.as_ref().unwrap_err()
+        );
     }
     if let Some(f) = outcomes.iter().find(|o| o.result.is_err()) {
         let _ = writeln!(s, "\nfirst failure:\n  family:  {}\n  symbol:  {}\n  case:    {}\n  variant: {}\n  detail:  {}", f.family, f.symbol, f.case, f.variant, f.result.as_ref().unwrap_err());

@@ -23,7 +23,11 @@ pub struct ScaleRows {
 impl ScaleRows {
     fn check(&self) -> trellis::Result<()> {
         if !(1..=32).contains(&self.rows_per_group) {
-            return Err(trellis::Error::invalid("rows_per_group", self.rows_per_group, "must be in 1..=32"));
+            return Err(trellis::Error::invalid(
+                "rows_per_group",
+                self.rows_per_group,
+                "must be in 1..=32",
+            ));
         }
         Ok(())
     }
