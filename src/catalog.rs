@@ -17,6 +17,17 @@ pub enum AnyKernel {
     Expand(Expand),
 }
 
+/// Call the same method on whichever kernel `$k` holds.
+macro_rules! each {
+    ($k:expr, |$s:ident| $e:expr) => {
+        match $k {
+            AnyKernel::Reduce($s) => $e,
+            AnyKernel::GateUp($s) => $e,
+            AnyKernel::Expand($s) => $e,
+        }
+    };
+}
+
 impl AnyKernel {
     /// Family name (`reduce`, `gate_up`, `gate_up_mixed`, `expand`).
     pub fn family(&self) -> &'static str {
@@ -28,62 +39,34 @@ impl AnyKernel {
     }
     /// Unique symbol.
     pub fn symbol(&self) -> String {
-        match self {
-            AnyKernel::Reduce(k) => k.symbol(),
-            AnyKernel::GateUp(k) => k.symbol(),
-            AnyKernel::Expand(k) => k.symbol(),
-        }
+        each!(self, |k| k.symbol())
     }
     /// Render for a dialect.
     pub fn render(&self, d: Dialect) -> Result<Rendered> {
-        match self {
-            AnyKernel::Reduce(k) => k.render(d),
-            AnyKernel::GateUp(k) => k.render(d),
-            AnyKernel::Expand(k) => k.render(d),
-        }
+        each!(self, |k| k.render(d))
     }
     /// Validate the specialization.
     pub fn validate(&self) -> Result<()> {
-        match self {
-            AnyKernel::Reduce(k) => k.validate(),
-            AnyKernel::GateUp(k) => k.validate(),
-            AnyKernel::Expand(k) => k.validate(),
-        }
+        each!(self, |k| k.validate())
     }
     /// Inputs in signature order.
     pub fn inputs(&self) -> Vec<TensorSpec> {
-        match self {
-            AnyKernel::Reduce(k) => k.inputs(),
-            AnyKernel::GateUp(k) => k.inputs(),
-            AnyKernel::Expand(k) => k.inputs(),
-        }
+        each!(self, |k| k.inputs())
     }
     /// Outputs in signature order.
     pub fn outputs(&self) -> Vec<TensorSpec> {
-        match self {
-            AnyKernel::Reduce(k) => k.outputs(),
-            AnyKernel::GateUp(k) => k.outputs(),
-            AnyKernel::Expand(k) => k.outputs(),
-        }
+        each!(self, |k| k.outputs())
     }
     /// The tunable part.
     pub fn variant(&self) -> Variant {
-        match self {
-            AnyKernel::Reduce(k) => k.variant,
-            AnyKernel::GateUp(k) => k.variant,
-            AnyKernel::Expand(k) => k.variant,
-        }
+        each!(self, |k| k.variant)
     }
     /// A launch request (for `Backend::precompile`).
     pub fn launch_request<'r>(
         &self,
         render: &'r dyn Fn(Dialect) -> Result<Rendered>,
     ) -> Launch<'r> {
-        match self {
-            AnyKernel::Reduce(k) => k.launch_request(render),
-            AnyKernel::GateUp(k) => k.launch_request(render),
-            AnyKernel::Expand(k) => k.launch_request(render),
-        }
+        each!(self, |k| k.launch_request(render))
     }
 }
 

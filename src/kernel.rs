@@ -341,6 +341,29 @@ struct CommonHeader {
     c: crate::codes::CodeConstants,
 }
 
+/// Check a launch's inputs and outputs against its specs: every backend does this before
+/// it hands buffers to a kernel, whatever the caller checked before.
+pub fn check_launch<T: DeviceTensor>(
+    launch: &Launch<'_>,
+    inputs: &[&T],
+    outputs: &[&mut T],
+) -> Result<()> {
+    if inputs.len() != launch.inputs.len() || outputs.len() != launch.outputs.len() {
+        return Err(Error::invalid(
+            format!("{} arguments", launch.kernel),
+            format!("{} in, {} out", inputs.len(), outputs.len()),
+            format!(
+                "the kernel takes {} in, {} out",
+                launch.inputs.len(),
+                launch.outputs.len()
+            ),
+        ));
+    }
+    check_args(launch.kernel, &launch.inputs, inputs)?;
+    let outs: Vec<&T> = outputs.iter().map(|t| &**t).collect();
+    check_args(launch.kernel, &launch.outputs, &outs)
+}
+
 /// FNV-1a, a stable 64-bit hash for symbols and cache keys (std's hasher is not stable
 /// across releases, and these names land on disk).
 pub fn fnv1a(bytes: &[u8]) -> u64 {

@@ -301,39 +301,84 @@ fn check_common(
     Ok(())
 }
 
-/// Elements per staged 32-weight run of x: one 4-byte word of padding per run, so the
-/// 32 lanes (each on its own run) read 32 different banks.
-fn x_run_stride(v: &Variant, act: DType) -> usize {
-    if v.x_stage.is_act() && act.size() == 2 {
-        34
-    } else {
-        33
+/// What the templates ask of every kernel that reads activations: how many samples a
+/// grid slice holds, how x is staged, and the C types involved.
+pub trait XLayout {
+    /// The activation dtype.
+    fn act(&self) -> DType;
+    /// M.
+    fn samples(&self) -> u32;
+    /// The tunable part.
+    fn tuned(&self) -> &Variant;
+    /// Columns of x.
+    fn x_cols(&self) -> usize;
+
+    /// Samples per grid slice.
+    fn mb(&self) -> usize {
+        match self.tuned().m_strategy {
+            MStrategy::PerSample => 1,
+            MStrategy::SharedDecode => self.samples() as usize,
+        }
+    }
+    /// Elements per staged 32-weight run of x: one 4-byte word of padding per run, so
+    /// the 32 lanes (each on its own run) read 32 different banks.
+    fn x_run_stride(&self) -> usize {
+        if self.tuned().x_stage.is_act() && self.act().size() == 2 {
+            34
+        } else {
+            33
+        }
+    }
+    /// Threadgroup bytes of the staged x.
+    fn x_stage_bytes(&self) -> usize {
+        let v = self.tuned();
+        let elem = if v.x_stage.is_act() {
+            self.act().size()
+        } else {
+            4
+        };
+        if v.x_stage.is_shared() {
+            self.mb() * (self.x_cols() / 32) * self.x_run_stride() * elem
+        } else {
+            0
+        }
+    }
+    /// C type of the staged x.
+    fn xs_c(&self, d: &Dialect) -> &'static str {
+        if self.tuned().x_stage.is_act() {
+            Elem::from(self.act()).c_type(*d)
+        } else {
+            "float"
+        }
+    }
+    /// C type of the activations.
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        Elem::from(self.act()).c_type(*d)
     }
 }
 
-fn x_elem_size(v: &Variant, act: DType) -> usize {
-    if v.x_stage.is_act() {
-        act.size()
-    } else {
-        4
-    }
+macro_rules! x_layout {
+    ($ty:ty, $m:expr) => {
+        impl XLayout for $ty {
+            fn act(&self) -> DType {
+                self.act
+            }
+            fn samples(&self) -> u32 {
+                #[allow(clippy::redundant_closure_call)]
+                ($m)(self)
+            }
+            fn tuned(&self) -> &Variant {
+                &self.variant
+            }
+            fn x_cols(&self) -> usize {
+                self.cols
+            }
+        }
+    };
 }
-
-fn x_stage_bytes(v: &Variant, act: DType, mb: usize, cols: usize) -> usize {
-    if v.x_stage.is_shared() {
-        mb * (cols / 32) * x_run_stride(v, act) * x_elem_size(v, act)
-    } else {
-        0
-    }
-}
-
-fn xs_c(v: &Variant, act: DType, d: &Dialect) -> &'static str {
-    if v.x_stage.is_act() {
-        Elem::from(act).c_type(*d)
-    } else {
-        "float"
-    }
-}
+x_layout!(Reduce, |k: &Reduce| k.m);
+x_layout!(GateUp, |k: &GateUp| k.m);
+x_layout!(Expand, |_: &Expand| 1);
 
 fn grid(rows: usize, m: u32, v: &Variant) -> Grid {
     let slices = match v.m_strategy {
@@ -343,13 +388,6 @@ fn grid(rows: usize, m: u32, v: &Variant) -> Grid {
     Grid {
         groups: [rows.div_ceil(v.rows_per_group as usize) as u32, slices, 1],
         threads: 32 * v.rows_per_group,
-    }
-}
-
-fn samples_per_slice(m: u32, v: &Variant) -> usize {
-    match v.m_strategy {
-        MStrategy::PerSample => 1,
-        MStrategy::SharedDecode => m as usize,
     }
 }
 
@@ -381,23 +419,13 @@ pub struct Reduce {
 }
 
 impl Reduce {
-    /// Samples per grid slice.
-    pub fn mb(&self) -> usize {
-        samples_per_slice(self.m, &self.variant)
-    }
     fn shared(&self) -> usize {
         let table = if self.variant.repr.is_shared() {
             4 << self.proj.l
         } else {
             0
         };
-        table + x_stage_bytes(&self.variant, self.act, self.mb(), self.cols)
-    }
-    fn x_run_stride(&self) -> usize {
-        x_run_stride(&self.variant, self.act)
-    }
-    fn xs_c(&self, d: &Dialect) -> &'static str {
-        xs_c(&self.variant, self.act, d)
+        table + self.x_stage_bytes()
     }
     fn table_len(&self) -> usize {
         1 << self.proj.l
@@ -407,9 +435,6 @@ impl Reduce {
     }
     fn words_per_row(&self) -> usize {
         self.cols / self.t * self.words_per_block()
-    }
-    fn act_c(&self, d: &Dialect) -> &'static str {
-        Elem::from(self.act).c_type(*d)
     }
 }
 
@@ -455,10 +480,6 @@ impl GateUp {
             "gate_up_mixed"
         }
     }
-    /// Samples per grid slice.
-    pub fn mb(&self) -> usize {
-        samples_per_slice(self.m, &self.variant)
-    }
     fn check(&self) -> Result<()> {
         check_common(
             self.rows,
@@ -476,13 +497,7 @@ impl GateUp {
         } else {
             0
         };
-        tables + x_stage_bytes(&self.variant, self.act, self.mb(), self.cols)
-    }
-    fn x_run_stride(&self) -> usize {
-        x_run_stride(&self.variant, self.act)
-    }
-    fn xs_c(&self, d: &Dialect) -> &'static str {
-        xs_c(&self.variant, self.act, d)
+        tables + self.x_stage_bytes()
     }
     fn gate_table_len(&self) -> usize {
         1 << self.gate.l
@@ -501,9 +516,6 @@ impl GateUp {
     }
     fn up_words_per_row(&self) -> usize {
         self.cols / self.t * self.up_words_per_block()
-    }
-    fn act_c(&self, d: &Dialect) -> &'static str {
-        Elem::from(self.act).c_type(*d)
     }
 }
 
@@ -548,8 +560,5 @@ impl Expand {
     }
     fn words_per_row(&self) -> usize {
         self.cols / self.t * self.words_per_block()
-    }
-    fn act_c(&self, d: &Dialect) -> &'static str {
-        Elem::from(self.act).c_type(*d)
     }
 }

@@ -298,9 +298,7 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         // The typed wrapper checked these already; a backend never trusts a caller with
         // raw pointers, so check again.
-        crate::kernel::check_args(launch.kernel, &launch.inputs, inputs)?;
-        let outs: Vec<&CpuTensor> = outputs.iter().map(|t| &**t).collect();
-        crate::kernel::check_args(launch.kernel, &launch.outputs, &outs)?;
+        crate::kernel::check_launch(launch, inputs, outputs)?;
         let compiled = self.compiled(launch)?;
         let mut ptrs: Vec<*mut u8> = inputs.iter().map(|t| t.words.as_ptr() as *mut u8).collect();
         ptrs.extend(outputs.iter_mut().map(|t| t.words.as_mut_ptr() as *mut u8));

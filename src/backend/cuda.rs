@@ -325,13 +325,11 @@ impl Backend for CudaBackend {
         inputs: &[&CudaTensor],
         outputs: &mut [&mut CudaTensor],
     ) -> Result<()> {
-        crate::kernel::check_args(launch.kernel, &launch.inputs, inputs)?;
-        let outs: Vec<&CudaTensor> = outputs.iter().map(|t| &**t).collect();
-        crate::kernel::check_args(launch.kernel, &launch.outputs, &outs)?;
+        crate::kernel::check_launch(launch, inputs, outputs)?;
         for (t, s) in inputs.iter().zip(&launch.inputs) {
             self.check_device(t, &format!("{}.{}", launch.kernel, s.name))?;
         }
-        for (t, s) in outs.iter().zip(&launch.outputs) {
+        for (t, s) in outputs.iter().zip(&launch.outputs) {
             self.check_device(t, &format!("{}.{}", launch.kernel, s.name))?;
         }
         if launch.shared_bytes > self.info.shared_per_block {

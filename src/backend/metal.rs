@@ -378,9 +378,7 @@ impl Backend for MetalBackend {
                 ),
             ));
         }
-        crate::kernel::check_args(launch.kernel, &launch.inputs, inputs)?;
-        let outs: Vec<&MetalTensor> = outputs.iter().map(|t| &**t).collect();
-        crate::kernel::check_args(launch.kernel, &launch.outputs, &outs)?;
+        crate::kernel::check_launch(launch, inputs, outputs)?;
         if launch.shared_bytes > MAX_THREADGROUP_MEMORY {
             return Err(Error::invalid(
                 "threadgroup memory",
