@@ -730,3 +730,58 @@ fn cli_info_devices() {
     // Without a file or --devices: one error line.
     fails(&["info"], &["FILE"]);
 }
+
+/// Without a CUDA driver (CI, this machine), `--backend cuda` is a one-line error that
+/// says why, and the default backend is the CPU; with one, cuda is the default.
+#[test]
+fn cuda_is_the_default_only_with_a_driver() {
+    let (out, _) = ok(&["info", "--devices"]);
+    let default = line(&out, "default");
+    #[cfg(feature = "cuda")]
+    let cuda_ok = trellis::backend::cuda::probe().is_ok();
+    #[cfg(not(feature = "cuda"))]
+    let cuda_ok = false;
+    if cuda_ok {
+        assert_eq!(default, "cuda", "{out}");
+        return;
+    }
+    assert_eq!(
+        default,
+        if cfg!(target_os = "macos") {
+            "metal"
+        } else {
+            "cpu"
+        },
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l.starts_with("cuda: unavailable")),
+        "{out}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("w.safetensors");
+    let x = dir.path().join("x.safetensors");
+    let y = dir.path().join("y.safetensors");
+    let w_s = w.to_str().unwrap();
+    let x_s = x.to_str().unwrap();
+    ok(&[
+        "random", "--rows", "4", "--cols", "256", "--k", "2", "--l", "12", "--code", "1mad",
+        "--out", w_s,
+    ]);
+    ok(&["random-x", "--m", "1", "--cols", "256", "--out", x_s]);
+    fails(
+        &[
+            "matvec",
+            "--weights",
+            w_s,
+            "--x",
+            x_s,
+            "--out",
+            y.to_str().unwrap(),
+            "--backend",
+            "cuda",
+        ],
+        &["cuda", "unavailable"],
+    );
+    assert!(!y.exists());
+}
