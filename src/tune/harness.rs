@@ -12,7 +12,7 @@ use crate::kernel::{Backend, Dialect, KernelSpec};
 use crate::kernels::{Tail, Tier, Variant};
 use crate::matrix::Activations;
 use crate::ops::{self, DeviceMatrix};
-use crate::verify::{check_fast_bound, first_mismatch, random_activations, random_matrix};
+use crate::verify::{check_fast_bound, first_mismatch, random_activations, random_matrix, within_fast_tolerance};
 use crate::{reference, Code, Geometry};
 
 /// What to tune.
@@ -36,6 +36,9 @@ pub struct TuneOptions {
     pub working_set: usize,
     /// Timed repetitions per candidate.
     pub reps: usize,
+    /// A candidate whose verification launch takes longer than this is rejected as timed
+    /// out (a pathological launch shape must not stall the run).
+    pub candidate_timeout: std::time::Duration,
 }
 
 /// One matrix shape to tune, `R x C`.
@@ -264,13 +267,23 @@ pub fn tune_key<B: Backend>(
         };
         // Verify before timing: a candidate that fails to compile or mismatches is
         // recorded with its reason and never chosen.
+        // The first launch includes compilation, so only a hang-like run is cut off here.
+        let started = std::time::Instant::now();
         let checked = run(0)
             .and_then(|t| ops::download_activations(b, &t, key.dtype, key.m as usize, rows))
             .map_err(|e| e.to_string())
             .and_then(|got: Activations| match (o.tier, &dense) {
                 (Tier::Exact, _) => first_mismatch(&got, &want).map_or(Ok(()), Err),
                 (Tier::Fast, Some(d)) => check_fast_bound(d, cols, &x, &got),
-                (Tier::Fast, None) => first_mismatch(&got, &want).map_or(Ok(()), |_| Ok(())),
+                (Tier::Fast, None) => within_fast_tolerance(&got, &want).map(drop),
+            })
+            .and_then(|()| {
+                let took = started.elapsed();
+                if took > o.candidate_timeout {
+                    Err(format!("timed out: one launch took {:.1} s (limit {:.1} s)", took.as_secs_f64(), o.candidate_timeout.as_secs_f64()))
+                } else {
+                    Ok(())
+                }
             });
         if let Err(why) = checked {
             rejected.push(format!("{v}: {}", why.lines().next().unwrap_or_default()));

@@ -134,6 +134,7 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathB
         budget: parse_duration(&a.budget)?,
         working_set: if gpu { 256 << 20 } else { 64 << 20 },
         reps: a.reps.unwrap_or(if gpu { 50 } else { 5 }),
+        candidate_timeout: Duration::from_secs(if gpu { 20 } else { 120 }),
     };
     let out = a
         .out
