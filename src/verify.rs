@@ -124,7 +124,10 @@ pub fn first_mismatch(got: &Activations, want: &Activations) -> Option<String> {
 
 /// Fast-tier or native-tail `gate_up` against the exact result (no SPEC bound exists after
 /// the nonlinearity): within 2 T-ulps plus 2^-12 relative.
-pub fn within_fast_tolerance(got: &Activations, want: &Activations) -> std::result::Result<String, String> {
+pub fn within_fast_tolerance(
+    got: &Activations,
+    want: &Activations,
+) -> std::result::Result<String, String> {
     within(got, want, 2.0)
 }
 

@@ -965,8 +965,14 @@ fn backend_tail_and_prefix_are_checked() {
         args.extend_from_slice(extra);
         fails(&args, &c.out, needles);
     };
-    gate_up(&["--tail", "native", "--backend", "reference"], &["tail = native", "reference"]);
-    gate_up(&["--tail", "native", "--backend", "cpu"], &["tail = native", "cpu"]);
+    gate_up(
+        &["--tail", "native", "--backend", "reference"],
+        &["tail = native", "reference"],
+    );
+    gate_up(
+        &["--tail", "native", "--backend", "cpu"],
+        &["tail = native", "cpu"],
+    );
     gate_up(&["--tail", "fast"], &["tail = fast"]);
     gate_up(&["--backend", "metal"], &["backend `metal`"]);
     gate_up(&["--up-prefix", "up"], &["up.trellis"]);

@@ -12,7 +12,9 @@ use crate::kernel::{Backend, Dialect, KernelSpec};
 use crate::kernels::{Tail, Tier, Variant};
 use crate::matrix::Activations;
 use crate::ops::{self, DeviceMatrix};
-use crate::verify::{check_fast_bound, first_mismatch, random_activations, random_matrix, within_fast_tolerance};
+use crate::verify::{
+    check_fast_bound, first_mismatch, random_activations, random_matrix, within_fast_tolerance,
+};
 use crate::{reference, Code, Geometry};
 
 /// What to tune.
@@ -129,11 +131,6 @@ pub fn keys(o: &TuneOptions) -> Result<Vec<(TuneKey, usize, usize)>> {
     Ok(out)
 }
 
-/// Result of tuning one key.
-pub struct KeyResult {
-    pub entry: Entry,
-}
-
 /// Warm up, then time `reps` launches, launch `i` on weight copy `i % copies`.
 pub fn time_candidate<B: Backend>(
     b: &B,
@@ -161,7 +158,7 @@ pub fn tune_key<B: Backend>(
     rows: usize,
     cols: usize,
     seed: u64,
-) -> Result<KeyResult> {
+) -> Result<Entry> {
     let g = Geometry::new(rows, cols, o.t, key.k, key.l, key.code)?;
     let gate = random_matrix(g, seed);
     let up = random_matrix(
@@ -280,7 +277,11 @@ pub fn tune_key<B: Backend>(
             .and_then(|()| {
                 let took = started.elapsed();
                 if took > o.candidate_timeout {
-                    Err(format!("timed out: one launch took {:.1} s (limit {:.1} s)", took.as_secs_f64(), o.candidate_timeout.as_secs_f64()))
+                    Err(format!(
+                        "timed out: one launch took {:.1} s (limit {:.1} s)",
+                        took.as_secs_f64(),
+                        o.candidate_timeout.as_secs_f64()
+                    ))
                 } else {
                     Ok(())
                 }
@@ -341,7 +342,7 @@ pub fn tune_key<B: Backend>(
         runner_up_us: runner.map(|(_, s)| round3(s.median)),
         rejected,
     };
-    Ok(KeyResult { entry })
+    Ok(entry)
 }
 
 fn round3(v: f64) -> f64 {
@@ -422,8 +423,8 @@ pub fn tune<B: Backend>(
             break;
         }
         match tune_key(b, o, key, *rows, *cols, 7 + i as u64) {
-            Ok(r) => {
-                table.entries.push(r.entry);
+            Ok(entry) => {
+                table.entries.push(entry);
                 save(&table)?;
             }
             // A key whose every candidate failed keeps the built-in default; say so.

@@ -172,8 +172,6 @@ pub enum Source {
     },
     /// No table had anything: the built-in default.
     Default { why: String },
-    /// The caller forced it.
-    Forced,
 }
 
 impl fmt::Display for Source {
@@ -184,7 +182,6 @@ impl fmt::Display for Source {
                 write!(f, "table {table}, entry [{key}] ({why})")
             }
             Source::Default { why } => write!(f, "built-in default ({why})"),
-            Source::Forced => f.write_str("forced by the caller"),
         }
     }
 }

@@ -101,6 +101,12 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                         quick,
                         &vectors,
                     )?,
+                    #[cfg(target_os = "macos")]
+                    "metal" => verify::run(
+                        &trellis::backend::metal::MetalBackend::new()?,
+                        quick,
+                        &vectors,
+                    )?,
                     other => return Err(trellis::Error::Unavailable {
                         backend: other.into(),
                         reason:
@@ -149,10 +155,18 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                     );
                     tune::run(&b, &args, desc)?;
                 }
+                #[cfg(target_os = "macos")]
+                "metal" => {
+                    let b = trellis::backend::metal::MetalBackend::new()?;
+                    let desc = trellis::kernel::Backend::device_id(&b);
+                    tune::run(&b, &args, desc)?;
+                }
                 other => {
                     return Err(trellis::Error::Unavailable {
                         backend: other.into(),
-                        reason: "not a backend this build can tune here (cpu, cuda)".into(),
+                        reason:
+                            "not a backend this build can tune here (cpu, cuda; metal on macOS)"
+                                .into(),
                     })
                 }
             }
