@@ -132,102 +132,24 @@ impl Case {
 
 /// The matrices `xtask verify` and `xtask render` cover: every code, k 1..8 spread over
 /// L 8..16, T 32..256, odd row counts, all three dtypes, M up to 8.
+#[rustfmt::skip]
 pub fn verify_cases(quick: bool) -> Vec<Case> {
     let p = |k, l, code| Proj { k, l, code };
-    let case = |gate, up, rows, cols, t, act, m| Case {
-        gate,
-        up,
-        rows,
-        cols,
-        t,
-        act,
-        m,
-    };
+    let case = |gate, up, rows, cols, t, act, m| Case { gate, up, rows, cols, t, act, m };
+    //              gate                       up                         rows  cols   T    dtype       M
     let mut cases = vec![
-        case(
-            p(3, 12, Code::OneMad),
-            p(3, 12, Code::OneMad),
-            37,
-            512,
-            256,
-            DType::Bf16,
-            1,
-        ),
-        case(
-            p(2, 12, Code::OneMad),
-            p(4, 12, Code::OneMad),
-            19,
-            256,
-            128,
-            DType::Bf16,
-            4,
-        ),
-        case(
-            p(4, 16, Code::ThreeInst),
-            p(3, 16, Code::ThreeInst),
-            33,
-            256,
-            64,
-            DType::F16,
-            2,
-        ),
-        case(
-            p(1, 8, Code::Mcg),
-            p(2, 9, Code::Mcg),
-            7,
-            96,
-            32,
-            DType::F32,
-            3,
-        ),
-        case(
-            p(5, 13, Code::Mul1),
-            p(5, 13, Code::Mul1),
-            21,
-            320,
-            160,
-            DType::Bf16,
-            8,
-        ),
-        case(
-            p(8, 12, Code::Lut),
-            p(6, 11, Code::OneMad),
-            9,
-            512,
-            256,
-            DType::Bf16,
-            8,
-        ),
+        case(p(3, 12, Code::OneMad),    p(3, 12, Code::OneMad),    37,  512,  256, DType::Bf16, 1),
+        case(p(2, 12, Code::OneMad),    p(4, 12, Code::OneMad),    19,  256,  128, DType::Bf16, 4),
+        case(p(4, 16, Code::ThreeInst), p(3, 16, Code::ThreeInst), 33,  256,  64,  DType::F16,  2),
+        case(p(1, 8, Code::Mcg),        p(2, 9, Code::Mcg),        7,   96,   32,  DType::F32,  3),
+        case(p(5, 13, Code::Mul1),      p(5, 13, Code::Mul1),      21,  320,  160, DType::Bf16, 8),
+        case(p(8, 12, Code::Lut),       p(6, 11, Code::OneMad),    9,   512,  256, DType::Bf16, 8),
     ];
     if !quick {
         cases.extend([
-            case(
-                p(7, 16, Code::OneMad),
-                p(7, 16, Code::OneMad),
-                11,
-                256,
-                256,
-                DType::F16,
-                5,
-            ),
-            case(
-                p(6, 10, Code::Mul1),
-                p(2, 10, Code::ThreeInst),
-                65,
-                384,
-                128,
-                DType::F32,
-                8,
-            ),
-            case(
-                p(2, 14, Code::Mcg),
-                p(4, 14, Code::Mcg),
-                130,
-                1024,
-                256,
-                DType::Bf16,
-                1,
-            ),
+            case(p(7, 16, Code::OneMad), p(7, 16, Code::OneMad),    11,  256,  256, DType::F16,  5),
+            case(p(6, 10, Code::Mul1),   p(2, 10, Code::ThreeInst), 65,  384,  128, DType::F32,  8),
+            case(p(2, 14, Code::Mcg),    p(4, 14, Code::Mcg),       130, 1024, 256, DType::Bf16, 1),
         ]);
     }
     cases
