@@ -75,6 +75,69 @@ pub fn preset(name: &str) -> Option<Vec<Shape>> {
     }
 }
 
+/// Crash recovery for the tuner. Each candidate is written to the journal before it runs
+/// and cleared after, so when a candidate kills the process (a kernel that crashes it),
+/// the resumed run finds it still in flight and rejects it instead of running it again.
+/// `cargo xtask tune` runs the tuner in a child process and resumes it after a crash.
+pub struct Journal {
+    path: std::path::PathBuf,
+    crashed: Vec<String>,
+}
+
+impl Journal {
+    /// Open (or start) the journal at `path`; a candidate left in flight becomes crashed.
+    pub fn open(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let crashed = text
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("crashed ")
+                    .or_else(|| l.strip_prefix("running "))
+            })
+            .map(str::to_string)
+            .collect();
+        let j = Journal {
+            path: path.to_path_buf(),
+            crashed,
+        };
+        j.write(None)?;
+        Ok(j)
+    }
+
+    /// Whether a candidate crashed an earlier attempt.
+    pub fn crashed(&self, id: &str) -> bool {
+        self.crashed.iter().any(|c| c == id)
+    }
+
+    fn write(&self, running: Option<&str>) -> Result<()> {
+        use std::io::Write;
+        let mut text: String = self
+            .crashed
+            .iter()
+            .map(|c| format!("crashed {c}\n"))
+            .collect();
+        if let Some(r) = running {
+            text += &format!("running {r}\n");
+        }
+        let mut f = std::fs::File::create(&self.path).map_err(|e| Error::file(&self.path, e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|_| f.sync_data())
+            .map_err(|e| Error::file(&self.path, e))
+    }
+
+    fn begin(&self, id: &str) -> Result<()> {
+        self.write(Some(id))
+    }
+
+    fn end(&self) -> Result<()> {
+        self.write(None)
+    }
+}
+
+/// Fault injection for the crash-recovery test: a candidate whose id contains this
+/// variable's value aborts the process when it is about to run.
+pub const FAULT_ENV: &str = "TRELLIS_TUNE_FAULT";
+
 /// Statistics of one candidate's samples, in microseconds.
 #[derive(Clone, Copy, Debug)]
 pub struct Stats {
@@ -154,6 +217,7 @@ pub fn time_candidate<B: Backend>(
 pub fn tune_key<B: Backend>(
     b: &B,
     o: &TuneOptions,
+    journal: Option<&Journal>,
     key: &TuneKey,
     rows: usize,
     cols: usize,
@@ -237,7 +301,21 @@ pub fn tune_key<B: Backend>(
         };
         b.precompile(&launches)?;
     }
+    let fault = std::env::var(FAULT_ENV).ok().filter(|f| !f.is_empty());
     for v in candidates {
+        let id = format!("[{key}] {v}");
+        if journal.is_some_and(|j| j.crashed(&id)) {
+            rejected.push(format!(
+                "{v}: crashed the tuning process in an earlier attempt"
+            ));
+            continue;
+        }
+        if let Some(j) = journal {
+            j.begin(&id)?;
+        }
+        if fault.as_deref().is_some_and(|f| id.contains(f)) {
+            std::process::abort();
+        }
         let run = |i: usize| -> Result<B::Tensor> {
             match key.family {
                 Family::Reduce => {
@@ -286,13 +364,15 @@ pub fn tune_key<B: Backend>(
                     Ok(())
                 }
             });
-        if let Err(why) = checked {
-            rejected.push(format!("{v}: {}", why.lines().next().unwrap_or_default()));
-            continue;
+        match checked {
+            Err(why) => rejected.push(format!("{v}: {}", why.lines().next().unwrap_or_default())),
+            Ok(()) => match time_candidate(b, o.reps, |i| run(i).map(drop), copies) {
+                Ok(stats) => timed.push((v, stats)),
+                Err(e) => rejected.push(format!("{v}: timing failed: {e}")),
+            },
         }
-        match time_candidate(b, o.reps, |i| run(i).map(drop), copies) {
-            Ok(stats) => timed.push((v, stats)),
-            Err(e) => rejected.push(format!("{v}: timing failed: {e}")),
+        if let Some(j) = journal {
+            j.end()?;
         }
     }
     let default_stats = timed.iter().find(|(v, _)| *v == default).map(|(_, s)| *s);
@@ -387,6 +467,7 @@ pub fn tune<B: Backend>(
     o: &TuneOptions,
     description: String,
     existing: Option<Table>,
+    journal: Option<&Journal>,
     mut save: impl FnMut(&Table) -> Result<()>,
     mut progress: impl FnMut(usize, usize, &str),
 ) -> Result<Table> {
@@ -422,7 +503,7 @@ pub fn tune<B: Backend>(
             progress(i, keys.len(), "budget spent: remaining keys not tuned");
             break;
         }
-        match tune_key(b, o, key, *rows, *cols, 7 + i as u64) {
+        match tune_key(b, o, journal, key, *rows, *cols, 7 + i as u64) {
             Ok(entry) => {
                 table.entries.push(entry);
                 save(&table)?;

@@ -126,6 +126,9 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             Ok(true)
         }
         Cmd::Tune(args) => {
+            if let Some(done) = tune::supervise() {
+                return done.map(|()| true);
+            }
             let name = args
                 .backend
                 .clone()

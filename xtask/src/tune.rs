@@ -152,16 +152,27 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathB
         std::fs::write(&tmp, t.to_toml()).map_err(|e| Error::file(&tmp, e))?;
         std::fs::rename(&tmp, &out).map_err(|e| Error::file(&out, e))
     };
-    let table = harness::tune(b, &opts, description, existing, save, |i, n, msg| {
-        bar.set_length(n as u64);
-        bar.set_position(i as u64);
-        if msg.contains("not tuned") || msg.contains("budget") {
-            bar.println(msg);
-        } else {
-            bar.set_message(msg.to_string());
-        }
-    })?;
+    let journal_path = out.with_extension("toml.journal");
+    let journal = harness::Journal::open(&journal_path)?;
+    let table = harness::tune(
+        b,
+        &opts,
+        description,
+        existing,
+        Some(&journal),
+        save,
+        |i, n, msg| {
+            bar.set_length(n as u64);
+            bar.set_position(i as u64);
+            if msg.contains("not tuned") || msg.contains("budget") {
+                bar.println(msg);
+            } else {
+                bar.set_message(msg.to_string());
+            }
+        },
+    )?;
     bar.finish_and_clear();
+    let _ = std::fs::remove_file(&journal_path);
     println!("{}", summary(&table));
     println!("wrote {}", out.display());
     Ok(out)
@@ -194,4 +205,43 @@ pub fn summary(t: &Table) -> String {
         );
     }
     s
+}
+
+/// Environment variable marking the child process that does the tuning.
+const WORKER_ENV: &str = "TRELLIS_TUNE_WORKER";
+
+/// Run the tuner in a child process, resuming it (from the saved table and the journal,
+/// which rejects the candidate in flight) whenever a candidate crashes it. Returns
+/// `None` in the child itself, which then tunes.
+pub fn supervise() -> Option<Result<()>> {
+    if std::env::var_os(WORKER_ENV).is_some() {
+        return None;
+    }
+    const ATTEMPTS: usize = 8;
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            return Some(Err(Error::backend(
+                "tune",
+                format!("cannot find this executable: {e}"),
+            )))
+        }
+    };
+    for attempt in 1..=ATTEMPTS {
+        let status = std::process::Command::new(&exe)
+            .args(std::env::args_os().skip(1))
+            .env(WORKER_ENV, "1")
+            .status();
+        match status {
+            Err(e) => return Some(Err(Error::backend("tune", format!("cannot start the tuner: {e}")))),
+            Ok(s) if s.success() => return Some(Ok(())),
+            // Status 1 is an ordinary error, already printed by the child.
+            Ok(s) if s.code() == Some(1) => return Some(Err(Error::backend("tune", "the tuner failed (see above)"))),
+            Ok(s) => eprintln!("tune: the tuner died ({s}) in attempt {attempt}/{ATTEMPTS}; resuming without the candidate it was running"),
+        }
+    }
+    Some(Err(Error::backend(
+        "tune",
+        format!("the tuner crashed {ATTEMPTS} times; giving up"),
+    )))
 }
