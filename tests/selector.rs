@@ -785,3 +785,51 @@ fn cuda_is_the_default_only_with_a_driver() {
     );
     assert!(!y.exists());
 }
+
+/// A bucket's winner that stages x in threadgroup memory cannot serve a much wider matrix
+/// of the same key: the selection falls back to the default and says why, and the
+/// product on the CPU backend still matches the reference.
+#[test]
+fn a_winner_that_does_not_fit_the_shape_gives_way_to_the_default() {
+    use trellis::kernels::XStage;
+    use trellis::tune::{fit, Family, Selection};
+    let g = trellis::Geometry::new(8, 16384, 256, 3, 12, trellis::Code::OneMad).unwrap();
+    let staged = Variant {
+        x_stage: XStage::SharedF32,
+        ..Variant::default()
+    };
+    let chosen = Selection {
+        variant: staged,
+        source: Source::Default { why: "test".into() },
+    };
+    let s = fit(chosen, Family::Reduce, &g, None, trellis::DType::Bf16, 1);
+    assert_eq!(s.variant, Variant::default());
+    assert!(
+        s.source.to_string().contains("does not fit"),
+        "{}",
+        s.source
+    );
+    // A shape it fits keeps it.
+    let small = trellis::Geometry::new(8, 1024, 256, 3, 12, trellis::Code::OneMad).unwrap();
+    let chosen = Selection {
+        variant: staged,
+        source: Source::Default { why: "test".into() },
+    };
+    assert_eq!(
+        fit(
+            chosen,
+            Family::Reduce,
+            &small,
+            None,
+            trellis::DType::Bf16,
+            1
+        )
+        .variant,
+        staged
+    );
+    // End to end through the backend registry.
+    let w = trellis::verify::random_matrix(g, 3);
+    let x = trellis::verify::random_activations(trellis::DType::Bf16, 1, g.cols, 4);
+    let got = trellis::backend::matvec("cpu", &w, &x, None).unwrap();
+    assert!(got.bits_eq(&trellis::reference::reduce(&w, &x).unwrap()));
+}

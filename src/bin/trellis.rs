@@ -649,7 +649,15 @@ fn select(a: SelectArgs) -> Result<()> {
     for w in &selector.warnings {
         eprintln!("warning: {}", one_line(w));
     }
-    let sel = selector.select(&backend, device, &key);
+    // What would run: a bucket's winner that does not fit this exact shape gives way.
+    let sel = trellis::tune::fit(
+        selector.select(&backend, device, &key),
+        family,
+        &g,
+        up.as_ref(),
+        dtype,
+        a.m,
+    );
     println!("key: {key}");
     println!("device: {device} ({backend})");
     println!("variant: {}", sel.variant);

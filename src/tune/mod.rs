@@ -395,5 +395,59 @@ pub fn select_for<B: Backend>(
     });
     let m = u32::try_from(x.rows).unwrap_or(u32::MAX);
     let key = TuneKey::new(family, g, up, x.dtype, m, Tier::Exact);
-    Ok(sel.select(b.name(), &b.device_id(), &key))
+    Ok(fit(
+        sel.select(b.name(), &b.device_id(), &key),
+        family,
+        g,
+        up,
+        x.dtype,
+        m,
+    ))
+}
+
+/// A table entry is chosen by bucket, so its variant may not fit this exact shape (x
+/// staged in threadgroup memory for many more columns than were measured). Such a choice
+/// gives way to the built-in default, and the source says why.
+pub fn fit(
+    s: Selection,
+    family: Family,
+    g: &Geometry,
+    up: Option<&Geometry>,
+    act: DType,
+    m: u32,
+) -> Selection {
+    use crate::kernel::KernelSpec;
+    use crate::ScaleDType;
+    // The scale dtype does not affect what fits; any will do for the check.
+    let check = |v: Variant| match family {
+        Family::Reduce => crate::ops::reduce_spec(g, ScaleDType::F16, act, m, v).validate(),
+        Family::GateUp => {
+            let up = up.unwrap_or(g);
+            crate::ops::gate_up_spec(
+                g,
+                up,
+                (ScaleDType::F16, ScaleDType::F16),
+                act,
+                m,
+                crate::kernels::Tail::Exact,
+                v,
+            )
+            .validate()
+        }
+    };
+    match check(s.variant) {
+        Ok(()) => s,
+        Err(e) => Selection {
+            variant: Variant {
+                tier: s.variant.tier,
+                ..Variant::default()
+            },
+            source: Source::Default {
+                why: format!(
+                    "{} chose `{}`, which does not fit this shape: {e}",
+                    s.source, s.variant
+                ),
+            },
+        },
+    }
 }
