@@ -59,6 +59,24 @@ enum ScaleArg {
     F32,
 }
 
+/// How a matrix is coded: the flags `random` and `quantize` share.
+#[derive(Args, Debug)]
+struct CodingArgs {
+    /// Bits per weight, 1..=8.
+    #[arg(long, value_name = "K")]
+    k: u32,
+    /// Trellis state bits, k < L <= 16.
+    #[arg(long, value_name = "L")]
+    l: u32,
+    /// Weights per block (a multiple of 32 dividing C).
+    #[arg(long, value_name = "T", default_value_t = 256)]
+    t: usize,
+    /// Code: 1mad, 3inst, mcg, mul1 or lut (lut: `random` seeds a Gaussian table with
+    /// --seed; `quantize` takes --lut or the same seeded table).
+    #[arg(long, value_name = "CODE")]
+    code: Code,
+}
+
 #[derive(Args, Debug)]
 #[command(allow_negative_numbers = true)]
 struct RandomArgs {
@@ -68,18 +86,8 @@ struct RandomArgs {
     /// C: input features (a multiple of T).
     #[arg(long, value_name = "C")]
     cols: usize,
-    /// Bits per weight, 1..=8.
-    #[arg(long, value_name = "K")]
-    k: u32,
-    /// Trellis state bits, k < L <= 16.
-    #[arg(long, value_name = "L")]
-    l: u32,
-    /// Weights per block (a multiple of 32).
-    #[arg(long, value_name = "T", default_value_t = 256)]
-    t: usize,
-    /// Code: 1mad, 3inst, mcg, mul1 or lut (lut: a Gaussian table seeded by --seed).
-    #[arg(long, value_name = "CODE")]
-    code: Code,
+    #[command(flatten)]
+    coding: CodingArgs,
     /// Seed of the ChaCha8 generator.
     #[arg(long, value_name = "S", default_value_t = 0)]
     seed: u64,
@@ -126,18 +134,8 @@ struct QuantizeArgs {
     /// Name of the dense [R, C] tensor in it (bf16, f16 or f32).
     #[arg(long, value_name = "NAME")]
     tensor: String,
-    /// Bits per weight, 1..=8.
-    #[arg(long, value_name = "K")]
-    k: u32,
-    /// Trellis state bits, k < L <= 16.
-    #[arg(long, value_name = "L")]
-    l: u32,
-    /// Weights per block (a multiple of 32 dividing C).
-    #[arg(long, value_name = "T", default_value_t = 256)]
-    t: usize,
-    /// Code: 1mad, 3inst, mcg, mul1 or lut.
-    #[arg(long, value_name = "CODE")]
-    code: Code,
+    #[command(flatten)]
+    coding: CodingArgs,
     /// Output safetensors file.
     #[arg(long, value_name = "W.safetensors")]
     out: PathBuf,
@@ -387,7 +385,8 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn random(a: RandomArgs) -> Result<()> {
-    let g = Geometry::new(a.rows, a.cols, a.t, a.k, a.l, a.code)?;
+    let c = &a.coding;
+    let g = Geometry::new(a.rows, a.cols, c.t, c.k, c.l, c.code)?;
     let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
     let n = g.codes_shape().iter().product::<usize>();
     let codes: Vec<u32> = (0..n).map(|_| rng.random::<u32>()).collect();
@@ -432,7 +431,8 @@ fn random_x(a: RandomXArgs) -> Result<()> {
 fn quantize(a: QuantizeArgs) -> Result<()> {
     let (dense, rows, cols) = io::read_dense(&a.input, &a.tensor).map_err(in_file(&a.input))?;
     // Fail fast, naming the flag's field, before any encoding work.
-    let g = Geometry::new(rows, cols, a.t, a.k, a.l, a.code).map_err(|e| match e {
+    let c = &a.coding;
+    let g = Geometry::new(rows, cols, c.t, c.k, c.l, c.code).map_err(|e| match e {
         Error::Invalid { ref field, .. } if field == "rows" || field == "cols" => Error::file(
             &a.input,
             format!("tensor `{}` [{rows}, {cols}]: {e}", a.tensor),

@@ -5,10 +5,10 @@
 
 use super::table::{DeviceRecord, Entry, Table, VariantRecord};
 use super::{Family, TuneKey};
-use crate::catalog;
+use crate::catalog::{self, AnyKernel};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kernel::{Backend, Dialect, KernelSpec};
+use crate::kernel::{Backend, Dialect};
 use crate::kernels::{Tail, Tier, Variant};
 use crate::matrix::Activations;
 use crate::ops::{self, DeviceMatrix};
@@ -264,7 +264,6 @@ pub fn tune_key<B: Backend>(
     }
     let mut rejected = Vec::new();
     let mut timed: Vec<(Variant, Stats)> = Vec::new();
-    // Compile all candidates up front.
     let reduce = |v: Variant| ops::reduce_spec(&g, gate.scale_dtype, key.dtype, key.m, v);
     let gate_up = |v: Variant| {
         ops::gate_up_spec(
@@ -277,28 +276,25 @@ pub fn tune_key<B: Backend>(
             v,
         )
     };
+    // Compile every candidate of this key's family up front.
     {
-        let reduces: Vec<_> = candidates.iter().map(|&v| reduce(v)).collect();
-        let gus: Vec<_> = candidates.iter().map(|&v| gate_up(v)).collect();
-        let rr: Vec<_> = reduces
+        let specs: Vec<AnyKernel> = candidates
             .iter()
-            .map(|s| move |d: Dialect| s.render(d))
+            .map(|&v| match key.family {
+                Family::Reduce => AnyKernel::Reduce(reduce(v)),
+                Family::GateUp => AnyKernel::GateUp(gate_up(v)),
+            })
+            .filter(|k| k.validate().is_ok())
             .collect();
-        let gr: Vec<_> = gus.iter().map(|s| move |d: Dialect| s.render(d)).collect();
-        let launches: Vec<_> = match key.family {
-            Family::Reduce => reduces
-                .iter()
-                .zip(&rr)
-                .filter(|(s, _)| s.validate().is_ok())
-                .map(|(s, r)| s.launch_request(r))
-                .collect(),
-            Family::GateUp => gus
-                .iter()
-                .zip(&gr)
-                .filter(|(s, _)| s.validate().is_ok())
-                .map(|(s, r)| s.launch_request(r))
-                .collect(),
-        };
+        let renders: Vec<_> = specs
+            .iter()
+            .map(|k| move |d: Dialect| k.render(d))
+            .collect();
+        let launches: Vec<_> = specs
+            .iter()
+            .zip(&renders)
+            .map(|(k, r)| k.launch_request(r))
+            .collect();
         b.precompile(&launches)?;
     }
     let fault = std::env::var(FAULT_ENV).ok().filter(|f| !f.is_empty());
