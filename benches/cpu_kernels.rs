@@ -1,71 +1,84 @@
 //! CPU paths: the reference oracle and the generated kernels on the CPU backend (the
 //! tuned variant from the selector, and the built-in default), for `reduce` and
-//! `gate_up` on one MLP-like shape. Throughput is in weights per second.
+//! `gate_up` on one MLP-like shape. Throughput is in weights per second. Kernels are
+//! bound before timing (outputs allocated, arguments checked), so an iteration is the
+//! launch alone.
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use std::hint::black_box;
 use trellis::backend::CpuBackend;
-use trellis::kernels::{Tail, Variant};
-use trellis::ops::{self, DeviceMatrix};
-use trellis::tune::{select_for, Family};
-use trellis::verify::{random_activations, random_matrix};
-use trellis::{reference, Code, DType, Geometry};
+use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
+use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+use trellis::family::{self, Family};
+use trellis::kernel::{Backend, Dialect, KernelSpec};
+use trellis::kernels::{Tail, Tier};
+use trellis::tune::select_for;
+use trellis::{reference, Code, DType, Geometry, ScaleDType};
+
+/// Time variant `v` of problem `p`: everything prepared, the timed loop only launches.
+fn bench_family<F: Family>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: String,
+    b: &CpuBackend,
+    p: &F::Problem,
+    v: F::Variant,
+) {
+    let host = F::random_host(p, 1).expect("random data");
+    let dev = F::upload(b, p, &host).expect("upload");
+    let k = F::kernel(p, v);
+    let render = |d: Dialect| k.render(d);
+    let launch = k.launch_request(&render);
+    let compiled = b.compile(&launch).expect("compiles");
+    let mut outs = family::alloc_outputs(b, &k).expect("outputs");
+    let inputs = F::inputs(&dev, &v);
+    let mut refs: Vec<_> = outs.iter_mut().collect();
+    let mut bound = b
+        .bind(&compiled, &launch, &inputs, &mut refs)
+        .expect("binds");
+    group.bench_function(name, |bn| bn.iter(|| b.run(black_box(&mut bound)).unwrap()));
+}
 
 fn bench(c: &mut Criterion) {
     let b = CpuBackend::new().expect("cpu backend");
     let g = Geometry::new(1024, 4096, 256, 3, 12, Code::OneMad).unwrap();
-    let w = random_matrix(g, 1);
-    let u = random_matrix(g, 2);
+    let w = trellis::check::random_matrix(g, 1);
     let mut group = c.benchmark_group("cpu");
     group.sample_size(10);
     group.throughput(Throughput::Elements((g.rows * g.cols) as u64));
-    for m in [1usize, 4] {
-        let x = random_activations(DType::Bf16, m, g.cols, 3);
-        let tuned = select_for(&b, Family::Reduce, &g, None, &x)
-            .unwrap()
-            .variant;
-        let dw = DeviceMatrix::upload(&b, &w).unwrap();
-        let du = DeviceMatrix::upload(&b, &u).unwrap();
-        let dx = ops::upload_activations(&b, &x).unwrap();
+    for m in [1u32, 4] {
+        let x = trellis::check::random_activations(DType::Bf16, m as usize, g.cols, 3);
         group.bench_function(format!("reference/reduce/m{m}"), |bn| {
             bn.iter(|| reference::reduce(black_box(&w), &x).unwrap())
         });
-        for (name, v) in [("tuned", tuned), ("default", Variant::default())] {
-            let spec = ops::reduce_spec(&g, w.scale_dtype, DType::Bf16, m as u32, v);
-            group.bench_function(format!("kernel-{name}/reduce/m{m}"), |bn| {
-                bn.iter(|| {
-                    spec.launch(&b, &dx, &dw.codes, &dw.scales, dw.table(v.repr))
-                        .unwrap()
-                })
-            });
+        let p = ReduceProblem {
+            geometry: g,
+            scale: ScaleDType::F16,
+            act: DType::Bf16,
+            m,
+        };
+        let tuned = select_for::<ReduceFamily, _>(&b, &p, Tier::Exact).variant;
+        let default = ReduceFamily::default_variant(&p, Tier::Exact);
+        for (name, v) in [("tuned", tuned), ("default", default)] {
+            bench_family::<ReduceFamily>(
+                &mut group,
+                format!("kernel-{name}/reduce/m{m}"),
+                &b,
+                &p,
+                v,
+            );
         }
-        let gv = select_for(&b, Family::GateUp, &g, Some(&g), &x)
-            .unwrap()
-            .variant;
-        let spec = ops::gate_up_spec(
-            &g,
-            &g,
-            (w.scale_dtype, u.scale_dtype),
-            DType::Bf16,
-            m as u32,
-            Tail::Exact,
-            gv,
-        );
-        group.bench_function(format!("kernel-tuned/gate_up/m{m}"), |bn| {
-            bn.iter(|| {
-                spec.launch(
-                    &b,
-                    &dx,
-                    &dw.codes,
-                    &dw.scales,
-                    dw.table(gv.repr),
-                    &du.codes,
-                    &du.scales,
-                    du.table(gv.repr),
-                )
-                .unwrap()
-            })
-        });
+        let p = GateUpProblem {
+            gate: g,
+            up: g,
+            gate_scale: ScaleDType::F16,
+            up_scale: ScaleDType::F16,
+            act: DType::Bf16,
+            m,
+            tail: Tail::Exact,
+        };
+        let gv = select_for::<GateUpFamily, _>(&b, &p, Tier::Exact).variant;
+        bench_family::<GateUpFamily>(&mut group, format!("kernel-tuned/gate_up/m{m}"), &b, &p, gv);
     }
     group.finish();
 }

@@ -1,74 +1,11 @@
-//! Every specialization worth building: the list `xtask render`, `xtask verify` and the
-//! Metal shim check walk, and the candidate space the tuner draws from.
+//! The verify cases (matrices every family's catalog is built from) and the candidate
+//! space of this crate's SIMT families (`reduce`, `gate_up`, `expand`).
 
 use crate::codes::Code;
-use crate::dtype::{DType, ScaleDType};
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::kernel::{Dialect, KernelSpec, Launch, Rendered, TensorSpec};
-use crate::kernels::{
-    Expand, GateUp, MStrategy, Proj, Reduce, Representation, Tail, Tier, Variant, XStage,
-};
-
-/// One specialization of any of this crate's kernels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AnyKernel {
-    Reduce(Reduce),
-    GateUp(GateUp),
-    Expand(Expand),
-}
-
-/// Call the same method on whichever kernel `$k` holds.
-macro_rules! each {
-    ($k:expr, |$s:ident| $e:expr) => {
-        match $k {
-            AnyKernel::Reduce($s) => $e,
-            AnyKernel::GateUp($s) => $e,
-            AnyKernel::Expand($s) => $e,
-        }
-    };
-}
-
-impl AnyKernel {
-    /// Family name (`reduce`, `gate_up`, `gate_up_mixed`, `expand`).
-    pub fn family(&self) -> &'static str {
-        match self {
-            AnyKernel::Reduce(_) => "reduce",
-            AnyKernel::GateUp(k) => k.family_name(),
-            AnyKernel::Expand(_) => "expand",
-        }
-    }
-    /// Unique symbol.
-    pub fn symbol(&self) -> String {
-        each!(self, |k| k.symbol())
-    }
-    /// Render for a dialect.
-    pub fn render(&self, d: Dialect) -> Result<Rendered> {
-        each!(self, |k| k.render(d))
-    }
-    /// Validate the specialization.
-    pub fn validate(&self) -> Result<()> {
-        each!(self, |k| k.validate())
-    }
-    /// Inputs in signature order.
-    pub fn inputs(&self) -> Vec<TensorSpec> {
-        each!(self, |k| k.inputs())
-    }
-    /// Outputs in signature order.
-    pub fn outputs(&self) -> Vec<TensorSpec> {
-        each!(self, |k| k.outputs())
-    }
-    /// The tunable part.
-    pub fn variant(&self) -> Variant {
-        each!(self, |k| k.variant)
-    }
-    /// A launch request (for `Backend::precompile`).
-    pub fn launch_request<'r>(
-        &self,
-        render: &'r dyn Fn(Dialect) -> Result<Rendered>,
-    ) -> Launch<'r> {
-        each!(self, |k| k.launch_request(render))
-    }
-}
+use crate::geometry::Geometry;
+use crate::kernels::{MStrategy, Proj, Representation, Tier, Variant, XStage};
 
 /// Launch shapes and representations the tuner and verifier enumerate for a tier.
 pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
@@ -111,22 +48,15 @@ pub struct Case {
 }
 
 impl Case {
-    /// Whether a specialization belongs to this case.
-    pub fn covers(&self, k: &AnyKernel) -> bool {
-        let c = self;
-        match k {
-            AnyKernel::Reduce(r) => {
-                (r.proj, r.rows, r.cols, r.t, r.act, r.m)
-                    == (c.gate, c.rows, c.cols, c.t, c.act, c.m)
-            }
-            AnyKernel::GateUp(g) => {
-                (g.gate, g.up, g.rows, g.cols, g.t, g.act, g.m)
-                    == (c.gate, c.up, c.rows, c.cols, c.t, c.act, c.m)
-            }
-            AnyKernel::Expand(e) => {
-                (e.proj, e.rows, e.cols, e.t, e.act) == (c.gate, c.rows, c.cols, c.t, c.act)
-            }
-        }
+    /// Geometry of the gate (or only) matrix.
+    pub fn gate_geometry(&self) -> Result<Geometry> {
+        let p = self.gate;
+        Geometry::new(self.rows, self.cols, self.t, p.k, p.l, p.code)
+    }
+    /// Geometry of the up matrix.
+    pub fn up_geometry(&self) -> Result<Geometry> {
+        let p = self.up;
+        Geometry::new(self.rows, self.cols, self.t, p.k, p.l, p.code)
     }
 }
 
@@ -153,72 +83,4 @@ pub fn verify_cases(quick: bool) -> Vec<Case> {
         ]);
     }
     cases
-}
-
-/// Every specialization of the verify/render catalog for a dialect.
-pub fn specializations(dialect: Dialect, quick: bool) -> Vec<AnyKernel> {
-    let mut out = Vec::new();
-    let tails: &[Tail] = if dialect == Dialect::Cpu {
-        &[Tail::Exact]
-    } else {
-        &[Tail::Exact, Tail::Native]
-    };
-    for Case {
-        gate: gp,
-        up,
-        rows,
-        cols,
-        t,
-        act,
-        m,
-    } in verify_cases(quick)
-    {
-        for tier in [Tier::Exact, Tier::Fast] {
-            for variant in variants(tier, m, quick) {
-                let reduce = Reduce {
-                    rows,
-                    cols,
-                    t,
-                    proj: gp,
-                    m,
-                    act,
-                    scale: ScaleDType::F16,
-                    variant,
-                };
-                out.push(AnyKernel::Reduce(reduce));
-                for &tail in tails {
-                    let g = GateUp {
-                        rows,
-                        cols,
-                        t,
-                        gate: gp,
-                        up,
-                        m,
-                        act,
-                        gate_scale: ScaleDType::F16,
-                        up_scale: ScaleDType::F16,
-                        tail,
-                        variant,
-                    };
-                    out.push(AnyKernel::GateUp(g));
-                }
-                if tier == Tier::Exact
-                    && variant.m_strategy == MStrategy::SharedDecode
-                    && variant.x_stage == XStage::Global
-                {
-                    out.push(AnyKernel::Expand(Expand {
-                        rows,
-                        cols,
-                        t,
-                        proj: gp,
-                        act,
-                        scale: ScaleDType::F16,
-                        variant,
-                    }));
-                }
-            }
-        }
-    }
-    out.retain(|k| k.validate().is_ok());
-    out
 }

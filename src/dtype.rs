@@ -99,6 +99,13 @@ pub enum ScaleDType {
 }
 
 impl ScaleDType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            ScaleDType::F16 => 2,
+            ScaleDType::F32 => 4,
+        }
+    }
     /// Name as in the files.
     pub fn name(self) -> &'static str {
         match self {

@@ -3,61 +3,9 @@
 //! [`KernelSpec`] impl and the typed `launch` wrapper from a declaration; see
 //! `src/kernels.rs` for this crate's kernels and `examples/downstream` for another crate's.
 
+pub use crate::codegen::{bind_body, prelude, Dialect, Rendered};
 use crate::error::{Error, Result};
 use std::fmt;
-
-/// Target source language of a rendered kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dialect {
-    /// Metal Shading Language, as the header and body `mlx_rs::fast::MetalKernel` takes.
-    Metal,
-    /// CUDA C++ for NVRTC.
-    Cuda,
-    /// C++ for the host compiler, 32 lanes emulated per row.
-    Cpu,
-}
-
-impl Dialect {
-    /// Every dialect.
-    pub const ALL: [Dialect; 3] = [Dialect::Metal, Dialect::Cuda, Dialect::Cpu];
-
-    /// Lower-case name, also the file extension stem used by `xtask render`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Dialect::Metal => "metal",
-            Dialect::Cuda => "cuda",
-            Dialect::Cpu => "cpu",
-        }
-    }
-
-    /// File extension of a rendered source.
-    pub fn extension(self) -> &'static str {
-        match self {
-            Dialect::Metal => "metal",
-            Dialect::Cuda => "cu",
-            Dialect::Cpu => "cpp",
-        }
-    }
-
-    /// True for Metal, for templates: `{% if dialect.is_metal() %}`.
-    pub fn is_metal(&self) -> bool {
-        *self == Dialect::Metal
-    }
-    /// True for CUDA.
-    pub fn is_cuda(&self) -> bool {
-        *self == Dialect::Cuda
-    }
-    /// True for the CPU dialect.
-    pub fn is_cpu(&self) -> bool {
-        *self == Dialect::Cpu
-    }
-}
-
-impl fmt::Display for Dialect {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Element type of a kernel buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -176,28 +124,17 @@ pub struct Grid {
     pub threads: u32,
 }
 
-/// A kernel rendered for one dialect.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rendered {
-    pub dialect: Dialect,
-    /// Device functions and constants (Metal: MLX's `header`).
-    pub header: String,
-    /// The kernel body (Metal: MLX's `source`; MLX writes the signature).
-    pub body: String,
-}
-
 /// A kernel declaration, implemented by `#[trellis::kernel]`.
 pub trait KernelSpec: fmt::Debug {
     /// Base name of the kernel family.
     const NAME: &'static str;
 
-    /// Symbol of this specialization: the family name and a hash of its parameters.
+    /// Identity of this specialization: the kernel's name and a stable hash of its
+    /// parameters (the declaration's fields), used as the compiled-kernel cache key.
+    fn id(&self) -> KernelId;
+    /// Symbol of the compiled entry point: `<name>_<parameter hash>`.
     fn symbol(&self) -> String {
-        format!(
-            "{}_{:016x}",
-            Self::NAME,
-            fnv1a(format!("{self:?}").as_bytes())
-        )
+        self.id().to_string()
     }
     /// Inputs, in signature order.
     fn inputs(&self) -> Vec<TensorSpec>;
@@ -215,12 +152,42 @@ pub trait KernelSpec: fmt::Debug {
     }
     /// Render header and body for a dialect.
     fn render(&self, dialect: Dialect) -> Result<Rendered>;
+    /// The backend-facing launch request (also what `Backend::precompile` takes);
+    /// `render` is called only when the backend's cache misses.
+    fn launch_request<'r>(&self, render: &'r dyn Fn(Dialect) -> Result<Rendered>) -> Launch<'r>
+    where
+        Self: Sized,
+    {
+        Launch {
+            kernel: Self::NAME,
+            id: self.id(),
+            grid: self.grid(),
+            shared_bytes: self.shared_bytes(),
+            inputs: self.inputs(),
+            outputs: self.outputs(),
+            render,
+        }
+    }
+    /// The complete source a backend of `dialect` compiles (entry point included).
+    fn unit(&self, dialect: Dialect) -> Result<String>
+    where
+        Self: Sized,
+    {
+        let r = self.render(dialect)?;
+        Ok(crate::codegen::unit(
+            dialect,
+            &self.symbol(),
+            &r,
+            &self.inputs(),
+            &self.outputs(),
+        ))
+    }
 }
 
 /// A launch request as a backend sees it: everything but the typed wrapper.
 pub struct Launch<'a> {
     pub kernel: &'static str,
-    pub symbol: String,
+    pub id: KernelId,
     pub grid: Grid,
     pub shared_bytes: usize,
     pub inputs: Vec<TensorSpec>,
@@ -241,6 +208,10 @@ pub trait DeviceTensor {
 pub trait Backend {
     /// Its tensors.
     type Tensor: DeviceTensor;
+    /// A compiled kernel, cheap to clone.
+    type Compiled: Clone;
+    /// A compiled kernel with checked arguments, ready to enqueue any number of times.
+    type Bound<'a>;
     /// Short name (`cpu`, `cuda`, `metal`).
     fn name(&self) -> &'static str;
     /// Dialect it compiles.
@@ -260,19 +231,44 @@ pub trait Backend {
         self.synchronize()?;
         Ok(t.elapsed().as_secs_f64() * 1e3)
     }
+    /// How [`Backend::time_ms`] measures: `device events` or `wall clock` (recorded in
+    /// tuning tables).
+    fn timer(&self) -> &'static str {
+        "wall clock"
+    }
     /// Allocate a zeroed tensor.
     fn alloc(&self, spec: &TensorSpec) -> Result<Self::Tensor>;
     /// Copy host bytes (little-endian elements) to a new tensor.
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<Self::Tensor>;
     /// Copy a tensor's bytes back to the host.
     fn download(&self, t: &Self::Tensor) -> Result<Vec<u8>>;
-    /// Compile (or fetch from cache) and run; outputs are preallocated and checked.
-    fn launch_into(
+    /// Resource limits a specialization must fit on this device.
+    fn limits(&self) -> Limits;
+    /// Compile a kernel, or fetch it from the cache (keyed by [`KernelId`]).
+    fn compile(&self, launch: &Launch<'_>) -> Result<Self::Compiled>;
+    /// Check arguments against the launch's specs and bind them to a compiled kernel:
+    /// everything a launch needs is prepared here, once.
+    fn bind<'a>(
+        &self,
+        compiled: &Self::Compiled,
+        launch: &Launch<'_>,
+        inputs: &[&'a Self::Tensor],
+        outputs: &mut [&'a mut Self::Tensor],
+    ) -> Result<Self::Bound<'a>>;
+    /// Enqueue a bound kernel: no allocation, hashing or checking (the hot path that
+    /// timing measures).
+    fn run(&self, bound: &mut Self::Bound<'_>) -> Result<()>;
+    /// Compile (or fetch from cache), check and run, writing into the caller's outputs.
+    fn launch_into<'a>(
         &self,
         launch: &Launch<'_>,
-        inputs: &[&Self::Tensor],
-        outputs: &mut [&mut Self::Tensor],
-    ) -> Result<()>;
+        inputs: &[&'a Self::Tensor],
+        outputs: &mut [&'a mut Self::Tensor],
+    ) -> Result<()> {
+        let compiled = self.compile(launch)?;
+        let mut bound = self.bind(&compiled, launch, inputs, outputs)?;
+        self.run(&mut bound)
+    }
     /// Compile (or fetch from cache) and run, allocating the outputs.
     fn launch(&self, launch: &Launch<'_>, inputs: &[&Self::Tensor]) -> Result<Vec<Self::Tensor>> {
         let mut outs = launch
@@ -303,44 +299,6 @@ pub fn check_args<T: DeviceTensor>(
     Ok(())
 }
 
-/// The dialect shim and the shared device functions (SPEC 3 codes, `exp_spec`, the
-/// state window) that precede every kernel header.
-pub fn prelude(dialect: Dialect) -> String {
-    use askama::Template as _;
-    let shim = match dialect {
-        Dialect::Metal => include_str!("../templates/dialect/metal.h"),
-        Dialect::Cuda => include_str!("../templates/dialect/cuda.h"),
-        Dialect::Cpu => include_str!("../templates/dialect/cpu.h"),
-    };
-    let common = CommonHeader {
-        c: crate::codes::CodeConstants::spec(),
-    }
-    .render()
-    .expect("common header renders");
-    format!("{shim}\n{common}\n")
-}
-
-/// Finish a rendered body for its dialect. Metal: MLX declares a thread attribute only
-/// when its name appears in the body, so the body starts by binding the ones the dialect
-/// shim's vocabulary (`GROUP_X`, `LANE_ID`, ...) reads. Other dialects bind them in
-/// their entry points.
-pub fn bind_body(dialect: Dialect, body: String) -> String {
-    match dialect {
-        Dialect::Metal => format!(
-            "  const uint group_x_ = threadgroup_position_in_grid.x, group_y_ = threadgroup_position_in_grid.y;\n  \
-             const uint thread_in_group_ = thread_position_in_threadgroup.x, group_threads_ = threads_per_threadgroup.x;\n  \
-             const uint simdgroup_id_ = simdgroup_index_in_threadgroup, lane_id_ = thread_index_in_simdgroup;\n{body}"
-        ),
-        _ => body,
-    }
-}
-
-#[derive(askama::Template)]
-#[template(path = "common.h", escape = "none")]
-struct CommonHeader {
-    c: crate::codes::CodeConstants,
-}
-
 /// Check a launch's inputs and outputs against its specs: every backend does this before
 /// it hands buffers to a kernel, whatever the caller checked before.
 pub fn check_launch<T: DeviceTensor>(
@@ -362,6 +320,89 @@ pub fn check_launch<T: DeviceTensor>(
     check_args(launch.kernel, &launch.inputs, inputs)?;
     let outs: Vec<&T> = outputs.iter().map(|t| &**t).collect();
     check_args(launch.kernel, &launch.outputs, &outs)
+}
+
+/// Identity of a kernel specialization: its name and a stable hash of its parameters.
+/// Typed (built from the declaration's `Hash`, not from a string), `Copy`, and cheap to
+/// compare, so caches look kernels up without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KernelId {
+    pub name: &'static str,
+    pub params: u64,
+}
+
+impl KernelId {
+    /// The id of `spec`, a specialization of kernel `name`.
+    pub fn of<T: std::hash::Hash + ?Sized>(name: &'static str, spec: &T) -> Self {
+        let mut h = Fnv1a::default();
+        spec.hash(&mut h);
+        KernelId {
+            name,
+            params: std::hash::Hasher::finish(&h),
+        }
+    }
+}
+
+impl fmt::Display for KernelId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}_{:016x}", self.name, self.params)
+    }
+}
+
+/// FNV-1a as a [`std::hash::Hasher`]: deterministic across runs and processes (std's
+/// default hasher is randomly keyed).
+#[derive(Clone, Copy, Debug)]
+pub struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Fnv1a(0xcbf29ce484222325)
+    }
+}
+
+impl std::hash::Hasher for Fnv1a {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// What a device allows one threadgroup: the selector's `fit` and every launch check
+/// a specialization against these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Threadgroup (shared) memory bytes.
+    pub threadgroup_bytes: usize,
+    /// Threads per threadgroup.
+    pub threads_per_group: u32,
+}
+
+impl Limits {
+    /// Check a launch's resources against these limits.
+    pub fn check(&self, launch: &Launch<'_>, device: &str) -> Result<()> {
+        if launch.shared_bytes > self.threadgroup_bytes {
+            return Err(Error::invalid(
+                format!("{} threadgroup memory", launch.kernel),
+                launch.shared_bytes,
+                format!(
+                    "{device} allows {} bytes per threadgroup",
+                    self.threadgroup_bytes
+                ),
+            ));
+        }
+        if launch.grid.threads > self.threads_per_group {
+            return Err(Error::invalid(
+                format!("{} threads per threadgroup", launch.kernel),
+                launch.grid.threads,
+                format!("{device} allows {}", self.threads_per_group),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// FNV-1a, a stable 64-bit hash for symbols and cache keys (std's hasher is not stable

@@ -1,14 +1,16 @@
-//! This crate's kernels, declared with `#[trellis::kernel]`: `reduce` (y = W x),
-//! `gate_up` (fused SwiGLU; `gate_up_mixed` when the two k differ) and `expand`
-//! (dequantize). Each struct is one specialization; its fields are the template
-//! parameters, and [`Variant`] is the part the tuner chooses.
+//! The vocabulary this crate's kernel families share: the projection coding ([`Proj`]),
+//! the tunable [`Variant`] of the SIMT families and its parts, the numerics [`Tier`],
+//! the SwiGLU [`Tail`], and the x-staging helpers templates call ([`XLayout`]). The
+//! families themselves (`reduce`, `gate_up`, `expand`) live in [`crate::families`].
 
 use crate::codes::Code;
-use crate::dtype::{DType, ScaleDType};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::kernel::{Dialect, Elem, Grid};
 use std::fmt;
+
+pub use crate::families::{expand::Expand, gate_up::GateUp, reduce::Reduce};
 
 /// Largest M a kernel accepts.
 pub const MAX_M: u32 = 8;
@@ -131,6 +133,17 @@ macro_rules! parse_by_name {
                 f.write_str(self.name())
             }
         }
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
     };
 }
 parse_by_name!(
@@ -188,7 +201,10 @@ impl XStage {
 }
 
 /// The tunable part of a specialization: same output bits (within a tier), different speed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(deny_unknown_fields)]
 pub struct Variant {
     pub repr: Representation,
     pub m_strategy: MStrategy,
@@ -239,6 +255,33 @@ impl Proj {
             code: g.code,
         }
     }
+    /// Entries of the value table (`2^L`).
+    pub fn states(&self) -> usize {
+        1 << self.l
+    }
+    /// Length of the table argument a kernel in representation `repr` reads: the value
+    /// table, or a one-element placeholder when it reads none.
+    pub fn table_len(&self, repr: Representation) -> usize {
+        if repr != Representation::Inline || self.code == Code::Lut {
+            self.states()
+        } else {
+            1
+        }
+    }
+    /// u32 words of one block of `t` weights.
+    pub fn words_per_block(&self, t: usize) -> usize {
+        t * self.k as usize / 32
+    }
+    /// u32 words of one row of `cols` weights in blocks of `t`.
+    pub fn words_per_row(&self, cols: usize, t: usize) -> usize {
+        cols / t * self.words_per_block(t)
+    }
+}
+
+impl fmt::Display for Proj {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "k{} L{} {}", self.k, self.l, self.code)
+    }
 }
 
 impl Code {
@@ -248,17 +291,9 @@ impl Code {
     }
 }
 
-/// Whether a kernel reads the value table of `p` in representation `repr`; when it does
-/// not, a one-element placeholder is passed.
-pub fn table_len(p: Proj, repr: Representation) -> usize {
-    if repr != Representation::Inline || p.code == Code::Lut {
-        1 << p.l
-    } else {
-        1
-    }
-}
-
-fn check_common(
+/// Checks every family of this crate shares: each projection's geometry (SPEC 1), M,
+/// the launch shape and threadgroup memory.
+pub(crate) fn check_common(
     rows: usize,
     cols: usize,
     t: usize,
@@ -357,30 +392,9 @@ pub trait XLayout {
     }
 }
 
-macro_rules! x_layout {
-    ($ty:ty, $m:expr) => {
-        impl XLayout for $ty {
-            fn act(&self) -> DType {
-                self.act
-            }
-            fn samples(&self) -> u32 {
-                #[allow(clippy::redundant_closure_call)]
-                ($m)(self)
-            }
-            fn tuned(&self) -> &Variant {
-                &self.variant
-            }
-            fn x_cols(&self) -> usize {
-                self.cols
-            }
-        }
-    };
-}
-x_layout!(Reduce, |k: &Reduce| k.m);
-x_layout!(GateUp, |k: &GateUp| k.m);
-x_layout!(Expand, |_: &Expand| 1);
-
-fn grid(rows: usize, m: u32, v: &Variant) -> Grid {
+/// One simdgroup per row, `rows_per_group` rows per threadgroup; per-sample strategies
+/// add a grid slice per sample.
+pub(crate) fn grid(rows: usize, m: u32, v: &Variant) -> Grid {
     let slices = match v.m_strategy {
         MStrategy::PerSample => m,
         MStrategy::SharedDecode => 1,
@@ -388,177 +402,5 @@ fn grid(rows: usize, m: u32, v: &Variant) -> Grid {
     Grid {
         groups: [rows.div_ceil(v.rows_per_group as usize) as u32, slices, 1],
         threads: 32 * v.rows_per_group,
-    }
-}
-
-/// `y = W x` for `m` samples.
-#[crate::kernel(
-    name = "reduce",
-    template = "reduce.kernel",
-    grid = grid(self.rows, self.m, &self.variant),
-    validate = check_common(self.rows, self.cols, self.t, &[("", self.proj)], self.m, &self.variant, self.shared()),
-    shared = self.shared(),
-    inputs(
-        x: act[self.m, self.cols],
-        codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
-        scales: scale[self.rows],
-        table: f32[table_len(self.proj, self.variant.repr)],
-    ),
-    outputs(y: act[self.m, self.rows]),
-)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Reduce {
-    pub rows: usize,
-    pub cols: usize,
-    pub t: usize,
-    pub proj: Proj,
-    pub m: u32,
-    pub act: DType,
-    pub scale: ScaleDType,
-    pub variant: Variant,
-}
-
-impl Reduce {
-    fn shared(&self) -> usize {
-        let table = if self.variant.repr.is_shared() {
-            4 << self.proj.l
-        } else {
-            0
-        };
-        table + self.x_stage_bytes()
-    }
-    fn table_len(&self) -> usize {
-        1 << self.proj.l
-    }
-    fn words_per_block(&self) -> usize {
-        self.t * self.proj.k as usize / 32
-    }
-    fn words_per_row(&self) -> usize {
-        self.cols / self.t * self.words_per_block()
-    }
-}
-
-/// `mid = silu(G x) * (U x)`; named `gate_up_mixed` in listings when the two k differ.
-#[crate::kernel(
-    name = "gate_up",
-    template = "gate_up.kernel",
-    grid = grid(self.rows, self.m, &self.variant),
-    validate = self.check(),
-    shared = self.shared(),
-    inputs(
-        x: act[self.m, self.cols],
-        gcodes: u32[self.rows, self.cols / self.t, self.gate_words_per_block()],
-        gscales: gate_scale[self.rows],
-        gtable: f32[table_len(self.gate, self.variant.repr)],
-        ucodes: u32[self.rows, self.cols / self.t, self.up_words_per_block()],
-        uscales: up_scale[self.rows],
-        utable: f32[table_len(self.up, self.variant.repr)],
-    ),
-    outputs(mid: act[self.m, self.rows]),
-)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct GateUp {
-    pub rows: usize,
-    pub cols: usize,
-    pub t: usize,
-    pub gate: Proj,
-    pub up: Proj,
-    pub m: u32,
-    pub act: DType,
-    pub gate_scale: ScaleDType,
-    pub up_scale: ScaleDType,
-    pub tail: Tail,
-    pub variant: Variant,
-}
-
-impl GateUp {
-    /// `gate_up` or `gate_up_mixed`.
-    pub fn family_name(&self) -> &'static str {
-        if self.gate.k == self.up.k {
-            "gate_up"
-        } else {
-            "gate_up_mixed"
-        }
-    }
-    fn check(&self) -> Result<()> {
-        check_common(
-            self.rows,
-            self.cols,
-            self.t,
-            &[("gate", self.gate), ("up", self.up)],
-            self.m,
-            &self.variant,
-            self.shared(),
-        )
-    }
-    fn shared(&self) -> usize {
-        let tables = if self.variant.repr.is_shared() {
-            (4 << self.gate.l) + (4 << self.up.l)
-        } else {
-            0
-        };
-        tables + self.x_stage_bytes()
-    }
-    fn gate_table_len(&self) -> usize {
-        1 << self.gate.l
-    }
-    fn up_table_len(&self) -> usize {
-        1 << self.up.l
-    }
-    fn gate_words_per_block(&self) -> usize {
-        self.t * self.gate.k as usize / 32
-    }
-    fn up_words_per_block(&self) -> usize {
-        self.t * self.up.k as usize / 32
-    }
-    fn gate_words_per_row(&self) -> usize {
-        self.cols / self.t * self.gate_words_per_block()
-    }
-    fn up_words_per_row(&self) -> usize {
-        self.cols / self.t * self.up_words_per_block()
-    }
-}
-
-/// Dequantize to a dense `[R, C]` matrix in the activation dtype.
-#[crate::kernel(
-    name = "expand",
-    template = "expand.kernel",
-    grid = grid(self.rows, 1, &self.variant),
-    validate = check_common(self.rows, self.cols, self.t, &[("", self.proj)], 1, &self.variant, self.shared()),
-    shared = self.shared(),
-    inputs(
-        codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
-        scales: scale[self.rows],
-        table: f32[table_len(self.proj, self.variant.repr)],
-    ),
-    outputs(dense: act[self.rows, self.cols]),
-)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Expand {
-    pub rows: usize,
-    pub cols: usize,
-    pub t: usize,
-    pub proj: Proj,
-    pub act: DType,
-    pub scale: ScaleDType,
-    pub variant: Variant,
-}
-
-impl Expand {
-    fn shared(&self) -> usize {
-        if self.variant.repr.is_shared() {
-            4 << self.proj.l
-        } else {
-            0
-        }
-    }
-    fn table_len(&self) -> usize {
-        1 << self.proj.l
-    }
-    fn words_per_block(&self) -> usize {
-        self.t * self.proj.k as usize / 32
-    }
-    fn words_per_row(&self) -> usize {
-        self.cols / self.t * self.words_per_block()
     }
 }

@@ -2,8 +2,13 @@
 //! encoder, and generated kernels for CPU, CUDA and Metal with measured tuning tables.
 //!
 //! One concept, one module: [`geometry`] (SPEC 1), [`layout`] (SPEC 2), [`codes`]
-//! (SPEC 3), [`reference`](mod@reference) (SPEC 4-6) with [`canonical`] (the SPEC 5 order), [`io`]
-//! (SPEC 8).
+//! (SPEC 3), [`reference`](mod@reference) (SPEC 4-6) with [`canonical`] (the SPEC 5 order),
+//! [`check`] (SPEC 5 bits and the SPEC 7 bound), [`io`] (SPEC 8).
+//!
+//! Layers, bottom up: [`kernel`] and [`backend`] (runtime: launch, memory, compile
+//! cache, limits) beside [`codegen`] (each dialect's translation unit); [`family`] and
+//! [`families`] (kernel families, one module each beside its template); [`tune`] and
+//! [`verify`] (generic over families); [`ops`], the user facade, on top.
 
 extern crate self as trellis;
 
@@ -13,17 +18,20 @@ pub use trellis_macros::kernel;
 pub mod backend;
 pub mod canonical;
 pub mod catalog;
+pub mod check;
+pub mod codegen;
 pub mod codes;
 pub mod dtype;
 pub mod encode;
 pub mod error;
+pub mod families;
+pub mod family;
 pub mod geometry;
 pub mod io;
 pub mod kernel;
 pub mod kernels;
 pub mod layout;
 pub mod matrix;
-pub mod metal_source;
 pub mod ops;
 pub mod reference;
 pub mod tune;

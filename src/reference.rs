@@ -104,6 +104,34 @@ pub fn gate_up(
     Ok(Activations { data, ..g })
 }
 
+/// SPEC section 7 (v2): the real sums `y*[m, r] = sum_c value(s) * scale[r] * x[m, c]`
+/// and `sum_c |...|`, in f64 (each product of an f32 value, an f32 scale and an
+/// activation is exact in f64 up to its last bits; the sum's error is far below any
+/// bound it is compared with). Both `[M, R]`, row-major.
+pub fn real_sums(w: &QuantizedMatrix, x: &Activations) -> Result<(Vec<f64>, Vec<f64>)> {
+    check_activations(x, w.geometry.cols)?;
+    let (rows, cols) = (w.geometry.rows, w.geometry.cols);
+    let table = w.value_table();
+    let mut out = vec![(0f64, 0f64); x.rows * rows];
+    out.par_chunks_mut(rows).enumerate().for_each(|(m, o)| {
+        let xm = x.row(m);
+        for (r, (y, a)) in o.iter_mut().enumerate() {
+            let scale = w.scales[r] as f64;
+            for (c, &xc) in xm.iter().enumerate().take(cols) {
+                let p = table[w.state(r, c) as usize] as f64 * scale * xc as f64;
+                *y += p;
+                *a += p.abs();
+            }
+        }
+    });
+    Ok(out.into_iter().unzip())
+}
+
+/// `silu` in f64, for the fast `gate_up` bound.
+pub fn silu_f64(g: f64) -> f64 {
+    g / (1.0 + (-g).exp())
+}
+
 /// Gate and up must agree on everything but k, code, scales and table.
 pub fn check_pair(gate: &QuantizedMatrix, up: &QuantizedMatrix) -> Result<()> {
     let (g, u) = (&gate.geometry, &up.geometry);

@@ -1,19 +1,18 @@
-//! Verification of generated kernels against the CPU reference: every specialization of
-//! the catalog on random matrices (exact tier bit for bit, fast tier within SPEC 7,
-//! native tails within a tolerance), plus the conformance vectors. `cargo xtask verify`
-//! prints the report; tests call it for the CPU backend.
+//! Verification of generated kernels against the CPU reference, generic over
+//! [`Family`]: every candidate of every problem of a family's catalog, both tiers
+//! (exact bit for bit, fast within SPEC 7 v2), plus the conformance vectors.
+//! `cargo xtask verify` prints the report; tests call it for the CPU backend.
 
-use crate::catalog::{self, AnyKernel};
-use crate::dtype::{DType, ScaleDType};
+use crate::check::bits;
 use crate::error::{Error, Result};
+use crate::family::{self, Family, FamilyVisitor};
 use crate::kernel::{Backend, Dialect, KernelSpec};
-use crate::kernels::{Tail, Tier, Variant};
-use crate::matrix::{Activations, QuantizedMatrix};
-use crate::ops::{self, DeviceMatrix};
-use crate::{reference, Code, Geometry};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use crate::kernels::{Representation, Tail, Tier, Variant};
 use std::path::Path;
+
+pub use crate::check::{
+    first_mismatch, random_activations, random_activations_with_outliers, random_matrix, ulp,
+};
 
 /// What one specialization did.
 #[derive(Clone, Debug)]
@@ -21,274 +20,113 @@ pub struct Outcome {
     pub family: &'static str,
     pub symbol: String,
     pub case: String,
-    pub variant: Variant,
+    pub variant: String,
+    pub tier: Tier,
     /// `Ok(detail)` when it matched; `Err(detail)` on mismatch, compile or launch failure.
     pub result: std::result::Result<String, String>,
 }
 
-/// A random quantized matrix: uniform codes (every bit pattern is valid), f16 scales
-/// around 0.02, and a Gaussian table for `lut`.
-pub fn random_matrix(g: Geometry, seed: u64) -> QuantizedMatrix {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let codes = (0..g.codes_shape().iter().product::<usize>())
-        .map(|_| rng.random::<u32>())
-        .collect();
-    let scales = (0..g.rows)
-        .map(|_| half::f16::from_f32(rng.random_range(0.005f32..0.04)).to_f32())
-        .collect();
-    let lut = (g.code == Code::Lut).then(|| crate::encode::gaussian_lut(g.l, seed));
-    QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, lut).expect("valid random matrix")
-}
-
-/// Random activations in `dtype`, roughly unit scale.
-pub fn random_activations(dtype: DType, m: usize, cols: usize, seed: u64) -> Activations {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let data = (0..m * cols)
-        .map(|_| rng.random_range(-3.0f32..3.0))
-        .collect();
-    Activations::from_f32(dtype, m, cols, data).expect("shape matches")
-}
-
-/// ulp of `v` in `dtype` (the spacing at |v|; min normal spacing near zero).
-pub fn ulp(dtype: DType, v: f32) -> f64 {
-    let mant = match dtype {
-        DType::Bf16 => 7,
-        DType::F16 => 10,
-        DType::F32 => 23,
-    };
-    let min_exp = match dtype {
-        DType::Bf16 | DType::F32 => -126,
-        DType::F16 => -14,
-    };
-    let e = if v == 0.0 {
-        min_exp
-    } else {
-        (v.abs() as f64).log2().floor() as i32
-    }
-    .max(min_exp);
-    2f64.powi(e - mant)
-}
-
-/// SPEC 7: `|y_fast - y_real| <= ulp_T(y_real) + 2^-17 * sum |w x|` for every output.
-/// Returns the first violation.
-pub fn check_fast_bound(
-    w_dense: &[f32],
-    cols: usize,
-    x: &Activations,
-    got: &Activations,
-) -> std::result::Result<(), String> {
-    let rows = got.cols;
-    for m in 0..x.rows {
-        for r in 0..rows {
-            let (mut real, mut abs) = (0f64, 0f64);
-            for c in 0..cols {
-                let p = w_dense[r * cols + c] as f64 * x.row(m)[c] as f64;
-                real += p;
-                abs += p.abs();
-            }
-            let y = got.data[m * rows + r] as f64;
-            let bound = ulp(x.dtype, real as f32) + abs * 2f64.powi(-17);
-            if (y - real).abs() > bound {
-                return Err(format!(
-                    "y[{m},{r}] = {y} but real sum {real} (bound {bound:e})"
-                ));
-            }
+/// Every problem of a family's catalog (duplicates dropped) with its variants, both
+/// tiers, that fit the backend's limits.
+pub fn specializations<F: Family>(
+    quick: bool,
+    limits: &crate::kernel::Limits,
+) -> Vec<(F::Problem, Vec<F::Variant>)> {
+    let mut problems: Vec<F::Problem> = Vec::new();
+    for p in F::catalog(quick) {
+        if !problems.contains(&p) {
+            problems.push(p);
         }
     }
-    Ok(())
-}
-
-/// First differing bit pattern, described.
-pub fn first_mismatch(got: &Activations, want: &Activations) -> Option<String> {
-    if got.rows != want.rows || got.cols != want.cols {
-        return Some(format!(
-            "shape {}x{} vs {}x{}",
-            got.rows, got.cols, want.rows, want.cols
-        ));
-    }
-    got.data
-        .iter()
-        .zip(&want.data)
-        .enumerate()
-        .find(|(_, (a, b))| a.to_bits() != b.to_bits())
-        .map(|(i, (a, b))| {
-            format!(
-                "[{}, {}]: got {a:e} ({:#010x}) want {b:e} ({:#010x})",
-                i / got.cols,
-                i % got.cols,
-                a.to_bits(),
-                b.to_bits()
-            )
+    problems
+        .into_iter()
+        .map(|p| {
+            let vs = [Tier::Exact, Tier::Fast]
+                .into_iter()
+                .flat_map(|tier| F::candidates(&p, tier, quick))
+                .filter(|v| family::fits::<F>(&p, *v, limits).is_ok())
+                .collect();
+            (p, vs)
         })
+        .collect()
 }
 
-/// Fast-tier or native-tail `gate_up` against the exact result (no SPEC bound exists after
-/// the nonlinearity): within 2 T-ulps plus 2^-12 relative.
-pub fn within_fast_tolerance(
-    got: &Activations,
-    want: &Activations,
-) -> std::result::Result<String, String> {
-    within(got, want, 2.0)
-}
-
-fn within(got: &Activations, want: &Activations, ulps: f64) -> std::result::Result<String, String> {
-    for (i, (a, b)) in got.data.iter().zip(&want.data).enumerate() {
-        // A reordered f32 sum moves g and u by ~2^-20 relative; allow 2^-12 relative on
-        // top of `ulps` T-ulps (no SPEC bound exists after the nonlinearity).
-        let tol = ulps * ulp(got.dtype, *b) + (*b as f64).abs() * 2f64.powi(-12) + 2f64.powi(-24);
-        if ((*a as f64) - (*b as f64)).abs() > tol {
-            return Err(format!(
-                "[{}, {}]: {a:e} vs exact {b:e} (tolerance {tol:e})",
-                i / got.cols,
-                i % got.cols
-            ));
-        }
-    }
-    Ok(format!("within {ulps} ulp of exact"))
-}
-
-struct Case {
-    name: String,
-    gate: QuantizedMatrix,
-    up: QuantizedMatrix,
-    x: Activations,
-    y: Activations,
-    mid: Activations,
-    dense: Vec<f32>,
-}
-
-fn build_case(c: &catalog::Case, seed: u64) -> Result<Case> {
-    let (gp, up) = (c.gate, c.up);
-    let gg = Geometry::new(c.rows, c.cols, c.t, gp.k, gp.l, gp.code)?;
-    let ug = Geometry::new(c.rows, c.cols, c.t, up.k, up.l, up.code)?;
-    let gate = random_matrix(gg, seed);
-    let upm = random_matrix(ug, seed + 1);
-    let x = random_activations(c.act, c.m as usize, c.cols, seed + 2);
-    Ok(Case {
-        name: format!(
-            "{}x{} T={} {}/k{}/L{} + {}/k{}/L{} {} M={}",
-            c.rows, c.cols, c.t, gp.code, gp.k, gp.l, up.code, up.k, up.l, c.act, c.m
-        ),
-        y: reference::reduce(&gate, &x)?,
-        mid: reference::gate_up(&gate, &upm, &x)?,
-        dense: reference::dequantize(&gate, c.act),
-        gate,
-        up: upm,
-        x,
-    })
-}
-
-fn run_one<B: Backend>(
-    b: &B,
-    k: &AnyKernel,
-    case: &Case,
-    dg: &DeviceMatrix<B>,
-    du: &DeviceMatrix<B>,
-    dx: &B::Tensor,
-) -> std::result::Result<String, String> {
-    let v = k.variant();
-    let fail = |e: Error| e.to_string();
-    match k {
-        AnyKernel::Reduce(spec) => {
-            let out = spec
-                .launch(b, dx, &dg.codes, &dg.scales, dg.table(v.repr))
-                .map_err(fail)?;
-            let got = ops::download_activations(
-                b,
-                &out.y,
-                case.x.dtype,
-                case.x.rows,
-                case.gate.geometry.rows,
-            )
-            .map_err(fail)?;
-            match v.tier {
-                Tier::Exact => first_mismatch(&got, &case.y).map_or(Ok("bit-exact".into()), Err),
-                Tier::Fast => check_fast_bound(&case.dense, case.x.cols, &case.x, &got)
-                    .map(|_| "within SPEC 7 bound".into()),
-            }
-        }
-        AnyKernel::GateUp(spec) => {
-            let out = spec
-                .launch(
-                    b,
-                    dx,
-                    &dg.codes,
-                    &dg.scales,
-                    dg.table(v.repr),
-                    &du.codes,
-                    &du.scales,
-                    du.table(v.repr),
-                )
-                .map_err(fail)?;
-            let got = ops::download_activations(
-                b,
-                &out.mid,
-                case.x.dtype,
-                case.x.rows,
-                case.gate.geometry.rows,
-            )
-            .map_err(fail)?;
-            match (v.tier, spec.tail) {
-                (Tier::Exact, Tail::Exact) => {
-                    first_mismatch(&got, &case.mid).map_or(Ok("bit-exact".into()), Err)
-                }
-                // Reordered sums move g and u by a few f32 ulps, and a different exp by a
-                // few more; after rounding to T that is at most a couple of T ulps.
-                _ => within_fast_tolerance(&got, &case.mid),
-            }
-        }
-        AnyKernel::Expand(spec) => {
-            let out = spec
-                .launch(b, &dg.codes, &dg.scales, dg.table(v.repr))
-                .map_err(fail)?;
-            let got = ops::download_activations(b, &out.dense, spec.act, spec.rows, spec.cols)
-                .map_err(fail)?;
-            let want = Activations {
-                dtype: spec.act,
-                rows: spec.rows,
-                cols: spec.cols,
-                data: case.dense.clone(),
-            };
-            first_mismatch(&got, &want).map_or(Ok("bit-exact".into()), Err)
-        }
-    }
-}
-
-/// Verify every catalog specialization for the backend's dialect. `progress` is called
+/// Verify every catalog specialization of family `F` on `b`. `progress` is called
 /// after each one with (done, total).
-pub fn verify_catalog<B: Backend>(
+pub fn verify_family<F: Family, B: Backend>(
     b: &B,
     quick: bool,
-    mut progress: impl FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Outcome>> {
-    let all = catalog::specializations(b.dialect(), quick);
-    // Compile everything up front (the CPU backend batches, CUDA compiles in parallel).
-    let renders: Vec<_> = all.iter().map(|k| move |d: Dialect| k.render(d)).collect();
-    let launches: Vec<_> = all
+    let all = specializations::<F>(quick, &b.limits());
+    let total = all.iter().map(|(_, vs)| vs.len()).sum();
+    let kernels: Vec<F::Kernel> = all
+        .iter()
+        .flat_map(|(p, vs)| vs.iter().map(move |v| F::kernel(p, *v)))
+        .collect();
+    let renders: Vec<_> = kernels
+        .iter()
+        .map(|k| move |d: Dialect| k.render(d))
+        .collect();
+    let launches: Vec<_> = kernels
         .iter()
         .zip(&renders)
         .map(|(k, r)| k.launch_request(r))
         .collect();
     b.precompile(&launches)?;
-    let mut out = Vec::with_capacity(all.len());
-    for (i, c) in catalog::verify_cases(quick).iter().enumerate() {
-        let case = build_case(c, 1000 + i as u64)?;
-        let dg = DeviceMatrix::upload(b, &case.gate)?;
-        let du = DeviceMatrix::upload(b, &case.up)?;
-        let dx = ops::upload_activations(b, &case.x)?;
-        for k in all.iter().filter(|k| c.covers(k)) {
-            let result = run_one(b, k, &case, &dg, &du, &dx);
+    let mut out = Vec::with_capacity(total);
+    for (i, (p, vs)) in all.iter().enumerate() {
+        let host = F::random_host(p, 1000 + i as u64)?;
+        let want = F::expected(p, &host)?;
+        let dev = F::upload(b, p, &host)?;
+        for v in vs {
+            let result = family::run::<F, B>(b, p, *v, &dev)
+                .map_err(|e| e.to_string())
+                .and_then(|got| F::check(p, v, &host, &want, &got));
             out.push(Outcome {
-                family: k.family(),
-                symbol: k.symbol(),
-                case: case.name.clone(),
-                variant: k.variant(),
+                family: F::label(p),
+                symbol: F::kernel(p, *v).symbol(),
+                case: p.to_string(),
+                variant: v.to_string(),
+                tier: F::tier(v),
                 result,
             });
-            progress(out.len(), all.len());
+            progress(out.len(), total);
         }
     }
     Ok(out)
+}
+
+/// Verify every registered family on `b`.
+pub fn verify_catalog<B: Backend>(
+    b: &B,
+    quick: bool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<Outcome>> {
+    struct All<'a, B: Backend> {
+        b: &'a B,
+        quick: bool,
+        progress: &'a mut dyn FnMut(usize, usize),
+        out: Result<Vec<Outcome>>,
+    }
+    impl<B: Backend> FamilyVisitor for All<'_, B> {
+        fn visit<F: Family>(&mut self) {
+            if let Ok(out) = &mut self.out {
+                match verify_family::<F, B>(self.b, self.quick, self.progress) {
+                    Ok(o) => out.extend(o),
+                    Err(e) => self.out = Err(e),
+                }
+            }
+        }
+    }
+    let mut all = All {
+        b,
+        quick,
+        progress,
+        out: Ok(Vec::new()),
+    };
+    crate::families::for_each(&mut all);
+    all.out
 }
 
 /// Run the conformance vectors of `dir` (its `index.json`) through the backend with
@@ -306,7 +144,7 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
         let file = e["file"].as_str().unwrap_or_default();
         let kind = e["kind"].as_str().unwrap_or_default();
         let path = dir.join(file);
-        for repr in crate::kernels::Representation::ALL {
+        for repr in Representation::ALL {
             let variant = Variant {
                 repr,
                 ..Variant::default()
@@ -315,41 +153,41 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
                 "matvec" => {
                     let w = crate::io::read_quantized(&path, "w")?;
                     let x = crate::io::read_activations(&path, "x")?;
+                    let want = crate::io::read_activations(&path, "y")?;
+                    let p = crate::ops::reduce_problem(&w, &x)?;
                     // Representations that cannot exist for this geometry (a 2^16-entry
                     // table in 48 KB) are not specializations; skip them.
-                    if ops::reduce_spec(&w.geometry, w.scale_dtype, x.dtype, x.rows as u32, variant)
-                        .validate()
-                        .is_err()
+                    if family::fits::<crate::families::reduce::ReduceFamily>(
+                        &p,
+                        variant,
+                        &b.limits(),
+                    )
+                    .is_err()
                     {
                         continue;
                     }
-                    let want = crate::io::read_activations(&path, "y")?;
-                    let got = ops::matvec(b, &w, &x, variant);
+                    let got = crate::ops::matvec_with(b, &w, &x, variant);
                     (
                         "reduce",
-                        got.map_err(|e| e.to_string()).and_then(|g| {
-                            first_mismatch(&g, &want).map_or(Ok("bit-exact".into()), Err)
-                        }),
+                        got.map_err(|e| e.to_string()).and_then(|g| bits(&g, &want)),
                     )
                 }
                 "gate_up" => {
                     let g = crate::io::read_quantized(&path, "gate")?;
                     let u = crate::io::read_quantized(&path, "up")?;
                     let x = crate::io::read_activations(&path, "x")?;
-                    let spec = ops::gate_up_spec(
-                        &g.geometry,
-                        &u.geometry,
-                        (g.scale_dtype, u.scale_dtype),
-                        x.dtype,
-                        x.rows as u32,
-                        Tail::Exact,
+                    let want = crate::io::read_activations(&path, "mid")?;
+                    let p = crate::ops::gate_up_problem(&g, &u, &x, Tail::Exact)?;
+                    if family::fits::<crate::families::gate_up::GateUpFamily>(
+                        &p,
                         variant,
-                    );
-                    if spec.validate().is_err() {
+                        &b.limits(),
+                    )
+                    .is_err()
+                    {
                         continue;
                     }
-                    let want = crate::io::read_activations(&path, "mid")?;
-                    let got = ops::gate_up(b, &g, &u, &x, Tail::Exact, variant);
+                    let got = crate::ops::gate_up_with(b, &g, &u, &x, Tail::Exact, variant);
                     let fam = if g.geometry.k == u.geometry.k {
                         "gate_up"
                     } else {
@@ -357,9 +195,8 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
                     };
                     (
                         fam,
-                        got.map_err(|e| e.to_string()).and_then(|gt| {
-                            first_mismatch(&gt, &want).map_or(Ok("bit-exact".into()), Err)
-                        }),
+                        got.map_err(|e| e.to_string())
+                            .and_then(|gt| bits(&gt, &want)),
                     )
                 }
                 _ => continue,
@@ -368,7 +205,8 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
                 family,
                 symbol: format!("vector {file}"),
                 case: file.to_string(),
-                variant,
+                variant: variant.to_string(),
+                tier: Tier::Exact,
                 result,
             });
         }

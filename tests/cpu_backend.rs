@@ -108,7 +108,7 @@ fn reduce_matches_reference_bit_for_bit() {
             x_stage: XStage::Global,
             tier: Tier::Exact,
         };
-        let got = ops::matvec(&b, &w, &x, variant).unwrap();
+        let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
         let want = reference::reduce(&w, &x).unwrap();
         assert!(got.bits_eq(&want), "{g} {dtype} m={m} {variant}");
     }
@@ -128,7 +128,7 @@ fn gate_up_matches_reference_bit_for_bit() {
             x_stage: XStage::SharedAct,
             ..Variant::default()
         };
-        let got = ops::gate_up(&b, &gate, &up, &x, Tail::Exact, variant).unwrap();
+        let got = ops::gate_up_with(&b, &gate, &up, &x, Tail::Exact, variant).unwrap();
         let want = reference::gate_up(&gate, &up, &x).unwrap();
         assert!(got.bits_eq(&want), "{dtype}");
     }

@@ -1,5 +1,5 @@
 //! Every Metal specialization of the catalog, assembled as MLX assembles it
-//! (`metal_source::standalone`), compiles with the host C++ compiler against the shim of
+//! (`trellis::codegen::unit`), compiles with the host C++ compiler against the shim of
 //! `<metal_stdlib>` in `templates/dialect/msl_shim`: a typo or a type error in the Metal
 //! dialect fails here, on machines without Xcode. The same run checks that no `exact`
 //! Metal kernel reduces with `simd_sum` (SPEC 5: the butterfly uses xor shuffles).
@@ -9,10 +9,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
-use trellis::catalog::{specializations, AnyKernel};
-use trellis::kernel::Dialect;
+use trellis::family::{Family, FamilyVisitor};
+use trellis::kernel::{Dialect, KernelSpec};
 use trellis::kernels::Tier;
-use trellis::metal_source::standalone;
 
 const SHIM_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/templates/dialect/msl_shim");
 const FLAGS: &[&str] = &["-std=c++17", "-Wno-attributes", "-Wno-unknown-pragmas"];
@@ -108,20 +107,30 @@ fn uses_simd_sum(preprocessed: &str, kernels: &[Kernel], b: &Batch) -> Vec<(usiz
 #[test]
 fn every_metal_specialization_compiles_against_the_shim() {
     let started = Instant::now();
-    let kernels: Vec<Kernel> = specializations(Dialect::Metal, false)
-        .iter()
-        .map(|k: &AnyKernel| {
-            let symbol = k.symbol();
-            let rendered = k
-                .render(Dialect::Metal)
-                .unwrap_or_else(|e| panic!("{symbol} does not render for Metal: {e}"));
-            Kernel {
-                source: standalone(&symbol, &rendered, &k.inputs(), &k.outputs()),
-                symbol,
-                tier: k.variant().tier,
+    // Every registered family's specializations that fit Metal's limits.
+    struct Collect(Vec<Kernel>);
+    impl FamilyVisitor for Collect {
+        fn visit<F: Family>(&mut self) {
+            let limits = trellis::backend::nominal_limits("metal");
+            for (p, vs) in trellis::verify::specializations::<F>(false, &limits) {
+                for v in vs {
+                    let k = F::kernel(&p, v);
+                    let symbol = k.symbol();
+                    let source = k
+                        .unit(Dialect::Metal)
+                        .unwrap_or_else(|e| panic!("{symbol} does not render for Metal: {e}"));
+                    self.0.push(Kernel {
+                        source,
+                        symbol,
+                        tier: F::tier(&v),
+                    });
+                }
             }
-        })
-        .collect();
+        }
+    }
+    let mut c = Collect(Vec::new());
+    trellis::families::for_each(&mut c);
+    let kernels = c.0;
     assert!(
         !kernels.is_empty(),
         "the catalog has no Metal specializations"
@@ -225,12 +234,10 @@ fn every_metal_specialization_compiles_against_the_shim() {
 fn standalone_matches_mlx_signature_rules() {
     // A small input (< 8 elements) goes to `constant`, outputs to `device`, and only the
     // thread attributes the body names are declared, with MLX's types.
-    let k = specializations(Dialect::Metal, true)
-        .into_iter()
-        .next()
-        .expect("a Metal specialization");
-    let rendered = k.render(Dialect::Metal).unwrap();
-    let src = standalone(&k.symbol(), &rendered, &k.inputs(), &k.outputs());
+    use trellis::families::reduce::ReduceFamily;
+    let p = ReduceFamily::catalog(true).remove(0);
+    let k = ReduceFamily::kernel(&p, ReduceFamily::default_variant(&p, Tier::Exact));
+    let src = k.unit(Dialect::Metal).unwrap();
     let sig_at = src.find("[[kernel]] void ").expect("kernel signature");
     let sig = &src[sig_at..src[sig_at..].find(") {").unwrap() + sig_at];
     assert!(

@@ -5,13 +5,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+use trellis::family::Family;
+use trellis::kernel::Dialect;
 use trellis::kernels::{MStrategy, Representation, Tier, Variant};
 use trellis::tune::table::DeviceRecord;
-use trellis::tune::{
-    default_variant, Bucket, Entry, Family, Selector, Source, Table, TuneKey, VariantRecord,
-    TUNING_DIR_ENV,
-};
-use trellis::{Code, DType, Geometry};
+use trellis::tune::{Bucket, Entry, Selector, Source, StatsRecord, Table, TuneKey, TUNING_DIR_ENV};
+use trellis::{Code, DType, Geometry, ScaleDType};
 
 const BIN: &str = env!("CARGO_BIN_EXE_trellis");
 
@@ -26,53 +26,82 @@ fn winner() -> Variant {
     }
 }
 
-fn device(id: &str, backend: &str, hash: &str) -> DeviceRecord {
+fn dialect_of(backend: &str) -> Dialect {
+    match backend {
+        "cuda" => Dialect::Cuda,
+        "metal" => Dialect::Metal,
+        _ => Dialect::Cpu,
+    }
+}
+
+fn device(id: &str, backend: &str) -> DeviceRecord {
     DeviceRecord {
         id: id.into(),
         backend: backend.into(),
+        dialect: dialect_of(backend).name().into(),
         description: format!("test table for {id}"),
         tool_version: env!("CARGO_PKG_VERSION").into(),
-        template_hash: hash.into(),
+        timer: "wall clock".into(),
         date: "2025-01-01".into(),
     }
 }
 
-/// A reduce entry: bf16, M=1, k=2, L=12, 1mad, exact, bucket `rows x cols`.
+fn record(v: &Variant) -> toml::Table {
+    toml::Table::try_from(v).unwrap()
+}
+
+fn stats(us: f64) -> StatsRecord {
+    StatsRecord {
+        median_us: us,
+        p10_us: us * 0.98,
+        p90_us: us * 1.02,
+        samples: 30,
+    }
+}
+
+/// The reduce problem of the test keys: bf16, M=1, k=2, L=12, 1mad.
+fn problem(rows: usize, cols: usize) -> ReduceProblem {
+    ReduceProblem {
+        geometry: Geometry::new(rows, cols, 256, 2, 12, Code::OneMad).unwrap(),
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+    }
+}
+
+/// A reduce entry for the test problem, bucket `rows x cols`, current for CUDA.
 fn entry(rows: u64, cols: u64, v: &Variant) -> Entry {
     Entry {
         family: "reduce".into(),
-        dtype: "bf16".into(),
-        m: 1,
-        k: 2,
-        ku: 2,
-        l: 12,
-        code: "1mad".into(),
+        key: ReduceFamily::key_fields(&problem(4096, 4096)),
         tier: "exact".into(),
         bucket: format!("{rows}x{cols}"),
         shape: format!("{rows}x{cols}"),
-        winner: VariantRecord::of(v),
-        median_us: 10.0,
-        default_us: 12.0,
+        source_hash: trellis::tune::source_hash::<ReduceFamily>(Dialect::Cuda),
+        winner: record(v),
+        stats: stats(10.0),
+        default: Some(stats(12.0)),
         speedup: 1.2,
         bandwidth_gbs: 1000.0,
-        noise: 0.01,
-        runner_up: Some(VariantRecord::of(&Variant::default())),
-        runner_up_us: Some(12.0),
+        runner_up: Some(record(&Variant::default())),
+        runner_up_stats: Some(stats(12.0)),
+        at_bound: Vec::new(),
         rejected: Vec::new(),
     }
 }
 
 /// A current table for `id` with one entry, bucket 4096x4096.
 fn table(id: &str, backend: &str) -> Table {
+    let mut e = entry(4096, 4096, &winner());
+    e.source_hash = trellis::tune::source_hash::<ReduceFamily>(dialect_of(backend));
     Table {
-        device: device(id, backend, &trellis::tune::template_hash()),
-        entries: vec![entry(4096, 4096, &winner())],
+        device: device(id, backend),
+        entries: vec![e],
     }
 }
 
 fn key(rows: usize, cols: usize) -> TuneKey {
-    let g = Geometry::new(rows, cols, 256, 2, 12, Code::OneMad).unwrap();
-    TuneKey::new(Family::Reduce, &g, None, DType::Bf16, 1, Tier::Exact)
+    ReduceFamily::key(&problem(rows, cols), Tier::Exact)
 }
 
 /// A fresh directory holding `files` (name, text).
@@ -117,7 +146,7 @@ fn exact_key_comes_from_the_table() {
     let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
     let s = selector_of(d.path());
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
-    let sel = s.select("cuda", "nvidia-h200", &key(4096, 4096));
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact);
     assert_eq!(sel.variant, winner());
     match &sel.source {
         Source::Table { table, key: k } => {
@@ -139,7 +168,7 @@ fn nearby_shape_takes_the_nearest_bucket() {
     assert_eq!(key(5120, 3072).bucket, key(4096, 4096).bucket);
     let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
     let s = selector_of(d.path());
-    let sel = s.select("cuda", "nvidia-h200", &key(8192, 2048));
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(8192, 2048), Tier::Exact);
     assert_eq!(sel.variant, winner());
     match &sel.source {
         Source::Nearest { key: k, why, .. } => {
@@ -162,11 +191,13 @@ fn nearest_bucket_prefers_the_closest() {
     let s = selector_of(d.path());
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
     assert_eq!(
-        s.select("cuda", "nvidia-h200", &key(512, 1024)).variant,
+        s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(512, 1024), Tier::Exact)
+            .variant,
         other
     );
     assert_eq!(
-        s.select("cuda", "nvidia-h200", &key(8192, 8192)).variant,
+        s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(8192, 8192), Tier::Exact)
+            .variant,
         winner()
     );
 }
@@ -176,12 +207,12 @@ fn another_key_is_not_a_nearest_bucket() {
     // Same bucket, different M: the table has nothing for it.
     let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
     let s = selector_of(d.path());
-    let k = TuneKey {
+    let p = ReduceProblem {
         m: 4,
-        ..key(4096, 4096)
+        ..problem(4096, 4096)
     };
-    let sel = s.select("cuda", "nvidia-h200", &k);
-    assert_eq!(sel.variant, default_variant(&k));
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact);
+    assert_eq!(sel.variant, Variant::default());
     assert!(
         matches!(sel.source, Source::Default { .. }),
         "{:?}",
@@ -193,7 +224,7 @@ fn another_key_is_not_a_nearest_bucket() {
 fn family_member_takes_the_nearest_device() {
     let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
     let s = selector_of(d.path());
-    let sel = s.select("cuda", "nvidia-h100", &key(4096, 4096));
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h100", &problem(4096, 4096), Tier::Exact);
     assert_eq!(sel.variant, winner());
     match &sel.source {
         Source::Nearest { why, .. } => {
@@ -215,53 +246,57 @@ fn unknown_device_gets_the_default() {
         ("metal", "nvidia-h200"),
         ("cpu", "nvidia-h200"),
     ] {
-        let sel = s.select(backend, dev, &key(4096, 4096));
-        assert_eq!(
-            sel.variant,
-            default_variant(&key(4096, 4096)),
-            "{backend} {dev}"
-        );
+        let sel = s.select::<ReduceFamily>(backend, dev, &problem(4096, 4096), Tier::Exact);
+        assert_eq!(sel.variant, Variant::default(), "{backend} {dev}");
         match &sel.source {
             Source::Default { why } => assert!(why.contains(dev), "{why}"),
             other => panic!("{backend} {dev}: expected Source::Default, got {other:?}"),
         }
     }
     // And with no tables at all.
-    let sel = Selector::empty().select("cuda", "nvidia-h200", &key(4096, 4096));
+    let sel = Selector::empty().select::<ReduceFamily>(
+        "cuda",
+        "nvidia-h200",
+        &problem(4096, 4096),
+        Tier::Exact,
+    );
     assert!(matches!(sel.source, Source::Default { .. }));
     // The default keeps the key's tier.
-    let fast = TuneKey {
-        tier: Tier::Fast,
-        ..key(4096, 4096)
-    };
     assert_eq!(
-        Selector::empty().select("cpu", "x", &fast).variant.tier,
+        Selector::empty()
+            .select::<ReduceFamily>("cpu", "x", &problem(4096, 4096), Tier::Fast)
+            .variant
+            .tier,
         Tier::Fast
     );
 }
 
 #[test]
-fn stale_template_hash_is_a_warning_and_the_default() {
+fn a_stale_entry_gives_the_default_and_says_so() {
     let mut t = table("nvidia-h200", "cuda");
-    t.device.template_hash = "0123456789abcdef".into();
-    assert_ne!(t.device.template_hash, trellis::tune::template_hash());
+    t.entries[0].source_hash = "0123456789abcdef".into();
     let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
     let s = selector_of(d.path());
-    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
-    let w = &s.warnings[0];
-    assert!(w.contains("nvidia-h200.toml"), "{w}");
-    assert!(
-        w.contains("0123456789abcdef") && w.contains(&trellis::tune::template_hash()),
-        "{w}"
-    );
-    assert!(w.contains("template"), "{w}");
-    let sel = s.select("cuda", "nvidia-h200", &key(4096, 4096));
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact);
     assert_eq!(sel.variant, Variant::default());
-    assert!(
-        matches!(sel.source, Source::Default { .. }),
-        "{:?}",
-        sel.source
-    );
+    match &sel.source {
+        Source::Default { why } => {
+            assert!(why.contains("stale") && why.contains("reduce"), "{why}")
+        }
+        other => panic!("expected Source::Default, got {other:?}"),
+    }
+}
+
+/// Staleness is per family and per dialect: a CUDA entry is current only against what
+/// the family compiles for CUDA.
+#[test]
+fn source_hashes_differ_by_family_and_dialect() {
+    use trellis::families::gate_up::GateUpFamily;
+    let r = trellis::tune::source_hash::<ReduceFamily>(Dialect::Cuda);
+    assert_eq!(r, trellis::tune::source_hash::<ReduceFamily>(Dialect::Cuda));
+    assert_ne!(r, trellis::tune::source_hash::<ReduceFamily>(Dialect::Cpu));
+    assert_ne!(r, trellis::tune::source_hash::<GateUpFamily>(Dialect::Cuda));
 }
 
 #[test]
@@ -272,7 +307,8 @@ fn unknown_field_is_a_warning() {
     assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     assert!(s.warnings[0].contains("colour"), "{}", s.warnings[0]);
     assert!(matches!(
-        s.select("cuda", "nvidia-h200", &key(4096, 4096)).source,
+        s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)
+            .source,
         Source::Default { .. }
     ));
     // An unknown field in an entry's winner, too.
@@ -311,27 +347,33 @@ fn bad_toml_syntax_is_a_warning() {
         s.warnings
     );
     assert!(matches!(
-        s.select("cuda", "nvidia-h200", &key(4096, 4096)).source,
+        s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)
+            .source,
         Source::Default { .. }
     ));
     // Garbage bytes and text that is not a table at all.
     let mut s = Selector::empty();
     s.add_text("garbage", "\u{0}\u{1}\u{ff}");
     s.add_text("list", "[1, 2, 3]");
-    s.add_text("wrong types", &good.replacen("m = 1", "m = \"one\"", 1));
+    s.add_text(
+        "wrong types",
+        &good.replacen("samples = 30", "samples = \"thirty\"", 1),
+    );
     assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
 }
 
 #[test]
 fn unknown_representation_is_a_warning() {
     let mut t = table("nvidia-h200", "cuda");
-    t.entries[0].winner.repr = "texture_table".into();
+    t.entries[0]
+        .winner
+        .insert("repr".into(), toml::Value::String("texture_table".into()));
     let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
     let s = selector_of(d.path());
     assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     let w = &s.warnings[0];
     assert!(w.contains("texture_table") && w.contains("winner"), "{w}");
-    let sel = s.select("cuda", "nvidia-h200", &key(4096, 4096));
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact);
     assert_eq!(sel.variant, Variant::default());
     assert!(matches!(sel.source, Source::Default { .. }));
 }
@@ -341,7 +383,7 @@ fn bad_keys_are_warnings() {
     for (field, from, to) in [
         ("family", "family = \"reduce\"", "family = \"attention\""),
         ("bucket", "bucket = \"4096x4096\"", "bucket = \"4000x4096\""),
-        ("code", "code = \"1mad\"", "code = \"2mad\""),
+        ("tier", "tier = \"exact\"", "tier = \"turbo\""),
         (
             "m_strategy",
             "m_strategy = \"per_sample\"",
@@ -355,7 +397,8 @@ fn bad_keys_are_warnings() {
         assert_eq!(s.warnings.len(), 1, "{field}: {:?}", s.warnings);
         assert!(
             matches!(
-                s.select("cuda", "nvidia-h200", &key(4096, 4096)).source,
+                s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)
+                    .source,
                 Source::Default { .. }
             ),
             "{field}"
@@ -378,7 +421,7 @@ fn missing_directory_is_a_warning() {
 #[test]
 fn good_and_bad_tables_side_by_side() {
     let mut stale = table("nvidia-h100", "cuda");
-    stale.device.template_hash = "ffffffffffffffff".into();
+    stale.entries[0].source_hash = "ffffffffffffffff".into();
     let d = dir_with(&[
         ("a-nvidia-h100.toml", stale.to_toml()),
         ("b-nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml()),
@@ -386,29 +429,30 @@ fn good_and_bad_tables_side_by_side() {
         ("notes.txt", "not a table".into()),
     ]);
     let s = selector_of(d.path());
-    assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
     assert!(matches!(
-        s.select("cuda", "nvidia-h200", &key(4096, 4096)).source,
+        s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)
+            .source,
         Source::Table { .. }
     ));
-    // The stale h100 table is gone, so h100 borrows the h200 one.
-    assert!(matches!(
-        s.select("cuda", "nvidia-h100", &key(4096, 4096)).source,
-        Source::Nearest { .. }
-    ));
+    // The h100 table's only entry is stale: the default, saying so.
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h100", &problem(4096, 4096), Tier::Exact);
+    assert!(sel.source.to_string().contains("stale"), "{}", sel.source);
 }
 
 #[test]
 fn later_table_for_a_device_wins() {
     let mut newer = table("nvidia-h200", "cuda");
-    newer.entries[0].winner = VariantRecord::of(&Variant::default());
-    newer.entries[0].winner.rows_per_group = 16;
+    newer.entries[0].winner = record(&Variant {
+        rows_per_group: 16,
+        ..Variant::default()
+    });
     let d = dir_with(&[
         ("a.toml", table("nvidia-h200", "cuda").to_toml()),
         ("b.toml", newer.to_toml()),
     ]);
     let s = selector_of(d.path());
-    let sel = s.select("cuda", "nvidia-h200", &key(4096, 4096));
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact);
     assert_eq!(sel.variant.rows_per_group, 16);
     match sel.source {
         Source::Table { table, .. } => assert!(table.ends_with("b.toml"), "{table}"),
@@ -558,10 +602,6 @@ fn cli_select_corrupted_table_warns_and_defaults() {
             with_device_line(&good, "colour = \"blue\""),
         ),
         (
-            "stale",
-            good.replace(&trellis::tune::template_hash(), "0123456789abcdef"),
-        ),
-        (
             "bad repr",
             good.replacen("repr = \"shared_table\"", "repr = \"texture_table\"", 1),
         ),
@@ -659,7 +699,7 @@ fn cli_select_gate_up_keys() {
     ]);
     assert_eq!(
         line(&out, "key"),
-        "gate_up f16 M=2 kg2ku3 L=16 3inst exact 4096x4096",
+        "gate_up_mixed f16 M=2 gate=k2 L16 3inst up=k3 L16 3inst exact 4096x4096",
         "{out}"
     );
 }
@@ -792,17 +832,21 @@ fn cuda_is_the_default_only_with_a_driver() {
 #[test]
 fn a_winner_that_does_not_fit_the_shape_gives_way_to_the_default() {
     use trellis::kernels::XStage;
-    use trellis::tune::{fit, Family, Selection};
-    let g = trellis::Geometry::new(8, 16384, 256, 3, 12, trellis::Code::OneMad).unwrap();
+    use trellis::tune::{fit, Selection};
+    let limits = trellis::backend::nominal_limits("cuda");
+    let wide = ReduceProblem {
+        geometry: Geometry::new(8, 16384, 256, 3, 12, Code::OneMad).unwrap(),
+        ..problem(8, 1024)
+    };
     let staged = Variant {
         x_stage: XStage::SharedF32,
         ..Variant::default()
     };
-    let chosen = Selection {
+    let chosen = || Selection {
         variant: staged,
         source: Source::Default { why: "test".into() },
     };
-    let s = fit(chosen, Family::Reduce, &g, None, trellis::DType::Bf16, 1);
+    let s = fit::<ReduceFamily>(chosen(), &wide, Tier::Exact, &limits);
     assert_eq!(s.variant, Variant::default());
     assert!(
         s.source.to_string().contains("does not fit"),
@@ -810,26 +854,32 @@ fn a_winner_that_does_not_fit_the_shape_gives_way_to_the_default() {
         s.source
     );
     // A shape it fits keeps it.
-    let small = trellis::Geometry::new(8, 1024, 256, 3, 12, trellis::Code::OneMad).unwrap();
-    let chosen = Selection {
-        variant: staged,
-        source: Source::Default { why: "test".into() },
+    let small = ReduceProblem {
+        geometry: Geometry::new(8, 1024, 256, 3, 12, Code::OneMad).unwrap(),
+        ..problem(8, 1024)
     };
     assert_eq!(
-        fit(
-            chosen,
-            Family::Reduce,
-            &small,
-            None,
-            trellis::DType::Bf16,
-            1
-        )
-        .variant,
+        fit::<ReduceFamily>(chosen(), &small, Tier::Exact, &limits).variant,
         staged
     );
-    // End to end through the backend registry.
-    let w = trellis::verify::random_matrix(g, 3);
-    let x = trellis::verify::random_activations(trellis::DType::Bf16, 1, g.cols, 4);
-    let got = trellis::backend::matvec("cpu", &w, &x, None).unwrap();
+    // Metal's 32 KB: a variant that fits CUDA's 48 KB may not.
+    let mid = ReduceProblem {
+        geometry: Geometry::new(8, 9216, 256, 3, 12, Code::OneMad).unwrap(),
+        ..problem(8, 1024)
+    };
+    assert_eq!(
+        fit::<ReduceFamily>(chosen(), &mid, Tier::Exact, &limits).variant,
+        staged
+    );
+    let metal = trellis::backend::nominal_limits("metal");
+    assert_eq!(
+        fit::<ReduceFamily>(chosen(), &mid, Tier::Exact, &metal).variant,
+        Variant::default()
+    );
+    // End to end through the facade, on a backend held once.
+    let b = trellis::backend::CpuBackend::new().unwrap();
+    let w = trellis::check::random_matrix(wide.geometry, 3);
+    let x = trellis::check::random_activations(DType::Bf16, 1, 16384, 4);
+    let got = trellis::ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
     assert!(got.bits_eq(&trellis::reference::reduce(&w, &x).unwrap()));
 }

@@ -2,8 +2,9 @@
 //! (`$CXX`, else `c++`) into a shared library cached on disk by source hash, loaded
 //! with `libloading`, and run one threadgroup per rayon task.
 
+use crate::codegen::{cpu_prelude, cpu_unit_part, Dialect, Rendered};
 use crate::error::{Error, Result};
-use crate::kernel::{fnv1a, Backend, DeviceTensor, Dialect, Elem, Launch, Rendered, TensorSpec};
+use crate::kernel::{fnv1a, Backend, DeviceTensor, Elem, KernelId, Launch, Limits, TensorSpec};
 use libloading::Library;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -27,8 +28,9 @@ const CXX_FLAGS: &[&str] = &[
     "-w",
 ];
 
+/// A compiled CPU kernel: its entry point in a loaded library.
 #[derive(Clone)]
-struct Compiled {
+pub struct Compiled {
     _lib: Arc<Library>,
     entry: EntryFn,
 }
@@ -78,7 +80,7 @@ impl DeviceTensor for CpuTensor {
 pub struct CpuBackend {
     compiler: String,
     cache_dir: PathBuf,
-    kernels: Mutex<HashMap<String, Compiled>>,
+    kernels: Mutex<HashMap<KernelId, Compiled>>,
     pool: rayon::ThreadPool,
 }
 
@@ -121,17 +123,16 @@ impl CpuBackend {
 
     fn compile_batch(
         &self,
-        items: &[(String, Rendered, Vec<TensorSpec>, Vec<TensorSpec>)],
+        items: &[(KernelId, Rendered, Vec<TensorSpec>, Vec<TensorSpec>)],
     ) -> Result<()> {
-        let mut src = String::from("#include <cstdint>\n#include <cstring>\n#include <cmath>\n");
-        let prelude: String = crate::kernel::prelude(Dialect::Cpu)
-            .lines()
-            .filter(|l| !l.starts_with("#include"))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        for (symbol, rendered, inputs, outputs) in items {
-            src.push_str(&cpu_translation_unit_part(
-                symbol, &prelude, rendered, inputs, outputs,
+        let (mut src, prelude) = cpu_prelude();
+        for (id, rendered, inputs, outputs) in items {
+            src.push_str(&cpu_unit_part(
+                &id.to_string(),
+                &prelude,
+                rendered,
+                inputs,
+                outputs,
             ));
         }
         let key = fnv1a(format!("{}|{}|{}", self.compiler, CXX_FLAGS.join(" "), src).as_bytes());
@@ -153,7 +154,7 @@ impl CpuBackend {
                     reason: format!("cannot run the C++ compiler `{}`: {e}", self.compiler),
                 })?;
             if !out.status.success() {
-                let names: Vec<&str> = items.iter().map(|i| i.0.as_str()).collect();
+                let names: Vec<String> = items.iter().map(|i| i.0.to_string()).collect();
                 return Err(Error::Compile {
                     kernel: names.join(", "),
                     backend: "cpu".into(),
@@ -171,15 +172,16 @@ impl CpuBackend {
         let lib =
             Arc::new(unsafe { Library::new(&lib_path) }.map_err(|e| Error::file(&lib_path, e))?);
         let mut kernels = self.kernels.lock().expect("kernel cache lock");
-        for (symbol, ..) in items {
+        for (id, ..) in items {
+            let symbol = id.to_string();
             // SAFETY: every symbol in this library has the `EntryFn` signature (see
-            // `cpu_translation_unit_part`).
+            // `codegen::cpu_unit_part`).
             let entry: EntryFn = unsafe {
                 *lib.get::<EntryFn>(symbol.as_bytes())
                     .map_err(|e| Error::backend("cpu", format!("symbol {symbol}: {e}")))?
             };
             kernels.insert(
-                symbol.clone(),
+                *id,
                 Compiled {
                     _lib: lib.clone(),
                     entry,
@@ -194,18 +196,18 @@ impl CpuBackend {
             .kernels
             .lock()
             .expect("kernel cache lock")
-            .get(&launch.symbol)
+            .get(&launch.id)
         {
             return Ok(c.clone());
         }
         let rendered = (launch.render)(Dialect::Cpu)?;
         self.compile_batch(&[(
-            launch.symbol.clone(),
+            launch.id,
             rendered,
             launch.inputs.clone(),
             launch.outputs.clone(),
         )])?;
-        Ok(self.kernels.lock().expect("kernel cache lock")[&launch.symbol].clone())
+        Ok(self.kernels.lock().expect("kernel cache lock")[&launch.id].clone())
     }
 }
 
@@ -216,36 +218,12 @@ pub fn cache_root() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("trellis-kernel-cache"))
 }
 
-/// One kernel of a CPU translation unit: its own namespace (so several specializations
-/// share a file), an `extern "C"` entry binding the buffers by name, then the body.
-pub fn cpu_translation_unit_part(
-    symbol: &str,
-    prelude: &str,
-    rendered: &Rendered,
-    inputs: &[TensorSpec],
-    outputs: &[TensorSpec],
-) -> String {
-    let mut bind = String::new();
-    for (i, t) in inputs.iter().enumerate() {
-        let ty = t.elem.c_type(Dialect::Cpu);
-        bind.push_str(&format!(
-            "  const {ty}* __restrict {} = (const {ty}*)bufs[{i}];\n",
-            t.name
-        ));
-    }
-    for (i, t) in outputs.iter().enumerate() {
-        let ty = t.elem.c_type(Dialect::Cpu);
-        bind.push_str(&format!(
-            "  {ty}* __restrict {} = ({ty}*)bufs[{}];\n",
-            t.name,
-            inputs.len() + i
-        ));
-    }
-    format!(
-        "namespace ns_{symbol} {{\n{prelude}\n{header}\nextern \"C\" void {symbol}(void* const* bufs, uint32_t group_x_, uint32_t group_y_) {{\n{bind}{body}\n}}\n}}  // namespace ns_{symbol}\n",
-        header = rendered.header,
-        body = rendered.body,
-    )
+/// A CPU kernel with its buffers bound: the entry, the buffer pointers and the grid.
+pub struct Bound<'a> {
+    entry: EntryFn,
+    ptrs: SendPtrs,
+    groups: [u32; 3],
+    _buffers: std::marker::PhantomData<&'a mut CpuTensor>,
 }
 
 struct SendPtrs(Vec<*mut u8>);
@@ -256,6 +234,8 @@ unsafe impl Sync for SendPtrs {}
 
 impl Backend for CpuBackend {
     type Tensor = CpuTensor;
+    type Compiled = Compiled;
+    type Bound<'a> = Bound<'a>;
 
     fn name(&self) -> &'static str {
         "cpu"
@@ -290,27 +270,50 @@ impl Backend for CpuBackend {
         Ok(t.bytes().to_vec())
     }
 
-    fn launch_into(
+    fn limits(&self) -> Limits {
+        // Threadgroup memory lives on the task's stack (16 MB, see `new`); the CUDA
+        // static limit keeps specializations portable.
+        Limits {
+            threadgroup_bytes: 48 * 1024,
+            threads_per_group: 1024,
+        }
+    }
+
+    fn compile(&self, launch: &Launch<'_>) -> Result<Compiled> {
+        self.limits().check(launch, "the cpu backend")?;
+        self.compiled(launch)
+    }
+
+    fn bind<'a>(
         &self,
+        compiled: &Compiled,
         launch: &Launch<'_>,
-        inputs: &[&CpuTensor],
-        outputs: &mut [&mut CpuTensor],
-    ) -> Result<()> {
+        inputs: &[&'a CpuTensor],
+        outputs: &mut [&'a mut CpuTensor],
+    ) -> Result<Bound<'a>> {
         // The typed wrapper checked these already; a backend never trusts a caller with
         // raw pointers, so check again.
         crate::kernel::check_launch(launch, inputs, outputs)?;
-        let compiled = self.compiled(launch)?;
         let mut ptrs: Vec<*mut u8> = inputs.iter().map(|t| t.words.as_ptr() as *mut u8).collect();
         ptrs.extend(outputs.iter_mut().map(|t| t.words.as_mut_ptr() as *mut u8));
-        let ptrs = SendPtrs(ptrs);
-        let [gx, gy, _] = launch.grid.groups;
+        Ok(Bound {
+            entry: compiled.entry,
+            ptrs: SendPtrs(ptrs),
+            groups: launch.grid.groups,
+            _buffers: std::marker::PhantomData,
+        })
+    }
+
+    fn run(&self, bound: &mut Bound<'_>) -> Result<()> {
+        let [gx, gy, _] = bound.groups;
+        let (entry, ptrs) = (bound.entry, &bound.ptrs);
         self.pool.install(|| {
             (0..gx as u64 * gy as u64).into_par_iter().for_each(|g| {
-                let ptrs = &ptrs;
-                // SAFETY: buffers match the kernel's declared specs (checked above), and
-                // the kernel indexes only within them for any validated specialization.
+                // SAFETY: buffers match the kernel's declared specs (checked in `bind`,
+                // and borrowed for the bound's lifetime), and the kernel indexes only
+                // within them for any validated specialization.
                 unsafe {
-                    (compiled.entry)(
+                    entry(
                         ptrs.0.as_ptr(),
                         (g % gx as u64) as u32,
                         (g / gx as u64) as u32,
@@ -327,14 +330,14 @@ impl Backend for CpuBackend {
             .lock()
             .expect("kernel cache lock")
             .keys()
-            .cloned()
+            .copied()
             .collect::<std::collections::HashSet<_>>();
         let mut seen = std::collections::HashSet::new();
         let mut todo = Vec::new();
         for l in launches {
-            if !known.contains(&l.symbol) && seen.insert(l.symbol.clone()) {
+            if !known.contains(&l.id) && seen.insert(l.id) {
                 todo.push((
-                    l.symbol.clone(),
+                    l.id,
                     (l.render)(Dialect::Cpu)?,
                     l.inputs.clone(),
                     l.outputs.clone(),

@@ -2,12 +2,11 @@
 //! specialization for the device's own `sm_XY` with contraction and flush-to-zero off
 //! (SPEC 5), and compiled PTX is cached per specialization in memory and on disk.
 
+use crate::codegen::{cuda_unit, Dialect};
 use crate::error::{Error, Result};
-use crate::kernel::{fnv1a, Backend, DeviceTensor, Dialect, Elem, Launch, Rendered, TensorSpec};
+use crate::kernel::{fnv1a, Backend, DeviceTensor, Elem, KernelId, Launch, Limits, TensorSpec};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -48,7 +47,7 @@ pub struct CudaBackend {
     arch: &'static str,
     info: CudaDeviceInfo,
     cache_dir: PathBuf,
-    kernels: Mutex<HashMap<String, CudaFunction>>,
+    kernels: Mutex<HashMap<KernelId, CudaFunction>>,
 }
 
 fn driver_err(e: impl std::fmt::Debug) -> Error {
@@ -150,37 +149,6 @@ impl CudaBackend {
         .collect()
     }
 
-    /// The full NVRTC source of a kernel: shim, shared functions, header, entry.
-    pub fn source(
-        symbol: &str,
-        rendered: &Rendered,
-        inputs: &[TensorSpec],
-        outputs: &[TensorSpec],
-    ) -> String {
-        let mut params = Vec::new();
-        for t in inputs {
-            params.push(format!(
-                "const {}* __restrict__ {}",
-                t.elem.c_type(Dialect::Cuda),
-                t.name
-            ));
-        }
-        for t in outputs {
-            params.push(format!(
-                "{}* __restrict__ {}",
-                t.elem.c_type(Dialect::Cuda),
-                t.name
-            ));
-        }
-        format!(
-            "{prelude}\n{header}\nextern \"C\" __global__ void {symbol}({params}) {{\n{body}\n}}\n",
-            prelude = crate::kernel::prelude(Dialect::Cuda),
-            header = rendered.header,
-            params = params.join(", "),
-            body = rendered.body,
-        )
-    }
-
     fn cubin(&self, symbol: &str, src: &str) -> Result<Vec<u8>> {
         let opts = self.options();
         let key = fnv1a(format!("{opts:?}|{src}").as_bytes());
@@ -205,30 +173,32 @@ impl CudaBackend {
             .kernels
             .lock()
             .expect("kernel cache lock")
-            .get(&launch.symbol)
+            .get(&launch.id)
         {
             return Ok(f.clone());
         }
         let rendered = (launch.render)(Dialect::Cuda)?;
-        let src = Self::source(&launch.symbol, &rendered, &launch.inputs, &launch.outputs);
-        let bin = self.cubin(&launch.symbol, &src)?;
-        self.load(&launch.symbol, bin)
+        let symbol = launch.id.to_string();
+        let src = cuda_unit(&symbol, &rendered, &launch.inputs, &launch.outputs);
+        let bin = self.cubin(&symbol, &src)?;
+        self.load(launch.id, bin)
     }
 
-    fn load(&self, symbol: &str, cubin: Vec<u8>) -> Result<CudaFunction> {
+    fn load(&self, id: KernelId, cubin: Vec<u8>) -> Result<CudaFunction> {
+        let symbol = id.to_string();
         let module = self
             .ctx
             .load_module(Ptx::from_binary(cubin))
             .map_err(|e| Error::Compile {
-                kernel: symbol.into(),
+                kernel: symbol.clone(),
                 backend: "cuda".into(),
                 log: format!("loading the module: {e:?}"),
             })?;
-        let f = module.load_function(symbol).map_err(driver_err)?;
+        let f = module.load_function(&symbol).map_err(driver_err)?;
         self.kernels
             .lock()
             .expect("kernel cache lock")
-            .insert(symbol.to_string(), f.clone());
+            .insert(id, f.clone());
         Ok(f)
     }
 
@@ -247,8 +217,24 @@ impl CudaBackend {
     }
 }
 
+/// Most buffers a kernel binds (this crate's kernels take at most eight).
+const MAX_ARGS: usize = 16;
+
+/// A CUDA kernel with its buffers bound: the function, launch shape and device pointers
+/// (kept in a fixed array, so a launch allocates nothing).
+pub struct Bound<'a> {
+    function: CudaFunction,
+    grid: (u32, u32, u32),
+    threads: u32,
+    ptrs: [u64; MAX_ARGS],
+    args: usize,
+    _buffers: std::marker::PhantomData<&'a mut CudaTensor>,
+}
+
 impl Backend for CudaBackend {
     type Tensor = CudaTensor;
+    type Compiled = CudaFunction;
+    type Bound<'a> = Bound<'a>;
 
     fn name(&self) -> &'static str {
         "cuda"
@@ -264,6 +250,10 @@ impl Backend for CudaBackend {
 
     fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().map_err(driver_err)
+    }
+
+    fn timer(&self) -> &'static str {
+        "device events (CUDA)"
     }
 
     fn time_ms(&self, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
@@ -319,81 +309,102 @@ impl Backend for CudaBackend {
         Ok(v)
     }
 
-    fn launch_into(
+    fn limits(&self) -> Limits {
+        Limits {
+            threadgroup_bytes: self.info.shared_per_block,
+            threads_per_group: 1024,
+        }
+    }
+
+    fn compile(&self, launch: &Launch<'_>) -> Result<CudaFunction> {
+        self.limits().check(launch, &self.info.name)?;
+        self.function(launch)
+    }
+
+    fn bind<'a>(
         &self,
+        compiled: &CudaFunction,
         launch: &Launch<'_>,
-        inputs: &[&CudaTensor],
-        outputs: &mut [&mut CudaTensor],
-    ) -> Result<()> {
+        inputs: &[&'a CudaTensor],
+        outputs: &mut [&'a mut CudaTensor],
+    ) -> Result<Bound<'a>> {
         crate::kernel::check_launch(launch, inputs, outputs)?;
-        for (t, s) in inputs.iter().zip(&launch.inputs) {
-            self.check_device(t, &format!("{}.{}", launch.kernel, s.name))?;
-        }
-        for (t, s) in outputs.iter().zip(&launch.outputs) {
-            self.check_device(t, &format!("{}.{}", launch.kernel, s.name))?;
-        }
-        if launch.shared_bytes > self.info.shared_per_block {
+        let mut ptrs = [0u64; MAX_ARGS];
+        if inputs.len() + outputs.len() > MAX_ARGS {
             return Err(Error::invalid(
-                "threadgroup memory",
-                launch.shared_bytes,
-                format!(
-                    "{} allows {} bytes per block",
-                    self.info.name, self.info.shared_per_block
-                ),
+                format!("{} arguments", launch.kernel),
+                inputs.len() + outputs.len(),
+                format!("the cuda backend binds at most {MAX_ARGS}"),
             ));
         }
-        let f = self.function(launch)?;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                launch.grid.groups[0],
-                launch.grid.groups[1],
-                launch.grid.groups[2],
-            ),
-            block_dim: (launch.grid.threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut builder = self.stream.launch_builder(&f);
-        for t in inputs {
-            builder.arg(&t.buf);
+        for (i, (t, s)) in inputs.iter().zip(&launch.inputs).enumerate() {
+            self.check_device(t, &format!("{}.{}", launch.kernel, s.name))?;
+            ptrs[i] = t.buf.device_ptr(&self.stream).0;
         }
-        for t in outputs.iter_mut() {
-            builder.arg(&mut t.buf);
+        for (i, (t, s)) in outputs.iter_mut().zip(&launch.outputs).enumerate() {
+            self.check_device(t, &format!("{}.{}", launch.kernel, s.name))?;
+            ptrs[inputs.len() + i] = t.buf.device_ptr_mut(&self.stream).0;
         }
-        // SAFETY: argument count and element types follow the kernel's declared specs,
-        // checked above; every validated specialization indexes within them.
-        unsafe { builder.launch(cfg) }.map_err(driver_err)?;
-        Ok(())
+        let g = launch.grid;
+        Ok(Bound {
+            function: compiled.clone(),
+            grid: (g.groups[0], g.groups[1], g.groups[2]),
+            threads: g.threads,
+            ptrs,
+            args: inputs.len() + outputs.len(),
+            _buffers: std::marker::PhantomData,
+        })
+    }
+
+    fn run(&self, bound: &mut Bound<'_>) -> Result<()> {
+        let mut params = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_ARGS];
+        for (p, v) in params.iter_mut().zip(bound.ptrs.iter_mut()) {
+            *p = v as *mut u64 as *mut std::ffi::c_void;
+        }
+        // SAFETY: the arguments were checked against the kernel's declared specs in
+        // `bind` and stay borrowed for the bound's lifetime; every validated
+        // specialization indexes within them.
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                bound.function.cu_function(),
+                bound.grid,
+                (bound.threads, 1, 1),
+                0,
+                self.stream.cu_stream(),
+                &mut params[..bound.args],
+            )
+        }
+        .map_err(driver_err)
     }
 
     fn precompile(&self, launches: &[Launch<'_>]) -> Result<()> {
         use rayon::prelude::*;
-        let known: std::collections::HashSet<String> = self
+        let known: std::collections::HashSet<KernelId> = self
             .kernels
             .lock()
             .expect("kernel cache lock")
             .keys()
-            .cloned()
+            .copied()
             .collect();
         let mut seen = std::collections::HashSet::new();
         let mut todo = Vec::new();
         for l in launches {
-            if !known.contains(&l.symbol) && seen.insert(l.symbol.clone()) {
+            if !known.contains(&l.id) && seen.insert(l.id) {
                 let r = (l.render)(Dialect::Cuda)?;
-                todo.push((
-                    l.symbol.clone(),
-                    Self::source(&l.symbol, &r, &l.inputs, &l.outputs),
-                ));
+                let symbol = l.id.to_string();
+                let src = cuda_unit(&symbol, &r, &l.inputs, &l.outputs);
+                todo.push((l.id, symbol, src));
             }
         }
         // NVRTC is thread-safe; compile in parallel, load on this thread. A failure is
         // left for the launch to report, so one bad specialization does not hide the rest.
-        let bins: Vec<(String, Result<Vec<u8>>)> = todo
+        let bins: Vec<(KernelId, Result<Vec<u8>>)> = todo
             .par_iter()
-            .map(|(s, src)| (s.clone(), self.cubin(s, src)))
+            .map(|(id, symbol, src)| (*id, self.cubin(symbol, src)))
             .collect();
-        for (symbol, bin) in bins {
+        for (id, bin) in bins {
             if let Ok(bin) = bin {
-                let _ = self.load(&symbol, bin);
+                let _ = self.load(id, bin);
             }
         }
         Ok(())

@@ -1,5 +1,7 @@
-//! Backends: where kernels run. `cpu` is always available; `cuda` when built with the
-//! `cuda` feature and a driver is found at run time; `metal` on macOS.
+//! Backends: where kernels run (launch, memory, compile cache, device id, limits), and
+//! the one registry that opens them by name ([`AnyBackend`]). `cpu` is always
+//! available; `cuda` when built with the `cuda` feature and a driver is found at run
+//! time; `metal` on macOS. Nothing here knows about families, tuning or the facade.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]
@@ -24,10 +26,9 @@ pub fn slug(name: &str) -> String {
 }
 
 use crate::error::{Error, Result};
-use crate::kernels::{Tail, Variant};
-use crate::matrix::{Activations, QuantizedMatrix};
 
-/// Names `--backend` accepts.
+/// Names `--backend` accepts (`reference` is the plain SPEC implementation, not a
+/// backend: the facade's callers handle it).
 pub const NAMES: [&str; 4] = ["reference", "cpu", "cuda", "metal"];
 
 /// The best backend available here: `cuda` when a driver and device are found,
@@ -43,27 +44,88 @@ pub fn default_name() -> &'static str {
     "cpu"
 }
 
-/// Every backend with a one-line description, or why it is unavailable.
-pub fn devices() -> Vec<(&'static str, std::result::Result<String, String>)> {
-    let cpu = CpuBackend::new().map(|_| {
-        format!(
-            "{} (C++ via $CXX or c++, {} threads)",
-            CpuBackend::cpu_model_id(),
-            rayon::current_num_threads()
-        )
-    });
-    let mut out = vec![
-        (
-            "reference",
-            Ok("plain Rust SPEC reference (oracle)".to_string()),
-        ),
-        ("cpu", cpu.map_err(|e| e.to_string())),
-    ];
+/// The limits a backend's devices allow (for `trellis select` without a device at
+/// hand): CUDA's static 48 KB and 1024 threads, Metal's 32 KB and 1024 threads.
+pub fn nominal_limits(name: &str) -> crate::kernel::Limits {
+    let threadgroup_bytes = if name == "metal" {
+        32 * 1024
+    } else {
+        48 * 1024
+    };
+    crate::kernel::Limits {
+        threadgroup_bytes,
+        threads_per_group: 1024,
+    }
+}
+
+/// Generic code to run on whichever backend an [`AnyBackend`] holds.
+pub trait BackendVisitor {
+    type Out;
+    fn visit<B: Backend>(self, b: &B) -> Self::Out;
+}
+
+/// A backend chosen by name at run time: the one registry of backends. Open it once
+/// and keep it; it holds the compiled-kernel cache.
+pub enum AnyBackend {
+    Cpu(CpuBackend),
     #[cfg(feature = "cuda")]
-    out.push((
-        "cuda",
-        cuda::CudaBackend::new(0)
-            .map(|b| {
+    Cuda(cuda::CudaBackend),
+    #[cfg(target_os = "macos")]
+    Metal(metal::MetalBackend),
+}
+
+impl AnyBackend {
+    /// Open the backend called `name` (`cpu`, `cuda`, `metal`).
+    pub fn open(name: &str) -> Result<Self> {
+        match name {
+            "cpu" => Ok(AnyBackend::Cpu(CpuBackend::new()?)),
+            #[cfg(feature = "cuda")]
+            "cuda" => Ok(AnyBackend::Cuda(cuda::CudaBackend::new(0)?)),
+            #[cfg(not(feature = "cuda"))]
+            "cuda" => Err(unavailable(
+                "cuda",
+                "not built in (enable the `cuda` feature)",
+            )),
+            #[cfg(target_os = "macos")]
+            "metal" => Ok(AnyBackend::Metal(metal::MetalBackend::new()?)),
+            #[cfg(not(target_os = "macos"))]
+            "metal" => Err(unavailable("metal", "Metal runs on macOS only")),
+            "reference" => Err(Error::invalid(
+                "backend",
+                name,
+                "the reference is not a kernel backend (use cpu, cuda or metal)",
+            )),
+            other => Err(Error::invalid(
+                "backend",
+                other,
+                format!("expected one of {}", NAMES.join(", ")),
+            )),
+        }
+    }
+
+    /// Run `v` on the held backend.
+    pub fn visit<V: BackendVisitor>(&self, v: V) -> V::Out {
+        match self {
+            AnyBackend::Cpu(b) => v.visit(b),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => v.visit(b),
+            #[cfg(target_os = "macos")]
+            AnyBackend::Metal(b) => v.visit(b),
+        }
+    }
+
+    /// One line about the device.
+    pub fn describe(&self) -> String {
+        struct Describe;
+        impl BackendVisitor for Describe {
+            type Out = String;
+            fn visit<B: Backend>(self, b: &B) -> String {
+                format!("{} ({})", b.device_id(), b.timer())
+            }
+        }
+        match self {
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => {
                 let i = b.info();
                 format!(
                     "{} ({}, sm_{}{}, {} SMs, {:.1} GiB)",
@@ -74,138 +136,39 @@ pub fn devices() -> Vec<(&'static str, std::result::Result<String, String>)> {
                     i.sm_count,
                     i.memory_bytes as f64 / (1u64 << 30) as f64
                 )
-            })
-            .map_err(|e| e.to_string()),
-    ));
-    #[cfg(not(feature = "cuda"))]
-    out.push((
-        "cuda",
-        Err("not built in (enable the `cuda` feature)".into()),
-    ));
-    out.push(("metal", metal_status()));
-    out
+            }
+            AnyBackend::Cpu(_) => format!(
+                "{} (C++ via $CXX or c++, {} threads)",
+                CpuBackend::cpu_model_id(),
+                rayon::current_num_threads()
+            ),
+            #[allow(unreachable_patterns)]
+            other => other.visit(Describe),
+        }
+    }
 }
 
-#[cfg(target_os = "macos")]
-fn metal_status() -> std::result::Result<String, String> {
-    metal::MetalBackend::new()
-        .map(|b| b.device_id())
-        .map_err(|e| e.to_string())
+/// Every backend name with a one-line description, or why it is unavailable.
+pub fn devices() -> Vec<(&'static str, std::result::Result<String, String>)> {
+    NAMES
+        .iter()
+        .map(|&name| {
+            let status = if name == "reference" {
+                Ok("plain Rust SPEC reference (oracle)".to_string())
+            } else {
+                AnyBackend::open(name)
+                    .map(|b| b.describe())
+                    .map_err(|e| e.to_string())
+            };
+            (name, status)
+        })
+        .collect()
 }
 
-#[cfg(not(target_os = "macos"))]
-fn metal_status() -> std::result::Result<String, String> {
-    Err("Metal runs on macOS only".into())
-}
-
-fn unknown(name: &str) -> Error {
-    Error::invalid(
-        "backend",
-        name,
-        format!("expected one of {}", NAMES.join(", ")),
-    )
-}
-
+#[allow(dead_code)]
 fn unavailable(name: &str, reason: &str) -> Error {
     Error::Unavailable {
         backend: name.into(),
         reason: reason.into(),
     }
-}
-
-/// Run `$body` with `$b` bound to the backend called `$name`; `reference` is handled by
-/// the caller.
-macro_rules! with_backend {
-    ($name:expr, |$b:ident| $body:expr) => {
-        match $name {
-            "cpu" => {
-                let $b = CpuBackend::new()?;
-                $body
-            }
-            #[cfg(feature = "cuda")]
-            "cuda" => {
-                let $b = cuda::CudaBackend::new(0)?;
-                $body
-            }
-            #[cfg(not(feature = "cuda"))]
-            "cuda" => Err(unavailable(
-                "cuda",
-                "not built in (enable the `cuda` feature)",
-            )),
-            #[cfg(target_os = "macos")]
-            "metal" => {
-                let $b = metal::MetalBackend::new()?;
-                $body
-            }
-            #[cfg(not(target_os = "macos"))]
-            "metal" => Err(unavailable("metal", "Metal runs on macOS only")),
-            other => Err(unknown(other)),
-        }
-    };
-}
-
-/// `y = W x` on the named backend; `variant: None` asks the tuning tables.
-pub fn matvec(
-    name: &str,
-    w: &QuantizedMatrix,
-    x: &Activations,
-    variant: Option<Variant>,
-) -> Result<Activations> {
-    if name == "reference" {
-        return crate::reference::reduce(w, x);
-    }
-    with_backend!(name, |b| {
-        let v = match variant {
-            Some(v) => v,
-            None => {
-                crate::tune::select_for(&b, crate::tune::Family::Reduce, &w.geometry, None, x)?
-                    .variant
-            }
-        };
-        crate::ops::matvec(&b, w, x, v)
-    })
-}
-
-/// `mid = silu(G x) * (U x)` on the named backend; `variant: None` asks the tuning tables.
-pub fn gate_up(
-    name: &str,
-    gate: &QuantizedMatrix,
-    up: &QuantizedMatrix,
-    x: &Activations,
-    tail: Tail,
-    variant: Option<Variant>,
-) -> Result<Activations> {
-    if name == "reference" {
-        if tail != Tail::Exact {
-            return Err(Error::invalid(
-                "tail",
-                tail,
-                "the reference implements tail = exact only",
-            ));
-        }
-        return crate::reference::gate_up(gate, up, x);
-    }
-    if name == "cpu" && tail != Tail::Exact {
-        return Err(Error::invalid(
-            "tail",
-            tail,
-            "the cpu backend implements tail = exact only (native is for GPU dialects)",
-        ));
-    }
-    with_backend!(name, |b| {
-        let v = match variant {
-            Some(v) => v,
-            None => {
-                crate::tune::select_for(
-                    &b,
-                    crate::tune::Family::GateUp,
-                    &gate.geometry,
-                    Some(&up.geometry),
-                    x,
-                )?
-                .variant
-            }
-        };
-        crate::ops::gate_up(&b, gate, up, x, tail, v)
-    })
 }

@@ -170,6 +170,10 @@ struct MatvecArgs {
     /// available here: cuda with a driver, metal on macOS, else cpu).
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
+    /// Numerics tier: `exact` (SPEC section 5 bits) or `fast` (within the SPEC section 7
+    /// bound; the reference backend always computes exact).
+    #[arg(long, default_value = "exact")]
+    tier: String,
 }
 
 #[derive(Args, Debug)]
@@ -193,6 +197,10 @@ struct GateUpArgs {
     /// available here: cuda with a driver, metal on macOS, else cpu).
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
+    /// Numerics tier: `exact` (SPEC section 6 bits) or `fast` (within the SPEC section 7
+    /// bound; the reference backend always computes exact).
+    #[arg(long, default_value = "exact")]
+    tier: String,
     /// Tensor name prefix of the gate matrix.
     #[arg(long, default_value = "w")]
     gate_prefix: String,
@@ -218,7 +226,8 @@ struct SelectArgs {
     /// Device id as in the tuning tables (`nvidia-h200`, `applegpu-g15s`, ...).
     #[arg(long, value_name = "ID")]
     device: String,
-    /// Kernel family: reduce, gate_up or gate_up_mixed.
+    /// Kernel family: reduce, gate_up, gate_up_mixed or expand (`trellis info --devices`
+    /// does not list them; the error for an unknown name does).
     #[arg(long, value_name = "F")]
     family: String,
     /// R: output features.
@@ -260,10 +269,13 @@ struct SelectArgs {
     tables: Option<PathBuf>,
 }
 
-use trellis::kernels::Tail;
+use trellis::backend::{AnyBackend, BackendVisitor};
+use trellis::kernel::Backend;
+use trellis::kernels::{Tail, Tier};
 
 // ---------------------------------------------------------------------------------------
-// Backend dispatch: the only place that maps a backend name to an implementation.
+// Backend dispatch: a name opens a backend from the registry; `reference` is the plain
+// SPEC implementation.
 
 /// The backend used when `--backend` is not given: the best one available here.
 fn backend_or_default(b: &Option<String>) -> String {
@@ -271,20 +283,62 @@ fn backend_or_default(b: &Option<String>) -> String {
         .unwrap_or_else(|| trellis::backend::default_name().to_string())
 }
 
-/// `y = x W^T` on `backend`. Inputs are already validated.
-fn run_matvec(backend: &str, w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
-    trellis::backend::matvec(backend, w, x, None)
+/// `y = x W^T` on `backend` in `tier`. Inputs are already validated.
+fn run_matvec(
+    backend: &str,
+    w: &QuantizedMatrix,
+    x: &Activations,
+    tier: Tier,
+) -> Result<Activations> {
+    if backend == "reference" {
+        return reference::reduce(w, x);
+    }
+    struct Job<'a>(&'a QuantizedMatrix, &'a Activations, Tier);
+    impl BackendVisitor for Job<'_> {
+        type Out = Result<Activations>;
+        fn visit<B: Backend>(self, b: &B) -> Result<Activations> {
+            trellis::ops::matvec(b, self.0, self.1, self.2)
+        }
+    }
+    AnyBackend::open(backend)?.visit(Job(w, x, tier))
 }
 
-/// `mid = silu(G x) * (U x)` on `backend` with `tail`. Inputs are already validated.
+/// `mid = silu(G x) * (U x)` on `backend` with `tail` in `tier`. Inputs are already
+/// validated.
 fn run_gate_up(
     backend: &str,
     gate: &QuantizedMatrix,
     up: &QuantizedMatrix,
     x: &Activations,
     tail: Tail,
+    tier: Tier,
 ) -> Result<Activations> {
-    trellis::backend::gate_up(backend, gate, up, x, tail, None)
+    if tail == Tail::Native && matches!(backend, "reference" | "cpu") {
+        return Err(Error::invalid(
+            "tail",
+            tail,
+            format!(
+                "the {backend} backend implements tail = exact only (native is for GPU dialects)"
+            ),
+        ));
+    }
+    if backend == "reference" {
+        return reference::gate_up(gate, up, x);
+    }
+    struct Job<'a>(
+        &'a QuantizedMatrix,
+        &'a QuantizedMatrix,
+        &'a Activations,
+        Tail,
+        Tier,
+    );
+    impl BackendVisitor for Job<'_> {
+        type Out = Result<Activations>;
+        fn visit<B: Backend>(self, b: &B) -> Result<Activations> {
+            trellis::ops::gate_up(b, self.0, self.1, self.2, self.3, self.4)
+        }
+    }
+    AnyBackend::open(backend)?.visit(Job(gate, up, x, tail, tier))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -517,7 +571,8 @@ fn matvec(a: MatvecArgs) -> Result<()> {
     let w = io::read_quantized(&a.weights, &a.prefix).map_err(in_file(&a.weights))?;
     let x = read_x(&a.x, w.geometry.cols)?;
     let backend = backend_or_default(&a.backend);
-    let y = run_matvec(&backend, &w, &x)?;
+    let tier: Tier = a.tier.parse()?;
+    let y = run_matvec(&backend, &w, &x, tier)?;
     io::write_activations(&a.out, "y", &y)?;
     println!(
         "y: {} [{}, {}] ({}) -> {}",
@@ -537,7 +592,8 @@ fn gate_up(a: GateUpArgs) -> Result<()> {
     reference::check_pair(&gate, &up)?;
     let x = read_x(&a.x, gate.geometry.cols)?;
     let backend = backend_or_default(&a.backend);
-    let mid = run_gate_up(&backend, &gate, &up, &x, tail)?;
+    let tier: Tier = a.tier.parse()?;
+    let mid = run_gate_up(&backend, &gate, &up, &x, tail, tier)?;
     io::write_activations(&a.out, "mid", &mid)?;
     println!(
         "mid: {} [{}, {}] ({}, tail {}) -> {}",
@@ -589,16 +645,12 @@ fn backend_for_device(device: &str) -> &'static str {
 }
 
 fn select(a: SelectArgs) -> Result<()> {
-    use trellis::kernels::Tier;
-    use trellis::tune::{Family, Selector, TuneKey};
+    use trellis::family::{Family, FamilyVisitor, ProblemSpec};
+    use trellis::tune::Selector;
     let device = a.device.trim();
     if device.is_empty() {
         return Err(Error::invalid("device", "\"\"", "must not be empty"));
     }
-    let family: Family = a.family.parse()?;
-    let code: Code = a.code.parse()?;
-    let dtype: DType = a.dtype.parse()?;
-    let tier: Tier = a.tier.parse()?;
     let backend = match &a.backend {
         Some(b) if trellis::backend::NAMES.contains(&b.as_str()) => b.clone(),
         Some(b) => {
@@ -610,38 +662,18 @@ fn select(a: SelectArgs) -> Result<()> {
         }
         None => backend_for_device(device).to_string(),
     };
-    if a.m == 0 {
-        return Err(Error::invalid("m", a.m, "must be at least 1"));
-    }
-    let g = Geometry::new(a.rows, a.cols, a.t, a.k, a.l, code)?;
-    let up = match (family, a.ku) {
-        (Family::Reduce, Some(ku)) if ku != a.k => {
-            return Err(Error::invalid(
-                "ku",
-                ku,
-                "only gate_up has a separate up k (reduce: leave it out or equal to --k)",
-            ))
-        }
-        (Family::Reduce, _) => None,
-        (Family::GateUp, ku) => {
-            let ku = ku.unwrap_or(a.k);
-            Some(
-                Geometry::new(a.rows, a.cols, a.t, ku, a.l, code).map_err(|e| match e {
-                    Error::Invalid {
-                        field,
-                        value,
-                        reason,
-                    } if field == "k" => Error::Invalid {
-                        field: "ku".into(),
-                        value,
-                        reason,
-                    },
-                    e => e,
-                })?,
-            )
-        }
+    let spec = ProblemSpec {
+        rows: a.rows,
+        cols: a.cols,
+        t: a.t,
+        k: a.k,
+        ku: a.ku,
+        l: a.l,
+        code: a.code.parse()?,
+        dtype: a.dtype.parse()?,
+        m: a.m,
     };
-    let key = TuneKey::new(family, &g, up.as_ref(), dtype, a.m, tier);
+    let tier: Tier = a.tier.parse()?;
     let mut selector = Selector::from_env();
     if let Some(dir) = &a.tables {
         selector.add_dir(dir);
@@ -649,19 +681,57 @@ fn select(a: SelectArgs) -> Result<()> {
     for w in &selector.warnings {
         eprintln!("warning: {}", one_line(w));
     }
-    // What would run: a bucket's winner that does not fit this exact shape gives way.
-    let sel = trellis::tune::fit(
-        selector.select(&backend, device, &key),
-        family,
-        &g,
-        up.as_ref(),
-        dtype,
-        a.m,
-    );
-    println!("key: {key}");
-    println!("device: {device} ({backend})");
-    println!("variant: {}", sel.variant);
-    println!("source: {}", sel.source);
+    // Whichever registered family the name picks answers; what would run is fitted to
+    // the backend's limits (a bucket's winner that does not fit gives way).
+    struct Select<'a> {
+        name: &'a str,
+        spec: ProblemSpec,
+        tier: Tier,
+        backend: &'a str,
+        device: &'a str,
+        selector: &'a Selector,
+        out: Option<Result<Vec<String>>>,
+    }
+    impl FamilyVisitor for Select<'_> {
+        fn visit<F: Family>(&mut self) {
+            if self.out.is_some() || !trellis::families::is::<F>(self.name) {
+                return;
+            }
+            self.out = Some(F::problem(&self.spec).map(|p| {
+                let limits = trellis::backend::nominal_limits(self.backend);
+                let sel = self
+                    .selector
+                    .select::<F>(self.backend, self.device, &p, self.tier);
+                let sel = trellis::tune::fit::<F>(sel, &p, self.tier, &limits);
+                vec![
+                    format!("key: {}", F::key(&p, self.tier)),
+                    format!("device: {} ({})", self.device, self.backend),
+                    format!("variant: {}", sel.variant),
+                    format!("source: {}", sel.source),
+                ]
+            }));
+        }
+    }
+    let mut v = Select {
+        name: &a.family,
+        spec,
+        tier,
+        backend: &backend,
+        device,
+        selector: &selector,
+        out: None,
+    };
+    trellis::families::for_each(&mut v);
+    let lines = v.out.unwrap_or_else(|| {
+        Err(Error::invalid(
+            "family",
+            &a.family,
+            format!("expected one of {}", trellis::families::names().join(", ")),
+        ))
+    })?;
+    for l in lines {
+        println!("{l}");
+    }
     Ok(())
 }
 

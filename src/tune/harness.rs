@@ -1,112 +1,126 @@
-//! The measuring harness behind `cargo xtask tune`: for each [`TuneKey`], verify every
-//! candidate against the reference, time the survivors (warm-up, rotating weight copies
-//! larger than the last-level cache, device timers, median and p10/p90), and keep a
-//! winner only where it beats the default by more than the noise.
+//! The measuring harness behind `cargo xtask tune`, generic over [`Family`]. For each
+//! problem: prepare random data, its reference result and rotating device copies of it
+//! (several times the last-level cache); verify every candidate against the reference
+//! before timing it (mismatches, compile failures, hangs and crashes are rejected with
+//! their reason); time survivors with everything prepared ahead (outputs allocated,
+//! arguments bound and checked: the timed region only enqueues the kernel) until the
+//! median is stable; keep the fastest unless it is within the default's spread.
 
-use super::table::{DeviceRecord, Entry, Table, VariantRecord};
-use super::{Family, TuneKey};
-use crate::catalog::{self, AnyKernel};
-use crate::dtype::DType;
+use super::table::{DeviceRecord, Entry, StatsRecord, Table};
+use super::TuneKey;
 use crate::error::{Error, Result};
-use crate::kernel::{Backend, Dialect};
-use crate::kernels::{Tail, Tier, Variant};
-use crate::matrix::Activations;
-use crate::ops::{self, DeviceMatrix};
-use crate::verify::{
-    check_fast_bound, first_mismatch, random_activations, random_matrix, within_fast_tolerance,
-};
-use crate::{reference, Code, Geometry};
+use crate::family::{self, Family};
+use crate::kernel::{Backend, Dialect, KernelSpec};
+use crate::kernels::Tier;
+use std::time::{Duration, Instant};
 
-/// What to tune.
+/// How to tune.
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
-    pub families: Vec<Family>,
-    /// Matrix shapes; `gate_up` keys are made only for shapes marked `gate_up`.
-    pub shapes: Vec<Shape>,
-    pub ms: Vec<u32>,
-    pub ks: Vec<u32>,
-    pub ls: Vec<u32>,
-    pub codes: Vec<Code>,
     pub tier: Tier,
-    pub dtype: DType,
-    pub t: usize,
     /// Restrict launch shapes to a small set (CPU default: compiling is the cost).
     pub quick: bool,
-    /// Stop starting new keys after this long.
-    pub budget: std::time::Duration,
+    /// Stop starting new problems after this long.
+    pub budget: Duration,
     /// Bytes the rotating weight copies must exceed (several times the last-level cache).
     pub working_set: usize,
-    /// Timed repetitions per candidate.
-    pub reps: usize,
-    /// A candidate whose verification launch takes longer than this is rejected as timed
-    /// out (a pathological launch shape must not stall the run).
-    pub candidate_timeout: std::time::Duration,
+    /// Timed repetitions per candidate: at least `min_reps`, more until the median is
+    /// stable, at most `max_reps` or `time_cap` of measuring.
+    pub min_reps: usize,
+    pub max_reps: usize,
+    pub time_cap: Duration,
+    /// A candidate whose verification launch runs longer is rejected as timed out (the
+    /// supervisor of `cargo xtask tune` kills a launch that never returns).
+    pub candidate_timeout: Duration,
+    /// Re-measure problems the table already has.
+    pub fresh: bool,
 }
 
-/// One matrix shape to tune, `R x C`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Shape {
-    pub rows: usize,
-    pub cols: usize,
-    /// Also tune the fused gate/up kernel on it (an MLP's gate/up projection shape).
-    pub gate_up: bool,
-}
-
-/// Shapes of the MLP presets: Qwen3-14B and Llama-3-8B (gate/up, then down).
-pub fn preset(name: &str) -> Option<Vec<Shape>> {
-    let mlp = |inter: usize, hidden: usize| {
-        vec![
-            Shape {
-                rows: inter,
-                cols: hidden,
-                gate_up: true,
-            },
-            Shape {
-                rows: hidden,
-                cols: inter,
-                gate_up: false,
-            },
-        ]
-    };
-    match name {
-        "qwen3-14b" => Some(mlp(17408, 5120)),
-        "llama-3-8b" => Some(mlp(14336, 4096)),
-        _ => None,
+impl TuneOptions {
+    /// Defaults for a backend: GPUs measure many short launches, the CPU few long ones.
+    pub fn for_backend(name: &str, tier: Tier) -> Self {
+        let gpu = name != "cpu";
+        TuneOptions {
+            tier,
+            quick: !gpu,
+            budget: Duration::from_secs(30 * 60),
+            working_set: if gpu { 256 << 20 } else { 64 << 20 },
+            min_reps: if gpu { 30 } else { 7 },
+            max_reps: if gpu { 400 } else { 40 },
+            time_cap: Duration::from_secs(if gpu { 2 } else { 4 }),
+            candidate_timeout: Duration::from_secs(if gpu { 20 } else { 120 }),
+            fresh: false,
+        }
     }
 }
 
-/// Crash recovery for the tuner. Each candidate is written to the journal before it runs
-/// and cleared after, so when a candidate kills the process (a kernel that crashes it),
-/// the resumed run finds it still in flight and rejects it instead of running it again.
-/// `cargo xtask tune` runs the tuner in a child process and resumes it after a crash.
+/// Crash and hang recovery for the tuner. Each candidate is written to the journal
+/// (with its start time) before it runs and cleared after; when a candidate kills the
+/// process the resumed run finds it in flight and rejects it as crashed, and when the
+/// supervisor kills a run that stays in one candidate past its time limit it marks the
+/// candidate timed out ([`Journal::mark_timed_out`]).
 pub struct Journal {
     path: std::path::PathBuf,
     crashed: Vec<String>,
+    timed_out: Vec<String>,
 }
 
 impl Journal {
     /// Open (or start) the journal at `path`; a candidate left in flight becomes crashed.
     pub fn open(path: &std::path::Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let crashed = text
-            .lines()
-            .filter_map(|l| {
-                l.strip_prefix("crashed ")
-                    .or_else(|| l.strip_prefix("running "))
-            })
-            .map(str::to_string)
-            .collect();
-        let j = Journal {
+        let mut j = Journal {
             path: path.to_path_buf(),
-            crashed,
+            crashed: Vec::new(),
+            timed_out: Vec::new(),
         };
+        for line in text.lines() {
+            if let Some(id) = line.strip_prefix("timedout ") {
+                j.timed_out.push(id.to_string());
+            } else if let Some(id) = line.strip_prefix("crashed ") {
+                j.crashed.push(id.to_string());
+            } else if let Some((_, id)) = line
+                .strip_prefix("running ")
+                .and_then(|r| r.split_once(' '))
+            {
+                j.crashed.push(id.to_string());
+            }
+        }
         j.write(None)?;
         Ok(j)
     }
 
-    /// Whether a candidate crashed an earlier attempt.
-    pub fn crashed(&self, id: &str) -> bool {
-        self.crashed.iter().any(|c| c == id)
+    /// The candidate in flight in the journal at `path` and when it started (ms since
+    /// the epoch): what a supervisor watches.
+    pub fn in_flight(path: &std::path::Path) -> Option<(u128, String)> {
+        let text = std::fs::read_to_string(path).ok()?;
+        text.lines().find_map(|l| {
+            let (ms, id) = l.strip_prefix("running ")?.split_once(' ')?;
+            Some((ms.parse().ok()?, id.to_string()))
+        })
+    }
+
+    /// Supervisor side: the candidate in flight ran past its limit and was killed.
+    pub fn mark_timed_out(path: &std::path::Path, id: &str) -> Result<()> {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut out: String = text
+            .lines()
+            .filter(|l| !l.starts_with("running "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        out += &format!("timedout {id}\n");
+        std::fs::write(path, out).map_err(|e| Error::file(path, e))
+    }
+
+    /// Why an earlier attempt disqualified a candidate, if it did.
+    pub fn disqualified(&self, id: &str) -> Option<&'static str> {
+        if self.timed_out.iter().any(|c| c == id) {
+            Some("timed out: killed by the supervisor at its time limit in an earlier attempt")
+        } else if self.crashed.iter().any(|c| c == id) {
+            Some("crashed the tuning process in an earlier attempt")
+        } else {
+            None
+        }
     }
 
     fn write(&self, running: Option<&str>) -> Result<()> {
@@ -116,8 +130,16 @@ impl Journal {
             .iter()
             .map(|c| format!("crashed {c}\n"))
             .collect();
+        text += &self
+            .timed_out
+            .iter()
+            .map(|c| format!("timedout {c}\n"))
+            .collect::<String>();
         if let Some(r) = running {
-            text += &format!("running {r}\n");
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            text += &format!("running {ms} {r}\n");
         }
         let mut f = std::fs::File::create(&self.path).map_err(|e| Error::file(&self.path, e))?;
         f.write_all(text.as_bytes())
@@ -134,246 +156,303 @@ impl Journal {
     }
 }
 
-/// Fault injection for the crash-recovery test: a candidate whose id contains this
-/// variable's value aborts the process when it is about to run.
+/// Fault injection for the recovery tests: a candidate whose id contains this
+/// variable's value aborts the process (`crash:<text>`) or never returns
+/// (`hang:<text>`) when it is about to run.
 pub const FAULT_ENV: &str = "TRELLIS_TUNE_FAULT";
 
-/// Statistics of one candidate's samples, in microseconds.
-#[derive(Clone, Copy, Debug)]
+fn inject_fault(id: &str) {
+    let Ok(f) = std::env::var(FAULT_ENV) else {
+        return;
+    };
+    if let Some(t) = f
+        .strip_prefix("crash:")
+        .filter(|t| !t.is_empty() && id.contains(*t))
+    {
+        eprintln!("{FAULT_ENV}: crashing at {id} ({t})");
+        std::process::abort();
+    }
+    if f.strip_prefix("hang:")
+        .is_some_and(|t| !t.is_empty() && id.contains(t))
+    {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+}
+
+/// Robust statistics of one candidate's samples, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Stats {
     pub median: f64,
     pub p10: f64,
     pub p90: f64,
+    pub samples: usize,
 }
 
 impl Stats {
-    fn of(mut v: Vec<f64>) -> Stats {
+    /// Quantiles of the samples (nearest rank).
+    pub fn of(mut v: Vec<f64>) -> Stats {
         v.sort_by(|a, b| a.total_cmp(b));
         let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
         Stats {
             median: q(0.5),
             p10: q(0.1),
             p90: q(0.9),
+            samples: v.len(),
         }
     }
-    /// Relative spread.
-    pub fn noise(&self) -> f64 {
+    /// Relative spread `(p90 - p10) / median`.
+    pub fn spread(&self) -> f64 {
         (self.p90 - self.p10) / self.median
     }
-}
-
-/// Every key the options describe (one per bucket: shapes that share a bucket are
-/// measured once, at the first shape).
-pub fn keys(o: &TuneOptions) -> Result<Vec<(TuneKey, usize, usize)>> {
-    let mut out: Vec<(TuneKey, usize, usize)> = Vec::new();
-    for &family in &o.families {
-        for &Shape {
-            rows,
-            cols,
-            gate_up,
-        } in &o.shapes
-        {
-            if family == Family::GateUp && !gate_up {
-                continue;
-            }
-            for &m in &o.ms {
-                for &k in &o.ks {
-                    for &l in &o.ls {
-                        for &code in &o.codes {
-                            let g = Geometry::new(rows, cols, o.t, k, l, code)?;
-                            let key = TuneKey::new(family, &g, None, o.dtype, m, o.tier);
-                            if !out.iter().any(|(k2, ..)| *k2 == key) {
-                                out.push((key, rows, cols));
-                            }
-                        }
-                    }
-                }
-            }
+    fn record(&self) -> StatsRecord {
+        StatsRecord {
+            median_us: round3(self.median),
+            p10_us: round3(self.p10),
+            p90_us: round3(self.p90),
+            samples: self.samples,
         }
     }
-    Ok(out)
 }
 
-/// Warm up, then time `reps` launches, launch `i` on weight copy `i % copies`.
-pub fn time_candidate<B: Backend>(
+/// Time `run` (which enqueues one launch on copy `i`) until the median is stable: at
+/// least `min_reps` samples, then rounds of `min_reps` more until the median of all
+/// samples moves by under 1% in a round, `max_reps` samples or `time_cap`.
+pub fn measure<B: Backend>(
     b: &B,
-    reps: usize,
-    mut launch: impl FnMut(usize) -> Result<()>,
+    o: &TuneOptions,
     copies: usize,
+    mut run: impl FnMut(usize) -> Result<()>,
 ) -> Result<Stats> {
     for i in 0..3 {
-        launch(i % copies)?;
+        run(i % copies)?;
     }
     b.synchronize()?;
-    let mut samples = Vec::with_capacity(reps);
-    for i in 0..reps {
-        let ms = b.time_ms(&mut || launch(i % copies))?;
-        samples.push(ms * 1e3);
+    let started = Instant::now();
+    let mut samples = Vec::with_capacity(o.max_reps);
+    let mut last_median = f64::NAN;
+    loop {
+        for _ in 0..o.min_reps {
+            let i = samples.len();
+            let ms = b.time_ms(&mut || run(i % copies))?;
+            samples.push(ms * 1e3);
+        }
+        let median = Stats::of(samples.clone()).median;
+        let stable = ((median - last_median) / median).abs() < 0.01;
+        if stable || samples.len() >= o.max_reps || started.elapsed() > o.time_cap {
+            return Ok(Stats::of(samples));
+        }
+        last_median = median;
     }
-    Ok(Stats::of(samples))
 }
 
-/// Tune one key on `b`.
-pub fn tune_key<B: Backend>(
+/// One problem's data on the device, `copies` times, with its reference result.
+struct Instance<F: Family, B: Backend> {
+    host: F::Host,
+    want: F::Expected,
+    devices: Vec<F::Device<B>>,
+}
+
+impl<F: Family, B: Backend> Instance<F, B> {
+    fn prepare(b: &B, p: &F::Problem, o: &TuneOptions, seed: u64) -> Result<Self> {
+        let host = F::random_host(p, seed)?;
+        let want = F::expected(p, &host)?;
+        let copies = o.working_set.div_ceil(F::bytes(p).max(1)).clamp(1, 16);
+        let devices = (0..copies)
+            .map(|_| F::upload(b, p, &host))
+            .collect::<Result<_>>()?;
+        Ok(Instance {
+            host,
+            want,
+            devices,
+        })
+    }
+}
+
+/// The candidates of a problem: the default first, then the space; invalid ones and
+/// those over the device's limits are rejected with the reason.
+fn candidates<F: Family>(
+    p: &F::Problem,
+    o: &TuneOptions,
+    limits: &crate::kernel::Limits,
+) -> (Vec<F::Variant>, Vec<String>) {
+    let default = F::default_variant(p, o.tier);
+    let mut all = vec![default];
+    all.extend(
+        F::candidates(p, o.tier, o.quick)
+            .into_iter()
+            .filter(|v| *v != default),
+    );
+    let mut rejected = Vec::new();
+    all.retain(|v| match family::fits::<F>(p, *v, limits) {
+        Ok(()) => true,
+        Err(e) => {
+            rejected.push(format!("{v}: {e}"));
+            false
+        }
+    });
+    (all, rejected)
+}
+
+/// Compile every candidate up front (the CPU backend batches, CUDA compiles in parallel).
+fn precompile<F: Family, B: Backend>(b: &B, p: &F::Problem, cands: &[F::Variant]) -> Result<()> {
+    let kernels: Vec<F::Kernel> = cands.iter().map(|v| F::kernel(p, *v)).collect();
+    let renders: Vec<_> = kernels
+        .iter()
+        .map(|k| move |d: Dialect| k.render(d))
+        .collect();
+    let launches: Vec<_> = kernels
+        .iter()
+        .zip(&renders)
+        .map(|(k, r)| k.launch_request(r))
+        .collect();
+    b.precompile(&launches)
+}
+
+/// Run a candidate once and check it against the reference; a run over the time limit
+/// is rejected as timed out.
+fn verify_candidate<F: Family, B: Backend>(
+    b: &B,
+    p: &F::Problem,
+    v: F::Variant,
+    inst: &Instance<F, B>,
+    limit: Duration,
+) -> std::result::Result<(), String> {
+    let started = Instant::now();
+    let got = family::run::<F, B>(b, p, v, &inst.devices[0]).map_err(|e| e.to_string())?;
+    F::check(p, &v, &inst.host, &inst.want, &got)?;
+    let took = started.elapsed();
+    if took > limit {
+        return Err(format!(
+            "timed out: one launch took {:.1} s (limit {:.1} s)",
+            took.as_secs_f64(),
+            limit.as_secs_f64()
+        ));
+    }
+    Ok(())
+}
+
+/// Time a verified candidate: outputs allocated and arguments bound per copy before
+/// the timed region, which only enqueues.
+fn time_candidate<F: Family, B: Backend>(
+    b: &B,
+    o: &TuneOptions,
+    p: &F::Problem,
+    v: F::Variant,
+    inst: &Instance<F, B>,
+) -> Result<Stats> {
+    let k = F::kernel(p, v);
+    let render = |d: Dialect| k.render(d);
+    let launch = k.launch_request(&render);
+    let compiled = b.compile(&launch)?;
+    let mut outs: Vec<Vec<B::Tensor>> = inst
+        .devices
+        .iter()
+        .map(|_| family::alloc_outputs(b, &k))
+        .collect::<Result<_>>()?;
+    let mut bound = Vec::with_capacity(outs.len());
+    for (d, out) in inst.devices.iter().zip(outs.iter_mut()) {
+        let inputs = F::inputs(d, &v);
+        let mut refs: Vec<&mut B::Tensor> = out.iter_mut().collect();
+        bound.push(b.bind(&compiled, &launch, &inputs, &mut refs)?);
+    }
+    measure(b, o, bound.len(), |i| b.run(&mut bound[i]))
+}
+
+/// The winner: the fastest by median, unless its median is within the default's
+/// spread (at or above the default's p10), when the default stays.
+fn choose<V: Copy + PartialEq>(default: V, timed: &[(V, Stats)]) -> Option<(V, Stats)> {
+    let best = *timed
+        .iter()
+        .min_by(|a, b| a.1.median.total_cmp(&b.1.median))?;
+    match timed.iter().find(|(v, _)| *v == default) {
+        Some(&(dv, ds)) if best.1.median >= ds.p10 => Some((dv, ds)),
+        _ => Some(best),
+    }
+}
+
+/// Fields of the winner at the edge of the candidate space: a numeric field whose
+/// value is the largest or smallest offered (of at least two). Read through serde, so
+/// any family's variant type is covered.
+pub fn at_bound<V: serde::Serialize>(winner: &V, space: &[V]) -> Vec<String> {
+    let table = |v: &V| toml::Table::try_from(v).unwrap_or_default();
+    let w = table(winner);
+    let all: Vec<toml::Table> = space.iter().map(table).collect();
+    let mut out = Vec::new();
+    for (field, value) in &w {
+        let Some(x) = value.as_integer() else {
+            continue;
+        };
+        let offered: Vec<i64> = all
+            .iter()
+            .filter_map(|t| t.get(field)?.as_integer())
+            .collect();
+        let (lo, hi) = (offered.iter().min(), offered.iter().max());
+        if lo == hi {
+            continue;
+        }
+        if Some(&x) == hi {
+            out.push(format!("{field} = {x} is the largest offered"));
+        } else if Some(&x) == lo {
+            out.push(format!("{field} = {x} is the smallest offered"));
+        }
+    }
+    out
+}
+
+/// Verify and time one variant of a problem (the bench's measurement, the same as the
+/// tuner's): random data, rotating copies, bound launches.
+pub fn bench<F: Family, B: Backend>(
+    b: &B,
+    o: &TuneOptions,
+    p: &F::Problem,
+    v: F::Variant,
+    seed: u64,
+) -> Result<(Stats, std::result::Result<String, String>)> {
+    let inst = Instance::<F, B>::prepare(b, p, o, seed)?;
+    let got = family::run::<F, B>(b, p, v, &inst.devices[0])?;
+    let check = F::check(p, &v, &inst.host, &inst.want, &got);
+    Ok((time_candidate::<F, B>(b, o, p, v, &inst)?, check))
+}
+
+/// Tune one problem of family `F` on `b`.
+pub fn tune_problem<F: Family, B: Backend>(
     b: &B,
     o: &TuneOptions,
     journal: Option<&Journal>,
-    key: &TuneKey,
-    rows: usize,
-    cols: usize,
+    p: &F::Problem,
     seed: u64,
 ) -> Result<Entry> {
-    let g = Geometry::new(rows, cols, o.t, key.k, key.l, key.code)?;
-    let gate = random_matrix(g, seed);
-    let up = random_matrix(
-        Geometry::new(rows, cols, o.t, key.ku, key.l, key.code)?,
-        seed + 1,
-    );
-    let x = random_activations(key.dtype, key.m as usize, cols, seed + 2);
-    let (want, dense) = match key.family {
-        Family::Reduce => (
-            reference::reduce(&gate, &x)?,
-            Some(reference::dequantize(&gate, key.dtype)),
-        ),
-        Family::GateUp => (reference::gate_up(&gate, &up, &x)?, None),
-    };
-    // Rotate through enough copies that the weights cannot stay in cache.
-    let per_copy = gate.codes.len() * 4
-        + if key.family == Family::GateUp {
-            up.codes.len() * 4
-        } else {
-            0
-        };
-    let copies = o.working_set.div_ceil(per_copy.max(1)).clamp(1, 16);
-    let gates: Vec<DeviceMatrix<B>> = (0..copies)
-        .map(|_| DeviceMatrix::upload(b, &gate))
-        .collect::<Result<_>>()?;
-    let ups: Vec<DeviceMatrix<B>> = if key.family == Family::GateUp {
-        (0..copies)
-            .map(|_| DeviceMatrix::upload(b, &up))
-            .collect::<Result<_>>()?
-    } else {
-        Vec::new()
-    };
-    let dx = ops::upload_activations(b, &x)?;
-
-    let mut candidates: Vec<Variant> = catalog::variants(o.tier, key.m, o.quick);
-    let default = super::default_variant(key);
-    if !candidates.contains(&default) {
-        candidates.insert(0, default);
-    }
-    let mut rejected = Vec::new();
-    let mut timed: Vec<(Variant, Stats)> = Vec::new();
-    let reduce = |v: Variant| ops::reduce_spec(&g, gate.scale_dtype, key.dtype, key.m, v);
-    let gate_up = |v: Variant| {
-        ops::gate_up_spec(
-            &g,
-            &up.geometry,
-            (gate.scale_dtype, up.scale_dtype),
-            key.dtype,
-            key.m,
-            Tail::Exact,
-            v,
-        )
-    };
-    // Compile every candidate of this key's family up front.
-    {
-        let specs: Vec<AnyKernel> = candidates
-            .iter()
-            .map(|&v| match key.family {
-                Family::Reduce => AnyKernel::Reduce(reduce(v)),
-                Family::GateUp => AnyKernel::GateUp(gate_up(v)),
-            })
-            .filter(|k| k.validate().is_ok())
-            .collect();
-        let renders: Vec<_> = specs
-            .iter()
-            .map(|k| move |d: Dialect| k.render(d))
-            .collect();
-        let launches: Vec<_> = specs
-            .iter()
-            .zip(&renders)
-            .map(|(k, r)| k.launch_request(r))
-            .collect();
-        b.precompile(&launches)?;
-    }
-    let fault = std::env::var(FAULT_ENV).ok().filter(|f| !f.is_empty());
-    for v in candidates {
+    let key = F::key(p, o.tier);
+    let inst = Instance::<F, B>::prepare(b, p, o, seed)?;
+    let (cands, mut rejected) = candidates::<F>(p, o, &b.limits());
+    precompile::<F, B>(b, p, &cands)?;
+    let mut timed = Vec::new();
+    for &v in &cands {
         let id = format!("[{key}] {v}");
-        if journal.is_some_and(|j| j.crashed(&id)) {
-            rejected.push(format!(
-                "{v}: crashed the tuning process in an earlier attempt"
-            ));
+        if let Some(why) = journal.and_then(|j| j.disqualified(&id)) {
+            rejected.push(format!("{v}: {why}"));
             continue;
         }
         if let Some(j) = journal {
             j.begin(&id)?;
         }
-        if fault.as_deref().is_some_and(|f| id.contains(f)) {
-            std::process::abort();
-        }
-        let run = |i: usize| -> Result<B::Tensor> {
-            match key.family {
-                Family::Reduce => {
-                    let s = reduce(v);
-                    let w = &gates[i];
-                    Ok(s.launch(b, &dx, &w.codes, &w.scales, w.table(v.repr))?.y)
-                }
-                Family::GateUp => {
-                    let s = gate_up(v);
-                    let (gw, uw) = (&gates[i], &ups[i]);
-                    Ok(s.launch(
-                        b,
-                        &dx,
-                        &gw.codes,
-                        &gw.scales,
-                        gw.table(v.repr),
-                        &uw.codes,
-                        &uw.scales,
-                        uw.table(v.repr),
-                    )?
-                    .mid)
-                }
-            }
-        };
-        // Verify before timing: a candidate that fails to compile or mismatches is
-        // recorded with its reason and never chosen.
-        // The first launch includes compilation, so only a hang-like run is cut off here.
-        let started = std::time::Instant::now();
-        let checked = run(0)
-            .and_then(|t| ops::download_activations(b, &t, key.dtype, key.m as usize, rows))
-            .map_err(|e| e.to_string())
-            .and_then(|got: Activations| match (o.tier, &dense) {
-                (Tier::Exact, _) => first_mismatch(&got, &want).map_or(Ok(()), Err),
-                (Tier::Fast, Some(d)) => check_fast_bound(d, cols, &x, &got),
-                (Tier::Fast, None) => within_fast_tolerance(&got, &want).map(drop),
-            })
-            .and_then(|()| {
-                let took = started.elapsed();
-                if took > o.candidate_timeout {
-                    Err(format!(
-                        "timed out: one launch took {:.1} s (limit {:.1} s)",
-                        took.as_secs_f64(),
-                        o.candidate_timeout.as_secs_f64()
-                    ))
-                } else {
-                    Ok(())
-                }
+        inject_fault(&id);
+        let outcome =
+            verify_candidate::<F, B>(b, p, v, &inst, o.candidate_timeout).and_then(|()| {
+                time_candidate::<F, B>(b, o, p, v, &inst).map_err(|e| format!("timing failed: {e}"))
             });
-        match checked {
+        match outcome {
+            Ok(stats) => timed.push((v, stats)),
             Err(why) => rejected.push(format!("{v}: {}", why.lines().next().unwrap_or_default())),
-            Ok(()) => match time_candidate(b, o.reps, |i| run(i).map(drop), copies) {
-                Ok(stats) => timed.push((v, stats)),
-                Err(e) => rejected.push(format!("{v}: timing failed: {e}")),
-            },
         }
         if let Some(j) = journal {
             j.end()?;
         }
     }
-    let default_stats = timed.iter().find(|(v, _)| *v == default).map(|(_, s)| *s);
-    timed.sort_by(|a, b| a.1.median.total_cmp(&b.1.median));
-    let (best, best_stats) = *timed.first().ok_or_else(|| {
+    let default = F::default_variant(p, o.tier);
+    let (winner, stats) = choose(default, &timed).ok_or_else(|| {
         Error::backend(
             b.name(),
             format!(
@@ -382,43 +461,53 @@ pub fn tune_key<B: Backend>(
             ),
         )
     })?;
-    // Keep the default unless the best beats it by more than the measured noise.
-    let (winner, wstats) = match default_stats {
-        Some(ds)
-            if (ds.median - best_stats.median) / ds.median
-                <= best_stats.noise().max(ds.noise()).max(0.01) =>
-        {
-            (default, ds)
-        }
-        _ => (best, best_stats),
-    };
-    let runner = timed.iter().find(|(v, _)| *v != winner);
-    let bytes = per_copy
-        + x.data.len() * key.dtype.size()
-        + key.m as usize * rows * key.dtype.size()
-        + rows * 2;
-    let entry = Entry {
-        family: key.family.name().into(),
-        dtype: key.dtype.name().into(),
-        m: key.m,
-        k: key.k,
-        ku: key.ku,
-        l: key.l,
-        code: key.code.name().into(),
+    Ok(entry::<F>(
+        p,
+        &key,
+        b.dialect(),
+        (winner, stats),
+        default,
+        &timed,
+        &cands,
+        rejected,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn entry<F: Family>(
+    p: &F::Problem,
+    key: &TuneKey,
+    dialect: Dialect,
+    (winner, stats): (F::Variant, Stats),
+    default: F::Variant,
+    timed: &[(F::Variant, Stats)],
+    space: &[F::Variant],
+    rejected: Vec<String>,
+) -> Entry {
+    let record = |v: &F::Variant| toml::Table::try_from(v).unwrap_or_default();
+    let default_stats = timed.iter().find(|(v, _)| *v == default).map(|(_, s)| *s);
+    let runner = timed
+        .iter()
+        .filter(|(v, _)| *v != winner)
+        .min_by(|a, b| a.1.median.total_cmp(&b.1.median));
+    let (rows, cols) = F::shape(p);
+    Entry {
+        family: key.family.clone(),
+        key: key.fields.clone(),
         tier: key.tier.name().into(),
         bucket: key.bucket.to_string(),
         shape: format!("{rows}x{cols}"),
-        winner: VariantRecord::of(&winner),
-        median_us: round3(wstats.median),
-        default_us: round3(default_stats.map_or(f64::NAN, |s| s.median)),
-        speedup: round3(default_stats.map_or(f64::NAN, |s| s.median / wstats.median)),
-        bandwidth_gbs: round3(bytes as f64 / (wstats.median * 1e-6) / 1e9),
-        noise: round3(wstats.noise()),
-        runner_up: runner.map(|(v, _)| VariantRecord::of(v)),
-        runner_up_us: runner.map(|(_, s)| round3(s.median)),
+        source_hash: super::source_hash::<F>(dialect),
+        winner: record(&winner),
+        stats: stats.record(),
+        default: default_stats.map(|s| s.record()),
+        speedup: round3(default_stats.map_or(f64::NAN, |s| s.median / stats.median)),
+        bandwidth_gbs: round3(F::bytes(p) as f64 / (stats.median * 1e-6) / 1e9),
+        runner_up: runner.map(|(v, _)| record(v)),
+        runner_up_stats: runner.map(|(_, s)| s.record()),
+        at_bound: at_bound(&winner, space),
         rejected,
-    };
-    Ok(entry)
+    }
 }
 
 fn round3(v: f64) -> f64 {
@@ -430,9 +519,10 @@ pub fn header<B: Backend>(b: &B, description: String) -> DeviceRecord {
     DeviceRecord {
         id: b.device_id(),
         backend: b.name().into(),
+        dialect: b.dialect().name().into(),
         description,
         tool_version: env!("CARGO_PKG_VERSION").into(),
-        template_hash: super::template_hash(),
+        timer: b.timer().into(),
         date: today(),
     }
 }
@@ -456,58 +546,83 @@ pub fn today() -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
-/// Tune every key, resuming from `existing` (same device and templates), calling
-/// `save` after each key so an interrupted run loses at most one key.
-pub fn tune<B: Backend>(
+/// What the tuner reports as it goes.
+pub enum Event<'a> {
+    /// Problem `i` of `n` starts (or is already in the table).
+    Start {
+        i: usize,
+        n: usize,
+        key: &'a TuneKey,
+        cached: bool,
+    },
+    /// Problem `i` finished.
+    Done {
+        i: usize,
+        n: usize,
+        entry: &'a Entry,
+    },
+    /// Something the user must see (a problem not tuned, the budget spent).
+    Warn(String),
+}
+
+/// Tune family `F` on every problem, resuming from `table` (entries of the same key
+/// and sources are kept unless `o.fresh`), calling `save` after each problem so an
+/// interrupted run loses at most one.
+pub fn tune<F: Family, B: Backend>(
     b: &B,
     o: &TuneOptions,
-    description: String,
-    existing: Option<Table>,
+    problems: &[F::Problem],
+    table: &mut Table,
     journal: Option<&Journal>,
-    mut save: impl FnMut(&Table) -> Result<()>,
-    mut progress: impl FnMut(usize, usize, &str),
-) -> Result<Table> {
-    let mut table = match existing {
-        Some(t)
-            if t.device.id == b.device_id()
-                && t.device.backend == b.name()
-                && t.device.template_hash == super::template_hash() =>
-        {
-            t
-        }
-        _ => Table {
-            device: header(b, description.clone()),
-            entries: Vec::new(),
-        },
-    };
-    table.device = DeviceRecord {
-        date: today(),
-        ..table.device
-    };
-    let keys = keys(o)?;
-    let start = std::time::Instant::now();
-    for (i, (key, rows, cols)) in keys.iter().enumerate() {
-        progress(i, keys.len(), &key.to_string());
-        if table
-            .entries
-            .iter()
-            .any(|e| e.key().ok().as_ref() == Some(key))
-        {
+    save: &mut dyn FnMut(&Table) -> Result<()>,
+    progress: &mut dyn FnMut(Event<'_>),
+) -> Result<()> {
+    let started = Instant::now();
+    let hash = super::source_hash::<F>(b.dialect());
+    for (i, p) in problems.iter().enumerate() {
+        let key = F::key(p, o.tier);
+        let same = |e: &Entry| e.key().ok().as_ref() == Some(&key);
+        let cached = !o.fresh
+            && table
+                .entries
+                .iter()
+                .any(|e| same(e) && e.source_hash == hash);
+        progress(Event::Start {
+            i,
+            n: problems.len(),
+            key: &key,
+            cached,
+        });
+        if cached {
             continue;
         }
-        if start.elapsed() > o.budget {
-            progress(i, keys.len(), "budget spent: remaining keys not tuned");
-            break;
+        if started.elapsed() > o.budget {
+            progress(Event::Warn(format!(
+                "budget spent: {} of {} {} problems not tuned",
+                problems.len() - i,
+                problems.len(),
+                F::NAME
+            )));
+            return Err(Error::invalid(
+                "budget",
+                format!("{:?}", o.budget),
+                "spent before every problem was tuned",
+            ));
         }
-        match tune_key(b, o, journal, key, *rows, *cols, 7 + i as u64) {
+        match tune_problem::<F, B>(b, o, journal, p, 7 + i as u64) {
             Ok(entry) => {
+                table.entries.retain(|e| !same(e));
                 table.entries.push(entry);
-                save(&table)?;
+                progress(Event::Done {
+                    i,
+                    n: problems.len(),
+                    entry: table.entries.last().expect("pushed"),
+                });
+                save(table)?;
             }
-            // A key whose every candidate failed keeps the built-in default; say so.
-            Err(e) => progress(i, keys.len(), &format!("[{key}] not tuned: {e}")),
+            // A problem whose every candidate failed keeps the built-in default; say so.
+            Err(e) => progress(Event::Warn(format!("[{key}] not tuned: {e}"))),
         }
     }
-    progress(keys.len(), keys.len(), "done");
-    Ok(table)
+    Ok(())
 }

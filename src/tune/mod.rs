@@ -1,57 +1,18 @@
 //! Tuning: typed keys, the checked-in tables of `tuning/`, the runtime [`Selector`], and
-//! the measuring harness ([`harness`]) behind `cargo xtask tune`.
+//! the measuring harness ([`harness`]) behind `cargo xtask tune`. Generic over
+//! [`Family`]: a downstream family is tuned and selected the same way.
 
 pub mod harness;
 pub mod table;
 
-pub use table::{Entry, Table, VariantRecord};
+pub use table::{DeviceRecord, Entry, StatsRecord, Table};
 
-use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::geometry::Geometry;
-use crate::kernel::Backend;
-use crate::kernels::{Tier, Variant};
-use crate::matrix::Activations;
-use crate::Code;
+use crate::family::Family;
+use crate::kernel::{Backend, Dialect, KernelSpec, Limits};
+use crate::kernels::Tier;
 use std::fmt;
 use std::path::{Path, PathBuf};
-
-/// Kernel family a key belongs to (`gate_up` covers the mixed-k form: its key carries both k).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    Reduce,
-    GateUp,
-}
-
-impl Family {
-    /// Name in tables and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Reduce => "reduce",
-            Family::GateUp => "gate_up",
-        }
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Family {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "reduce" => Ok(Family::Reduce),
-            "gate_up" | "gate_up_mixed" => Ok(Family::GateUp),
-            _ => Err(Error::invalid("family", s, "expected reduce or gate_up")),
-        }
-    }
-}
 
 /// Anchored size bucket: rows and cols each rounded to the nearest power of two (in log
 /// space), so nearby shapes share a tuned entry and a table stays small.
@@ -70,7 +31,8 @@ impl Bucket {
             cols: anchor(cols),
         }
     }
-    fn log_distance(&self, other: &Bucket) -> u32 {
+    /// Distance in powers of two.
+    pub fn log_distance(&self, other: &Bucket) -> u32 {
         (self.rows.trailing_zeros() as i32 - other.rows.trailing_zeros() as i32).unsigned_abs()
             + (self.cols.trailing_zeros() as i32 - other.cols.trailing_zeros() as i32)
                 .unsigned_abs()
@@ -96,65 +58,30 @@ impl std::str::FromStr for Bucket {
     }
 }
 
-/// What a tuned choice is keyed by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// What a tuned choice is keyed by: the family (its listing label), the family's own
+/// key fields (dtype, M, coding, ... as the family words them), the tier and an
+/// anchored size bucket.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TuneKey {
-    pub family: Family,
-    pub dtype: DType,
-    pub m: u32,
-    /// k of the matrix (gate's for `gate_up`).
-    pub k: u32,
-    /// k of the up matrix for `gate_up` (equal to `k` unless mixed).
-    pub ku: u32,
-    pub l: u32,
-    pub code: Code,
+    pub family: String,
+    pub fields: String,
     pub tier: Tier,
     pub bucket: Bucket,
 }
 
 impl TuneKey {
-    /// The key of a launch.
-    pub fn new(
-        family: Family,
-        g: &Geometry,
-        up: Option<&Geometry>,
-        dtype: DType,
-        m: u32,
-        tier: Tier,
-    ) -> Self {
-        TuneKey {
-            family,
-            dtype,
-            m,
-            k: g.k,
-            ku: up.map_or(g.k, |u| u.k),
-            l: g.l,
-            code: g.code,
-            tier,
-            bucket: Bucket::of(g.rows, g.cols),
-        }
-    }
-
     /// Whether two keys differ only in the bucket.
     fn same_but_bucket(&self, o: &TuneKey) -> bool {
-        TuneKey {
-            bucket: o.bucket,
-            ..*self
-        } == *o
+        (&self.family, &self.fields, self.tier) == (&o.family, &o.fields, o.tier)
     }
 }
 
 impl fmt::Display for TuneKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let k = if self.family == Family::GateUp {
-            format!("kg{}ku{}", self.k, self.ku)
-        } else {
-            format!("k{}", self.k)
-        };
         write!(
             f,
-            "{} {} M={} {k} L={} {} {} {}",
-            self.family, self.dtype, self.m, self.l, self.code, self.tier, self.bucket
+            "{} {} {} {}",
+            self.family, self.fields, self.tier, self.bucket
         )
     }
 }
@@ -188,28 +115,50 @@ impl fmt::Display for Source {
 
 /// A chosen variant and why.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Selection {
-    pub variant: Variant,
+pub struct Selection<V> {
+    pub variant: V,
     pub source: Source,
 }
 
 /// Tables embedded at build time from `tuning/*.toml`.
 const EMBEDDED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/embedded_tables.rs"));
 
-/// Reads tuning tables and answers "which variant for this key on this device".
+/// Reads tuning tables and answers "which variant for this problem on this device".
 pub struct Selector {
     tables: Vec<(String, Table)>,
     /// Tables that were ignored, and why (printed by the CLI, never fatal).
     pub warnings: Vec<String>,
 }
 
-/// The hash of the kernel templates a table was measured with: tables from other
-/// templates are stale and ignored.
-pub fn template_hash() -> String {
-    format!(
-        "{:016x}",
-        crate::kernel::fnv1a(include!(concat!(env!("OUT_DIR"), "/template_sources.rs")).as_bytes())
-    )
+/// Hash of everything family `F` compiles on `dialect`: the complete units (prelude,
+/// entry point, header, body) of every candidate of every problem of its catalog, both
+/// tiers. A table entry records it; an entry whose family now hashes differently is
+/// stale. Computed once per process and family.
+pub fn source_hash<F: Family>(dialect: Dialect) -> String {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static MEMO: OnceLock<Mutex<HashMap<(std::any::TypeId, Dialect), String>>> = OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    let id = (std::any::TypeId::of::<F>(), dialect);
+    if let Some(h) = memo.lock().expect("hash memo").get(&id) {
+        return h.clone();
+    }
+    let mut h = crate::kernel::Fnv1a::default();
+    for p in F::catalog(false) {
+        for tier in [Tier::Exact, Tier::Fast] {
+            for v in F::candidates(&p, tier, false) {
+                let k = F::kernel(&p, v);
+                if k.validate().is_err() {
+                    continue;
+                }
+                let unit = k.unit(dialect).unwrap_or_else(|e| e.to_string());
+                std::hash::Hasher::write(&mut h, unit.as_bytes());
+            }
+        }
+    }
+    let hex = format!("{:016x}", std::hash::Hasher::finish(&h));
+    memo.lock().expect("hash memo").insert(id, hex.clone());
+    hex
 }
 
 /// Environment variable naming a directory of `*.toml` tables that override the embedded ones.
@@ -236,6 +185,11 @@ impl Selector {
         }
     }
 
+    /// The tables embedded at build time, by file name.
+    pub fn embedded() -> &'static [(&'static str, &'static str)] {
+        EMBEDDED
+    }
+
     /// Add every `*.toml` of a directory (later tables for the same device win).
     pub fn add_dir(&mut self, dir: &Path) {
         let mut paths: Vec<PathBuf> = match std::fs::read_dir(dir) {
@@ -260,19 +214,12 @@ impl Selector {
         }
     }
 
-    /// Parse and add one table; a bad or stale table becomes a warning.
+    /// Parse and add one table; a bad table (syntax, unknown fields, a key or winner
+    /// a registered family cannot read) is ignored with a warning.
     pub fn add_text(&mut self, name: &str, text: &str) {
-        match Table::parse(text) {
+        match Table::parse(text).and_then(|t| check_winners(&t).map(|()| t)) {
             Err(e) => self.warnings.push(format!("{name}: ignored: {e}")),
-            Ok(t) if t.device.template_hash != template_hash() => self.warnings.push(format!(
-                "{name}: ignored: measured with templates {} but these are {} (re-run `cargo xtask tune`)",
-                t.device.template_hash,
-                template_hash()
-            )),
-            Ok(t) => {
-                self.tables.retain(|(_, o)| !(o.device.id == t.device.id && o.device.backend == t.device.backend));
-                self.tables.push((name.to_string(), t));
-            }
+            Ok(t) => self.add_table(name, t),
         }
     }
 
@@ -284,82 +231,128 @@ impl Selector {
         self.tables.push((name.to_string(), table));
     }
 
-    /// The choice for `key` on `device` of `backend`.
-    pub fn select(&self, backend: &str, device: &str, key: &TuneKey) -> Selection {
-        let mine: Vec<&(String, Table)> = self
-            .tables
-            .iter()
-            .filter(|(_, t)| t.device.backend == backend)
-            .collect();
-        let own = mine.iter().find(|(_, t)| t.device.id == device);
-        // Nearest family: the table whose device id shares the longest prefix.
-        let family = || {
-            mine.iter()
-                .map(|e| (common_prefix(&e.1.device.id, device), e))
-                .filter(|(n, _)| *n >= 3)
-                .max_by_key(|(n, _)| *n)
-                .map(|(_, e)| *e)
+    /// The table for `device` of `backend`, or the one whose device id shares the
+    /// longest prefix (a family member); `bool`: whether it is a family member's.
+    fn table_for(&self, backend: &str, device: &str) -> Option<(&(String, Table), bool)> {
+        let mine = || {
+            self.tables
+                .iter()
+                .filter(|(_, t)| t.device.backend == backend)
         };
-        let (table, via_family) = match own {
-            Some(t) => (*t, false),
-            None => match family() {
-                Some(t) => (t, true),
-                None => {
-                    return Selection {
-                        variant: default_variant(key),
-                        source: Source::Default {
-                            why: format!("no {backend} table for device {device}"),
-                        },
-                    }
-                }
-            },
+        if let Some(t) = mine().find(|(_, t)| t.device.id == device) {
+            return Some((t, false));
+        }
+        mine()
+            .map(|e| (common_prefix(&e.1.device.id, device), e))
+            .filter(|(n, _)| *n >= 3)
+            .max_by_key(|(n, _)| *n)
+            .map(|(_, e)| (e, true))
+    }
+
+    /// The choice for problem `p` of family `F` in `tier` on `device` of `backend`.
+    pub fn select<F: Family>(
+        &self,
+        backend: &str,
+        device: &str,
+        p: &F::Problem,
+        tier: Tier,
+    ) -> Selection<F::Variant> {
+        let key = F::key(p, tier);
+        let default = |why: String| Selection {
+            variant: F::default_variant(p, tier),
+            source: Source::Default { why },
         };
-        let (name, t) = (&table.0, &table.1);
-        let exact = t
+        let Some(((name, t), via_family)) = self.table_for(backend, device) else {
+            return default(format!("no {backend} table for device {device}"));
+        };
+        let current = t.device.dialect().map(source_hash::<F>).unwrap_or_default();
+        let keyed = t
             .entries
             .iter()
-            .find(|e| e.key().ok().as_ref() == Some(key));
-        let nearest = || {
-            t.entries
-                .iter()
-                .filter_map(|e| e.key().ok().map(|k| (k, e)))
-                .filter(|(k, _)| k.same_but_bucket(key))
-                .min_by_key(|(k, _)| k.bucket.log_distance(&key.bucket))
-                .map(|(_, e)| e)
-        };
-        match (exact, via_family) {
-            (Some(e), false) => Selection {
-                variant: e.winner.to_variant(key.tier),
-                source: Source::Table {
-                    table: name.clone(),
-                    key: key.to_string(),
-                },
-            },
-            (Some(e), true) => Selection {
-                variant: e.winner.to_variant(key.tier),
-                source: Source::Nearest {
-                    table: name.clone(),
-                    key: key.to_string(),
-                    why: format!("nearest device {} for {device}", t.device.id),
-                },
-            },
-            (None, _) => match nearest() {
-                Some(e) => Selection {
-                    variant: e.winner.to_variant(key.tier),
-                    source: Source::Nearest {
-                        table: name.clone(),
-                        key: e.key().map(|k| k.to_string()).unwrap_or_default(),
-                        why: format!("nearest bucket to {}", key.bucket),
-                    },
-                },
-                None => Selection {
-                    variant: default_variant(key),
-                    source: Source::Default {
-                        why: format!("table {name} has no entry for [{key}]"),
-                    },
-                },
-            },
+            .filter_map(|e| e.key().ok().map(|k| (k, e)))
+            .filter(|(k, _)| k.same_but_bucket(&key));
+        let (mut fresh, mut stale) = (Vec::new(), 0usize);
+        for (k, e) in keyed {
+            if e.source_hash == current {
+                fresh.push((k, e));
+            } else {
+                stale += 1;
+            }
         }
+        let Some((k, e)) = fresh
+            .into_iter()
+            .min_by_key(|(k, _)| k.bucket.log_distance(&key.bucket))
+        else {
+            let why = if stale > 0 {
+                format!("table {name}: {stale} entries for [{key}] are stale ({} sources changed since; re-run `cargo xtask tune`)", F::NAME)
+            } else {
+                format!("table {name} has no entry for [{key}]")
+            };
+            return default(why);
+        };
+        let variant = match e.winner::<F::Variant>() {
+            Ok(v) => v,
+            Err(err) => return default(format!("table {name}, entry [{k}]: {err}")),
+        };
+        let source = match (k.bucket == key.bucket, via_family) {
+            (true, false) => Source::Table {
+                table: name.clone(),
+                key: k.to_string(),
+            },
+            (true, true) => Source::Nearest {
+                table: name.clone(),
+                key: k.to_string(),
+                why: format!("nearest device {} for {device}", t.device.id),
+            },
+            (false, _) => Source::Nearest {
+                table: name.clone(),
+                key: k.to_string(),
+                why: format!("nearest bucket to {}", key.bucket),
+            },
+        };
+        Selection { variant, source }
+    }
+
+    /// Every table, by name.
+    pub fn tables(&self) -> impl Iterator<Item = (&str, &Table)> {
+        self.tables.iter().map(|(n, t)| (n.as_str(), t))
+    }
+}
+
+/// Every entry of a registered family must name a variant that family can read.
+fn check_winners(t: &Table) -> Result<()> {
+    struct Check<'a>(&'a Table, Result<()>);
+    impl crate::family::FamilyVisitor for Check<'_> {
+        fn visit<F: Family>(&mut self) {
+            for (i, e) in self.0.entries.iter().enumerate() {
+                if self.1.is_ok() && crate::families::is::<F>(&e.family) {
+                    if let Err(err) = e.winner::<F::Variant>() {
+                        self.1 = Err(Error::invalid(
+                            format!("entry[{i}].winner"),
+                            "variant",
+                            err.to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let mut c = Check(t, Ok(()));
+    crate::families::for_each(&mut c);
+    c.1?;
+    let names = crate::families::names();
+    match t
+        .entries
+        .iter()
+        .position(|e| !names.contains(&e.family.as_str()))
+    {
+        // A downstream crate adds tables of its own families with `add_table`.
+        Some(i) => Err(Error::invalid(
+            format!("entry[{i}].family"),
+            &t.entries[i].family,
+            format!("not a family of this crate ({})", names.join(", ")),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -367,81 +360,44 @@ fn common_prefix(a: &str, b: &str) -> usize {
     a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
 }
 
-/// The built-in default for a key.
-pub fn default_variant(key: &TuneKey) -> Variant {
-    Variant {
-        tier: key.tier,
-        ..Variant::default()
-    }
-}
-
-/// Select the exact-tier variant for a launch on backend `b`, printing ignored-table
-/// warnings to stderr once per process.
-pub fn select_for<B: Backend>(
-    b: &B,
-    family: Family,
-    g: &Geometry,
-    up: Option<&Geometry>,
-    x: &Activations,
-) -> Result<Selection> {
+/// The process-wide selector (embedded tables and `$TRELLIS_TUNING_DIR`), printing
+/// ignored-table warnings to stderr once.
+pub fn global() -> &'static Selector {
     use std::sync::OnceLock;
     static SELECTOR: OnceLock<Selector> = OnceLock::new();
-    let sel = SELECTOR.get_or_init(|| {
+    SELECTOR.get_or_init(|| {
         let s = Selector::from_env();
         for w in &s.warnings {
             eprintln!("warning: {w}");
         }
         s
-    });
-    let m = u32::try_from(x.rows).unwrap_or(u32::MAX);
-    let key = TuneKey::new(family, g, up, x.dtype, m, Tier::Exact);
-    Ok(fit(
-        sel.select(b.name(), &b.device_id(), &key),
-        family,
-        g,
-        up,
-        x.dtype,
-        m,
-    ))
+    })
 }
 
-/// A table entry is chosen by bucket, so its variant may not fit this exact shape (x
-/// staged in threadgroup memory for many more columns than were measured). Such a choice
-/// gives way to the built-in default, and the source says why.
-pub fn fit(
-    s: Selection,
-    family: Family,
-    g: &Geometry,
-    up: Option<&Geometry>,
-    act: DType,
-    m: u32,
-) -> Selection {
-    use crate::kernel::KernelSpec;
-    use crate::ScaleDType;
-    // The scale dtype does not affect what fits; any will do for the check.
-    let check = |v: Variant| match family {
-        Family::Reduce => crate::ops::reduce_spec(g, ScaleDType::F16, act, m, v).validate(),
-        Family::GateUp => {
-            let up = up.unwrap_or(g);
-            crate::ops::gate_up_spec(
-                g,
-                up,
-                (ScaleDType::F16, ScaleDType::F16),
-                act,
-                m,
-                crate::kernels::Tail::Exact,
-                v,
-            )
-            .validate()
-        }
-    };
-    match check(s.variant) {
+/// Select the variant of `tier` for problem `p` on backend `b`, fitted to its limits.
+pub fn select_for<F: Family, B: Backend>(
+    b: &B,
+    p: &F::Problem,
+    tier: Tier,
+) -> Selection<F::Variant> {
+    let s = global().select::<F>(b.name(), &b.device_id(), p, tier);
+    fit::<F>(s, p, tier, &b.limits())
+}
+
+/// A table entry is chosen by bucket (and measured on one device), so its variant may
+/// not fit this exact shape or this device's limits (x staged for many more columns
+/// than were measured; Metal's 32 KB of threadgroup memory). Such a choice gives way to
+/// the built-in default, and the source says why.
+pub fn fit<F: Family>(
+    s: Selection<F::Variant>,
+    p: &F::Problem,
+    tier: Tier,
+    limits: &Limits,
+) -> Selection<F::Variant> {
+    match crate::family::fits::<F>(p, s.variant, limits) {
         Ok(()) => s,
         Err(e) => Selection {
-            variant: Variant {
-                tier: s.variant.tier,
-                ..Variant::default()
-            },
+            variant: F::default_variant(p, tier),
             source: Source::Default {
                 why: format!(
                     "{} chose `{}`, which does not fit this shape: {e}",

@@ -1,9 +1,11 @@
 //! The tuning table file: `tuning/<device-id>.toml`, human-readable and diff-friendly.
-//! Unknown fields are errors (a typo must not silently change a choice).
+//! Unknown fields are errors (a typo must not silently change a choice). Each entry
+//! records the hash of what its family compiles on the table's dialect
+//! ([`super::source_hash`]), so editing one family's template stales only its entries.
 
-use super::{Bucket, Family, TuneKey};
+use super::{Bucket, TuneKey};
 use crate::error::{Error, Result};
-use crate::kernels::{MStrategy, Representation, Tier, Variant, XStage};
+use crate::kernel::Dialect;
 use serde::{Deserialize, Serialize};
 
 /// Who measured, where, with what.
@@ -14,81 +16,75 @@ pub struct DeviceRecord {
     pub id: String,
     /// Backend name (`cuda`, `metal`, `cpu`).
     pub backend: String,
+    /// Dialect the backend compiles (`cuda`, `metal`, `cpu`): what entries' hashes cover.
+    pub dialect: String,
     /// Human-readable device description.
     pub description: String,
     /// `trellis` version that measured.
     pub tool_version: String,
-    /// [`super::template_hash`] of the templates measured.
-    pub template_hash: String,
+    /// How times were taken (`device events`, `wall clock`).
+    pub timer: String,
     /// UTC date of the run.
     pub date: String,
 }
 
-/// A variant as stored.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VariantRecord {
-    pub repr: String,
-    pub m_strategy: String,
-    pub rows_per_group: u32,
-    pub x_stage: String,
+impl DeviceRecord {
+    /// The dialect entries were measured with.
+    pub fn dialect(&self) -> Result<Dialect> {
+        Dialect::ALL
+            .into_iter()
+            .find(|d| d.name() == self.dialect)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "device.dialect",
+                    &self.dialect,
+                    "expected metal, cuda or cpu",
+                )
+            })
+    }
 }
 
-impl VariantRecord {
-    /// Store a variant.
-    pub fn of(v: &Variant) -> Self {
-        VariantRecord {
-            repr: v.repr.name().into(),
-            m_strategy: v.m_strategy.name().into(),
-            rows_per_group: v.rows_per_group,
-            x_stage: v.x_stage.name().into(),
-        }
-    }
-    /// Parse back (validated when the table is parsed).
-    pub fn try_variant(&self, tier: Tier) -> Result<Variant> {
-        Ok(Variant {
-            repr: self.repr.parse::<Representation>()?,
-            m_strategy: self.m_strategy.parse::<MStrategy>()?,
-            rows_per_group: self.rows_per_group,
-            x_stage: self.x_stage.parse::<XStage>()?,
-            tier,
-        })
-    }
-    /// Parse back; the table parser has already rejected bad names.
-    pub fn to_variant(&self, tier: Tier) -> Variant {
-        self.try_variant(tier).unwrap_or(Variant {
-            tier,
-            ..Variant::default()
-        })
-    }
+/// Timing statistics of one candidate, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsRecord {
+    pub median_us: f64,
+    pub p10_us: f64,
+    pub p90_us: f64,
+    /// Timed repetitions.
+    pub samples: usize,
 }
 
 /// One tuned key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Entry {
+    /// Family label (`reduce`, `gate_up`, `gate_up_mixed`, ...).
     pub family: String,
-    pub dtype: String,
-    pub m: u32,
-    pub k: u32,
-    pub ku: u32,
-    pub l: u32,
-    pub code: String,
+    /// The family's key fields (dtype, M, coding, ...).
+    pub key: String,
     pub tier: String,
     pub bucket: String,
     /// The shape measured (a representative of the bucket).
     pub shape: String,
-    pub winner: VariantRecord,
-    pub median_us: f64,
-    pub default_us: f64,
+    /// Hash of the family's compiled sources on the table's dialect when measured.
+    pub source_hash: String,
+    /// The chosen variant, in the family's own fields.
+    pub winner: toml::Table,
+    pub stats: StatsRecord,
+    /// The built-in default's statistics (absent when it could not run).
+    pub default: Option<StatsRecord>,
+    /// Default median over winner median.
     pub speedup: f64,
-    /// Bytes of codes + scales + x + y moved per call over the median time.
+    /// Bytes a launch must move, over the median time.
     pub bandwidth_gbs: f64,
-    /// Relative spread (p90 - p10) / median of the winner's samples.
-    pub noise: f64,
-    pub runner_up: Option<VariantRecord>,
-    pub runner_up_us: Option<f64>,
-    /// `variant: reason` for every candidate that failed verification or compilation.
+    pub runner_up: Option<toml::Table>,
+    pub runner_up_stats: Option<StatsRecord>,
+    /// Where the winner sits at the edge of the candidate space (widen it and re-tune).
+    #[serde(default)]
+    pub at_bound: Vec<String>,
+    /// `variant: reason` for every candidate that failed verification, compilation,
+    /// ran past its time limit or crashed.
     #[serde(default)]
     pub rejected: Vec<String>,
 }
@@ -97,17 +93,22 @@ impl Entry {
     /// The typed key.
     pub fn key(&self) -> Result<TuneKey> {
         Ok(TuneKey {
-            family: self.family.parse::<Family>()?,
-            dtype: self.dtype.parse()?,
-            m: self.m,
-            k: self.k,
-            ku: self.ku,
-            l: self.l,
-            code: self.code.parse()?,
+            family: self.family.clone(),
+            fields: self.key.clone(),
             tier: self.tier.parse()?,
             bucket: self.bucket.parse::<Bucket>()?,
         })
     }
+    /// The winner as a family's variant type.
+    pub fn winner<V: serde::de::DeserializeOwned>(&self) -> Result<V> {
+        toml::Value::Table(self.winner.clone())
+            .try_into()
+            .map_err(|e| Error::invalid("winner", toml_line(&self.winner), e.to_string()))
+    }
+}
+
+fn toml_line(t: &toml::Table) -> String {
+    toml::to_string(t).unwrap_or_default().replace('\n', " ")
 }
 
 /// A whole table file.
@@ -120,7 +121,8 @@ pub struct Table {
 }
 
 impl Table {
-    /// Parse and validate every entry's key and winner.
+    /// Parse and validate the header and every entry's key (winners are checked
+    /// against their family when selected).
     pub fn parse(text: &str) -> Result<Self> {
         let t: Table = toml::from_str(text).map_err(|e| {
             Error::invalid(
@@ -129,13 +131,10 @@ impl Table {
                 e.to_string().trim().replace('\n', " "),
             )
         })?;
+        t.device.dialect()?;
         for (i, e) in t.entries.iter().enumerate() {
-            let key = e
-                .key()
+            e.key()
                 .map_err(|err| Error::invalid(format!("entry[{i}]"), "key", err.to_string()))?;
-            e.winner.try_variant(key.tier).map_err(|err| {
-                Error::invalid(format!("entry[{i}].winner"), "variant", err.to_string())
-            })?;
         }
         Ok(t)
     }

@@ -17,6 +17,9 @@
 //! Optional: `validate = expr` (a `Result<()>` checked before every launch) and
 //! `shared = expr` (threadgroup bytes the body declares).
 //!
+//! The struct must implement `Hash` (its fields are the kernel's identity:
+//! [`KernelSpec::id`](../trellis/kernel/trait.KernelSpec.html#tymethod.id)).
+//!
 //! Generated: `impl KernelSpec`, two askama renderers (blocks `header` and `body`,
 //! with the declaration's fields and `dialect` in scope, so a template naming a field
 //! the kernel lacks fails the build), `<Name>Outputs<T>` with one field per output,
@@ -192,6 +195,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
 
         impl ::trellis::kernel::KernelSpec for #ty {
             const NAME: &'static str = #name;
+            fn id(&self) -> ::trellis::kernel::KernelId { ::trellis::kernel::KernelId::of(#name, self) }
             fn inputs(&self) -> Vec<::trellis::kernel::TensorSpec> { #input_specs }
             fn outputs(&self) -> Vec<::trellis::kernel::TensorSpec> { #output_specs }
             fn grid(&self) -> ::trellis::kernel::Grid { #grid }
@@ -216,27 +220,13 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
         #vis struct #outputs_ty<T> { #(pub #out_names: T),* }
 
         impl #ty {
-            /// The backend-facing launch request (also what `Backend::precompile` takes).
-            pub fn launch_request<'r>(&self, render: &'r dyn Fn(::trellis::kernel::Dialect) -> ::trellis::Result<::trellis::kernel::Rendered>) -> ::trellis::kernel::Launch<'r> {
-                use ::trellis::kernel::KernelSpec as _;
-                ::trellis::kernel::Launch {
-                    kernel: #name,
-                    symbol: self.symbol(),
-                    grid: self.grid(),
-                    shared_bytes: self.shared_bytes(),
-                    inputs: self.inputs(),
-                    outputs: self.outputs(),
-                    render,
-                }
-            }
-
             /// Check every argument, then compile (cached per backend) and run, allocating outputs.
             #[allow(clippy::too_many_arguments)]
             pub fn launch<B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &B::Tensor),*) -> ::trellis::Result<#outputs_ty<B::Tensor>> {
                 use ::trellis::kernel::KernelSpec as _;
                 ::trellis::kernel::KernelSpec::validate(self)?;
                 let render = |d: ::trellis::kernel::Dialect| self.render(d);
-                let launch = self.launch_request(&render);
+                let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render);
                 ::trellis::kernel::check_args(#name, &launch.inputs, &[#(#in_names),*])?;
                 let mut outs = backend.launch(&launch, &[#(#in_names),*])?.into_iter();
                 Ok(#outputs_ty { #(#out_names: outs.next().expect("backend returned every output")),* })
@@ -244,11 +234,11 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
 
             /// Like `launch`, writing into preallocated outputs (checked like the inputs).
             #[allow(clippy::too_many_arguments)]
-            pub fn launch_into<B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &B::Tensor,)* #(#out_names: &mut B::Tensor),*) -> ::trellis::Result<()> {
+            pub fn launch_into<'t, B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &'t B::Tensor,)* #(#out_names: &'t mut B::Tensor),*) -> ::trellis::Result<()> {
                 use ::trellis::kernel::KernelSpec as _;
                 ::trellis::kernel::KernelSpec::validate(self)?;
                 let render = |d: ::trellis::kernel::Dialect| self.render(d);
-                let launch = self.launch_request(&render);
+                let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render);
                 ::trellis::kernel::check_args(#name, &launch.inputs, &[#(#in_names),*])?;
                 ::trellis::kernel::check_args(#name, &launch.outputs, &[#(&*#out_names),*])?;
                 let _ = [#(#out_idx),*];

@@ -1,21 +1,22 @@
-//! `cargo xtask bench --backend cuda`: tuned trellis kernels against dense bf16 cuBLAS
-//! and the copy bandwidth, all measured in one run, written as a markdown report.
+//! `cargo xtask bench --backend cuda`: the tuned trellis kernels (exact and fast tier)
+//! against dense bf16 cuBLAS and the copy bandwidth, all measured in one run with the
+//! tuner's own timing (warm-up, rotating copies several times the L2, bound launches:
+//! nothing allocated or checked in the timed region, for cuBLAS alike), written as a
+//! markdown report.
 
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use half::bf16;
 use std::fmt::Write;
 use std::path::Path;
 use trellis::backend::cuda::CudaBackend;
+use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
+use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+use trellis::family::preset;
 use trellis::kernel::Backend;
-use trellis::kernels::{Tier, Variant};
-use trellis::ops::{self, DeviceMatrix};
-use trellis::tune::harness::{self, time_candidate, Stats};
-use trellis::tune::{Family, Selector, TuneKey};
-use trellis::verify::{random_activations, random_matrix};
-use trellis::{Code, DType, Error, Geometry, Result};
-
-const WORKING_SET: usize = 256 << 20;
-const REPS: usize = 100;
+use trellis::kernels::{Tail, Tier};
+use trellis::tune::harness::{self, measure, Stats, TuneOptions};
+use trellis::tune::Selector;
+use trellis::{Code, DType, Error, Geometry, Result, ScaleDType};
 
 fn err(e: impl std::fmt::Debug) -> Error {
     Error::backend("cuda", format!("{e:?}"))
@@ -37,14 +38,18 @@ fn copy_bandwidth(b: &CudaBackend) -> Result<f64> {
     Ok(2.0 * n as f64 / (samples[samples.len() / 2] * 1e-3) / 1e9)
 }
 
-fn cublas_gemv(
+/// Dense bf16 `y = x W^T` through `cublasGemmEx`, `calls` GEMVs per timed launch
+/// (2: the gate and up projections), outputs preallocated.
+fn cublas(
     b: &CudaBackend,
     blas: &CudaBlas,
+    o: &TuneOptions,
     rows: usize,
     cols: usize,
     m: usize,
+    calls: usize,
 ) -> Result<Stats> {
-    let copies = WORKING_SET.div_ceil(rows * cols * 2).clamp(2, 8);
+    let copies = o.working_set.div_ceil(rows * cols * 2 * calls).clamp(2, 8) * calls;
     let w: Vec<bf16> = (0..rows * cols)
         .map(|i| bf16::from_f32(((i * 7919 % 1000) as f32 - 500.0) * 1e-4))
         .collect();
@@ -69,39 +74,13 @@ fn cublas_gemv(
         beta: bf16::ZERO,
         ldc: rows as i32,
     };
-    time_candidate(
-        b,
-        REPS,
-        |i| {
+    measure(b, o, copies / calls, |i| {
+        for c in 0..calls {
             // SAFETY: dimensions match the buffers allocated above.
-            unsafe { blas.gemm(cfg, &ws[i], &x, &mut y) }.map_err(err)
-        },
-        copies,
-    )
-}
-
-fn trellis_reduce(b: &CudaBackend, g: Geometry, m: u32, v: Variant) -> Result<(Stats, usize)> {
-    let w = random_matrix(g, 11);
-    let x = random_activations(DType::Bf16, m as usize, g.cols, 12);
-    let per_copy = w.codes.len() * 4;
-    let copies = WORKING_SET.div_ceil(per_copy).clamp(1, 16);
-    let ws = (0..copies)
-        .map(|_| DeviceMatrix::upload(b, &w))
-        .collect::<Result<Vec<_>>>()?;
-    let dx = ops::upload_activations(b, &x)?;
-    let spec = ops::reduce_spec(&g, w.scale_dtype, DType::Bf16, m, v);
-    let stats = time_candidate(
-        b,
-        REPS,
-        |i| {
-            let d = &ws[i];
-            spec.launch(b, &dx, &d.codes, &d.scales, d.table(v.repr))
-                .map(drop)
-        },
-        copies,
-    )?;
-    let bytes = per_copy + g.rows * 2 + (m as usize) * (g.cols + g.rows) * 2;
-    Ok((stats, bytes))
+            unsafe { blas.gemm(cfg, &ws[i * calls + c], &x, &mut y) }.map_err(err)?;
+        }
+        Ok(())
+    })
 }
 
 /// Run the benchmark and write the report.
@@ -116,66 +95,91 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     for w in &selector.warnings {
         eprintln!("warning: {w}");
     }
+    let o = TuneOptions::for_backend("cuda", Tier::Exact);
     let copy = copy_bandwidth(&b)?;
     let info = b.info().clone();
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# Trellis reduce vs dense bf16 cuBLAS on {} ({})\n",
+        "# Trellis kernels vs dense bf16 cuBLAS on {} ({})\n",
         info.name, info.id
     );
     let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).", harness::today(), copy);
-    let _ = writeln!(s, "Each time is the median of {REPS} launches timed with CUDA events, rotating through weight copies totalling at least {} MB (L2 is about 60 MB). Trellis: exact tier, bf16, L = 12, code 1mad, T = 256, the variant the tuning table selects (source in the last column). cuBLAS: `cublasGemmEx` bf16 on the dense weights of the same shape.\n", WORKING_SET >> 20);
-    let _ = writeln!(s, "| shape | k | M | trellis us | GB/s | cuBLAS bf16 us | cuBLAS / trellis | variant | source |");
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---|---|");
-    let mut goal = Vec::new();
-    for preset in ["qwen3-14b", "llama-3-8b"] {
-        for shape in harness::preset(preset).expect("known preset") {
+    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} launches timed with CUDA events until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB); every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12, the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 on dense weights of the same shape.\n", o.min_reps, o.working_set >> 20);
+    let _ = writeln!(s, "## reduce\n");
+    let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source |");
+    let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---:|---:|---|---|---|");
+    for p_name in ["qwen3-14b", "llama-3-8b"] {
+        for shape in preset(p_name).expect("known preset") {
             for k in [2u32, 3, 4] {
-                for m in [1u32, 2, 4] {
+                for m in [1u32, 4, 8] {
                     let g = Geometry::new(shape.rows, shape.cols, 256, k, 12, Code::OneMad)?;
-                    let key = TuneKey::new(Family::Reduce, &g, None, DType::Bf16, m, Tier::Exact);
-                    let sel = selector.select("cuda", &info.id, &key);
-                    let (ts, bytes) = trellis_reduce(&b, g, m, sel.variant)?;
-                    let cs = cublas_gemv(&b, &blas, shape.rows, shape.cols, m as usize)?;
-                    let _ = writeln!(
-                        s,
-                        "| {}x{} | {k} | {m} | {:.1} | {:.0} | {:.1} | {:.2} | {} | {} |",
-                        shape.rows,
-                        shape.cols,
-                        ts.median,
-                        bytes as f64 / (ts.median * 1e-6) / 1e9,
-                        cs.median,
-                        cs.median / ts.median,
-                        sel.variant,
-                        sel.source
-                    );
-                    if shape.rows == 17408 && k == 3 {
-                        goal.push((m, ts.median, cs.median));
+                    let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1)?;
+                    for tier in [Tier::Exact, Tier::Fast] {
+                        let p = ReduceProblem {
+                            geometry: g,
+                            scale: ScaleDType::F16,
+                            act: DType::Bf16,
+                            m,
+                        };
+                        let sel = selector.select::<ReduceFamily>("cuda", &info.id, &p, tier);
+                        let (ts, check) =
+                            harness::bench::<ReduceFamily, _>(&b, &o, &p, sel.variant, 11)?;
+                        let _ = writeln!(
+                            s,
+                            "| {}x{} | {k} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.2} | {:.1} | {:.2} | {} | {} | {} |",
+                            shape.rows, shape.cols, ts.median, ts.p10, ts.p90,
+                            (shape.rows * shape.cols) as f64 / (ts.median * 1e-6) / 1e12,
+                            cs.median, cs.median / ts.median,
+                            check.unwrap_or_else(|e| format!("FAILED: {e}")),
+                            sel.variant, sel.source
+                        );
+                        eprintln!(
+                            "reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us, cublas {:.1} us",
+                            shape.rows, shape.cols, ts.median, cs.median
+                        );
                     }
-                    eprintln!(
-                        "{}x{} k{k} M{m}: trellis {:.1} us, cublas {:.1} us",
-                        shape.rows, shape.cols, ts.median, cs.median
-                    );
                 }
             }
         }
     }
-    let _ = writeln!(s, "\n## Goals (exact tier, 17408 x 5120, k = 3)\n");
-    if let (Some(m1), Some(m4)) = (
-        goal.iter().find(|g| g.0 == 1),
-        goal.iter().find(|g| g.0 == 4),
-    ) {
-        let r = m1.2 / m1.1;
-        let _ = writeln!(s, "- M = 1 vs dense bf16 cuBLAS: {:.1} us vs {:.1} us, {r:.2}x (goal: at least 2x): **{}**.", m1.1, m1.2, if r >= 2.0 { "met" } else { "missed" });
-        let q = m4.1 / m1.1;
-        let _ = writeln!(
-            s,
-            "- M = 4 vs M = 1: {:.1} us vs {:.1} us, {q:.2}x (goal: within 1.3x): **{}**.",
-            m4.1,
-            m1.1,
-            if q <= 1.3 { "met" } else { "missed" }
-        );
+    let _ = writeln!(
+        s,
+        "\n## gate_up (Qwen3-14B gate/up, 17408 x 5120 each) vs two cuBLAS GEMVs\n"
+    );
+    let _ = writeln!(
+        s,
+        "| kg/ku | M | tier | trellis us | 2x cuBLAS bf16 us | ratio | check | variant | source |"
+    );
+    let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---|---|---|");
+    for (kg, ku) in [(3u32, 3u32), (3, 4)] {
+        for m in [1u32, 4, 8] {
+            let cs = cublas(&b, &blas, &o, 17408, 5120, m as usize, 2)?;
+            for tier in [Tier::Exact, Tier::Fast] {
+                let p = GateUpProblem {
+                    gate: Geometry::new(17408, 5120, 256, kg, 12, Code::OneMad)?,
+                    up: Geometry::new(17408, 5120, 256, ku, 12, Code::OneMad)?,
+                    gate_scale: ScaleDType::F16,
+                    up_scale: ScaleDType::F16,
+                    act: DType::Bf16,
+                    m,
+                    tail: Tail::Exact,
+                };
+                let sel = selector.select::<GateUpFamily>("cuda", &info.id, &p, tier);
+                let (ts, check) = harness::bench::<GateUpFamily, _>(&b, &o, &p, sel.variant, 13)?;
+                let _ = writeln!(
+                    s,
+                    "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} |",
+                    ts.median, ts.p10, ts.p90, cs.median, cs.median / ts.median,
+                    check.unwrap_or_else(|e| format!("FAILED: {e}")),
+                    sel.variant, sel.source
+                );
+                eprintln!(
+                    "gate_up {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us",
+                    ts.median, cs.median
+                );
+            }
+        }
     }
     std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
     println!("{s}");

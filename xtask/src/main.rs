@@ -9,6 +9,7 @@ mod verify;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use trellis::backend::AnyBackend;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "trellis project tasks")]
@@ -92,28 +93,10 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             out,
         } => {
             let name = backend.unwrap_or_else(|| trellis::backend::default_name().to_string());
-            let (text, ok) =
-                match name.as_str() {
-                    "cpu" => verify::run(&trellis::backend::CpuBackend::new()?, quick, &vectors)?,
-                    #[cfg(feature = "cuda")]
-                    "cuda" => verify::run(
-                        &trellis::backend::cuda::CudaBackend::new(0)?,
-                        quick,
-                        &vectors,
-                    )?,
-                    #[cfg(target_os = "macos")]
-                    "metal" => verify::run(
-                        &trellis::backend::metal::MetalBackend::new()?,
-                        quick,
-                        &vectors,
-                    )?,
-                    other => return Err(trellis::Error::Unavailable {
-                        backend: other.into(),
-                        reason:
-                            "not a backend this build can verify here (cpu, cuda; metal on macOS)"
-                                .into(),
-                    }),
-                };
+            let (text, ok) = AnyBackend::open(&name)?.visit(verify::Job {
+                quick,
+                vectors: &vectors,
+            })?;
             print!("{text}");
             if let Some(p) = out {
                 std::fs::write(&p, &text).map_err(|e| trellis::Error::file(&p, e))?;
@@ -126,53 +109,19 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             Ok(true)
         }
         Cmd::Tune(args) => {
-            if let Some(done) = tune::supervise() {
+            if let Some(done) = tune::supervise(&args) {
                 return done.map(|()| true);
             }
             let name = args
                 .backend
                 .clone()
                 .unwrap_or_else(|| trellis::backend::default_name().to_string());
-            match name.as_str() {
-                "cpu" => {
-                    let b = trellis::backend::CpuBackend::new()?;
-                    let desc = format!(
-                        "{} threads",
-                        std::thread::available_parallelism()
-                            .map(|n| n.get())
-                            .unwrap_or(1)
-                    );
-                    tune::run(&b, &args, desc)?;
-                }
-                #[cfg(feature = "cuda")]
-                "cuda" => {
-                    let b = trellis::backend::cuda::CudaBackend::new(0)?;
-                    let i = b.info().clone();
-                    let desc = format!(
-                        "{}, sm_{}{}, {} SMs, {:.0} GiB",
-                        i.name,
-                        i.compute_capability.0,
-                        i.compute_capability.1,
-                        i.sm_count,
-                        i.memory_bytes as f64 / (1u64 << 30) as f64
-                    );
-                    tune::run(&b, &args, desc)?;
-                }
-                #[cfg(target_os = "macos")]
-                "metal" => {
-                    let b = trellis::backend::metal::MetalBackend::new()?;
-                    let desc = trellis::kernel::Backend::device_id(&b);
-                    tune::run(&b, &args, desc)?;
-                }
-                other => {
-                    return Err(trellis::Error::Unavailable {
-                        backend: other.into(),
-                        reason:
-                            "not a backend this build can tune here (cpu, cuda; metal on macOS)"
-                                .into(),
-                    })
-                }
-            }
+            let backend = AnyBackend::open(&name)?;
+            let description = backend.describe();
+            backend.visit(tune::Job {
+                args: &args,
+                description,
+            })?;
             Ok(true)
         }
         #[cfg(feature = "cuda")]

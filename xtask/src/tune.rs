@@ -1,11 +1,16 @@
-//! `cargo xtask tune`: measure every candidate per key and write `tuning/<device>.toml`.
+//! `cargo xtask tune`: measure every candidate of every registered family's problems
+//! and write `tuning/<device>.toml`. A supervisor process runs the tuner as a child,
+//! kills it when one candidate runs past its time limit, and resumes it without the
+//! candidate that crashed or hung (the journal names it).
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use trellis::family::{preset, Family, FamilyVisitor, Shape, TuneSpace};
 use trellis::kernel::Backend;
 use trellis::kernels::Tier;
-use trellis::tune::harness::{self, Shape, TuneOptions};
-use trellis::tune::{Family, Table};
+use trellis::tune::harness::{self, Event, Journal, TuneOptions};
+use trellis::tune::Table;
 use trellis::{Code, DType, Error, Result};
 
 #[derive(clap::Args, Debug)]
@@ -13,14 +18,15 @@ pub struct TuneArgs {
     /// cpu, cuda or metal (default: the best available).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Families, comma-separated: reduce, gate_up.
-    #[arg(long, value_delimiter = ',', default_value = "reduce,gate_up")]
+    /// Families, comma-separated (default: every registered family that has problems
+    /// in the space: reduce, gate_up).
+    #[arg(long, value_delimiter = ',')]
     pub family: Vec<String>,
     /// Shapes: presets (qwen3-14b, llama-3-8b) or RxC; comma-separated.
     /// Default: both presets on GPUs, 1024x4096 on the CPU.
     #[arg(long, value_delimiter = ',')]
     pub shape: Vec<String>,
-    /// Sample counts (default: 1,2,4 on GPUs; 1,4 on the CPU).
+    /// Sample counts (default: 1,2,4,8 on GPUs; 1,4 on the CPU).
     #[arg(long, value_delimiter = ',')]
     pub m: Vec<u32>,
     /// Bits per weight (default: 2,3,4 on GPUs; 2,3 on the CPU).
@@ -38,26 +44,27 @@ pub struct TuneArgs {
     /// Activation dtype.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
-    /// Stop starting new keys after this long (e.g. 90s, 10m, 1h).
+    /// Stop starting new problems after this long (e.g. 90s, 10m, 1h).
     #[arg(long, default_value = "30m")]
     pub budget: String,
-    /// Timed repetitions per candidate (default: 50 on GPUs, 5 on the CPU).
+    /// Fewest timed repetitions per candidate (more until the median is stable).
     #[arg(long)]
     pub reps: Option<usize>,
+    /// A candidate still in one launch after this long is killed and rejected as timed
+    /// out (e.g. 20s).
+    #[arg(long)]
+    pub candidate_timeout: Option<String>,
+    /// Re-measure problems the table already has.
+    #[arg(long)]
+    pub fresh: bool,
     /// Output table (default: tuning/DEVICE-ID.toml). An existing table for the same
-    /// device and templates is resumed.
+    /// device is resumed: problems it has with current sources are kept.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
 
-fn parse_duration(s: &str) -> Result<Duration> {
-    let bad = || {
-        Error::invalid(
-            "budget",
-            s,
-            "expected a number with s, m or h (e.g. 90s, 10m)",
-        )
-    };
+fn parse_duration(field: &str, s: &str) -> Result<Duration> {
+    let bad = || Error::invalid(field, s, "expected a number with s, m or h (e.g. 90s, 10m)");
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?);
     let n: u64 = n.parse().map_err(|_| bad())?;
     match unit {
@@ -71,7 +78,7 @@ fn parse_duration(s: &str) -> Result<Duration> {
 fn parse_shapes(items: &[String]) -> Result<Vec<Shape>> {
     let mut out = Vec::new();
     for s in items {
-        if let Some(p) = harness::preset(s) {
+        if let Some(p) = preset(s) {
             out.extend(p);
             continue;
         }
@@ -86,9 +93,7 @@ fn parse_shapes(items: &[String]) -> Result<Vec<Shape>> {
     Ok(out)
 }
 
-/// Run the tuner on `b`; returns the path written.
-pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathBuf> {
-    let gpu = b.name() != "cpu";
+fn space(a: &TuneArgs, gpu: bool) -> Result<TuneSpace> {
     let pick = |given: &Vec<u32>, gpu_default: &[u32], cpu_default: &[u32]| -> Vec<u32> {
         if !given.is_empty() {
             given.clone()
@@ -98,150 +103,331 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathB
             cpu_default.to_vec()
         }
     };
-    let shapes = if a.shape.is_empty() {
-        if gpu {
-            parse_shapes(&["qwen3-14b".into(), "llama-3-8b".into()])?
-        } else {
-            parse_shapes(&["1024x4096".into()])?
-        }
-    } else {
-        parse_shapes(&a.shape)?
+    let shapes = match (a.shape.is_empty(), gpu) {
+        (true, true) => parse_shapes(&["qwen3-14b".into(), "llama-3-8b".into()])?,
+        (true, false) => parse_shapes(&["1024x4096".into()])?,
+        (false, _) => parse_shapes(&a.shape)?,
     };
-    let codes: Vec<Code> = if a.code.is_empty() {
-        if gpu {
-            vec![Code::OneMad, Code::ThreeInst]
-        } else {
-            vec![Code::OneMad]
-        }
-    } else {
-        a.code.iter().map(|c| c.parse()).collect::<Result<_>>()?
+    let codes: Vec<Code> = match (a.code.is_empty(), gpu) {
+        (true, true) => vec![Code::OneMad, Code::ThreeInst],
+        (true, false) => vec![Code::OneMad],
+        (false, _) => a.code.iter().map(|c| c.parse()).collect::<Result<_>>()?,
     };
-    let opts = TuneOptions {
-        families: a
-            .family
-            .iter()
-            .map(|f| f.parse::<Family>())
-            .collect::<Result<_>>()?,
+    Ok(TuneSpace {
         shapes,
-        ms: pick(&a.m, &[1, 2, 4], &[1, 4]),
+        ms: pick(&a.m, &[1, 2, 4, 8], &[1, 4]),
         ks: pick(&a.k, &[2, 3, 4], &[2, 3]),
         ls: pick(&a.l, &[12, 16], &[12]),
         codes,
-        tier: a.tier.parse::<Tier>()?,
         dtype: a.dtype.parse::<DType>()?,
         t: 256,
-        quick: !gpu,
-        budget: parse_duration(&a.budget)?,
-        working_set: if gpu { 256 << 20 } else { 64 << 20 },
-        reps: a.reps.unwrap_or(if gpu { 50 } else { 5 }),
-        candidate_timeout: Duration::from_secs(if gpu { 20 } else { 120 }),
-    };
+    })
+}
+
+fn options(a: &TuneArgs, backend: &str) -> Result<TuneOptions> {
+    let mut o = TuneOptions::for_backend(backend, a.tier.parse::<Tier>()?);
+    o.budget = parse_duration("budget", &a.budget)?;
+    if let Some(r) = a.reps {
+        o.min_reps = r.max(1);
+        o.max_reps = o.max_reps.max(o.min_reps);
+    }
+    if let Some(t) = &a.candidate_timeout {
+        o.candidate_timeout = parse_duration("candidate-timeout", t)?;
+    }
+    o.fresh = a.fresh;
+    Ok(o)
+}
+
+/// `tune` on whichever backend was opened.
+pub struct Job<'a> {
+    pub args: &'a TuneArgs,
+    pub description: String,
+}
+
+impl trellis::backend::BackendVisitor for Job<'_> {
+    type Out = Result<PathBuf>;
+    fn visit<B: Backend>(self, b: &B) -> Result<PathBuf> {
+        run(b, self.args, self.description)
+    }
+}
+
+/// Tune every requested family on `b`; returns the path written.
+pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathBuf> {
+    let space = space(a, b.name() != "cpu")?;
+    let opts = options(a, b.name())?;
+    let unknown: Vec<&String> = a
+        .family
+        .iter()
+        .filter(|f| !trellis::families::names().contains(&f.as_str()))
+        .collect();
+    if let Some(f) = unknown.first() {
+        return Err(Error::invalid(
+            "family",
+            f,
+            format!("expected one of {}", trellis::families::names().join(", ")),
+        ));
+    }
     let out = a
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("tuning/{}.toml", b.device_id())));
-    let existing = std::fs::read_to_string(&out)
+    let mut table = std::fs::read_to_string(&out)
         .ok()
-        .and_then(|t| Table::parse(&t).ok());
-    if let Some(t) = &existing {
-        eprintln!("resuming {} ({} entries)", out.display(), t.entries.len());
+        .and_then(|t| Table::parse(&t).ok())
+        .filter(|t| t.device.id == b.device_id() && t.device.backend == b.name())
+        .unwrap_or_else(|| Table {
+            device: harness::header(b, description.clone()),
+            entries: Vec::new(),
+        });
+    if !table.entries.is_empty() {
+        eprintln!(
+            "resuming {} ({} entries)",
+            out.display(),
+            table.entries.len()
+        );
     }
-    let bar = crate::progress_bar(0, "tune");
-    let save = |t: &Table| -> Result<()> {
-        let tmp = out.with_extension("toml.tmp");
-        std::fs::write(&tmp, t.to_toml()).map_err(|e| Error::file(&tmp, e))?;
-        std::fs::rename(&tmp, &out).map_err(|e| Error::file(&out, e))
+    table.device = harness::header(b, description);
+    let journal = match std::env::var_os(JOURNAL_ENV) {
+        Some(p) => Some(Journal::open(Path::new(&p))?),
+        None => None,
     };
-    let journal_path = out.with_extension("toml.journal");
-    let journal = harness::Journal::open(&journal_path)?;
-    let table = harness::tune(
+    let mut job = FamilyJob {
         b,
-        &opts,
-        description,
-        existing,
-        Some(&journal),
-        save,
-        |i, n, msg| {
-            bar.set_length(n as u64);
-            bar.set_position(i as u64);
-            if msg.contains("not tuned") || msg.contains("budget") {
-                bar.println(msg);
-            } else {
-                bar.set_message(msg.to_string());
-            }
-        },
-    )?;
-    bar.finish_and_clear();
-    let _ = std::fs::remove_file(&journal_path);
+        a,
+        space: &space,
+        opts: &opts,
+        out: &out,
+        table: &mut table,
+        journal: journal.as_ref(),
+        progress: Progress::new(),
+        result: Ok(()),
+    };
+    trellis::families::for_each(&mut job);
+    job.progress.finish();
+    let result = std::mem::replace(&mut job.result, Ok(()));
     println!("{}", summary(&table));
     println!("wrote {}", out.display());
-    Ok(out)
+    result.map(|()| out)
 }
 
-/// The end-of-run table.
+struct FamilyJob<'a, B: Backend> {
+    b: &'a B,
+    a: &'a TuneArgs,
+    space: &'a TuneSpace,
+    opts: &'a TuneOptions,
+    out: &'a Path,
+    table: &'a mut Table,
+    journal: Option<&'a Journal>,
+    progress: Progress,
+    result: Result<()>,
+}
+
+impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
+    fn visit<F: Family>(&mut self) {
+        let wanted =
+            self.a.family.is_empty() || self.a.family.iter().any(|f| trellis::families::is::<F>(f));
+        if !wanted || self.result.is_err() {
+            return;
+        }
+        let problems = match F::problems(self.space) {
+            Ok(p) => p,
+            Err(e) => {
+                self.result = Err(e);
+                return;
+            }
+        };
+        let out = self.out;
+        let mut save = |t: &Table| -> Result<()> {
+            let tmp = out.with_extension("toml.tmp");
+            std::fs::write(&tmp, t.to_toml()).map_err(|e| Error::file(&tmp, e))?;
+            std::fs::rename(&tmp, out).map_err(|e| Error::file(out, e))
+        };
+        let progress = &mut self.progress;
+        self.result = harness::tune::<F, B>(
+            self.b,
+            self.opts,
+            &problems,
+            self.table,
+            self.journal,
+            &mut save,
+            &mut |e| progress.event(F::NAME, e),
+        );
+    }
+}
+
+/// Progress on a terminal (a bar with ETA) or in a log (one line per problem).
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    started: Instant,
+}
+
+impl Progress {
+    fn new() -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = crate::progress_bar(0, "tune");
+            bar.enable_steady_tick(Duration::from_millis(500));
+            bar
+        });
+        Progress {
+            bar,
+            started: Instant::now(),
+        }
+    }
+    fn event(&mut self, family: &str, e: Event<'_>) {
+        match (e, &self.bar) {
+            (Event::Start { i, n, key, cached }, Some(bar)) => {
+                bar.set_length(n as u64);
+                bar.set_position(i as u64);
+                bar.set_message(format!(
+                    "{family}: {key}{}",
+                    if cached { " (in table)" } else { "" }
+                ));
+            }
+            (Event::Start { i, n, key, cached }, None) => eprintln!(
+                "tune {family} {}/{n} [{key}]{} ({:.0} s)",
+                i + 1,
+                if cached { " already in the table" } else { "" },
+                self.started.elapsed().as_secs_f64()
+            ),
+            (Event::Done { i, n, entry }, bar) => {
+                let line = format!(
+                    "tune {family} {}/{n}: {} {} -> {} us (default {} us)",
+                    i + 1,
+                    entry.key,
+                    toml_line(&entry.winner),
+                    entry.stats.median_us,
+                    entry
+                        .default
+                        .map_or("n/a".into(), |d| d.median_us.to_string())
+                );
+                match bar {
+                    Some(bar) => bar.set_position(i as u64 + 1),
+                    None => eprintln!("{line}"),
+                }
+            }
+            (Event::Warn(w), Some(bar)) => bar.println(format!("warning: {w}")),
+            (Event::Warn(w), None) => eprintln!("warning: {w}"),
+        }
+    }
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn toml_line(t: &toml::Table) -> String {
+    t.iter()
+        .map(|(k, v)| format!("{k}={}", v.to_string().trim_matches('"')))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The end-of-run table: winner, its median and spread, the default and the runner-up.
 pub fn summary(t: &Table) -> String {
     let mut s = format!(
-        "tuned {} keys on {} ({})\n",
+        "tuned {} keys on {} ({}, {})\n",
         t.entries.len(),
         t.device.id,
-        t.device.backend
+        t.device.backend,
+        t.device.timer
     );
-    s += "| key | shape | winner | median us | default us | speedup | GB/s | rejected |\n|---|---|---|---:|---:|---:|---:|---:|\n";
+    s += "| key | shape | winner | median us | p10-p90 us | default us | speedup | runner-up us | GB/s | at bound | rejected |\n|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|\n";
     for e in &t.entries {
         let k = e.key().map(|k| k.to_string()).unwrap_or_default();
-        let w = &e.winner;
         s += &format!(
-            "| {k} | {} | {} {} rpg={} x={} | {:.1} | {:.1} | {:.2} | {:.0} | {} |\n",
+            "| {k} | {} | {} | {:.2} | {:.2}-{:.2} | {} | {:.2} | {} | {:.3} | {} | {} |\n",
             e.shape,
-            w.repr,
-            w.m_strategy,
-            w.rows_per_group,
-            w.x_stage,
-            e.median_us,
-            e.default_us,
+            toml_line(&e.winner),
+            e.stats.median_us,
+            e.stats.p10_us,
+            e.stats.p90_us,
+            e.default
+                .map_or("-".into(), |d| format!("{:.2}", d.median_us)),
             e.speedup,
+            e.runner_up_stats
+                .map_or("-".into(), |r| format!("{:.2}", r.median_us)),
             e.bandwidth_gbs,
+            e.at_bound.join("; "),
             e.rejected.len()
         );
     }
     s
 }
 
-/// Environment variable marking the child process that does the tuning.
-const WORKER_ENV: &str = "TRELLIS_TUNE_WORKER";
+/// Environment variable marking the child process that does the tuning, and naming
+/// its journal.
+const JOURNAL_ENV: &str = "TRELLIS_TUNE_JOURNAL";
 
-/// Run the tuner in a child process, resuming it (from the saved table and the journal,
-/// which rejects the candidate in flight) whenever a candidate crashes it. Returns
-/// `None` in the child itself, which then tunes.
-pub fn supervise() -> Option<Result<()>> {
-    if std::env::var_os(WORKER_ENV).is_some() {
+/// Run the tuner in a child process. Resume it (from the saved table and the journal)
+/// whenever a candidate crashes it, and kill it when one candidate has been running
+/// longer than its time limit (the journal then marks that candidate timed out).
+/// Returns `None` in the child itself, which then tunes.
+pub fn supervise(a: &TuneArgs) -> Option<Result<()>> {
+    if std::env::var_os(JOURNAL_ENV).is_some() {
         return None;
     }
+    Some(supervise_child(a))
+}
+
+fn supervise_child(a: &TuneArgs) -> Result<()> {
     const ATTEMPTS: usize = 8;
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            return Some(Err(Error::backend(
-                "tune",
-                format!("cannot find this executable: {e}"),
-            )))
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::backend("tune", format!("cannot find this executable: {e}")))?;
+    let limit = match &a.candidate_timeout {
+        Some(t) => parse_duration("candidate-timeout", t)?,
+        None => {
+            TuneOptions::for_backend(a.backend.as_deref().unwrap_or("cuda"), Tier::Exact)
+                .candidate_timeout
         }
     };
-    for attempt in 1..=ATTEMPTS {
-        let status = std::process::Command::new(&exe)
-            .args(std::env::args_os().skip(1))
-            .env(WORKER_ENV, "1")
-            .status();
-        match status {
-            Err(e) => return Some(Err(Error::backend("tune", format!("cannot start the tuner: {e}")))),
-            Ok(s) if s.success() => return Some(Ok(())),
-            // Status 1 is an ordinary error, already printed by the child.
-            Ok(s) if s.code() == Some(1) => return Some(Err(Error::backend("tune", "the tuner failed (see above)"))),
-            Ok(s) => eprintln!("tune: the tuner died ({s}) in attempt {attempt}/{ATTEMPTS}; resuming without the candidate it was running"),
+    let journal = std::env::temp_dir().join(format!("trellis-tune-{}.journal", std::process::id()));
+    let _ = std::fs::remove_file(&journal);
+    let result = (|| {
+        for attempt in 1..=ATTEMPTS {
+            let mut child = std::process::Command::new(&exe)
+                .args(std::env::args_os().skip(1))
+                .env(JOURNAL_ENV, &journal)
+                .spawn()
+                .map_err(|e| Error::backend("tune", format!("cannot start the tuner: {e}")))?;
+            let status = loop {
+                if let Some(s) = child.try_wait().map_err(|e| Error::backend("tune", e))? {
+                    break Some(s);
+                }
+                if let Some((since, id)) = Journal::in_flight(&journal) {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis());
+                    if now.saturating_sub(since) > limit.as_millis() {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        Journal::mark_timed_out(&journal, &id)?;
+                        eprintln!(
+                            "tune: {id} ran past {} s; killed, resuming without it",
+                            limit.as_secs()
+                        );
+                        break None;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            match status {
+                None => {}
+                Some(s) if s.success() => return Ok(()),
+                // Status 1 is an ordinary error, already printed by the child.
+                Some(s) if s.code() == Some(1) => {
+                    return Err(Error::backend("tune", "the tuner failed (see above)"))
+                }
+                Some(s) => eprintln!(
+                    "tune: the tuner died ({s}) in attempt {attempt}/{ATTEMPTS}; resuming without the candidate it was running"
+                ),
+            }
         }
-    }
-    Some(Err(Error::backend(
-        "tune",
-        format!("the tuner crashed {ATTEMPTS} times; giving up"),
-    )))
+        Err(Error::backend(
+            "tune",
+            format!("the tuner crashed or hung {ATTEMPTS} times; giving up"),
+        ))
+    })();
+    let _ = std::fs::remove_file(&journal);
+    result
 }

@@ -7,7 +7,8 @@
 //! MLX also prepends its own `utils.h` (which defines `bfloat16_t`) when it builds the
 //! library; that part is not reproduced here (the shim provides `bfloat16_t`).
 
-use crate::kernel::{Dialect, Rendered, TensorSpec};
+use super::{prelude, Dialect, Rendered};
+use crate::kernel::TensorSpec;
 
 /// Inputs with fewer elements than this are passed in the `constant` address space
 /// (MLX's `max_constant_array_size`).
@@ -102,7 +103,7 @@ pub fn standalone(
     }
     format!(
         "{prelude}{header}[[kernel]] void {symbol}(\n{params}) {{\n{body}\n}}\n",
-        prelude = crate::kernel::prelude(Dialect::Metal),
+        prelude = prelude(Dialect::Metal),
         header = rendered.header,
         params = params.join(",\n"),
     )

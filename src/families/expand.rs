@@ -1,0 +1,193 @@
+//! `expand`: dequantize to a dense `[R, C]` matrix in the activation dtype (SPEC 4),
+//! template `templates/expand.kernel`.
+
+use super::DeviceMatrix;
+use crate::check;
+use crate::dtype::{DType, ScaleDType};
+use crate::error::Result;
+use crate::family::Family;
+use crate::kernel::Backend;
+use crate::kernels::{check_common, grid, MStrategy, Proj, Tier, Variant, XLayout, XStage};
+use crate::matrix::{Activations, QuantizedMatrix};
+use crate::Geometry;
+use std::fmt;
+
+/// Dequantize to a dense `[R, C]` matrix in the activation dtype.
+#[crate::kernel(
+    name = "expand",
+    template = "expand.kernel",
+    grid = grid(self.rows, 1, &self.variant),
+    validate = check_common(self.rows, self.cols, self.t, &[("", self.proj)], 1, &self.variant, self.shared()),
+    shared = self.shared(),
+    inputs(
+        codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
+        scales: scale[self.rows],
+        table: f32[self.proj.table_len(self.variant.repr)],
+    ),
+    outputs(dense: act[self.rows, self.cols]),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Expand {
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub proj: Proj,
+    pub act: DType,
+    pub scale: ScaleDType,
+    pub variant: Variant,
+}
+
+impl Expand {
+    fn shared(&self) -> usize {
+        if self.variant.repr.is_shared() {
+            4 << self.proj.l
+        } else {
+            0
+        }
+    }
+    // Template helpers: the projection's, at this kernel's shape.
+    fn table_len(&self) -> usize {
+        self.proj.states()
+    }
+    fn words_per_block(&self) -> usize {
+        self.proj.words_per_block(self.t)
+    }
+    fn words_per_row(&self) -> usize {
+        self.proj.words_per_row(self.cols, self.t)
+    }
+}
+
+impl XLayout for Expand {
+    fn act(&self) -> DType {
+        self.act
+    }
+    fn samples(&self) -> u32 {
+        1
+    }
+    fn tuned(&self) -> &Variant {
+        &self.variant
+    }
+    fn x_cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// An `expand` problem: one matrix, its scale dtype and the output dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpandProblem {
+    pub geometry: Geometry,
+    pub scale: ScaleDType,
+    pub act: DType,
+}
+
+impl fmt::Display for ExpandProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.geometry;
+        write!(
+            f,
+            "{}x{} T={} {} {}",
+            g.rows,
+            g.cols,
+            g.t,
+            Proj::of(g),
+            self.act
+        )
+    }
+}
+
+/// The `expand` family (exact only: a dequantize has no sums to reorder).
+pub struct ExpandFamily;
+
+impl Family for ExpandFamily {
+    const NAME: &'static str = "expand";
+    type Problem = ExpandProblem;
+    type Variant = Variant;
+    type Kernel = Expand;
+    type Host = QuantizedMatrix;
+    type Expected = Activations;
+    type Device<B: Backend> = DeviceMatrix<B>;
+
+    fn kernel(p: &ExpandProblem, variant: Variant) -> Expand {
+        let g = &p.geometry;
+        Expand {
+            rows: g.rows,
+            cols: g.cols,
+            t: g.t,
+            proj: Proj::of(g),
+            act: p.act,
+            scale: p.scale,
+            variant,
+        }
+    }
+    fn tier(v: &Variant) -> Tier {
+        v.tier
+    }
+    fn default_variant(_p: &ExpandProblem, _tier: Tier) -> Variant {
+        Variant::default()
+    }
+    fn candidates(_p: &ExpandProblem, tier: Tier, quick: bool) -> Vec<Variant> {
+        if tier == Tier::Fast {
+            return Vec::new();
+        }
+        crate::catalog::variants(tier, 1, quick)
+            .into_iter()
+            .filter(|v| v.m_strategy == MStrategy::SharedDecode && v.x_stage == XStage::Global)
+            .collect()
+    }
+    fn key_fields(p: &ExpandProblem) -> String {
+        let g = &p.geometry;
+        format!("{} k{} L{} {}", p.act, g.k, g.l, g.code)
+    }
+    fn shape(p: &ExpandProblem) -> (usize, usize) {
+        (p.geometry.rows, p.geometry.cols)
+    }
+    fn catalog(quick: bool) -> Vec<ExpandProblem> {
+        crate::catalog::verify_cases(quick)
+            .iter()
+            .filter_map(|c| {
+                Some(ExpandProblem {
+                    geometry: c.gate_geometry().ok()?,
+                    scale: ScaleDType::F16,
+                    act: c.act,
+                })
+            })
+            .collect()
+    }
+    fn random_host(p: &ExpandProblem, seed: u64) -> Result<QuantizedMatrix> {
+        let mut w = check::random_matrix(p.geometry, seed);
+        w.scale_dtype = p.scale;
+        Ok(w)
+    }
+    fn expected(p: &ExpandProblem, w: &QuantizedMatrix) -> Result<Activations> {
+        let g = &p.geometry;
+        Ok(Activations {
+            dtype: p.act,
+            rows: g.rows,
+            cols: g.cols,
+            data: crate::reference::dequantize(w, p.act),
+        })
+    }
+    fn check(
+        _p: &ExpandProblem,
+        _v: &Variant,
+        _host: &QuantizedMatrix,
+        want: &Activations,
+        got: &[Activations],
+    ) -> std::result::Result<String, String> {
+        check::bits(got.first().ok_or("no output")?, want)
+    }
+    fn upload<B: Backend>(
+        b: &B,
+        _p: &ExpandProblem,
+        w: &QuantizedMatrix,
+    ) -> Result<DeviceMatrix<B>> {
+        DeviceMatrix::upload(b, w)
+    }
+    fn inputs<'d, B: Backend>(d: &'d DeviceMatrix<B>, v: &Variant) -> Vec<&'d B::Tensor> {
+        vec![&d.codes, &d.scales, d.table(v.repr)]
+    }
+    fn bytes(p: &ExpandProblem) -> usize {
+        let g = &p.geometry;
+        g.rows * g.cols * (g.k as usize + 8 * p.act.size()) / 8 + g.rows * p.scale.size()
+    }
+}

@@ -1,0 +1,369 @@
+//! `gate_up`: the fused SwiGLU `mid = silu(G x) * (U x)` (SPEC 6), template
+//! `templates/gate_up.kernel`; listed as `gate_up_mixed` when the two k differ.
+
+use super::{check_m, DeviceMatrix};
+use crate::check::{self, RealSums};
+use crate::dtype::{DType, ScaleDType};
+use crate::error::{Error, Result};
+use crate::family::{Family, ProblemSpec, TuneSpace};
+use crate::kernel::Backend;
+use crate::kernels::{check_common, grid, Proj, Tail, Tier, Variant, XLayout};
+use crate::matrix::{Activations, QuantizedMatrix};
+use crate::Geometry;
+use std::cell::OnceCell;
+use std::fmt;
+
+/// `mid = silu(G x) * (U x)`; named `gate_up_mixed` in listings when the two k differ.
+#[crate::kernel(
+    name = "gate_up",
+    template = "gate_up.kernel",
+    grid = grid(self.rows, self.m, &self.variant),
+    validate = self.check(),
+    shared = self.shared(),
+    inputs(
+        x: act[self.m, self.cols],
+        gcodes: u32[self.rows, self.cols / self.t, self.gate_words_per_block()],
+        gscales: gate_scale[self.rows],
+        gtable: f32[self.gate.table_len(self.variant.repr)],
+        ucodes: u32[self.rows, self.cols / self.t, self.up_words_per_block()],
+        uscales: up_scale[self.rows],
+        utable: f32[self.up.table_len(self.variant.repr)],
+    ),
+    outputs(mid: act[self.m, self.rows]),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GateUp {
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub gate: Proj,
+    pub up: Proj,
+    pub m: u32,
+    pub act: DType,
+    pub gate_scale: ScaleDType,
+    pub up_scale: ScaleDType,
+    pub tail: Tail,
+    pub variant: Variant,
+}
+
+impl GateUp {
+    /// `gate_up` or `gate_up_mixed`.
+    pub fn family_name(&self) -> &'static str {
+        if self.gate.k == self.up.k {
+            "gate_up"
+        } else {
+            "gate_up_mixed"
+        }
+    }
+    fn check(&self) -> Result<()> {
+        check_common(
+            self.rows,
+            self.cols,
+            self.t,
+            &[("gate", self.gate), ("up", self.up)],
+            self.m,
+            &self.variant,
+            self.shared(),
+        )
+    }
+    fn shared(&self) -> usize {
+        let tables = if self.variant.repr.is_shared() {
+            (4 << self.gate.l) + (4 << self.up.l)
+        } else {
+            0
+        };
+        tables + self.x_stage_bytes()
+    }
+    // Template helpers: each projection's, at this kernel's shape.
+    fn gate_table_len(&self) -> usize {
+        self.gate.states()
+    }
+    fn up_table_len(&self) -> usize {
+        self.up.states()
+    }
+    fn gate_words_per_block(&self) -> usize {
+        self.gate.words_per_block(self.t)
+    }
+    fn up_words_per_block(&self) -> usize {
+        self.up.words_per_block(self.t)
+    }
+    fn gate_words_per_row(&self) -> usize {
+        self.gate.words_per_row(self.cols, self.t)
+    }
+    fn up_words_per_row(&self) -> usize {
+        self.up.words_per_row(self.cols, self.t)
+    }
+}
+
+impl XLayout for GateUp {
+    fn act(&self) -> DType {
+        self.act
+    }
+    fn samples(&self) -> u32 {
+        self.m
+    }
+    fn tuned(&self) -> &Variant {
+        &self.variant
+    }
+    fn x_cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// A `gate_up` problem: the two matrices' geometry (same rows, cols, T), their scale
+/// dtypes, the activation dtype, M and the tail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateUpProblem {
+    pub gate: Geometry,
+    pub up: Geometry,
+    pub gate_scale: ScaleDType,
+    pub up_scale: ScaleDType,
+    pub act: DType,
+    pub m: u32,
+    pub tail: Tail,
+}
+
+impl fmt::Display for GateUpProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.gate;
+        write!(
+            f,
+            "{}x{} T={} gate {} up {} {} M={} tail={}",
+            g.rows,
+            g.cols,
+            g.t,
+            Proj::of(g),
+            Proj::of(&self.up),
+            self.act,
+            self.m,
+            self.tail
+        )
+    }
+}
+
+/// Host data of a `gate_up` instance.
+pub struct GateUpHost {
+    pub gate: QuantizedMatrix,
+    pub up: QuantizedMatrix,
+    pub x: Activations,
+}
+
+/// The reference `mid` (SPEC 6 bits) and, computed on first use, the SPEC 7 real sums.
+pub struct GateUpExpected {
+    pub mid: Activations,
+    real: OnceCell<std::result::Result<(RealSums, RealSums), String>>,
+}
+
+impl GateUpExpected {
+    /// The SPEC 7 real sums of the gate and up projections.
+    pub fn real(&self, h: &GateUpHost) -> std::result::Result<&(RealSums, RealSums), String> {
+        self.real
+            .get_or_init(|| {
+                Ok((
+                    RealSums::of(&h.gate, &h.x).map_err(|e| e.to_string())?,
+                    RealSums::of(&h.up, &h.x).map_err(|e| e.to_string())?,
+                ))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// Uploaded `gate_up` data.
+pub struct GateUpDevice<B: Backend> {
+    pub gate: DeviceMatrix<B>,
+    pub up: DeviceMatrix<B>,
+    pub x: B::Tensor,
+}
+
+/// The `gate_up` family.
+pub struct GateUpFamily;
+
+impl Family for GateUpFamily {
+    const NAME: &'static str = "gate_up";
+    const ALIASES: &'static [&'static str] = &["gate_up_mixed"];
+    type Problem = GateUpProblem;
+    type Variant = Variant;
+    type Kernel = GateUp;
+    type Host = GateUpHost;
+    type Expected = GateUpExpected;
+    type Device<B: Backend> = GateUpDevice<B>;
+
+    fn kernel(p: &GateUpProblem, variant: Variant) -> GateUp {
+        let g = &p.gate;
+        GateUp {
+            rows: g.rows,
+            cols: g.cols,
+            t: g.t,
+            gate: Proj::of(g),
+            up: Proj::of(&p.up),
+            m: p.m,
+            act: p.act,
+            gate_scale: p.gate_scale,
+            up_scale: p.up_scale,
+            tail: p.tail,
+            variant,
+        }
+    }
+    fn tier(v: &Variant) -> Tier {
+        v.tier
+    }
+    fn default_variant(_p: &GateUpProblem, tier: Tier) -> Variant {
+        Variant {
+            tier,
+            ..Variant::default()
+        }
+    }
+    fn candidates(p: &GateUpProblem, tier: Tier, quick: bool) -> Vec<Variant> {
+        crate::catalog::variants(tier, p.m, quick)
+    }
+    fn label(p: &GateUpProblem) -> &'static str {
+        if p.gate.k == p.up.k {
+            "gate_up"
+        } else {
+            "gate_up_mixed"
+        }
+    }
+    fn key_fields(p: &GateUpProblem) -> String {
+        format!(
+            "{} M={} gate={} up={}",
+            p.act,
+            p.m,
+            Proj::of(&p.gate),
+            Proj::of(&p.up)
+        )
+    }
+    fn shape(p: &GateUpProblem) -> (usize, usize) {
+        (p.gate.rows, p.gate.cols)
+    }
+    fn catalog(quick: bool) -> Vec<GateUpProblem> {
+        let mut out = Vec::new();
+        for c in crate::catalog::verify_cases(quick) {
+            let (Ok(gate), Ok(up)) = (c.gate_geometry(), c.up_geometry()) else {
+                continue;
+            };
+            for tail in [Tail::Exact, Tail::Native] {
+                out.push(GateUpProblem {
+                    gate,
+                    up,
+                    gate_scale: ScaleDType::F16,
+                    up_scale: ScaleDType::F16,
+                    act: c.act,
+                    m: c.m,
+                    tail,
+                });
+            }
+        }
+        out
+    }
+    fn random_host(p: &GateUpProblem, seed: u64) -> Result<GateUpHost> {
+        let mut gate = check::random_matrix(p.gate, seed);
+        gate.scale_dtype = p.gate_scale;
+        let mut up = check::random_matrix(p.up, seed + 1);
+        up.scale_dtype = p.up_scale;
+        let x = check::random_activations(p.act, p.m as usize, p.gate.cols, seed + 2);
+        Ok(GateUpHost { gate, up, x })
+    }
+    fn expected(_p: &GateUpProblem, h: &GateUpHost) -> Result<GateUpExpected> {
+        Ok(GateUpExpected {
+            mid: crate::reference::gate_up(&h.gate, &h.up, &h.x)?,
+            real: OnceCell::new(),
+        })
+    }
+    fn check(
+        p: &GateUpProblem,
+        v: &Variant,
+        host: &GateUpHost,
+        want: &GateUpExpected,
+        got: &[Activations],
+    ) -> std::result::Result<String, String> {
+        let mid = got.first().ok_or("no output")?;
+        match (v.tier, p.tail) {
+            (Tier::Exact, Tail::Exact) => check::bits(mid, &want.mid),
+            (_, tail) => {
+                let (g, u) = want.real(host)?;
+                check::fast_gate_up(mid, g, u, tail == Tail::Native)
+            }
+        }
+    }
+    fn upload<B: Backend>(b: &B, _p: &GateUpProblem, h: &GateUpHost) -> Result<GateUpDevice<B>> {
+        Ok(GateUpDevice {
+            gate: DeviceMatrix::upload(b, &h.gate)?,
+            up: DeviceMatrix::upload(b, &h.up)?,
+            x: super::upload_activations(b, &h.x)?,
+        })
+    }
+    fn inputs<'d, B: Backend>(d: &'d GateUpDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
+        vec![
+            &d.x,
+            &d.gate.codes,
+            &d.gate.scales,
+            d.gate.table(v.repr),
+            &d.up.codes,
+            &d.up.scales,
+            d.up.table(v.repr),
+        ]
+    }
+    fn problem(s: &ProblemSpec) -> Result<GateUpProblem> {
+        check_m(s.m)?;
+        let gate = Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?;
+        let ku = s.ku.unwrap_or(s.k);
+        let up = Geometry::new(s.rows, s.cols, s.t, ku, s.l, s.code).map_err(|e| match e {
+            Error::Invalid {
+                field,
+                value,
+                reason,
+            } if field == "k" => Error::Invalid {
+                field: "ku".into(),
+                value,
+                reason,
+            },
+            e => e,
+        })?;
+        Ok(GateUpProblem {
+            gate,
+            up,
+            gate_scale: ScaleDType::F16,
+            up_scale: ScaleDType::F16,
+            act: s.dtype,
+            m: s.m,
+            tail: Tail::Exact,
+        })
+    }
+    fn problems(space: &TuneSpace) -> Result<Vec<GateUpProblem>> {
+        let mut out = Vec::new();
+        for shape in space.shapes.iter().filter(|s| s.gate_up) {
+            for &m in &space.ms {
+                for &k in &space.ks {
+                    for &l in &space.ls {
+                        for &code in &space.codes {
+                            let g = Geometry::new(shape.rows, shape.cols, space.t, k, l, code)?;
+                            let p = GateUpProblem {
+                                gate: g,
+                                up: g,
+                                gate_scale: ScaleDType::F16,
+                                up_scale: ScaleDType::F16,
+                                act: space.dtype,
+                                m,
+                                tail: Tail::Exact,
+                            };
+                            if !out
+                                .iter()
+                                .any(|q| Self::key(q, Tier::Exact) == Self::key(&p, Tier::Exact))
+                            {
+                                out.push(p);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+    fn bytes(p: &GateUpProblem) -> usize {
+        let (g, u) = (&p.gate, &p.up);
+        g.rows * g.cols * (g.k + u.k) as usize / 8
+            + p.m as usize * (g.cols + g.rows) * p.act.size()
+            + g.rows * (p.gate_scale.size() + p.up_scale.size())
+    }
+}

@@ -1,0 +1,112 @@
+//! This crate's kernel families, each one module beside its template in `templates/`:
+//! [`reduce`] (`y = W x`), [`gate_up`] (fused SwiGLU; listed as `gate_up_mixed` when
+//! the two k differ) and [`expand`] (dequantize). [`for_each`] is the registration: the
+//! one place that lists them.
+
+pub mod expand;
+pub mod gate_up;
+pub mod reduce;
+
+use crate::dtype::{DType, ScaleDType};
+use crate::error::Result;
+use crate::family::{Family, FamilyVisitor};
+use crate::geometry::Geometry;
+use crate::kernel::{Backend, Elem};
+use crate::kernels::{Proj, Representation};
+use crate::matrix::{Activations, QuantizedMatrix};
+
+/// Visit every registered family. Adding a family is its module, its template, and
+/// one line here.
+pub fn for_each(v: &mut impl FamilyVisitor) {
+    v.visit::<reduce::ReduceFamily>();
+    v.visit::<gate_up::GateUpFamily>();
+    v.visit::<expand::ExpandFamily>();
+}
+
+/// Every registered family's name and aliases.
+pub fn names() -> Vec<&'static str> {
+    struct Names(Vec<&'static str>);
+    impl FamilyVisitor for Names {
+        fn visit<F: Family>(&mut self) {
+            self.0.push(F::NAME);
+            self.0.extend(F::ALIASES);
+        }
+    }
+    let mut n = Names(Vec::new());
+    for_each(&mut n);
+    n.0
+}
+
+/// Whether `name` names family `F` (its name or an alias).
+pub fn is<F: Family>(name: &str) -> bool {
+    F::NAME == name || F::ALIASES.contains(&name)
+}
+
+/// A quantized matrix uploaded to a backend, with its value table (for table
+/// representations) and a one-element placeholder (for inline ones).
+pub struct DeviceMatrix<B: Backend> {
+    pub geometry: Geometry,
+    pub scale_dtype: ScaleDType,
+    pub codes: B::Tensor,
+    pub scales: B::Tensor,
+    table: B::Tensor,
+    placeholder: B::Tensor,
+}
+
+impl<B: Backend> DeviceMatrix<B> {
+    /// Upload codes, scales and the value table.
+    pub fn upload(b: &B, w: &QuantizedMatrix) -> Result<Self> {
+        let g = w.geometry;
+        let codes: Vec<u8> = w.codes.iter().flat_map(|c| c.to_le_bytes()).collect();
+        let scales = match w.scale_dtype {
+            ScaleDType::F16 => DType::F16.encode(&w.scales),
+            ScaleDType::F32 => DType::F32.encode(&w.scales),
+        };
+        let table: Vec<u8> = w
+            .value_table()
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        Ok(DeviceMatrix {
+            geometry: g,
+            scale_dtype: w.scale_dtype,
+            codes: b.upload(Elem::U32, &g.codes_shape(), &codes)?,
+            scales: b.upload(w.scale_dtype.into(), &[g.rows], &scales)?,
+            table: b.upload(Elem::F32, &[g.states()], &table)?,
+            placeholder: b.upload(Elem::F32, &[1], &[0; 4])?,
+        })
+    }
+
+    /// The coding of this matrix.
+    pub fn proj(&self) -> Proj {
+        Proj::of(&self.geometry)
+    }
+
+    /// The table argument a kernel in representation `repr` expects.
+    pub fn table(&self, repr: Representation) -> &B::Tensor {
+        if self.proj().table_len(repr) == 1 {
+            &self.placeholder
+        } else {
+            &self.table
+        }
+    }
+}
+
+/// Upload activations `[M, C]`.
+pub fn upload_activations<B: Backend>(b: &B, x: &Activations) -> Result<B::Tensor> {
+    b.upload(x.dtype.into(), &[x.rows, x.cols], &x.to_bytes())
+}
+
+/// M must be in `1..=MAX_M`.
+fn check_m(m: u32) -> Result<()> {
+    let max = crate::kernels::MAX_M;
+    if (1..=max).contains(&m) {
+        Ok(())
+    } else {
+        Err(crate::Error::invalid(
+            "m",
+            m,
+            format!("must be in 1..={max}"),
+        ))
+    }
+}

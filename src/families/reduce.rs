@@ -1,0 +1,274 @@
+//! `reduce`: `y = W x` for M samples (SPEC 4-5), template `templates/reduce.kernel`.
+
+use super::{check_m, DeviceMatrix};
+use crate::check::{self, RealSums};
+use crate::dtype::{DType, ScaleDType};
+use crate::error::{Error, Result};
+use crate::family::{Family, ProblemSpec, TuneSpace};
+use crate::kernel::Backend;
+use crate::kernels::{check_common, grid, Proj, Tier, Variant, XLayout};
+use crate::matrix::{Activations, QuantizedMatrix};
+use crate::Geometry;
+use std::cell::OnceCell;
+use std::fmt;
+
+/// `y = W x` for `m` samples.
+#[crate::kernel(
+    name = "reduce",
+    template = "reduce.kernel",
+    grid = grid(self.rows, self.m, &self.variant),
+    validate = check_common(self.rows, self.cols, self.t, &[("", self.proj)], self.m, &self.variant, self.shared()),
+    shared = self.shared(),
+    inputs(
+        x: act[self.m, self.cols],
+        codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
+        scales: scale[self.rows],
+        table: f32[self.proj.table_len(self.variant.repr)],
+    ),
+    outputs(y: act[self.m, self.rows]),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reduce {
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub proj: Proj,
+    pub m: u32,
+    pub act: DType,
+    pub scale: ScaleDType,
+    pub variant: Variant,
+}
+
+impl Reduce {
+    fn shared(&self) -> usize {
+        let table = if self.variant.repr.is_shared() {
+            4 << self.proj.l
+        } else {
+            0
+        };
+        table + self.x_stage_bytes()
+    }
+    // Template helpers: the projection's, at this kernel's shape.
+    fn table_len(&self) -> usize {
+        self.proj.states()
+    }
+    fn words_per_block(&self) -> usize {
+        self.proj.words_per_block(self.t)
+    }
+    fn words_per_row(&self) -> usize {
+        self.proj.words_per_row(self.cols, self.t)
+    }
+}
+
+impl XLayout for Reduce {
+    fn act(&self) -> DType {
+        self.act
+    }
+    fn samples(&self) -> u32 {
+        self.m
+    }
+    fn tuned(&self) -> &Variant {
+        &self.variant
+    }
+    fn x_cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// A `reduce` problem: one matrix, its scale dtype, the activation dtype and M.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReduceProblem {
+    pub geometry: Geometry,
+    pub scale: ScaleDType,
+    pub act: DType,
+    pub m: u32,
+}
+
+impl fmt::Display for ReduceProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = &self.geometry;
+        write!(
+            f,
+            "{}x{} T={} {} {} M={}",
+            g.rows,
+            g.cols,
+            g.t,
+            Proj::of(g),
+            self.act,
+            self.m
+        )
+    }
+}
+
+/// Host data of a `reduce` instance.
+pub struct ReduceHost {
+    pub w: QuantizedMatrix,
+    pub x: Activations,
+}
+
+/// The reference `y` (SPEC 5 bits) and, computed on first use, the SPEC 7 real sums.
+pub struct ReduceExpected {
+    pub y: Activations,
+    real: OnceCell<std::result::Result<RealSums, String>>,
+}
+
+impl ReduceExpected {
+    /// The SPEC 7 real sums of `host`.
+    pub fn real(&self, host: &ReduceHost) -> std::result::Result<&RealSums, String> {
+        self.real
+            .get_or_init(|| RealSums::of(&host.w, &host.x).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// Uploaded `reduce` data.
+pub struct ReduceDevice<B: Backend> {
+    pub w: DeviceMatrix<B>,
+    pub x: B::Tensor,
+}
+
+/// The `reduce` family.
+pub struct ReduceFamily;
+
+impl Family for ReduceFamily {
+    const NAME: &'static str = "reduce";
+    type Problem = ReduceProblem;
+    type Variant = Variant;
+    type Kernel = Reduce;
+    type Host = ReduceHost;
+    type Expected = ReduceExpected;
+    type Device<B: Backend> = ReduceDevice<B>;
+
+    fn kernel(p: &ReduceProblem, variant: Variant) -> Reduce {
+        let g = &p.geometry;
+        Reduce {
+            rows: g.rows,
+            cols: g.cols,
+            t: g.t,
+            proj: Proj::of(g),
+            m: p.m,
+            act: p.act,
+            scale: p.scale,
+            variant,
+        }
+    }
+    fn tier(v: &Variant) -> Tier {
+        v.tier
+    }
+    fn default_variant(_p: &ReduceProblem, tier: Tier) -> Variant {
+        Variant {
+            tier,
+            ..Variant::default()
+        }
+    }
+    fn candidates(p: &ReduceProblem, tier: Tier, quick: bool) -> Vec<Variant> {
+        crate::catalog::variants(tier, p.m, quick)
+    }
+    fn key_fields(p: &ReduceProblem) -> String {
+        let g = &p.geometry;
+        format!("{} M={} k{} L{} {}", p.act, p.m, g.k, g.l, g.code)
+    }
+    fn shape(p: &ReduceProblem) -> (usize, usize) {
+        (p.geometry.rows, p.geometry.cols)
+    }
+    fn catalog(quick: bool) -> Vec<ReduceProblem> {
+        crate::catalog::verify_cases(quick)
+            .iter()
+            .filter_map(|c| {
+                Some(ReduceProblem {
+                    geometry: c.gate_geometry().ok()?,
+                    scale: ScaleDType::F16,
+                    act: c.act,
+                    m: c.m,
+                })
+            })
+            .collect()
+    }
+    fn random_host(p: &ReduceProblem, seed: u64) -> Result<ReduceHost> {
+        let mut w = check::random_matrix(p.geometry, seed);
+        w.scale_dtype = p.scale;
+        let x =
+            check::random_activations_with_outliers(p.act, p.m as usize, p.geometry.cols, seed + 2);
+        Ok(ReduceHost { w, x })
+    }
+    fn expected(_p: &ReduceProblem, host: &ReduceHost) -> Result<ReduceExpected> {
+        Ok(ReduceExpected {
+            y: crate::reference::reduce(&host.w, &host.x)?,
+            real: OnceCell::new(),
+        })
+    }
+    fn check(
+        _p: &ReduceProblem,
+        v: &Variant,
+        host: &ReduceHost,
+        want: &ReduceExpected,
+        got: &[Activations],
+    ) -> std::result::Result<String, String> {
+        let y = got.first().ok_or("no output")?;
+        match v.tier {
+            Tier::Exact => check::bits(y, &want.y),
+            Tier::Fast => check::fast_reduce(y, want.real(host)?),
+        }
+    }
+    fn upload<B: Backend>(b: &B, _p: &ReduceProblem, host: &ReduceHost) -> Result<ReduceDevice<B>> {
+        Ok(ReduceDevice {
+            w: DeviceMatrix::upload(b, &host.w)?,
+            x: super::upload_activations(b, &host.x)?,
+        })
+    }
+    fn inputs<'d, B: Backend>(d: &'d ReduceDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
+        vec![&d.x, &d.w.codes, &d.w.scales, d.w.table(v.repr)]
+    }
+    fn problem(s: &ProblemSpec) -> Result<ReduceProblem> {
+        if let Some(ku) = s.ku.filter(|&ku| ku != s.k) {
+            return Err(Error::invalid(
+                "ku",
+                ku,
+                "only gate_up has a separate up k (reduce: leave it out or equal to --k)",
+            ));
+        }
+        check_m(s.m)?;
+        Ok(ReduceProblem {
+            geometry: Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?,
+            scale: ScaleDType::F16,
+            act: s.dtype,
+            m: s.m,
+        })
+    }
+    fn problems(space: &TuneSpace) -> Result<Vec<ReduceProblem>> {
+        let mut out = Vec::new();
+        for shape in &space.shapes {
+            for &m in &space.ms {
+                for &k in &space.ks {
+                    for &l in &space.ls {
+                        for &code in &space.codes {
+                            let p = ReduceProblem {
+                                geometry: Geometry::new(
+                                    shape.rows, shape.cols, space.t, k, l, code,
+                                )?,
+                                scale: ScaleDType::F16,
+                                act: space.dtype,
+                                m,
+                            };
+                            // One problem per key: shapes sharing a bucket are measured once.
+                            if !out
+                                .iter()
+                                .any(|q| Self::key(q, Tier::Exact) == Self::key(&p, Tier::Exact))
+                            {
+                                out.push(p);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+    fn bytes(p: &ReduceProblem) -> usize {
+        let g = &p.geometry;
+        g.rows * g.cols * g.k as usize / 8
+            + p.m as usize * (g.cols + g.rows) * p.act.size()
+            + g.rows * p.scale.size()
+    }
+}

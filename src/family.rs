@@ -1,0 +1,263 @@
+//! The kernel-family contract. A family (`reduce`, `gate_up`, `expand`, a downstream
+//! crate's own) is one module beside its template: it turns a *problem* (geometry, M,
+//! dtypes, ...) and a tunable *variant* into a declared kernel, lists its candidate
+//! variants, knows its reference result and how to check a kernel against it, uploads
+//! and binds its device arguments, and names its tuning key. Everything generic (the
+//! verify catalog, the tuner, the selector's `fit`, the facade, `xtask render` and
+//! `bench`) works through this trait; `crate::families` registers this crate's families.
+
+use crate::error::{Error, Result};
+use crate::kernel::{Backend, DeviceTensor, Dialect, Elem, KernelSpec, Limits};
+use crate::kernels::Tier;
+use crate::matrix::Activations;
+use crate::tune::{Bucket, TuneKey};
+use crate::DType;
+use serde::{de::DeserializeOwned, Serialize};
+use std::fmt;
+use std::hash::Hash;
+
+/// A kernel family. See the module docs; `examples/downstream` implements one outside
+/// this crate.
+pub trait Family: 'static {
+    /// Name in tables, listings and on the command line.
+    const NAME: &'static str;
+    /// Other names that select this family (`gate_up_mixed` for `gate_up`).
+    const ALIASES: &'static [&'static str] = &[];
+
+    /// Everything that fixes a launch except the tunable variant.
+    type Problem: Clone + PartialEq + fmt::Debug + fmt::Display;
+    /// The tunable part: same results (within a tier), different speed. Tables store it
+    /// as a TOML table through serde.
+    type Variant: Copy + Eq + Hash + fmt::Debug + fmt::Display + Serialize + DeserializeOwned;
+    /// The declared kernel (`#[trellis::kernel]`).
+    type Kernel: KernelSpec;
+    /// Host data of one instance (matrices, activations).
+    type Host;
+    /// What the reference computes from the host data.
+    type Expected;
+    /// Host data uploaded to a backend.
+    type Device<B: Backend>;
+
+    /// The specialization for a problem and variant.
+    fn kernel(p: &Self::Problem, v: Self::Variant) -> Self::Kernel;
+    /// The variant's numerics tier.
+    fn tier(v: &Self::Variant) -> Tier;
+    /// What runs when no table has an entry.
+    fn default_variant(p: &Self::Problem, tier: Tier) -> Self::Variant;
+    /// The candidate space of a tier (`quick`: a small subset, for slow compilers).
+    fn candidates(p: &Self::Problem, tier: Tier, quick: bool) -> Vec<Self::Variant>;
+
+    /// The name this problem is listed under (`gate_up_mixed` when the two k differ).
+    fn label(_p: &Self::Problem) -> &'static str {
+        Self::NAME
+    }
+    /// The tuning-key fields beyond family, tier and size bucket (dtype, M, coding...).
+    fn key_fields(p: &Self::Problem) -> String;
+    /// The matrix shape `(rows, cols)` the size bucket is taken from.
+    fn shape(p: &Self::Problem) -> (usize, usize);
+    /// The problems the verify catalog covers (and whose renders the staleness hash of
+    /// tables covers).
+    fn catalog(quick: bool) -> Vec<Self::Problem>;
+
+    /// Random host data for a problem (every code bit pattern is valid).
+    fn random_host(p: &Self::Problem, seed: u64) -> Result<Self::Host>;
+    /// The reference result.
+    fn expected(p: &Self::Problem, host: &Self::Host) -> Result<Self::Expected>;
+    /// Check a kernel's downloaded outputs (in declaration order): exact variants bit
+    /// for bit, fast ones within SPEC section 7. `Ok` holds a short description.
+    fn check(
+        p: &Self::Problem,
+        v: &Self::Variant,
+        host: &Self::Host,
+        want: &Self::Expected,
+        got: &[Activations],
+    ) -> std::result::Result<String, String>;
+
+    /// Upload the host data.
+    fn upload<B: Backend>(b: &B, p: &Self::Problem, host: &Self::Host) -> Result<Self::Device<B>>;
+    /// The kernel's inputs, in declaration order, for a variant.
+    fn inputs<'d, B: Backend>(d: &'d Self::Device<B>, v: &Self::Variant) -> Vec<&'d B::Tensor>;
+    /// Bytes a launch must move at least (for the bandwidth column of reports).
+    fn bytes(p: &Self::Problem) -> usize;
+    /// The problem a command line describes (`trellis select`); families that cannot be
+    /// described this way say so.
+    fn problem(spec: &ProblemSpec) -> Result<Self::Problem> {
+        Err(Error::invalid(
+            "family",
+            Self::NAME,
+            format!("cannot be described by {spec:?}"),
+        ))
+    }
+    /// The problems of a tuning space this family tunes (none by default).
+    fn problems(_space: &TuneSpace) -> Result<Vec<Self::Problem>> {
+        Ok(Vec::new())
+    }
+
+    /// The tuning key of a problem.
+    fn key(p: &Self::Problem, tier: Tier) -> TuneKey {
+        let (rows, cols) = Self::shape(p);
+        TuneKey {
+            family: Self::label(p).to_string(),
+            fields: Self::key_fields(p),
+            tier,
+            bucket: Bucket::of(rows, cols),
+        }
+    }
+}
+
+/// Whether a variant's specialization is valid and fits a device's limits.
+pub fn fits<F: Family>(p: &F::Problem, v: F::Variant, limits: &Limits) -> Result<()> {
+    let k = F::kernel(p, v);
+    k.validate()?;
+    let (shared, threads) = (k.shared_bytes(), k.grid().threads);
+    if shared > limits.threadgroup_bytes {
+        return Err(Error::invalid(
+            "threadgroup memory",
+            shared,
+            format!(
+                "variant `{v}` needs more than the device's {} bytes",
+                limits.threadgroup_bytes
+            ),
+        ));
+    }
+    if threads > limits.threads_per_group {
+        return Err(Error::invalid(
+            "threads per threadgroup",
+            threads,
+            format!(
+                "variant `{v}` needs more than the device's {}",
+                limits.threads_per_group
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Outputs allocated for a kernel, to be written by [`Backend::launch_into`].
+pub fn alloc_outputs<B: Backend, K: KernelSpec>(b: &B, k: &K) -> Result<Vec<B::Tensor>> {
+    k.outputs().iter().map(|s| b.alloc(s)).collect()
+}
+
+/// Download float outputs as `[rows, cols]` activations (rows: the first dimension).
+pub fn download<B: Backend>(b: &B, t: &B::Tensor) -> Result<Activations> {
+    let shape = t.shape();
+    let dtype = match t.elem() {
+        Elem::F32 => DType::F32,
+        Elem::F16 => DType::F16,
+        Elem::Bf16 => DType::Bf16,
+        Elem::U32 => {
+            return Err(Error::invalid(
+                "output dtype",
+                "u32",
+                "only float outputs are checked",
+            ))
+        }
+    };
+    let rows = shape.first().copied().unwrap_or(1);
+    let cols = shape.iter().skip(1).product::<usize>();
+    let bytes = b.download(t)?;
+    Ok(Activations {
+        dtype,
+        rows,
+        cols,
+        data: dtype.decode(&bytes),
+    })
+}
+
+/// Run variant `v` of a problem on uploaded data into preallocated outputs.
+pub fn launch_into<F: Family, B: Backend>(
+    b: &B,
+    p: &F::Problem,
+    v: F::Variant,
+    d: &F::Device<B>,
+    outputs: &mut [B::Tensor],
+) -> Result<()> {
+    let k = F::kernel(p, v);
+    k.validate()?;
+    let render = |dialect: Dialect| k.render(dialect);
+    let launch = k.launch_request(&render);
+    let inputs = F::inputs(d, &v);
+    let mut outs: Vec<&mut B::Tensor> = outputs.iter_mut().collect();
+    b.launch_into(&launch, &inputs, &mut outs)
+}
+
+/// Run variant `v` and download its outputs.
+pub fn run<F: Family, B: Backend>(
+    b: &B,
+    p: &F::Problem,
+    v: F::Variant,
+    d: &F::Device<B>,
+) -> Result<Vec<Activations>> {
+    let mut outs = alloc_outputs(b, &F::kernel(p, v))?;
+    launch_into::<F, B>(b, p, v, d, &mut outs)?;
+    outs.iter().map(|t| download(b, t)).collect()
+}
+
+/// A family known by name at run time: what the CLI, `xtask` and reports enumerate.
+/// [`crate::families::for_each`] visits the registered ones.
+pub trait FamilyVisitor {
+    /// Called once per registered family.
+    fn visit<F: Family>(&mut self);
+}
+
+/// The space `cargo xtask tune` explores, in the words of trellis matrices: families
+/// turn it into their problems ([`Family::problems`]).
+#[derive(Clone, Debug)]
+pub struct TuneSpace {
+    /// Matrix shapes; fused gate/up problems are made only for shapes marked `gate_up`.
+    pub shapes: Vec<Shape>,
+    pub ms: Vec<u32>,
+    pub ks: Vec<u32>,
+    pub ls: Vec<u32>,
+    pub codes: Vec<crate::Code>,
+    pub dtype: DType,
+    /// Weights per block.
+    pub t: usize,
+}
+
+/// One matrix shape to tune, `R x C`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub rows: usize,
+    pub cols: usize,
+    /// An MLP's gate/up projection shape (also tune the fused gate/up kernel on it).
+    pub gate_up: bool,
+}
+
+/// Shapes of the MLP presets: Qwen3-14B and Llama-3-8B (gate/up, then down).
+pub fn preset(name: &str) -> Option<Vec<Shape>> {
+    let mlp = |inter: usize, hidden: usize| {
+        vec![
+            Shape {
+                rows: inter,
+                cols: hidden,
+                gate_up: true,
+            },
+            Shape {
+                rows: hidden,
+                cols: inter,
+                gate_up: false,
+            },
+        ]
+    };
+    match name {
+        "qwen3-14b" => Some(mlp(17408, 5120)),
+        "llama-3-8b" => Some(mlp(14336, 4096)),
+        _ => None,
+    }
+}
+
+/// A problem as flags describe it (`trellis select`): one matrix shape and coding, an
+/// optional second k (fused gate/up), the activation dtype and M.
+#[derive(Clone, Debug)]
+pub struct ProblemSpec {
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub k: u32,
+    pub ku: Option<u32>,
+    pub l: u32,
+    pub code: crate::Code,
+    pub dtype: DType,
+    pub m: u32,
+}
