@@ -242,7 +242,22 @@ fn function_vectors_are_reproduced_bit_for_bit() {
                 continue;
             };
             let want = f.tensor(&name).unwrap().to_f32().unwrap();
-            let lut = (code == Code::Lut).then(|| want.clone());
+            // Code lut's values are its table: compare with the table another vector file
+            // defines for this L (`w.lut` of a lut matvec file), never with `want` itself.
+            let lut = if code == Code::Lut {
+                match lut_of_matvec_vectors(l) {
+                    Some(t) => Some(t),
+                    None => {
+                        failures.push(format!(
+                            "{}: {name} has no lut matvec file at L={l} to compare with",
+                            e.file
+                        ));
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let ours = code.table(l, lut.as_deref()).unwrap();
             checked += 1;
             match first_mismatch(&format!("{} {name}", e.file), 1, &ours, &want) {
@@ -270,6 +285,46 @@ fn function_vectors_are_reproduced_bit_for_bit() {
         }
     }
     finish(failures, checked);
+}
+
+/// The `w.lut` table of the first lut matvec vector at state bits `l`.
+fn lut_of_matvec_vectors(l: u32) -> Option<Vec<f32>> {
+    entries("matvec").into_iter().find_map(|(path, _)| {
+        let w = trellis::io::read_quantized(&path, "w").ok()?;
+        (w.geometry.code == Code::Lut && w.geometry.l == l).then_some(w.lut?)
+    })
+}
+
+/// The lut matvec vector decodes through the file's own table: every state's value is
+/// `w.lut[s]` bit for bit, and the SPEC 4 weights built from it are the file's `w.dense`.
+#[test]
+fn lut_vector_decodes_through_its_own_table() {
+    let mut checked = 0;
+    for (path, e) in entries("matvec") {
+        let w = trellis::io::read_quantized(&path, "w").unwrap();
+        if w.geometry.code != Code::Lut {
+            continue;
+        }
+        let f = SafetensorsFile::open(&path).unwrap();
+        let file_lut = f.tensor("w.lut").unwrap().to_f32().unwrap();
+        let values = w.value_table();
+        assert_eq!(values.len(), 1 << w.geometry.l, "{}", e.file);
+        for (s, (a, b)) in values.iter().zip(&file_lut).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{} state {s}", e.file);
+        }
+        let x = trellis::io::read_activations(&path, "x").unwrap();
+        let (dense, _, _) = f.dense("w.dense").unwrap();
+        let ours = trellis::reference::dequantize(&w, x.dtype);
+        assert!(
+            ours.iter()
+                .zip(&dense)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{}: dequantize through w.lut differs from w.dense",
+            e.file
+        );
+        checked += 1;
+    }
+    assert!(checked > 0, "no lut matvec vector found");
 }
 
 /// Every file in the directory is listed in `index.json`, and every listed file exists.

@@ -1,0 +1,169 @@
+//! The downstream family is verified, tuned and selected through trellis's library API
+//! on the CPU backend, exactly as trellis's own families are; a planted wrong candidate
+//! is rejected by the tuner with its reason and never chosen.
+
+use trellis::backend::CpuBackend;
+use trellis::family::Family;
+use trellis::kernel::Backend;
+use trellis::kernels::Tier;
+use trellis::tune::harness::{self, TuneOptions};
+use trellis::tune::{Selector, Source, Table};
+use trellis::{Activations, DType, Result};
+use trellis_downstream_example::family::{Device, Host, Problem, ScaleRowsFamily, Variant};
+
+fn options() -> TuneOptions {
+    let mut o = TuneOptions::for_backend("cpu", Tier::Exact);
+    o.min_reps = 3;
+    o.max_reps = 9;
+    o.working_set = 1 << 20;
+    o
+}
+
+fn tune<F: Family<Problem = Problem>>(b: &CpuBackend, p: Problem) -> Table {
+    let mut table = Table {
+        device: harness::header(b, "downstream test".into()),
+        entries: Vec::new(),
+    };
+    harness::tune::<F, _>(
+        b,
+        &options(),
+        &[p],
+        &mut table,
+        None,
+        &mut |_| Ok(()),
+        &mut |_| {},
+    )
+    .unwrap();
+    table
+}
+
+#[test]
+fn the_downstream_family_verifies_tunes_and_is_selected() {
+    let b = CpuBackend::new().unwrap();
+    let outcomes =
+        trellis::verify::verify_family::<ScaleRowsFamily, _>(&b, true, &mut |_, _| {}).unwrap();
+    assert_eq!(outcomes.len(), 2 * 4, "{outcomes:?}");
+    for o in &outcomes {
+        assert_eq!(o.result.as_deref(), Ok("bit-exact"), "{o:?}");
+    }
+
+    let p = Problem {
+        rows: 64,
+        cols: 2048,
+        act: DType::Bf16,
+    };
+    let table = tune::<ScaleRowsFamily>(&b, p);
+    assert_eq!(table.entries.len(), 1);
+    let e = &table.entries[0];
+    assert!(e.rejected.is_empty(), "{:?}", e.rejected);
+    assert_eq!(e.family, "scale_rows");
+    let winner: Variant = e.winner().unwrap();
+    assert!([1, 2, 4, 8].contains(&winner.rows_per_group), "{winner}");
+    assert!(e.stats.samples >= 3);
+    assert!(e.stats.p10_us <= e.stats.median_us && e.stats.median_us <= e.stats.p90_us);
+    // The table round-trips, and the selector answers from it for this device.
+    let table = Table::parse(&table.to_toml()).unwrap();
+    let mut s = Selector::empty();
+    s.add_table("api", table);
+    let sel = s.select::<ScaleRowsFamily>("cpu", &b.device_id(), &p, Tier::Exact);
+    assert_eq!(sel.variant, winner);
+    assert!(matches!(sel.source, Source::Table { .. }), "{}", sel.source);
+}
+
+/// `scale_rows` with a planted defect: its `rpg=2` candidate binds a doubled scale, so
+/// its output is wrong while every other candidate is right.
+struct Planted;
+
+struct PlantedDevice<B: Backend> {
+    inner: Device<B>,
+    doubled: B::Tensor,
+}
+
+impl Family for Planted {
+    const NAME: &'static str = "scale_rows";
+    type Problem = Problem;
+    type Variant = Variant;
+    type Kernel = <ScaleRowsFamily as Family>::Kernel;
+    type Host = Host;
+    type Expected = Activations;
+    type Device<B: Backend> = PlantedDevice<B>;
+
+    fn kernel(p: &Problem, v: Variant) -> Self::Kernel {
+        ScaleRowsFamily::kernel(p, v)
+    }
+    fn tier(v: &Variant) -> Tier {
+        ScaleRowsFamily::tier(v)
+    }
+    fn default_variant(p: &Problem, t: Tier) -> Variant {
+        ScaleRowsFamily::default_variant(p, t)
+    }
+    fn candidates(p: &Problem, t: Tier, q: bool) -> Vec<Variant> {
+        ScaleRowsFamily::candidates(p, t, q)
+    }
+    fn key_fields(p: &Problem) -> String {
+        ScaleRowsFamily::key_fields(p)
+    }
+    fn shape(p: &Problem) -> (usize, usize) {
+        ScaleRowsFamily::shape(p)
+    }
+    fn catalog(q: bool) -> Vec<Problem> {
+        ScaleRowsFamily::catalog(q)
+    }
+    fn random_host(p: &Problem, seed: u64) -> Result<Host> {
+        ScaleRowsFamily::random_host(p, seed)
+    }
+    fn expected(p: &Problem, h: &Host) -> Result<Activations> {
+        ScaleRowsFamily::expected(p, h)
+    }
+    fn check(
+        p: &Problem,
+        v: &Variant,
+        h: &Host,
+        w: &Activations,
+        g: &[Activations],
+    ) -> std::result::Result<String, String> {
+        ScaleRowsFamily::check(p, v, h, w, g)
+    }
+    fn upload<B: Backend>(b: &B, p: &Problem, h: &Host) -> Result<PlantedDevice<B>> {
+        let doubled: Vec<f32> = h.s.iter().map(|s| 2.0 * s).collect();
+        Ok(PlantedDevice {
+            inner: ScaleRowsFamily::upload(b, p, h)?,
+            doubled: b.upload(
+                trellis::kernel::Elem::F32,
+                &[p.rows],
+                &DType::F32.encode(&doubled),
+            )?,
+        })
+    }
+    fn inputs<'d, B: Backend>(d: &'d PlantedDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
+        let s = if v.rows_per_group == 2 {
+            &d.doubled
+        } else {
+            &d.inner.s
+        };
+        vec![&d.inner.x, s]
+    }
+    fn bytes(p: &Problem) -> usize {
+        ScaleRowsFamily::bytes(p)
+    }
+}
+
+#[test]
+fn a_wrong_candidate_is_rejected_and_never_chosen() {
+    let b = CpuBackend::new().unwrap();
+    let p = Problem {
+        rows: 16,
+        cols: 512,
+        act: DType::F32,
+    };
+    let table = tune::<Planted>(&b, p);
+    let e = &table.entries[0];
+    assert_eq!(e.rejected.len(), 1, "{:?}", e.rejected);
+    assert!(e.rejected[0].starts_with("rpg=2:"), "{:?}", e.rejected);
+    assert!(
+        e.rejected[0].contains("got") && e.rejected[0].contains("want"),
+        "{:?}",
+        e.rejected
+    );
+    assert_ne!(e.winner::<Variant>().unwrap().rows_per_group, 2);
+}
