@@ -48,7 +48,11 @@ impl std::str::FromStr for Family {
         match s {
             "reduce" => Ok(Family::Reduce),
             "gate_up" | "gate_up_mixed" => Ok(Family::GateUp),
-            _ => Err(Error::invalid("family", s, "expected reduce or gate_up")),
+            _ => Err(Error::invalid(
+                "family",
+                s,
+                "expected reduce, gate_up or gate_up_mixed",
+            )),
         }
     }
 }
