@@ -1,5 +1,12 @@
-//! Embeds `tuning/*.toml` into the library and hashes the kernel templates, so the
-//! selector can tell a table measured with other templates (stale) from a current one.
+//! Embeds the shipped tables `tuning/*.toml` into the library and hashes the kernel
+//! templates, so the selector can tell a table measured with other templates (stale) from
+//! a current one.
+//!
+//! Only the shipped tables are watched, each by name: `tuning/` itself is not, because
+//! cargo watches a directory recursively, and `tuning/local/` (tables a tune run writes on
+//! this machine, read at run time) and `tuning/reports/` must not trigger rebuilds. A table
+//! newly added to `tuning/` is picked up by the next build that reruns this script (`touch
+//! build.rs` forces one).
 
 use std::fmt::Write;
 use std::path::Path;
@@ -27,7 +34,10 @@ fn main() {
     }
     s.push(']');
     std::fs::write(Path::new(&out).join("embedded_tables.rs"), s).unwrap();
-    println!("cargo:rerun-if-changed=tuning");
+    for p in &tables {
+        println!("cargo:rerun-if-changed={}", p.display());
+    }
+    println!("cargo:rerun-if-changed=build.rs");
 
     let mut templates = Vec::new();
     collect(&Path::new(&root).join("templates"), &mut templates);

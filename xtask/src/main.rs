@@ -63,7 +63,7 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{prefix} [{bar:40}] {pos}/{len} {elapsed_precise} {msg}",
+            "{prefix} [{bar:40}] {pos}/{len} {elapsed_precise} (eta {eta}) {msg}",
         )
         .expect("valid template")
         .progress_chars("=> "),
@@ -73,7 +73,22 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if let Cmd::Tune(args) = &cli.cmd {
+        // The supervisor only relays the worker's status; the worker prints.
+        if let Some(code) = tune::supervise() {
+            return code;
+        }
+        return match tune_here(args) {
+            Ok(o) if o.budget_spent => ExitCode::from(tune::BUDGET_SPENT),
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match run(cli) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -125,56 +140,7 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             println!("wrote {n} files under {}", out.display());
             Ok(true)
         }
-        Cmd::Tune(args) => {
-            if let Some(done) = tune::supervise() {
-                return done.map(|()| true);
-            }
-            let name = args
-                .backend
-                .clone()
-                .unwrap_or_else(|| trellis::backend::default_name().to_string());
-            match name.as_str() {
-                "cpu" => {
-                    let b = trellis::backend::CpuBackend::new()?;
-                    let desc = format!(
-                        "{} threads",
-                        std::thread::available_parallelism()
-                            .map(|n| n.get())
-                            .unwrap_or(1)
-                    );
-                    tune::run(&b, &args, desc)?;
-                }
-                #[cfg(feature = "cuda")]
-                "cuda" => {
-                    let b = trellis::backend::cuda::CudaBackend::new(0)?;
-                    let i = b.info().clone();
-                    let desc = format!(
-                        "{}, sm_{}{}, {} SMs, {:.0} GiB",
-                        i.name,
-                        i.compute_capability.0,
-                        i.compute_capability.1,
-                        i.sm_count,
-                        i.memory_bytes as f64 / (1u64 << 30) as f64
-                    );
-                    tune::run(&b, &args, desc)?;
-                }
-                #[cfg(target_os = "macos")]
-                "metal" => {
-                    let b = trellis::backend::metal::MetalBackend::new()?;
-                    let desc = trellis::kernel::Backend::device_id(&b);
-                    tune::run(&b, &args, desc)?;
-                }
-                other => {
-                    return Err(trellis::Error::Unavailable {
-                        backend: other.into(),
-                        reason:
-                            "not a backend this build can tune here (cpu, cuda; metal on macOS)"
-                                .into(),
-                    })
-                }
-            }
-            Ok(true)
-        }
+        Cmd::Tune(_) => unreachable!("handled in main"),
         #[cfg(feature = "cuda")]
         Cmd::Bench {
             backend,
@@ -191,5 +157,49 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             bench::run(&out, table.as_deref())?;
             Ok(true)
         }
+    }
+}
+
+/// Tune on the backend `--backend` names (default: the best available).
+fn tune_here(args: &tune::TuneArgs) -> trellis::Result<tune::Outcome> {
+    let name = args
+        .backend
+        .clone()
+        .unwrap_or_else(|| trellis::backend::default_name().to_string());
+    match name.as_str() {
+        "cpu" => {
+            let b = trellis::backend::CpuBackend::new()?;
+            let desc = format!(
+                "{} threads",
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+            );
+            tune::run(&b, args, desc)
+        }
+        #[cfg(feature = "cuda")]
+        "cuda" => {
+            let b = trellis::backend::cuda::CudaBackend::new(0)?;
+            let i = b.info().clone();
+            let desc = format!(
+                "{}, sm_{}{}, {} SMs, {:.0} GiB",
+                i.name,
+                i.compute_capability.0,
+                i.compute_capability.1,
+                i.sm_count,
+                i.memory_bytes as f64 / (1u64 << 30) as f64
+            );
+            tune::run(&b, args, desc)
+        }
+        #[cfg(target_os = "macos")]
+        "metal" => {
+            let b = trellis::backend::metal::MetalBackend::new()?;
+            let desc = trellis::kernel::Backend::device_id(&b);
+            tune::run(&b, args, desc)
+        }
+        other => Err(trellis::Error::Unavailable {
+            backend: other.into(),
+            reason: "not a backend this build can tune here (cpu, cuda; metal on macOS)".into(),
+        }),
     }
 }
