@@ -28,13 +28,19 @@ fn the_downstream_example_builds_outside_the_workspace() {
     copy_dir(&root.join("examples/downstream"), &copy);
     let manifest = copy.join("Cargo.toml");
     let text = std::fs::read_to_string(&manifest).unwrap();
-    assert!(!text.contains(".workspace"), "inherits from the workspace:\n{text}");
+    assert!(
+        !text.contains(".workspace"),
+        "inherits from the workspace:\n{text}"
+    );
     // The one edit a user makes: where trellis is.
     let pointed = text.replace(
         r#"trellis = { path = "../.." }"#,
         &format!("trellis = {{ path = {:?} }}", root.display().to_string()),
     );
-    assert_ne!(pointed, text, "the trellis dependency line changed:\n{text}");
+    assert_ne!(
+        pointed, text,
+        "the trellis dependency line changed:\n{text}"
+    );
     std::fs::write(&manifest, pointed).unwrap();
     std::fs::copy(root.join("Cargo.lock"), copy.join("Cargo.lock")).unwrap();
     let target = std::env::var_os("CARGO_TARGET_DIR")

@@ -42,7 +42,7 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
-    /// Measure candidates per key and write tuning/DEVICE-ID.toml.
+    /// Measure candidates per key and write tuning/local/DEVICE-ID.toml (or --out).
     Tune(Box<tune::TuneArgs>),
     /// Tuned kernels vs dense bf16 cuBLAS and copy bandwidth on a CUDA device.
     #[cfg(feature = "cuda")]

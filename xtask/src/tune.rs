@@ -1,4 +1,5 @@
-//! `cargo xtask tune`: measure every candidate per key and write `tuning/<device>.toml`.
+//! `cargo xtask tune`: measure every candidate per key and write `tuning/local/<device>.toml`
+//! (or `--out`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
