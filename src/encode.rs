@@ -30,7 +30,6 @@ use crate::geometry::Geometry;
 use crate::layout;
 use crate::matrix::QuantizedMatrix;
 use half::f16;
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -50,7 +49,8 @@ pub struct EncodeOptions {
     pub code: Code,
     /// The `2^L` table of code `lut` (see [`gaussian_lut`]); `None` for computed codes.
     pub lut: Option<Vec<f32>>,
-    /// Draw a progress bar over rows on stderr.
+    /// Report progress on stderr as plain lines (`quantize: <done>/<rows> rows`, about
+    /// every 10%). For a progress bar of your own, use [`quantize_with_progress`].
     pub progress: bool,
 }
 
@@ -79,7 +79,19 @@ pub fn gaussian_lut(l: u32, seed: u64) -> Vec<f32> {
 /// `dense.len() != rows * cols`, on a missing, misfit or non-finite `lut`, on non-finite
 /// weights and on a row whose scale overflows f16.
 pub fn quantize(dense: &[f32], rows: usize, cols: usize, opts: &EncodeOptions) -> Result<Encoded> {
-    quantize_inner(dense, rows, cols, opts, false).map(|(e, _)| e)
+    quantize_inner(dense, rows, cols, opts, false, &|_| {}).map(|(e, _)| e)
+}
+
+/// [`quantize`], calling `on_rows(done)` (from any thread) each time a row is finished,
+/// with the number of rows finished so far. The CLI draws its progress bar with it.
+pub fn quantize_with_progress(
+    dense: &[f32],
+    rows: usize,
+    cols: usize,
+    opts: &EncodeOptions,
+    on_rows: &(dyn Fn(usize) + Sync),
+) -> Result<Encoded> {
+    quantize_inner(dense, rows, cols, opts, false, on_rows).map(|(e, _)| e)
 }
 
 /// The tail-biting path of one block: states `s_0 .. s_{T-1}` of the bitshift trellis
@@ -143,6 +155,7 @@ fn quantize_inner(
     cols: usize,
     opts: &EncodeOptions,
     keep_states: bool,
+    on_rows: &(dyn Fn(usize) + Sync),
 ) -> Result<(Encoded, Vec<u32>)> {
     let g = Geometry::new(rows, cols, opts.t, opts.k, opts.l, opts.code)?;
     if dense.len() != rows * cols {
@@ -177,7 +190,9 @@ fn quantize_inner(
 
     let mut enc = RowEncoder::new(&g, &values, dense);
     enc.mult = enc.search_multiplier();
-    let bar = progress_bar(rows, opts.progress);
+    // Rows finish in any order; counting under a lock keeps the reports monotonic.
+    let done = std::sync::Mutex::new(0usize);
+    let step = rows.div_ceil(10).max(1);
     let mut codes = vec![0u32; g.codes_shape().iter().product()];
     let rows_out: Vec<Result<RowResult>> = codes
         .par_chunks_mut(g.words_per_row())
@@ -187,11 +202,16 @@ fn quantize_inner(
             if let (Ok(row), false) = (&mut res, keep_states) {
                 row.states = Vec::new();
             }
-            bar.inc(1);
+            let mut n = done.lock().unwrap_or_else(|e| e.into_inner());
+            *n += 1;
+            on_rows(*n);
+            if opts.progress && (*n % step == 0 || *n == rows) {
+                eprintln!("quantize: {}/{rows} rows", *n);
+            }
+            drop(n);
             res
         })
         .collect();
-    bar.finish();
     let mut scales = Vec::with_capacity(rows);
     let mut states = Vec::with_capacity(if keep_states { rows * cols } else { 0 });
     let mut sse = 0.0f64;
@@ -206,20 +226,6 @@ fn quantize_inner(
     let matrix = QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, opts.lut.clone())?;
     let mse = sse / (rows * cols) as f64;
     Ok((Encoded { matrix, mse }, states))
-}
-
-fn progress_bar(rows: usize, show: bool) -> ProgressBar {
-    if !show {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(rows as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "quantize [{elapsed_precise}] {wide_bar} {pos}/{len} rows (eta {eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
 }
 
 /// The grid of search-scale multipliers: `MULT_POINTS` from `MULT_LOW` by `MULT_RATIO`,
@@ -743,7 +749,7 @@ mod tests {
                 .map(|(j, &v)| v * (0.01 + (j / cols) as f32))
                 .collect();
             let o = opts(code, t, k, l);
-            let (e, states) = quantize_inner(&w, rows, cols, &o, true).unwrap();
+            let (e, states) = quantize_inner(&w, rows, cols, &o, true, &|_| {}).unwrap();
             let m = &e.matrix;
             assert_eq!(m.scale_dtype, ScaleDType::F16);
             assert_eq!(m.lut, o.lut);

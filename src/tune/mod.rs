@@ -164,12 +164,27 @@ pub fn source_hash<F: Family>(dialect: Dialect) -> String {
 /// Environment variable naming a directory of `*.toml` tables that override the embedded ones.
 pub const TUNING_DIR_ENV: &str = "TRELLIS_TUNING_DIR";
 
+/// Where `cargo xtask tune` writes the tables it measures on this machine by default:
+/// `tuning/local/` of the checkout. Git ignores it and the build does not embed it (so a
+/// tune run never triggers a rebuild); the selector reads it at run time. To ship a
+/// table, move it to `tuning/` and commit it.
+pub fn local_tables_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tuning")
+        .join("local")
+}
+
 impl Selector {
-    /// Embedded tables, overridden per device by `$TRELLIS_TUNING_DIR/*.toml`.
+    /// Embedded tables, overridden per device by this checkout's own tables
+    /// ([`local_tables_dir`], when it exists) and then by `$TRELLIS_TUNING_DIR/*.toml`.
     pub fn from_env() -> Self {
         let mut s = Selector::empty();
         for (name, text) in EMBEDDED {
             s.add_text(&format!("embedded:{name}"), text);
+        }
+        let local = local_tables_dir();
+        if local.is_dir() {
+            s.add_dir(&local);
         }
         if let Some(dir) = std::env::var_os(TUNING_DIR_ENV) {
             s.add_dir(Path::new(&dir));

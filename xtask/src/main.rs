@@ -43,7 +43,7 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
-    /// Measure candidates per key and write tuning/DEVICE-ID.toml.
+    /// Measure candidates per key and write tuning/local/DEVICE-ID.toml (or --out).
     Tune(Box<tune::TuneArgs>),
     /// Tuned kernels vs dense bf16 cuBLAS and copy bandwidth on a CUDA device.
     #[cfg(feature = "cuda")]
@@ -64,7 +64,7 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{prefix} [{bar:40}] {pos}/{len} {elapsed_precise} {msg}",
+            "{prefix} [{bar:40}] {pos}/{len} {elapsed_precise} (eta {eta}) {msg}",
         )
         .expect("valid template")
         .progress_chars("=> "),
@@ -74,7 +74,22 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if let Cmd::Tune(args) = &cli.cmd {
+        // The supervisor only relays the worker's status; the worker prints.
+        if let Some(code) = tune::supervise(args) {
+            return code;
+        }
+        return match tune_here(args) {
+            Ok(o) if o.budget_spent => ExitCode::from(tune::BUDGET_SPENT),
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match run(cli) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
@@ -82,6 +97,20 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The tuner itself (in the supervised worker), on the named or best backend.
+fn tune_here(args: &tune::TuneArgs) -> trellis::Result<tune::Outcome> {
+    let name = args
+        .backend
+        .clone()
+        .unwrap_or_else(|| trellis::backend::default_name().to_string());
+    let backend = AnyBackend::open(&name)?;
+    let description = backend.describe();
+    backend.visit(tune::Job {
+        args,
+        description,
+    })
 }
 
 fn run(cli: Cli) -> trellis::Result<bool> {
@@ -108,22 +137,7 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             println!("wrote {n} files under {}", out.display());
             Ok(true)
         }
-        Cmd::Tune(args) => {
-            if let Some(done) = tune::supervise(&args) {
-                return done.map(|()| true);
-            }
-            let name = args
-                .backend
-                .clone()
-                .unwrap_or_else(|| trellis::backend::default_name().to_string());
-            let backend = AnyBackend::open(&name)?;
-            let description = backend.describe();
-            backend.visit(tune::Job {
-                args: &args,
-                description,
-            })?;
-            Ok(true)
-        }
+        Cmd::Tune(_) => unreachable!("handled in main"),
         #[cfg(feature = "cuda")]
         Cmd::Bench {
             backend,

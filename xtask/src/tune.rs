@@ -1,5 +1,6 @@
 //! `cargo xtask tune`: measure every candidate of every registered family's problems
-//! and write `tuning/<device>.toml`. A supervisor process runs the tuner as a child,
+//! and write `tuning/local/<device>.toml` (git ignores it; move a table to `tuning/` to
+//! ship it). A supervisor process runs the tuner as a child,
 //! kills it when one candidate runs past its time limit, and resumes it without the
 //! candidate that crashed or hung (the journal names it).
 
@@ -57,8 +58,9 @@ pub struct TuneArgs {
     /// Re-measure problems the table already has.
     #[arg(long)]
     pub fresh: bool,
-    /// Output table (default: tuning/DEVICE-ID.toml). An existing table for the same
-    /// device is resumed: problems it has with current sources are kept.
+    /// Output table (default: tuning/local/DEVICE-ID.toml, which git ignores and the build
+    /// does not embed). An existing table for the same device is resumed: problems it has
+    /// with current sources are kept (unless --fresh).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -145,14 +147,22 @@ pub struct Job<'a> {
 }
 
 impl trellis::backend::BackendVisitor for Job<'_> {
-    type Out = Result<PathBuf>;
-    fn visit<B: Backend>(self, b: &B) -> Result<PathBuf> {
+    type Out = Result<Outcome>;
+    fn visit<B: Backend>(self, b: &B) -> Result<Outcome> {
         run(b, self.args, self.description)
     }
 }
 
-/// Tune every requested family on `b`; returns the path written.
-pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathBuf> {
+/// How a tune run ended (the process exit status: 0, or [`BUDGET_SPENT`]).
+pub struct Outcome {
+    pub budget_spent: bool,
+}
+
+/// Exit status of a run whose budget ran out before every problem was tuned.
+pub const BUDGET_SPENT: u8 = 3;
+
+/// Tune every requested family on `b`.
+pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outcome> {
     let space = space(a, b.name() != "cpu")?;
     let opts = options(a, b.name())?;
     let unknown: Vec<&String> = a
@@ -167,10 +177,16 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathB
             format!("expected one of {}", trellis::families::names().join(", ")),
         ));
     }
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("tuning/{}.toml", b.device_id())));
+    // By default the table goes to `tuning/local/`, which git ignores and the build does
+    // not embed: move it to `tuning/` and commit it to ship it.
+    let out = match &a.out {
+        Some(o) => o.clone(),
+        None => {
+            let dir = trellis::tune::local_tables_dir();
+            std::fs::create_dir_all(&dir).map_err(|e| Error::file(&dir, e))?;
+            dir.join(format!("{}.toml", b.device_id()))
+        }
+    };
     let mut table = std::fs::read_to_string(&out)
         .ok()
         .and_then(|t| Table::parse(&t).ok())
@@ -201,13 +217,25 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathB
         journal: journal.as_ref(),
         progress: Progress::new(),
         result: Ok(()),
+        total: 0,
+        untuned: 0,
     };
     trellis::families::for_each(&mut job);
     job.progress.finish();
     let result = std::mem::replace(&mut job.result, Ok(()));
+    let (total, untuned) = (job.total, job.untuned);
     println!("{}", summary(&table));
     println!("wrote {}", out.display());
-    result.map(|()| out)
+    result?;
+    if untuned > 0 {
+        eprintln!(
+            "warning: budget of {} spent: {untuned} of {total} keys not tuned (run again to resume)",
+            a.budget
+        );
+    }
+    Ok(Outcome {
+        budget_spent: untuned > 0,
+    })
 }
 
 struct FamilyJob<'a, B: Backend> {
@@ -220,6 +248,8 @@ struct FamilyJob<'a, B: Backend> {
     journal: Option<&'a Journal>,
     progress: Progress,
     result: Result<()>,
+    total: usize,
+    untuned: usize,
 }
 
 impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
@@ -243,7 +273,8 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
             std::fs::rename(&tmp, out).map_err(|e| Error::file(out, e))
         };
         let progress = &mut self.progress;
-        self.result = harness::tune::<F, B>(
+        self.total += problems.len();
+        match harness::tune::<F, B>(
             self.b,
             self.opts,
             &problems,
@@ -251,7 +282,10 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
             self.journal,
             &mut save,
             &mut |e| progress.event(F::NAME, e),
-        );
+        ) {
+            Ok(untuned) => self.untuned += untuned,
+            Err(e) => self.result = Err(e),
+        }
     }
 }
 
@@ -305,7 +339,7 @@ impl Progress {
                     None => eprintln!("{line}"),
                 }
             }
-            (Event::Warn(w), Some(bar)) => bar.println(format!("warning: {w}")),
+            (Event::Warn(w), Some(bar)) => bar.suspend(|| eprintln!("warning: {w}")),
             (Event::Warn(w), None) => eprintln!("warning: {w}"),
         }
     }
@@ -336,7 +370,7 @@ pub fn summary(t: &Table) -> String {
     for e in &t.entries {
         let k = e.key().map(|k| k.to_string()).unwrap_or_default();
         s += &format!(
-            "| {k} | {} | {} | {:.2} | {:.2}-{:.2} | {} | {:.2} | {} | {:.3} | {} | {} |\n",
+            "| {k} | {} | {} | {:.2} | {:.2}-{:.2} | {} | {:.2} | {} | {} | {} | {} |\n",
             e.shape,
             toml_line(&e.winner),
             e.stats.median_us,
@@ -347,12 +381,21 @@ pub fn summary(t: &Table) -> String {
             e.speedup,
             e.runner_up_stats
                 .map_or("-".into(), |r| format!("{:.2}", r.median_us)),
-            e.bandwidth_gbs,
+            gbs(e.bandwidth_gbs),
             e.at_bound.join("; "),
             e.rejected.len()
         );
     }
     s
+}
+
+/// Bandwidth with three significant digits (a CPU's 0.05 GB/s must not read 0).
+pub fn gbs(v: f64) -> String {
+    if !v.is_finite() || v <= 0.0 {
+        return "-".into();
+    }
+    let digits = (2 - v.log10().floor() as i32).max(0) as usize;
+    format!("{v:.digits$}")
 }
 
 /// Environment variable marking the child process that does the tuning, and naming
@@ -363,19 +406,31 @@ const JOURNAL_ENV: &str = "TRELLIS_TUNE_JOURNAL";
 /// whenever a candidate crashes it, and kill it when one candidate has been running
 /// longer than its time limit (the journal then marks that candidate timed out).
 /// Returns `None` in the child itself, which then tunes.
-pub fn supervise(a: &TuneArgs) -> Option<Result<()>> {
+pub fn supervise(a: &TuneArgs) -> Option<std::process::ExitCode> {
+    use std::process::ExitCode;
     if std::env::var_os(JOURNAL_ENV).is_some() {
         return None;
     }
-    Some(supervise_child(a))
+    // The worker prints its own errors and warnings; the supervisor only relays.
+    Some(match supervise_child(a) {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    })
 }
 
-fn supervise_child(a: &TuneArgs) -> Result<()> {
+/// The worker's exit status (0, 1 for an error it printed, [`BUDGET_SPENT`]).
+fn supervise_child(a: &TuneArgs) -> Result<u8> {
     const ATTEMPTS: usize = 8;
     let exe = std::env::current_exe()
         .map_err(|e| Error::backend("tune", format!("cannot find this executable: {e}")))?;
-    let limit = match &a.candidate_timeout {
-        Some(t) => parse_duration("candidate-timeout", t)?,
+    // Errors in the arguments are the worker's to report (once).
+    let limit = match a.candidate_timeout.as_deref().map(|t| parse_duration("candidate-timeout", t)) {
+        Some(Ok(t)) => t,
+        Some(Err(_)) => Duration::from_secs(120),
         None => {
             TuneOptions::for_backend(a.backend.as_deref().unwrap_or("cuda"), Tier::Exact)
                 .candidate_timeout
@@ -413,11 +468,10 @@ fn supervise_child(a: &TuneArgs) -> Result<()> {
             };
             match status {
                 None => {}
-                Some(s) if s.success() => return Ok(()),
-                // Status 1 is an ordinary error, already printed by the child.
-                Some(s) if s.code() == Some(1) => {
-                    return Err(Error::backend("tune", "the tuner failed (see above)"))
-                }
+                Some(s) if s.success() => return Ok(0),
+                // 1: an ordinary error; BUDGET_SPENT: the budget ran out. Both already said.
+                Some(s) if s.code() == Some(1) => return Ok(1),
+                Some(s) if s.code() == Some(BUDGET_SPENT as i32) => return Ok(BUDGET_SPENT),
                 Some(s) => eprintln!(
                     "tune: the tuner died ({s}) in attempt {attempt}/{ATTEMPTS}; resuming without the candidate it was running"
                 ),

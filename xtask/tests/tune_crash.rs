@@ -45,4 +45,6 @@ fn a_crashing_candidate_is_rejected_and_tuning_finishes() {
         "{crashed:?}"
     );
     assert_ne!(e.winner["repr"].as_str(), Some("shared_table"));
+    // The journal lives under target/, not beside the table, and is gone after the run.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }

@@ -384,7 +384,7 @@ fn gate_up_matches_the_reference() {
 
 #[test]
 fn cli_reproduces_the_conformance_vectors() {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/vectors"));
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors"));
     assert!(
         dir.is_dir(),
         "conformance vectors missing at {}",
@@ -1163,7 +1163,7 @@ fn a_failed_command_leaves_an_existing_output_untouched() {
 
 #[test]
 fn file_reader_lists_matrices() {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/vectors"));
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors"));
     let f = SafetensorsFile::open(dir.join("gateup-3inst-k4k3-L16-f16-m2.safetensors")).unwrap();
     assert_eq!(
         f.quantized_prefixes(),

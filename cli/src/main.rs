@@ -1,9 +1,11 @@
 //! `trellis`: make, quantize, inspect and multiply trellis-coded weights (SPEC.md).
 //!
 //! The subcommand and flag names are a contract used by outside checkers; see
-//! `notes/cli.md`. Every failure prints exactly one line `error: <message>` on stderr
-//! and exits with status 1; outputs are written atomically, so a failed command never
-//! leaves a (half-written) output file behind.
+//! `docs/cli.md`. Every failure (a bad flag, no command at all, a bad file, a size over
+//! the limits, an `--out` that names an input) prints exactly one line
+//! `error: <message>` on stderr and exits with status 1; `--help` and `--version` are
+//! not failures. Outputs are written atomically, so a failed command never leaves a
+//! (half-written) output file behind, and never replaces an input.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use half::f16;
@@ -40,6 +42,8 @@ enum Command {
     Random(RandomArgs),
     /// Write random Gaussian activations `x` [M, C].
     RandomX(RandomXArgs),
+    /// Write a random dense Gaussian matrix [R, C] (input for `quantize`).
+    RandomDense(RandomDenseArgs),
     /// Quantize a dense matrix from a safetensors file; prints the MSE.
     Quantize(QuantizeArgs),
     /// y = x W^T in the canonical order (SPEC section 5); writes `y` [M, R] in the dtype of x.
@@ -122,6 +126,32 @@ struct RandomXArgs {
     out: PathBuf,
     /// Tensor name.
     #[arg(long, default_value = "x")]
+    name: String,
+}
+
+#[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
+struct RandomDenseArgs {
+    /// R: rows (output features).
+    #[arg(long, value_name = "R")]
+    rows: usize,
+    /// C: columns (input features).
+    #[arg(long, value_name = "C")]
+    cols: usize,
+    /// bf16, f16 or f32.
+    #[arg(long, default_value = "bf16")]
+    dtype: DType,
+    /// Standard deviation of the Gaussian values.
+    #[arg(long, default_value_t = 1.0)]
+    std: f32,
+    /// Seed of the ChaCha8 generator.
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    seed: u64,
+    /// Output safetensors file.
+    #[arg(long, value_name = "DENSE.safetensors")]
+    out: PathBuf,
+    /// Tensor name.
+    #[arg(long, default_value = "weight")]
     name: String,
 }
 
@@ -273,6 +303,9 @@ use trellis::backend::{AnyBackend, BackendVisitor};
 use trellis::kernel::Backend;
 use trellis::kernels::{Tail, Tier};
 
+mod limits;
+mod same_file;
+
 // ---------------------------------------------------------------------------------------
 // Backend dispatch: a name opens a backend from the registry; `reference` is the plain
 // SPEC implementation.
@@ -362,18 +395,13 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 let _ = e.print();
-                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                    ExitCode::FAILURE
-                } else {
-                    ExitCode::SUCCESS
-                };
+                return ExitCode::SUCCESS;
+            }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                eprintln!("error: {}", missing_command());
+                return ExitCode::FAILURE;
             }
             eprintln!("error: {} (see --help)", clap_message(&e));
             return ExitCode::FAILURE;
@@ -390,16 +418,32 @@ fn main() -> ExitCode {
     }
 }
 
+/// The one line for `trellis` without a command: what the commands are.
+fn missing_command() -> String {
+    use clap::CommandFactory;
+    let names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+        .map(|c| c.get_name().to_string())
+        .collect();
+    format!(
+        "no command given; expected one of: {} (see trellis --help, or trellis <command> --help)",
+        names.join(", ")
+    )
+}
+
 /// Clap's message (everything before its usage section) on one line, without its own
-/// `error: ` prefix.
+/// `error: ` prefix; its hints (`tip: a similar argument exists: '--rows'`) are kept.
 fn clap_message(e: &clap::Error) -> String {
     let text = e.to_string();
     let msg = text
         .lines()
         .take_while(|l| !l.trim_start().starts_with("Usage:"))
         .map(str::trim)
-        .filter(|l| {
-            !l.is_empty() && !l.starts_with("tip:") && !l.starts_with("For more information")
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .map(|l| match l.strip_prefix("tip:") {
+            Some(tip) => format!("({})", tip.trim()),
+            None => l.to_string(),
         })
         .collect::<Vec<_>>()
         .join(" ");
@@ -430,6 +474,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Random(a) => random(a),
         Command::RandomX(a) => random_x(a),
+        Command::RandomDense(a) => random_dense(a),
         Command::Quantize(a) => quantize(a),
         Command::Matvec(a) => matvec(a),
         Command::GateUp(a) => gate_up(a),
@@ -440,10 +485,12 @@ fn run(cli: Cli) -> Result<()> {
 
 fn random(a: RandomArgs) -> Result<()> {
     let c = &a.coding;
+    limits::check_elements(&[("rows", a.rows), ("cols", a.cols)])?;
     let g = Geometry::new(a.rows, a.cols, c.t, c.k, c.l, c.code)?;
     let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
     let n = g.codes_shape().iter().product::<usize>();
-    let codes: Vec<u32> = (0..n).map(|_| rng.random::<u32>()).collect();
+    let mut codes: Vec<u32> = limits::reserve(n, "rows x cols")?;
+    codes.extend((0..n).map(|_| rng.random::<u32>()));
     let (scale_dtype, round): (ScaleDType, fn(f32) -> f32) = match a.scale_dtype {
         ScaleArg::F16 => (ScaleDType::F16, |v| f16::from_f32(v).to_f32()),
         ScaleArg::F32 => (ScaleDType::F32, |v| v),
@@ -465,11 +512,7 @@ fn random_x(a: RandomXArgs) -> Result<()> {
     if a.cols == 0 {
         return Err(Error::invalid("cols", a.cols, "must be at least 1"));
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
-    let data = (0..a.m * a.cols)
-        .map(|_| rng.sample::<f32, _>(StandardNormal))
-        .collect();
-    let x = Activations::from_f32(a.dtype, a.m, a.cols, data)?;
+    let x = gaussian(a.m, a.cols, ("m", "cols"), a.dtype, 1.0, a.seed)?;
     io::write_activations(&a.out, &a.name, &x)?;
     println!(
         "{}: {} [{}, {}] -> {}",
@@ -482,7 +525,53 @@ fn random_x(a: RandomXArgs) -> Result<()> {
     Ok(())
 }
 
+/// Standard normal values times `std`, rounded to `dtype`, `[rows, cols]`; the flags
+/// name the dimensions in a size error.
+fn gaussian(
+    rows: usize,
+    cols: usize,
+    flags: (&str, &str),
+    dtype: DType,
+    std: f32,
+    seed: u64,
+) -> Result<Activations> {
+    limits::check_elements(&[(flags.0, rows), (flags.1, cols)])?;
+    let n = rows * cols;
+    let mut data: Vec<f32> = limits::reserve(n, &format!("{} x {}", flags.0, flags.1))?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    data.extend((0..n).map(|_| rng.sample::<f32, _>(StandardNormal) * std));
+    Activations::from_f32(dtype, rows, cols, data)
+}
+
+fn random_dense(a: RandomDenseArgs) -> Result<()> {
+    if a.rows == 0 {
+        return Err(Error::invalid("rows", a.rows, "must be at least 1"));
+    }
+    if a.cols == 0 {
+        return Err(Error::invalid("cols", a.cols, "must be at least 1"));
+    }
+    if !(a.std.is_finite() && a.std > 0.0) {
+        return Err(Error::invalid("std", a.std, "must be finite and positive"));
+    }
+    let w = gaussian(a.rows, a.cols, ("rows", "cols"), a.dtype, a.std, a.seed)?;
+    io::write_activations(&a.out, &a.name, &w)?;
+    println!(
+        "{}: {} [{}, {}] -> {}",
+        a.name,
+        a.dtype,
+        a.rows,
+        a.cols,
+        a.out.display()
+    );
+    Ok(())
+}
+
 fn quantize(a: QuantizeArgs) -> Result<()> {
+    let mut inputs = vec![("input", a.input.as_path())];
+    if let Some(lut) = &a.lut {
+        inputs.push(("lut", lut.as_path()));
+    }
+    same_file::refuse_overwrite(&a.out, &inputs)?;
     let (dense, rows, cols) = io::read_dense(&a.input, &a.tensor).map_err(in_file(&a.input))?;
     // Fail fast, naming the flag's field, before any encoding work.
     let c = &a.coding;
@@ -535,15 +624,39 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
         (None, Code::Lut) => Some(encode::gaussian_lut(g.l, a.seed)),
         (None, _) => None,
     };
+    // On a terminal, a bar, cleared before the result (or the one error line) is
+    // printed; elsewhere (a log, a pipe, a checker) nothing, so stderr stays one line
+    // on failure and empty on success.
+    let terminal = std::io::stderr().is_terminal();
     let opts = EncodeOptions {
         t: g.t,
         k: g.k,
         l: g.l,
         code: g.code,
         lut,
-        progress: std::io::stderr().is_terminal(),
+        progress: false,
     };
-    let enc = encode::quantize(&dense, rows, cols, &opts)?;
+    let bar = if terminal {
+        let bar = indicatif::ProgressBar::new(rows as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "quantize [{elapsed_precise}] {wide_bar} {pos}/{len} rows (eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.enable_steady_tick(std::time::Duration::from_millis(500));
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let enc =
+        encode::quantize_with_progress(&dense, rows, cols, &opts, &|n| bar.set_position(n as u64));
+    bar.finish_and_clear();
+    // A row whose scale overflows f16 is an error in the input: name the file and tensor.
+    let enc = enc.map_err(|e| match e {
+        e @ Error::Invalid { .. } => Error::file(&a.input, format!("tensor `{}`: {e}", a.tensor)),
+        e => e,
+    })?;
     io::write_quantized(&a.out, &a.prefix, &enc.matrix)?;
     let power = dense.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / dense.len() as f64;
     println!("mse: {:e}", enc.mse);
@@ -554,7 +667,8 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Read `x` and check it against a matrix with `cols` input features.
+/// Read `x` and check it against a matrix with `cols` input features; NaN and infinite
+/// activations are rejected like NaN weights (before any kernel runs).
 fn read_x(path: &Path, cols: usize) -> Result<Activations> {
     let x = io::read_activations(path, "x").map_err(in_file(path))?;
     if x.rows == 0 {
@@ -564,10 +678,21 @@ fn read_x(path: &Path, cols: usize) -> Result<Activations> {
         ));
     }
     reference::check_activations(&x, cols).map_err(in_file(path))?;
+    if let Some(i) = x.data.iter().position(|v| !v.is_finite()) {
+        return Err(Error::file(
+            path,
+            Error::invalid(
+                format!("x[{}, {}]", i / x.cols, i % x.cols),
+                x.data[i],
+                "activations must be finite",
+            ),
+        ));
+    }
     Ok(x)
 }
 
 fn matvec(a: MatvecArgs) -> Result<()> {
+    same_file::refuse_overwrite(&a.out, &[("weights", &a.weights), ("x", &a.x)])?;
     let w = io::read_quantized(&a.weights, &a.prefix).map_err(in_file(&a.weights))?;
     let x = read_x(&a.x, w.geometry.cols)?;
     let backend = backend_or_default(&a.backend);
@@ -587,6 +712,7 @@ fn matvec(a: MatvecArgs) -> Result<()> {
 
 fn gate_up(a: GateUpArgs) -> Result<()> {
     let tail: Tail = a.tail.parse()?;
+    same_file::refuse_overwrite(&a.out, &[("gate", &a.gate), ("up", &a.up), ("x", &a.x)])?;
     let gate = io::read_quantized(&a.gate, &a.gate_prefix).map_err(in_file(&a.gate))?;
     let up = io::read_quantized(&a.up, &a.up_prefix).map_err(in_file(&a.up))?;
     reference::check_pair(&gate, &up)?;

@@ -1,0 +1,101 @@
+//! `docs/cli.md` is one script that runs top to bottom on a fresh clone: this test runs
+//! exactly its `sh` blocks, in order, with `bash -eu -o pipefail`, in an empty directory
+//! where `target/release/trellis` is this build's binary and `cargo build --release`
+//! (already done by the test harness) is a no-op.
+
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_trellis");
+
+/// The fenced ```sh blocks of a markdown text, in order.
+fn sh_blocks(markdown: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in markdown.lines() {
+        match (&mut current, line.trim_end()) {
+            (None, "```sh") => current = Some(String::new()),
+            (Some(_), "```") => blocks.push(current.take().unwrap()),
+            (Some(b), l) => {
+                b.push_str(l);
+                b.push('\n');
+            }
+            _ => {}
+        }
+    }
+    assert!(current.is_none(), "unclosed code block");
+    blocks
+}
+
+#[test]
+fn docs_cli_runs_top_to_bottom() {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cli.md");
+    let blocks = sh_blocks(&std::fs::read_to_string(&doc).unwrap());
+    assert!(
+        blocks.len() >= 2,
+        "docs/cli.md has {} sh blocks",
+        blocks.len()
+    );
+    let script = blocks.concat();
+    assert!(script.starts_with("cargo build --release"), "{script}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("checkout");
+    std::fs::create_dir_all(root.join("target/release")).unwrap();
+    std::os::unix::fs::symlink(BIN, root.join("target/release/trellis")).unwrap();
+    // `cargo` on PATH: only the documented build, which the harness has done.
+    let stub = tmp.path().join("bin");
+    std::fs::create_dir(&stub).unwrap();
+    let cargo = stub.join("cargo");
+    std::fs::write(
+        &cargo,
+        "#!/bin/sh\n[ \"$*\" = \"build --release\" ] || { echo \"unexpected: cargo $*\" >&2; exit 1; }\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        stub.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-eu", "-o", "pipefail", "-c", &script])
+        .current_dir(&root)
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "docs/cli.md failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    for want in [
+        "w: 4096x4096 code=1mad k=2 L=16 T=256 -> target/demo/w.safetensors",
+        "x: bf16 [4, 4096] -> target/demo/x.safetensors",
+        "y: bf16 [4, 4096]",
+        "mid: bf16 [4, 4096]",
+        "layers.0.mlp.up_proj.weight: bf16 [256, 4096] -> target/demo/model.safetensors",
+        "relative mse: ",
+        "w: code=1mad k=2 L=16 T=256 rows=4096 cols=4096 scales=f16",
+        "w: code=1mad k=2 L=12 T=256 rows=256 cols=4096 scales=f16",
+        "variant: ",
+        "default: ",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");
+    }
+    for f in ["w", "x", "y", "g", "u", "mid", "model", "up"] {
+        assert!(
+            root.join(format!("target/demo/{f}.safetensors")).is_file(),
+            "{f}.safetensors"
+        );
+    }
+}
+
+#[test]
+fn blocks_are_extracted_in_order() {
+    let md = "a\n```sh\none\n```\ntext\n```rust\nno\n```\n```sh\ntwo\nthree\n```\n";
+    assert_eq!(sh_blocks(md), vec!["one\n", "two\nthree\n"]);
+}

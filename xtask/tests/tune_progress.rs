@@ -1,0 +1,120 @@
+//! What a user sees of `cargo xtask tune` off a terminal (CI, a pipe, a log): one line per
+//! key, warnings, a summary with real GB/s, a clear line and status 3 when the budget runs
+//! out; `--fresh` re-measures where a plain rerun resumes; nothing is left beside the table.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn tune(out: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args([
+            "tune",
+            "--backend",
+            "cpu",
+            "--family",
+            "reduce",
+            "--shape",
+            "64x256",
+            "--m",
+            "1",
+            "--k",
+            "2",
+            "--l",
+            "9",
+            "--code",
+            "1mad",
+            "--reps",
+            "1",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn median_us(out: &Path) -> f64 {
+    let t = trellis::tune::Table::parse(&std::fs::read_to_string(out).unwrap()).unwrap();
+    assert_eq!(t.entries.len(), 1);
+    t.entries[0].stats.median_us
+}
+
+#[test]
+fn per_key_lines_resume_fresh_and_real_bandwidth() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let first = tune(&out, &[]);
+    let (stdout, stderr) = (text(&first.stdout), text(&first.stderr));
+    assert!(first.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("tune reduce 1/1") && stderr.contains("[reduce bf16 M=1 k2 L9 1mad exact"),
+        "{stderr}"
+    );
+    // The summary's GB/s column: a real, non-zero value.
+    let row = stdout.lines().find(|l| l.starts_with("| reduce")).unwrap();
+    let gbs: f64 = row.split('|').nth(9).unwrap().trim().parse().unwrap();
+    assert!(gbs > 0.0, "{row}");
+    assert!(median_us(&out) > 0.0);
+    // Only the table is left beside it (the journal lives under target/).
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+    // Plant a marker time: a rerun resumes (keeps it), --fresh measures again.
+    let text_before = std::fs::read_to_string(&out).unwrap();
+    let planted = text_before.replacen(
+        &format!("median_us = {}", median_us(&out)),
+        "median_us = 987654.0",
+        1,
+    );
+    assert_ne!(planted, text_before);
+    std::fs::write(&out, planted).unwrap();
+    let resumed = tune(&out, &[]);
+    assert!(resumed.status.success());
+    assert!(
+        text(&resumed.stderr).contains("resuming"),
+        "{}",
+        text(&resumed.stderr)
+    );
+    assert_eq!(median_us(&out), 987654.0);
+    let fresh = tune(&out, &["--fresh"]);
+    assert!(fresh.status.success(), "{}", text(&fresh.stderr));
+    assert!(
+        text(&fresh.stderr).contains("afresh"),
+        "{}",
+        text(&fresh.stderr)
+    );
+    assert_ne!(median_us(&out), 987654.0);
+}
+
+#[test]
+fn a_spent_budget_is_a_clear_line_and_status_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let run = tune(&out, &["--budget", "0s"]);
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("warning: budget spent"), "{stderr}");
+    assert!(
+        stderr.contains("budget of 0s spent: 1 of 1 keys not tuned"),
+        "{stderr}"
+    );
+    // Printed once, by the worker: the supervisor adds no second copy.
+    assert_eq!(stderr.matches("budget of 0s spent").count(), 1, "{stderr}");
+}
+
+#[test]
+fn an_error_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tune(&dir.path().join("t.toml"), &["--budget", "soon"]);
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("invalid budget = soon"), "{stderr}");
+}
