@@ -284,6 +284,11 @@ pub trait Backend {
         self.launch_into(launch, inputs, &mut refs)?;
         Ok(outs)
     }
+    /// Threadgroup/shared memory a kernel may declare on this device (Metal: 32 KB);
+    /// verification skips specializations that need more.
+    fn max_shared_bytes(&self) -> usize {
+        crate::kernels::MAX_SHARED_BYTES
+    }
     /// Compile many kernels ahead of use (the CPU backend batches them into one
     /// compiler call). The default compiles nothing in advance.
     fn precompile(&self, _launches: &[Launch<'_>]) -> Result<()> {

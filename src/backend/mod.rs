@@ -2,6 +2,7 @@
 //! `cuda` feature and a driver is found at run time; `metal` on macOS.
 
 pub mod cpu;
+pub mod metal_sim;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(target_os = "macos")]
@@ -28,7 +29,7 @@ use crate::kernels::{Tail, Variant};
 use crate::matrix::{Activations, QuantizedMatrix};
 
 /// Names `--backend` accepts.
-pub const NAMES: [&str; 4] = ["reference", "cpu", "cuda", "metal"];
+pub const NAMES: [&str; 5] = ["reference", "cpu", "cuda", "metal", "metal-sim"];
 
 /// The best backend available here: `cuda` when a driver and device are found,
 /// `metal` on macOS, else `cpu`.
@@ -83,6 +84,12 @@ pub fn devices() -> Vec<(&'static str, std::result::Result<String, String>)> {
         Err("not built in (enable the `cuda` feature)".into()),
     ));
     out.push(("metal", metal_status()));
+    out.push((
+        "metal-sim",
+        metal_sim::MetalSimBackend::new()
+            .map(|b| format!("Metal kernels as MLX builds them, run on the CPU (C++ via `{}`)", b.compiler()))
+            .map_err(|e| e.to_string()),
+    ));
     out
 }
 
@@ -139,6 +146,10 @@ macro_rules! with_backend {
             }
             #[cfg(not(target_os = "macos"))]
             "metal" => Err(unavailable("metal", "Metal runs on macOS only")),
+            "metal-sim" => {
+                let $b = metal_sim::MetalSimBackend::new()?;
+                $body
+            }
             other => Err(unknown(other)),
         }
     };

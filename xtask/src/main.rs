@@ -21,7 +21,7 @@ struct Cli {
 enum Cmd {
     /// Render, compile and run every specialization against the CPU reference.
     Verify {
-        /// cpu, cuda or metal (default: the best available).
+        /// cpu, cuda, metal or metal-sim (default: the best available).
         #[arg(long)]
         backend: Option<String>,
         /// A smaller catalog (one launch shape per representation).
@@ -95,6 +95,11 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             let (text, ok) =
                 match name.as_str() {
                     "cpu" => verify::run(&trellis::backend::CpuBackend::new()?, quick, &vectors)?,
+                    "metal-sim" => verify::run(
+                        &trellis::backend::metal_sim::MetalSimBackend::new()?,
+                        quick,
+                        &vectors,
+                    )?,
                     #[cfg(feature = "cuda")]
                     "cuda" => verify::run(
                         &trellis::backend::cuda::CudaBackend::new(0)?,
@@ -110,7 +115,7 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                     other => return Err(trellis::Error::Unavailable {
                         backend: other.into(),
                         reason:
-                            "not a backend this build can verify here (cpu, cuda; metal on macOS)"
+                            "not a backend this build can verify here (cpu, cuda, metal-sim; metal on macOS)"
                                 .into(),
                     }),
                 };
