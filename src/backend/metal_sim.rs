@@ -394,6 +394,26 @@ impl Backend for MetalSimBackend {
     ) -> Result<()> {
         crate::kernel::check_launch(launch, inputs, outputs)?;
         let dispatch = MlxDispatch::of(launch.kernel, launch.grid)?;
+        self.launch_dispatch(launch, dispatch, inputs, outputs)
+    }
+
+    fn precompile(&self, launches: &[Launch<'_>]) -> Result<()> {
+        self.precompile_units(launches)
+    }
+}
+
+impl MetalSimBackend {
+    /// Run a launch with an explicit MLX dispatch (`grid` in threads, `thread_group`), as
+    /// `MetalKernel::apply` takes them: any grid, including ones whose edge threadgroups
+    /// are partial. [`Backend::launch_into`] passes the dispatch the Metal backend builds.
+    pub fn launch_dispatch(
+        &self,
+        launch: &Launch<'_>,
+        dispatch: MlxDispatch,
+        inputs: &[&SimTensor],
+        outputs: &mut [&mut SimTensor],
+    ) -> Result<()> {
+        crate::kernel::check_launch(launch, inputs, outputs)?;
         let (grid, tg) = dispatch.metal_threads();
         check_limits(launch, tg)?;
         let compiled = self.compiled(launch)?;
@@ -490,7 +510,7 @@ impl Backend for MetalSimBackend {
         Ok(())
     }
 
-    fn precompile(&self, launches: &[Launch<'_>]) -> Result<()> {
+    fn precompile_units(&self, launches: &[Launch<'_>]) -> Result<()> {
         let known: std::collections::HashSet<String> = self
             .kernels
             .lock()
