@@ -50,7 +50,10 @@ pub enum Param {
         what: BufferKind,
     },
     /// A thread attribute the body names, e.g. `uint3 thread_position_in_grid`.
-    Attribute { name: &'static str, ty: &'static str },
+    Attribute {
+        name: &'static str,
+        ty: &'static str,
+    },
 }
 
 /// What a buffer parameter carries.

@@ -200,14 +200,14 @@ impl MetalSimBackend {
             .or_else(|_| std::env::var("CXX"))
             .unwrap_or_else(|_| "c++".into());
         let cache_dir = crate::backend::cpu::cache_root().join("metal-sim");
-        let include_dir = cache_dir.join(format!(
-            "include-{:016x}",
-            fnv1a(METAL_STDLIB.as_bytes())
-        ));
+        let include_dir =
+            cache_dir.join(format!("include-{:016x}", fnv1a(METAL_STDLIB.as_bytes())));
         std::fs::create_dir_all(&include_dir).map_err(|e| Error::file(&include_dir, e))?;
         let header = include_dir.join("metal_stdlib");
         if std::fs::read_to_string(&header).ok().as_deref() != Some(METAL_STDLIB) {
-            let tmp = include_dir.join(format!("metal_stdlib.{}.tmp", std::process::id()));
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = include_dir.join(format!("metal_stdlib.{}.{n}.tmp", std::process::id()));
             std::fs::write(&tmp, METAL_STDLIB).map_err(|e| Error::file(&tmp, e))?;
             std::fs::rename(&tmp, &header).map_err(|e| Error::file(&header, e))?;
         }
@@ -247,9 +247,14 @@ impl MetalSimBackend {
         if !lib_path.exists() {
             let src_path = self.cache_dir.join(format!("m{key:016x}.cpp"));
             std::fs::write(&src_path, &src).map_err(|e| Error::file(&src_path, e))?;
-            let tmp = self
-                .cache_dir
-                .join(format!("m{key:016x}.{}.tmp.so", std::process::id()));
+            let tmp = self.cache_dir.join(
+                format!(
+                    "m{key:016x}.{}.{:?}.tmp.so",
+                    std::process::id(),
+                    std::thread::current().id()
+                )
+                .replace(['(', ')'], ""),
+            );
             let out = Command::new(&self.compiler)
                 .args(CXX_FLAGS)
                 .arg(format!("-I{}", self.include_dir.display()))
@@ -277,7 +282,8 @@ impl MetalSimBackend {
         // initialisers are the C++ runtime's.
         let lib =
             Arc::new(unsafe { Library::new(&lib_path) }.map_err(|e| Error::file(&lib_path, e))?);
-        let sym_err = |s: &str, e: libloading::Error| Error::backend("metal-sim", format!("{s}: {e}"));
+        let sym_err =
+            |s: &str, e: libloading::Error| Error::backend("metal-sim", format!("{s}: {e}"));
         // SAFETY: the shim defines these two functions with exactly these signatures.
         let (run, scratch_bytes) = unsafe {
             let run: RunFn = *lib
@@ -331,7 +337,10 @@ fn check_limits(launch: &Launch<'_>, tg: [u32; 3]) -> Result<()> {
     let threads = tg.iter().map(|&t| t as u64).product::<u64>();
     if threads > MAX_THREADS_PER_THREADGROUP {
         return Err(Error::invalid(
-            format!("{} ({}) threads per threadgroup", launch.kernel, launch.symbol),
+            format!(
+                "{} ({}) threads per threadgroup",
+                launch.kernel, launch.symbol
+            ),
             threads,
             format!("Metal runs at most {MAX_THREADS_PER_THREADGROUP}"),
         ));

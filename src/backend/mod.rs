@@ -2,11 +2,11 @@
 //! `cuda` feature and a driver is found at run time; `metal` on macOS.
 
 pub mod cpu;
-pub mod metal_sim;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(target_os = "macos")]
 pub mod metal;
+pub mod metal_sim;
 
 pub use crate::kernel::Backend;
 pub use cpu::{CpuBackend, CpuTensor};
@@ -87,7 +87,12 @@ pub fn devices() -> Vec<(&'static str, std::result::Result<String, String>)> {
     out.push((
         "metal-sim",
         metal_sim::MetalSimBackend::new()
-            .map(|b| format!("Metal kernels as MLX builds them, run on the CPU (C++ via `{}`)", b.compiler()))
+            .map(|b| {
+                format!(
+                    "Metal kernels as MLX builds them, run on the CPU (C++ via `{}`)",
+                    b.compiler()
+                )
+            })
             .map_err(|e| e.to_string()),
     ));
     out
