@@ -42,6 +42,7 @@ fn upload_f32(b: &MetalSimBackend, v: &[f32]) -> SimTensor {
 
 /// Run a hand-written MLX kernel body (header + body, as `MetalKernel::new` takes them)
 /// on `grid` threads in groups of `tg`, like `MetalKernel::apply`.
+#[allow(clippy::too_many_arguments)]
 fn run_body(
     b: &MetalSimBackend,
     name: &str,
@@ -506,7 +507,8 @@ fn planted_defects_fail_verification() {
         let got = run_planted(&b, &c, s, "", &|body| body.to_string()).unwrap();
         assert_eq!(verify::first_mismatch(&got, &c.y), None);
     }
-    let defects: [(&str, &Reduce, &dyn Fn(&str) -> String); 5] = [
+    type Plant<'a> = (&'a str, &'a Reduce, &'a dyn Fn(&str) -> String);
+    let defects: [Plant; 5] = [
         // The barrier after staging the table and x into threadgroup memory.
         ("_no_barrier", &staged, &|body| {
             body.replacen("BARRIER();", "", 1)
