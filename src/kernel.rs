@@ -260,6 +260,11 @@ pub trait Backend {
         self.synchronize()?;
         Ok(t.elapsed().as_secs_f64() * 1e3)
     }
+    /// What [`Backend::time_ms`] measures: GPU time (device timestamps) or wall-clock
+    /// time around a synchronous run. Reports and tuning tables say which.
+    fn time_source(&self) -> &'static str {
+        "wall clock (around a synchronous run)"
+    }
     /// Allocate a zeroed tensor.
     fn alloc(&self, spec: &TensorSpec) -> Result<Self::Tensor>;
     /// Copy host bytes (little-endian elements) to a new tensor.

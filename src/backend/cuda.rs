@@ -266,6 +266,10 @@ impl Backend for CudaBackend {
         self.stream.synchronize().map_err(driver_err)
     }
 
+    fn time_source(&self) -> &'static str {
+        "GPU (CUDA events)"
+    }
+
     fn time_ms(&self, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
         let start = self
             .ctx

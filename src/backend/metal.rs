@@ -4,10 +4,25 @@
 //! tensors are `mlx_rs::Array`s, and MLX compiles each kernel on its first evaluation
 //! with its default (safe) math mode.
 //!
-//! MLX evaluates lazily. `launch_into` replaces the output tensors with the kernel's new
-//! arrays and starts their evaluation (`async_eval`); the first launch of a symbol waits
-//! for it, so that a source that does not compile is reported as `Error::Compile` there.
-//! `synchronize` waits for the GPU stream, `download` evaluates what it reads.
+//! MLX evaluates lazily, and a custom kernel's compile errors and its threadgroup-size
+//! check (`maxTotalThreadsPerThreadgroup`, which depends on the compiled pipeline) only
+//! fail at evaluation. So the first launch of a symbol evaluates its outputs before it
+//! returns: a source that does not compile is `Error::Compile` and a threadgroup the
+//! pipeline cannot run is `Error::Invalid`, both naming the kernel, at the launch that
+//! caused them. Later launches of the symbol (same source, same threadgroup) only start
+//! the work (`async_eval`).
+//!
+//! `launch_into` writes the results into the caller's output tensors: each caller's
+//! `Array` handle is set in place (`mlx_array_set`) to the kernel's output, after its
+//! shape and dtype are checked. (MLX arrays are immutable values: other handles to the
+//! old value, made by cloning, keep it, as with any MLX operation.)
+//!
+//! Timing is wall-clock: mlx-rs 0.33 (and mlx-c) expose no GPU timestamps for a custom
+//! kernel, so [`Backend::time_ms`] is the default, wall time around a synchronous run,
+//! and [`Backend::time_source`] says so.
+//!
+//! The source, the signature MLX writes and the dispatch geometry come from
+//! [`crate::metal_source`], the code the `metal-sim` backend runs on any host.
 
 use crate::error::{Error, Result};
 use crate::kernel::{Backend, DeviceTensor, Dialect, Elem, Launch, TensorSpec};
@@ -19,8 +34,7 @@ use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
 use std::rc::Rc;
 
-/// Threadgroup memory a kernel may declare on Apple GPUs.
-pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
+pub use crate::metal_source::MAX_THREADGROUP_MEMORY;
 
 /// Environment variable MLX reads to override the GPU architecture; it wins here too.
 pub const ARCH_ENV: &str = "MLX_METAL_GPU_ARCH";
@@ -215,11 +229,7 @@ impl MetalBackend {
         let inputs: Vec<&str> = launch.inputs.iter().map(|t| t.name).collect();
         let outputs: Vec<&str> = launch.outputs.iter().map(|t| t.name).collect();
         let options = MetalKernelOptions {
-            header: format!(
-                "{}{}",
-                crate::kernel::prelude(Dialect::Metal),
-                rendered.header
-            ),
+            header: crate::metal_source::mlx_header(&rendered),
             // Kernels index inputs as flat row-major buffers; MLX copies only an input that
             // is not row-contiguous (a foreign view), at evaluation.
             ensure_row_contiguous: true,
@@ -246,6 +256,14 @@ impl Backend for MetalBackend {
 
     fn dialect(&self) -> Dialect {
         Dialect::Metal
+    }
+
+    fn time_source(&self) -> &'static str {
+        "wall clock (mlx-rs exposes no GPU timestamps for custom kernels)"
+    }
+
+    fn max_shared_bytes(&self) -> usize {
+        MAX_THREADGROUP_MEMORY
     }
 
     fn device_id(&self) -> String {
@@ -390,22 +408,23 @@ impl Backend for MetalBackend {
             ));
         }
         // MLX dispatches threads, not groups: the grid is in threads.
-        let grid = launch.grid;
-        let dim = |v: u64, what: &str| {
-            i32::try_from(v).map_err(|_| {
-                Error::invalid(
-                    format!("{} {what}", launch.kernel),
-                    v,
-                    "exceeds MLX's i32 grid",
-                )
-            })
-        };
-        let threads = dim(grid.threads as u64, "threads per group")?;
-        let mlx_grid = (
-            dim(grid.groups[0] as u64 * grid.threads as u64, "grid x")?,
-            dim(grid.groups[1] as u64, "grid y")?,
-            dim(grid.groups[2] as u64, "grid z")?,
-        );
+        let dispatch = crate::metal_source::MlxDispatch::of(launch.kernel, launch.grid)?;
+        let threads = dispatch.thread_group.0 as u64
+            * dispatch.thread_group.1 as u64
+            * dispatch.thread_group.2 as u64;
+        if threads > crate::metal_source::MAX_THREADS_PER_THREADGROUP {
+            return Err(Error::invalid(
+                format!(
+                    "{} ({}) threads per threadgroup",
+                    launch.kernel, launch.symbol
+                ),
+                threads,
+                format!(
+                    "Metal runs at most {}",
+                    crate::metal_source::MAX_THREADS_PER_THREADGROUP
+                ),
+            ));
+        }
         let out_specs = launch
             .outputs
             .iter()
@@ -418,16 +437,34 @@ impl Backend for MetalBackend {
             .collect::<Result<Vec<_>>>()?;
         let arrays_in: Vec<&Array> = inputs.iter().map(|t| &t.array).collect();
         let (kernel, fresh) = self.kernel(launch)?;
+        // An error MLX raises while building or evaluating the first launch of a symbol
+        // belongs to that kernel: its source (compile error) or its threadgroup (MLX's
+        // "Thread group size (N) is greater than the maximum allowed threads per
+        // threadgroup (M)", from the pipeline's maxTotalThreadsPerThreadgroup).
         let failed = |e: Exception| {
-            if fresh {
-                self.kernels.borrow_mut().remove(&launch.symbol);
-                Error::Compile {
-                    kernel: launch.symbol.clone(),
-                    backend: format!("metal ({})", self.info.id),
-                    log: e.what().to_string(),
-                }
+            let what = e.what().to_string();
+            if !fresh {
+                return Error::backend(
+                    "metal",
+                    format!("{} ({}): {what}", launch.kernel, launch.symbol),
+                );
+            }
+            self.kernels.borrow_mut().remove(&launch.symbol);
+            if what.contains("Thread group size") || what.contains("threads per threadgroup") {
+                Error::invalid(
+                    format!(
+                        "{} ({}) threads per threadgroup",
+                        launch.kernel, launch.symbol
+                    ),
+                    threads,
+                    format!("this pipeline on {} runs fewer: {what}", self.info.id),
+                )
             } else {
-                mlx_err(e)
+                Error::Compile {
+                    kernel: format!("{} ({})", launch.kernel, launch.symbol),
+                    backend: format!("metal ({})", self.info.id),
+                    log: what,
+                }
             }
         };
         // SAFETY: input and output shapes and dtypes match the kernel's declared specs
@@ -438,8 +475,8 @@ impl Backend for MetalBackend {
             kernel.apply(
                 &arrays_in,
                 &out_specs,
-                mlx_grid,
-                (threads, 1, 1),
+                dispatch.grid,
+                dispatch.thread_group,
                 MetalKernelApplyOptions::default(),
             )
         }
@@ -455,19 +492,41 @@ impl Backend for MetalBackend {
                 ),
             ));
         }
-        // The first launch waits, so a source MLX cannot compile surfaces here as
-        // `Error::Compile`; later ones only start the work.
+        // The first launch waits, so what MLX defers to evaluation surfaces here (see
+        // `failed`); later ones only start the work.
         if fresh {
             mlx_rs::transforms::eval(&arrays).map_err(&failed)?;
         } else {
-            mlx_rs::transforms::async_eval(&arrays).map_err(mlx_err)?;
+            mlx_rs::transforms::async_eval(&arrays).map_err(&failed)?;
         }
-        for ((slot, array), spec) in outputs.iter_mut().zip(arrays).zip(&launch.outputs) {
-            **slot = MetalTensor {
-                elem: spec.elem,
-                shape: spec.shape.clone(),
-                array,
-            };
+        for ((slot, array), spec) in outputs.iter_mut().zip(&arrays).zip(&launch.outputs) {
+            let got: Vec<usize> = array.shape().iter().map(|&d| d as usize).collect();
+            if elem_of(array.dtype()) != Some(spec.elem) || got != spec.shape {
+                return Err(Error::backend(
+                    "metal",
+                    format!(
+                        "{}: MLX returned {:?} {got:?} for output {} ({} {:?})",
+                        launch.symbol,
+                        array.dtype(),
+                        spec.name,
+                        spec.elem,
+                        spec.shape
+                    ),
+                ));
+            }
+            // Write into the caller's array: its handle now holds the kernel's output.
+            let mut handle = slot.array.as_ptr();
+            // SAFETY: `handle` is the caller's live, owned mlx_array (its `ctx` is the
+            // C++ array object `slot.array` owns); mlx_array_set assigns the output's
+            // C++ array into that object in place (mlx-c's `mlx_array_set_`), so the
+            // handle stays owned by `slot.array` and nothing is freed twice.
+            let status = unsafe { mlx_sys::mlx_array_set(&mut handle, array.as_ptr()) };
+            if status != 0 {
+                return Err(Error::backend(
+                    "metal",
+                    format!("{}: could not set output {}", launch.symbol, spec.name),
+                ));
+            }
         }
         Ok(())
     }

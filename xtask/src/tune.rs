@@ -88,6 +88,7 @@ fn parse_shapes(items: &[String]) -> Result<Vec<Shape>> {
 
 /// Run the tuner on `b`; returns the path written.
 pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<PathBuf> {
+    let description = format!("{description}; timing: {}", b.time_source());
     let gpu = b.name() != "cpu";
     let pick = |given: &Vec<u32>, gpu_default: &[u32], cpu_default: &[u32]| -> Vec<u32> {
         if !given.is_empty() {
