@@ -2,6 +2,7 @@
 //! the measuring harness ([`harness`]) behind `cargo xtask tune`.
 
 pub mod harness;
+pub mod prior;
 pub mod table;
 
 pub use table::{Entry, Table, VariantRecord};
@@ -172,6 +173,12 @@ pub enum Source {
     },
     /// No table had anything: the built-in default.
     Default { why: String },
+    /// No measured table for the device: a prior rule (`tuning/priors/`), with its source.
+    Prior {
+        file: String,
+        rule: String,
+        why: String,
+    },
 }
 
 impl fmt::Display for Source {
@@ -182,6 +189,9 @@ impl fmt::Display for Source {
                 write!(f, "table {table}, entry [{key}] ({why})")
             }
             Source::Default { why } => write!(f, "built-in default ({why})"),
+            Source::Prior { file, rule, why } => {
+                write!(f, "prior {file}, rule {rule} (no measured table; {why})")
+            }
         }
     }
 }
@@ -300,8 +310,20 @@ impl Selector {
                 .max_by_key(|(n, _)| *n)
                 .map(|(_, e)| *e)
         };
+        let prior = || {
+            prior::lookup(backend, device, key).map(|(file, rule, variant)| Selection {
+                variant,
+                source: Source::Prior {
+                    file: file.to_string(),
+                    rule: rule.name.clone(),
+                    why: rule.why.clone(),
+                },
+            })
+        };
         let (table, via_family) = match own {
             Some(t) => (*t, false),
+            // Until the device has its own measured table, a prior for it wins.
+            None if prior().is_some() => return prior().expect("checked"),
             None => match family() {
                 Some(t) => (t, true),
                 None => {
