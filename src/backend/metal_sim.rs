@@ -32,7 +32,9 @@ pub const METAL_STDLIB: &str = include_str!("metal_sim/metal_stdlib");
 
 /// Compiler flags: no contraction and no fast math (SPEC 5's separate roundings), C++20
 /// for `constinit` (threadgroup declarations), no strict aliasing (MSL code reinterprets
-/// buffers freely). `-O1` compiles the quick catalog fastest for the time it runs.
+/// buffers freely). `-O1`: `cargo xtask verify --backend metal-sim --quick` (539 runs,
+/// cold cache) took 29.5 s at -O1 and 54.3 s at -O2 on the 2-core CI machine; the
+/// kernels run for milliseconds, compiling dominates.
 const CXX_FLAGS: &[&str] = &[
     "-std=c++20",
     "-O1",
