@@ -88,6 +88,11 @@ pub trait Family: 'static {
             format!("cannot be described by {spec:?}"),
         ))
     }
+    /// The problem as flags would describe it (what prior rules match on), when it can
+    /// be described so.
+    fn spec(_p: &Self::Problem) -> Option<ProblemSpec> {
+        None
+    }
     /// The problems of a tuning space this family tunes (none by default).
     fn problems(_space: &TuneSpace) -> Result<Vec<Self::Problem>> {
         Ok(Vec::new())

@@ -1,26 +1,42 @@
 //! The Metal backend (macOS): each specialization becomes an `mlx_rs::fast::MetalKernel`
 //! (header = the Metal prelude and the kernel's header, source = its body; MLX writes the
-//! signature, see [`crate::metal_source::standalone`] for the complete source it builds),
+//! signature, see [`crate::codegen::metal::standalone`] for the complete source it builds),
 //! tensors are `mlx_rs::Array`s, and MLX compiles each kernel on its first evaluation
 //! with its default (safe) math mode.
 //!
-//! MLX evaluates lazily. `launch_into` replaces the output tensors with the kernel's new
-//! arrays and starts their evaluation (`async_eval`); the first launch of a symbol waits
-//! for it, so that a source that does not compile is reported as `Error::Compile` there.
-//! `synchronize` waits for the GPU stream, `download` evaluates what it reads.
+//! MLX evaluates lazily, and a custom kernel's compile errors and its threadgroup-size
+//! check (`maxTotalThreadsPerThreadgroup`, which depends on the compiled pipeline) only
+//! fail at evaluation. So the first launch of a symbol evaluates its outputs before it
+//! returns: a source that does not compile is `Error::Compile` and a threadgroup the
+//! pipeline cannot run is `Error::Invalid`, both naming the kernel, at the launch that
+//! caused them. Later launches of the symbol (same source, same threadgroup) only start
+//! the work (`async_eval`).
+//!
+//! `launch_into` writes the results into the caller's output tensors: each caller's
+//! `Array` handle is set in place (`mlx_array_set`) to the kernel's output, after its
+//! shape and dtype are checked. (MLX arrays are immutable values: other handles to the
+//! old value, made by cloning, keep it, as with any MLX operation.)
+//!
+//! Timing is wall-clock: mlx-rs 0.33 (and mlx-c) expose no GPU timestamps for a custom
+//! kernel, so [`Backend::time_ms`] is the default, wall time around a synchronous run,
+//! and [`Backend::timer`] says so.
+//!
+//! The source, the signature MLX writes and the dispatch geometry come from
+//! [`crate::codegen::metal`], the code the `metal-sim` backend runs on any host.
 
+use crate::codegen::metal::{mlx_header, MlxDispatch, MAX_THREADS_PER_THREADGROUP};
+use crate::codegen::Dialect;
 use crate::error::{Error, Result};
-use crate::kernel::{Backend, DeviceTensor, Dialect, Elem, Launch, TensorSpec};
+use crate::kernel::{Backend, DeviceTensor, Elem, KernelId, Launch, Limits, TensorSpec};
 use mlx_rs::error::Exception;
 use mlx_rs::fast::{MetalKernel, MetalKernelApplyOptions, MetalKernelOptions, MetalKernelOutput};
 use mlx_rs::{Array, Dtype, Stream};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
 use std::rc::Rc;
 
-/// Threadgroup memory a kernel may declare on Apple GPUs.
-pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
+pub use crate::codegen::metal::MAX_THREADGROUP_MEMORY;
 
 /// Environment variable MLX reads to override the GPU architecture; it wins here too.
 pub const ARCH_ENV: &str = "MLX_METAL_GPU_ARCH";
@@ -117,7 +133,27 @@ pub struct MetalDeviceInfo {
 /// is the backend (`!Send`, `!Sync`); its tensors are `Send`.
 pub struct MetalBackend {
     info: MetalDeviceInfo,
-    kernels: RefCell<HashMap<String, Rc<MetalKernel>>>,
+    kernels: RefCell<HashMap<KernelId, Compiled>>,
+}
+
+/// A built MLX kernel, and whether a launch of it has been evaluated (the first one is,
+/// synchronously, so errors MLX defers surface at that launch).
+#[derive(Clone)]
+pub struct Compiled(Rc<(MetalKernel, Cell<bool>)>);
+
+/// A Metal kernel with its arrays bound: launching applies it and sets the caller's
+/// output arrays to its results.
+pub struct Bound<'a> {
+    compiled: Compiled,
+    kernel: &'static str,
+    id: KernelId,
+    dispatch: MlxDispatch,
+    threads: u64,
+    inputs: Vec<Array>,
+    out_specs: Vec<MetalKernelOutput>,
+    specs: Vec<TensorSpec>,
+    outputs: Vec<*mut MetalTensor>,
+    _buffers: std::marker::PhantomData<&'a mut MetalTensor>,
 }
 
 /// `architecture` kept as MLX spells it: lower case, `[a-z0-9_]`, anything else a dash.
@@ -205,40 +241,64 @@ impl MetalBackend {
         &self.info
     }
 
-    /// The cached kernel of a launch (built on a miss), and whether it was just built.
-    fn kernel(&self, launch: &Launch<'_>) -> Result<(Rc<MetalKernel>, bool)> {
-        let mut cache = self.kernels.borrow_mut();
-        if let Some(k) = cache.get(&launch.symbol) {
-            return Ok((k.clone(), false));
+    /// The cached kernel of a launch (built on a miss).
+    fn kernel(&self, launch: &Launch<'_>) -> Result<Compiled> {
+        if let Some(k) = self.kernels.borrow().get(&launch.id) {
+            return Ok(k.clone());
         }
         let rendered = (launch.render)(Dialect::Metal)?;
         let inputs: Vec<&str> = launch.inputs.iter().map(|t| t.name).collect();
         let outputs: Vec<&str> = launch.outputs.iter().map(|t| t.name).collect();
         let options = MetalKernelOptions {
-            header: format!(
-                "{}{}",
-                crate::kernel::prelude(Dialect::Metal),
-                rendered.header
-            ),
+            header: mlx_header(&rendered),
             // Kernels index inputs as flat row-major buffers; MLX copies only an input that
             // is not row-contiguous (a foreign view), at evaluation.
             ensure_row_contiguous: true,
             atomic_outputs: false,
         };
-        let kernel = MetalKernel::new(&launch.symbol, &inputs, &outputs, &rendered.body, options)
+        let symbol = launch.id.to_string();
+        let kernel = MetalKernel::new(&symbol, &inputs, &outputs, &rendered.body, options)
             .map_err(|e| Error::Compile {
-            kernel: launch.symbol.clone(),
-            backend: "metal".into(),
-            log: e.what().to_string(),
-        })?;
-        let kernel = Rc::new(kernel);
-        cache.insert(launch.symbol.clone(), kernel.clone());
-        Ok((kernel, true))
+                kernel: symbol.clone(),
+                backend: "metal".into(),
+                log: e.what().to_string(),
+            })?;
+        let k = Compiled(Rc::new((kernel, Cell::new(false))));
+        self.kernels.borrow_mut().insert(launch.id, k.clone());
+        Ok(k)
+    }
+
+    /// What MLX raised for a bound launch, as the error of that kernel: its source
+    /// (compile error) or its threadgroup (MLX's "Thread group size (N) is greater than
+    /// the maximum allowed threads per threadgroup (M)", from the pipeline's
+    /// maxTotalThreadsPerThreadgroup) on its first evaluation; a plain backend error later.
+    fn failed(&self, b: &Bound<'_>, first: bool, e: Exception) -> Error {
+        let what = e.what().to_string();
+        let who = format!("{} ({})", b.kernel, b.id);
+        if !first {
+            return Error::backend("metal", format!("{who}: {what}"));
+        }
+        self.kernels.borrow_mut().remove(&b.id);
+        if what.contains("Thread group size") || what.contains("threads per threadgroup") {
+            Error::invalid(
+                format!("{who} threads per threadgroup"),
+                b.threads,
+                format!("this pipeline on {} runs fewer: {what}", self.info.id),
+            )
+        } else {
+            Error::Compile {
+                kernel: who,
+                backend: format!("metal ({})", self.info.id),
+                log: what,
+            }
+        }
     }
 }
 
 impl Backend for MetalBackend {
     type Tensor = MetalTensor;
+    type Compiled = Compiled;
+    type Bound<'a> = Bound<'a>;
 
     fn name(&self) -> &'static str {
         "metal"
@@ -246,6 +306,17 @@ impl Backend for MetalBackend {
 
     fn dialect(&self) -> Dialect {
         Dialect::Metal
+    }
+
+    fn timer(&self) -> &'static str {
+        "wall clock (mlx-rs exposes no GPU timestamps for custom kernels)"
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            threadgroup_bytes: MAX_THREADGROUP_MEMORY,
+            threads_per_group: MAX_THREADS_PER_THREADGROUP as u32,
+        }
     }
 
     fn device_id(&self) -> String {
@@ -361,51 +432,32 @@ impl Backend for MetalBackend {
         Ok(bytes)
     }
 
-    fn launch_into(
+    fn compile(&self, launch: &Launch<'_>) -> Result<Compiled> {
+        self.limits()
+            .check(launch, &format!("Metal ({})", self.info.id))?;
+        self.kernel(launch)
+    }
+
+    fn bind<'a>(
         &self,
+        compiled: &Compiled,
         launch: &Launch<'_>,
-        inputs: &[&MetalTensor],
-        outputs: &mut [&mut MetalTensor],
-    ) -> Result<()> {
-        if inputs.len() != launch.inputs.len() || outputs.len() != launch.outputs.len() {
-            return Err(Error::invalid(
-                format!("{} arguments", launch.kernel),
-                format!("{} inputs, {} outputs", inputs.len(), outputs.len()),
-                format!(
-                    "the kernel takes {} inputs and {} outputs",
-                    launch.inputs.len(),
-                    launch.outputs.len()
-                ),
-            ));
-        }
+        inputs: &[&'a MetalTensor],
+        outputs: &mut [&'a mut MetalTensor],
+    ) -> Result<Bound<'a>> {
         crate::kernel::check_launch(launch, inputs, outputs)?;
-        if launch.shared_bytes > MAX_THREADGROUP_MEMORY {
+        // MLX dispatches threads, not groups: the grid is in threads.
+        let dispatch = MlxDispatch::of(launch.kernel, launch.grid)?;
+        let threads = dispatch.thread_group.0 as u64
+            * dispatch.thread_group.1 as u64
+            * dispatch.thread_group.2 as u64;
+        if threads > MAX_THREADS_PER_THREADGROUP {
             return Err(Error::invalid(
-                "threadgroup memory",
-                launch.shared_bytes,
-                format!(
-                    "Metal allows {MAX_THREADGROUP_MEMORY} bytes per threadgroup ({})",
-                    self.info.id
-                ),
+                format!("{} ({}) threads per threadgroup", launch.kernel, launch.id),
+                threads,
+                format!("Metal runs at most {MAX_THREADS_PER_THREADGROUP}"),
             ));
         }
-        // MLX dispatches threads, not groups: the grid is in threads.
-        let grid = launch.grid;
-        let dim = |v: u64, what: &str| {
-            i32::try_from(v).map_err(|_| {
-                Error::invalid(
-                    format!("{} {what}", launch.kernel),
-                    v,
-                    "exceeds MLX's i32 grid",
-                )
-            })
-        };
-        let threads = dim(grid.threads as u64, "threads per group")?;
-        let mlx_grid = (
-            dim(grid.groups[0] as u64 * grid.threads as u64, "grid x")?,
-            dim(grid.groups[1] as u64, "grid y")?,
-            dim(grid.groups[2] as u64, "grid z")?,
-        );
         let out_specs = launch
             .outputs
             .iter()
@@ -416,58 +468,91 @@ impl Backend for MetalBackend {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let arrays_in: Vec<&Array> = inputs.iter().map(|t| &t.array).collect();
-        let (kernel, fresh) = self.kernel(launch)?;
-        let failed = |e: Exception| {
-            if fresh {
-                self.kernels.borrow_mut().remove(&launch.symbol);
-                Error::Compile {
-                    kernel: launch.symbol.clone(),
-                    backend: format!("metal ({})", self.info.id),
-                    log: e.what().to_string(),
-                }
-            } else {
-                mlx_err(e)
-            }
-        };
+        Ok(Bound {
+            compiled: compiled.clone(),
+            kernel: launch.kernel,
+            id: launch.id,
+            dispatch,
+            threads,
+            inputs: inputs.iter().map(|t| t.array.clone()).collect(),
+            out_specs,
+            specs: launch.outputs.clone(),
+            outputs: outputs
+                .iter_mut()
+                .map(|t| &mut **t as *mut MetalTensor)
+                .collect(),
+            _buffers: std::marker::PhantomData,
+        })
+    }
+
+    fn run(&self, b: &mut Bound<'_>) -> Result<()> {
+        let (kernel, evaluated) = &*b.compiled.0;
+        let first = !evaluated.get();
+        let arrays_in: Vec<&Array> = b.inputs.iter().collect();
         // SAFETY: input and output shapes and dtypes match the kernel's declared specs
-        // (checked above); every validated specialization reads only inside its inputs,
-        // never writes them, and writes every element of every output exactly once, from
-        // one thread, within the grid built from its own `grid()`.
+        // (checked in `bind`); every validated specialization reads only inside its
+        // inputs, never writes them, and writes every element of every output exactly
+        // once, from one thread, within the grid built from its own `grid()`.
         let arrays = unsafe {
             kernel.apply(
                 &arrays_in,
-                &out_specs,
-                mlx_grid,
-                (threads, 1, 1),
+                &b.out_specs,
+                b.dispatch.grid,
+                b.dispatch.thread_group,
                 MetalKernelApplyOptions::default(),
             )
         }
-        .map_err(&failed)?;
-        if arrays.len() != outputs.len() {
+        .map_err(|e| self.failed(b, first, e))?;
+        if arrays.len() != b.outputs.len() {
             return Err(Error::backend(
                 "metal",
                 format!(
                     "{}: MLX returned {} outputs for {}",
-                    launch.symbol,
+                    b.id,
                     arrays.len(),
-                    outputs.len()
+                    b.outputs.len()
                 ),
             ));
         }
-        // The first launch waits, so a source MLX cannot compile surfaces here as
-        // `Error::Compile`; later ones only start the work.
-        if fresh {
-            mlx_rs::transforms::eval(&arrays).map_err(&failed)?;
+        // The first launch waits, so what MLX defers to evaluation surfaces here (see
+        // `failed`); later ones only start the work.
+        if first {
+            mlx_rs::transforms::eval(&arrays).map_err(|e| self.failed(b, true, e))?;
+            evaluated.set(true);
         } else {
-            mlx_rs::transforms::async_eval(&arrays).map_err(mlx_err)?;
+            mlx_rs::transforms::async_eval(&arrays).map_err(|e| self.failed(b, false, e))?;
         }
-        for ((slot, array), spec) in outputs.iter_mut().zip(arrays).zip(&launch.outputs) {
-            **slot = MetalTensor {
-                elem: spec.elem,
-                shape: spec.shape.clone(),
-                array,
-            };
+        for ((slot, array), spec) in b.outputs.iter().zip(&arrays).zip(&b.specs) {
+            let got: Vec<usize> = array.shape().iter().map(|&d| d as usize).collect();
+            if elem_of(array.dtype()) != Some(spec.elem) || got != spec.shape {
+                return Err(Error::backend(
+                    "metal",
+                    format!(
+                        "{}: MLX returned {:?} {got:?} for output {} ({} {:?})",
+                        b.id,
+                        array.dtype(),
+                        spec.name,
+                        spec.elem,
+                        spec.shape
+                    ),
+                ));
+            }
+            // SAFETY: `slot` points at the caller's output tensor, mutably borrowed for
+            // the bound's lifetime `'a` (see `bind`), so it is live and unaliased here.
+            let slot = unsafe { &mut **slot };
+            // Write into the caller's array: its handle now holds the kernel's output.
+            let mut handle = slot.array.as_ptr();
+            // SAFETY: `handle` is the caller's live, owned mlx_array (its `ctx` is the
+            // C++ array object `slot.array` owns); mlx_array_set assigns the output's
+            // C++ array into that object in place (mlx-c's `mlx_array_set_`), so the
+            // handle stays owned by `slot.array` and nothing is freed twice.
+            let status = unsafe { mlx_sys::mlx_array_set(&mut handle, array.as_ptr()) };
+            if status != 0 {
+                return Err(Error::backend(
+                    "metal",
+                    format!("{}: could not set output {}", b.id, spec.name),
+                ));
+            }
         }
         Ok(())
     }

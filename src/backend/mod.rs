@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod cuda;
 #[cfg(target_os = "macos")]
 pub mod metal;
+pub mod metal_sim;
 
 pub use crate::kernel::Backend;
 pub use cpu::{CpuBackend, CpuTensor};
@@ -29,7 +30,7 @@ use crate::error::{Error, Result};
 
 /// Names `--backend` accepts (`reference` is the plain SPEC implementation, not a
 /// backend: the facade's callers handle it).
-pub const NAMES: [&str; 4] = ["reference", "cpu", "cuda", "metal"];
+pub const NAMES: [&str; 5] = ["reference", "cpu", "cuda", "metal", "metal-sim"];
 
 /// The best backend available here: `cuda` when a driver and device are found,
 /// `metal` on macOS, else `cpu`.
@@ -45,7 +46,8 @@ pub fn default_name() -> &'static str {
 }
 
 /// The limits a backend's devices allow (for `trellis select` without a device at
-/// hand): CUDA's static 48 KB and 1024 threads, Metal's 32 KB and 1024 threads.
+/// hand): CUDA's static 48 KB and 1024 threads, Metal's (and the simulator's) 32 KB and
+/// 1024 threads.
 pub fn nominal_limits(name: &str) -> crate::kernel::Limits {
     let threadgroup_bytes = if name == "metal" {
         32 * 1024
@@ -68,6 +70,7 @@ pub trait BackendVisitor {
 /// and keep it; it holds the compiled-kernel cache.
 pub enum AnyBackend {
     Cpu(CpuBackend),
+    MetalSim(metal_sim::MetalSimBackend),
     #[cfg(feature = "cuda")]
     Cuda(cuda::CudaBackend),
     #[cfg(target_os = "macos")]
@@ -79,6 +82,7 @@ impl AnyBackend {
     pub fn open(name: &str) -> Result<Self> {
         match name {
             "cpu" => Ok(AnyBackend::Cpu(CpuBackend::new()?)),
+            "metal-sim" => Ok(AnyBackend::MetalSim(metal_sim::MetalSimBackend::new()?)),
             #[cfg(feature = "cuda")]
             "cuda" => Ok(AnyBackend::Cuda(cuda::CudaBackend::new(0)?)),
             #[cfg(not(feature = "cuda"))]
@@ -107,6 +111,7 @@ impl AnyBackend {
     pub fn visit<V: BackendVisitor>(&self, v: V) -> V::Out {
         match self {
             AnyBackend::Cpu(b) => v.visit(b),
+            AnyBackend::MetalSim(b) => v.visit(b),
             #[cfg(feature = "cuda")]
             AnyBackend::Cuda(b) => v.visit(b),
             #[cfg(target_os = "macos")]
@@ -141,6 +146,10 @@ impl AnyBackend {
                 "{} (C++ via $CXX or c++, {} threads)",
                 CpuBackend::cpu_model_id(),
                 rayon::current_num_threads()
+            ),
+            AnyBackend::MetalSim(b) => format!(
+                "Metal kernels as MLX builds them, run on the CPU (C++ via `{}`)",
+                b.compiler()
             ),
             #[allow(unreachable_patterns)]
             other => other.visit(Describe),

@@ -8,7 +8,8 @@
 //! library; that part is not reproduced here (the shim provides `bfloat16_t`).
 
 use super::{prelude, Dialect, Rendered};
-use crate::kernel::TensorSpec;
+use crate::error::{Error, Result};
+use crate::kernel::{Grid, TensorSpec};
 
 /// Inputs with fewer elements than this are passed in the `constant` address space
 /// (MLX's `max_constant_array_size`).
@@ -39,11 +40,111 @@ pub const THREAD_ATTRIBUTES: [(&str, &str); 20] = [
     ("threads_per_threadgroup", "uint3"),
 ];
 
+/// One parameter of the `[[kernel]]` signature MLX writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Param {
+    /// `[[buffer(index)]]`: an input, an output, or an input's `_shape`/`_strides`/`_ndim`.
+    Buffer {
+        /// The declaration, e.g. `const device float* x`.
+        decl: String,
+        index: usize,
+        what: BufferKind,
+    },
+    /// A thread attribute the body names, e.g. `uint3 thread_position_in_grid`.
+    Attribute {
+        name: &'static str,
+        ty: &'static str,
+    },
+}
+
+/// What a buffer parameter carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BufferKind {
+    /// Input `i` (by pointer; `scalar`: a 0-d input, bound by reference).
+    Input { i: usize, scalar: bool },
+    /// Output `i`.
+    Output { i: usize },
+    /// `<input i>_shape` (`const constant int*`).
+    Shape { i: usize },
+    /// `<input i>_strides` (`const constant int64_t*`).
+    Strides { i: usize },
+    /// `<input i>_ndim` (`const constant int&`).
+    Ndim { i: usize },
+}
+
+/// The parameters MLX declares for a kernel with this body, inputs and outputs, in
+/// order (MLX's `write_signature`): one `[[buffer(i)]]` per input, with the `_shape`,
+/// `_strides` and `_ndim` buffers the body mentions right after it; then the outputs;
+/// then the thread attributes the body names.
+pub fn signature(body: &str, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> Vec<Param> {
+    let mut params = Vec::new();
+    let mut index = 0usize;
+    let mut buffer = |decl: String, what: BufferKind, params: &mut Vec<Param>| {
+        params.push(Param::Buffer { decl, index, what });
+        index += 1;
+    };
+    for (i, t) in inputs.iter().enumerate() {
+        let ty = t.elem.c_type(Dialect::Metal);
+        let location = if t.len() < MAX_CONSTANT_ARRAY_SIZE {
+            "constant"
+        } else {
+            "device"
+        };
+        let scalar = t.shape.is_empty();
+        let reference = if scalar { "&" } else { "*" };
+        buffer(
+            format!("const {location} {ty}{reference} {}", t.name),
+            BufferKind::Input { i, scalar },
+            &mut params,
+        );
+        if !scalar {
+            let name = t.name;
+            if body.contains(&format!("{name}_shape")) {
+                buffer(
+                    format!("const constant int* {name}_shape"),
+                    BufferKind::Shape { i },
+                    &mut params,
+                );
+            }
+            if body.contains(&format!("{name}_strides")) {
+                buffer(
+                    format!("const constant int64_t* {name}_strides"),
+                    BufferKind::Strides { i },
+                    &mut params,
+                );
+            }
+            if body.contains(&format!("{name}_ndim")) {
+                buffer(
+                    format!("const constant int& {name}_ndim"),
+                    BufferKind::Ndim { i },
+                    &mut params,
+                );
+            }
+        }
+    }
+    for (i, t) in outputs.iter().enumerate() {
+        buffer(
+            format!("device {}* {}", t.elem.c_type(Dialect::Metal), t.name),
+            BufferKind::Output { i },
+            &mut params,
+        );
+    }
+    for (name, ty) in THREAD_ATTRIBUTES {
+        if body.contains(name) {
+            params.push(Param::Attribute { name, ty });
+        }
+    }
+    params
+}
+
+/// The `header` the Metal backend gives MLX: the Metal prelude, then the kernel's header.
+pub fn mlx_header(rendered: &Rendered) -> String {
+    format!("{}{}", prelude(Dialect::Metal), rendered.header)
+}
+
 /// The full kernel source MLX compiles for `rendered` (a Metal rendering): the Metal
-/// prelude and the kernel's header, the `[[kernel]] void <symbol>(...)` signature with
-/// one `[[buffer(i)]]` per input and output (plus the `<name>_shape`, `_strides` and
-/// `_ndim` buffers MLX adds when the body mentions them) and the thread attributes the
-/// body names, then the body.
+/// prelude and the kernel's header ([`mlx_header`]), the `[[kernel]] void <symbol>(...)`
+/// signature ([`signature`]), then the body.
 ///
 /// MLX names the function `custom_kernel_<name>_<dtypes>`; here it is `symbol`, and
 /// element types are spelled with [`crate::kernel::Elem::c_type`] (`half` where MLX
@@ -55,56 +156,66 @@ pub fn standalone(
     outputs: &[TensorSpec],
 ) -> String {
     debug_assert_eq!(rendered.dialect, Dialect::Metal);
-    let body = &rendered.body;
-    let mut params = Vec::new();
-    let mut index = 0usize;
-    let mut buffer = |decl: String, params: &mut Vec<String>| {
-        params.push(format!("  {decl} [[buffer({index})]]"));
-        index += 1;
-    };
-    for t in inputs {
-        let ty = t.elem.c_type(Dialect::Metal);
-        let location = if t.len() < MAX_CONSTANT_ARRAY_SIZE {
-            "constant"
-        } else {
-            "device"
-        };
-        let reference = if t.shape.is_empty() { "&" } else { "*" };
-        buffer(
-            format!("const {location} {ty}{reference} {}", t.name),
-            &mut params,
-        );
-        if !t.shape.is_empty() {
-            let name = t.name;
-            if body.contains(&format!("{name}_shape")) {
-                buffer(format!("const constant int* {name}_shape"), &mut params);
-            }
-            if body.contains(&format!("{name}_strides")) {
-                buffer(
-                    format!("const constant int64_t* {name}_strides"),
-                    &mut params,
-                );
-            }
-            if body.contains(&format!("{name}_ndim")) {
-                buffer(format!("const constant int& {name}_ndim"), &mut params);
-            }
-        }
-    }
-    for t in outputs {
-        buffer(
-            format!("device {}* {}", t.elem.c_type(Dialect::Metal), t.name),
-            &mut params,
-        );
-    }
-    for (attr, ty) in THREAD_ATTRIBUTES {
-        if body.contains(attr) {
-            params.push(format!("  {ty} {attr} [[{attr}]]"));
-        }
-    }
+    let params: Vec<String> = signature(&rendered.body, inputs, outputs)
+        .into_iter()
+        .map(|p| match p {
+            Param::Buffer { decl, index, .. } => format!("  {decl} [[buffer({index})]]"),
+            Param::Attribute { name, ty } => format!("  {ty} {name} [[{name}]]"),
+        })
+        .collect();
     format!(
-        "{prelude}{header}[[kernel]] void {symbol}(\n{params}) {{\n{body}\n}}\n",
-        prelude = prelude(Dialect::Metal),
-        header = rendered.header,
+        "{header}[[kernel]] void {symbol}(\n{params}) {{\n{body}\n}}\n",
+        header = mlx_header(rendered),
         params = params.join(",\n"),
+        body = rendered.body,
     )
+}
+
+/// Threadgroup memory a kernel may declare on Apple GPUs.
+pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
+
+/// Threads per threadgroup Apple GPUs allow (`maxTotalThreadsPerThreadgroup` is at most
+/// this, and lower for kernels that use many registers).
+pub const MAX_THREADS_PER_THREADGROUP: u64 = 1024;
+
+/// The `grid` and `thread_group` the Metal backend passes to `MetalKernel::apply`.
+/// MLX dispatches threads, not groups (`dispatchThreads`): the grid counts threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlxDispatch {
+    pub grid: (i32, i32, i32),
+    pub thread_group: (i32, i32, i32),
+}
+
+impl MlxDispatch {
+    /// The dispatch of a launch of `grid` (groups of `grid.threads` threads along x).
+    pub fn of(kernel: &str, grid: Grid) -> Result<Self> {
+        let dim = |v: u64, what: &str| {
+            i32::try_from(v).map_err(|_| {
+                Error::invalid(format!("{kernel} {what}"), v, "exceeds MLX's i32 grid")
+            })
+        };
+        let threads = dim(grid.threads as u64, "threads per group")?;
+        Ok(MlxDispatch {
+            grid: (
+                dim(grid.groups[0] as u64 * grid.threads as u64, "grid x")?,
+                dim(grid.groups[1] as u64, "grid y")?,
+                dim(grid.groups[2] as u64, "grid z")?,
+            ),
+            thread_group: (threads, 1, 1),
+        })
+    }
+
+    /// What Metal runs for this dispatch: MLX clamps each threadgroup dimension to the
+    /// grid's (`MTL::Size(min(tx, gx), ...)` in its custom kernel's `eval_gpu`), then
+    /// calls `dispatchThreads(grid, group)`, whose edge groups are partial.
+    pub fn metal_threads(&self) -> ([u32; 3], [u32; 3]) {
+        let (g, t) = (self.grid, self.thread_group);
+        let grid = [g.0.max(0) as u32, g.1.max(0) as u32, g.2.max(0) as u32];
+        let tg = [
+            (t.0.max(1) as u32).min(grid[0].max(1)),
+            (t.1.max(1) as u32).min(grid[1].max(1)),
+            (t.2.max(1) as u32).min(grid[2].max(1)),
+        ];
+        (grid, tg)
+    }
 }

@@ -330,6 +330,20 @@ impl Family for GateUpFamily {
             tail: Tail::Exact,
         })
     }
+    fn spec(p: &GateUpProblem) -> Option<ProblemSpec> {
+        let g = &p.gate;
+        Some(ProblemSpec {
+            rows: g.rows,
+            cols: g.cols,
+            t: g.t,
+            k: g.k,
+            ku: Some(p.up.k),
+            l: g.l,
+            code: g.code,
+            dtype: p.act,
+            m: p.m,
+        })
+    }
     fn problems(space: &TuneSpace) -> Result<Vec<GateUpProblem>> {
         let mut out = Vec::new();
         for shape in space.shapes.iter().filter(|s| s.gate_up) {

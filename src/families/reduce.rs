@@ -236,6 +236,20 @@ impl Family for ReduceFamily {
             m: s.m,
         })
     }
+    fn spec(p: &ReduceProblem) -> Option<ProblemSpec> {
+        let g = &p.geometry;
+        Some(ProblemSpec {
+            rows: g.rows,
+            cols: g.cols,
+            t: g.t,
+            k: g.k,
+            ku: None,
+            l: g.l,
+            code: g.code,
+            dtype: p.act,
+            m: p.m,
+        })
+    }
     fn problems(space: &TuneSpace) -> Result<Vec<ReduceProblem>> {
         let mut out = Vec::new();
         for shape in &space.shapes {

@@ -3,6 +3,7 @@
 //! [`Family`]: a downstream family is tuned and selected the same way.
 
 pub mod harness;
+pub mod prior;
 pub mod table;
 
 pub use table::{DeviceRecord, Entry, StatsRecord, Table};
@@ -99,6 +100,12 @@ pub enum Source {
     },
     /// No table had anything: the built-in default.
     Default { why: String },
+    /// No measured table for the device: a prior rule (`tuning/priors/`), with its source.
+    Prior {
+        file: String,
+        rule: String,
+        why: String,
+    },
 }
 
 impl fmt::Display for Source {
@@ -109,6 +116,9 @@ impl fmt::Display for Source {
                 write!(f, "table {table}, entry [{key}] ({why})")
             }
             Source::Default { why } => write!(f, "built-in default ({why})"),
+            Source::Prior { file, rule, why } => {
+                write!(f, "prior {file}, rule {rule} (no measured table; {why})")
+            }
         }
     }
 }
@@ -277,7 +287,14 @@ impl Selector {
             variant: F::default_variant(p, tier),
             source: Source::Default { why },
         };
-        let Some(((name, t), via_family)) = self.table_for(backend, device) else {
+        let table = self.table_for(backend, device);
+        // Until the device has its own measured table, a prior rule for it wins.
+        if table.is_none_or(|(_, via_family)| via_family) {
+            if let Some(s) = prior_for::<F>(backend, device, p, tier) {
+                return s;
+            }
+        }
+        let Some(((name, t), via_family)) = table else {
             return default(format!("no {backend} table for device {device}"));
         };
         let current = t.device.dialect().map(source_hash::<F>).unwrap_or_default();
@@ -332,6 +349,28 @@ impl Selector {
     pub fn tables(&self) -> impl Iterator<Item = (&str, &Table)> {
         self.tables.iter().map(|(n, t)| (n.as_str(), t))
     }
+}
+
+/// The prior rule for a problem on a device without a measured table, if one applies
+/// and sets fields the family's variant has.
+fn prior_for<F: Family>(
+    backend: &str,
+    device: &str,
+    p: &F::Problem,
+    tier: Tier,
+) -> Option<Selection<F::Variant>> {
+    let spec = F::spec(p)?;
+    let (file, rule) = prior::lookup(backend, device, F::label(p), &spec)?;
+    let default = toml::Table::try_from(F::default_variant(p, tier)).ok()?;
+    let variant: F::Variant = toml::Value::Table(rule.apply(default)).try_into().ok()?;
+    Some(Selection {
+        variant,
+        source: Source::Prior {
+            file: file.to_string(),
+            rule: rule.name.clone(),
+            why: rule.why.clone(),
+        },
+    })
 }
 
 /// Every entry of a registered family must name a variant that family can read.

@@ -8,7 +8,9 @@ typedef ulong ulong_t;
 #define DEVICE inline
 #define GLOBAL device
 #define GROUP_SHARED threadgroup
+#ifndef GROUP_PTR  // the simulator's <metal_stdlib> defines its own (threadgroup pointers)
 #define GROUP_PTR threadgroup
+#endif
 #define UNROLL _Pragma("clang loop unroll(full)")
 #define BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
 #define GROUP_X group_x_

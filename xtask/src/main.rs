@@ -22,7 +22,7 @@ struct Cli {
 enum Cmd {
     /// Render, compile and run every specialization against the CPU reference.
     Verify {
-        /// cpu, cuda or metal (default: the best available).
+        /// cpu, cuda, metal or metal-sim (default: the best available).
         #[arg(long)]
         backend: Option<String>,
         /// A smaller catalog (one launch shape per representation).
@@ -107,10 +107,7 @@ fn tune_here(args: &tune::TuneArgs) -> trellis::Result<tune::Outcome> {
         .unwrap_or_else(|| trellis::backend::default_name().to_string());
     let backend = AnyBackend::open(&name)?;
     let description = backend.describe();
-    backend.visit(tune::Job {
-        args,
-        description,
-    })
+    backend.visit(tune::Job { args, description })
 }
 
 fn run(cli: Cli) -> trellis::Result<bool> {

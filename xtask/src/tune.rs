@@ -428,7 +428,11 @@ fn supervise_child(a: &TuneArgs) -> Result<u8> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::backend("tune", format!("cannot find this executable: {e}")))?;
     // Errors in the arguments are the worker's to report (once).
-    let limit = match a.candidate_timeout.as_deref().map(|t| parse_duration("candidate-timeout", t)) {
+    let limit = match a
+        .candidate_timeout
+        .as_deref()
+        .map(|t| parse_duration("candidate-timeout", t))
+    {
         Some(Ok(t)) => t,
         Some(Err(_)) => Duration::from_secs(120),
         None => {

@@ -1,0 +1,604 @@
+//! `metal-sim`: Metal without a Mac. Each specialization's Metal rendering, assembled
+//! exactly as MLX assembles it ([`crate::codegen::metal::standalone`]: the header the Metal
+//! backend passes, the signature MLX writes, the body), is compiled by the host C++
+//! compiler (`$TRELLIS_METAL_SIM_CXX`, else `$CXX`, else `c++`) against an executable
+//! `<metal_stdlib>` (`src/backend/metal_sim/metal_stdlib`, which documents the model) and
+//! run on the CPU with Metal's execution model: every thread of a threadgroup is a fiber,
+//! simdgroups of 32 lanes meet at every simd function, `threadgroup` memory is per group,
+//! and the launch geometry is the one the Metal backend gives MLX
+//! ([`crate::codegen::metal::MlxDispatch`]), run as `dispatchThreads` runs it.
+//!
+//! Outputs start as poison (all bits set, NaN for floats), as MLX leaves them
+//! uninitialized, so an element no thread writes shows up. Threadgroups run in parallel
+//! on a rayon pool; the fibers of one group share one OS thread. Compiled kernels are
+//! cached on disk under `$TRELLIS_CACHE_DIR/metal-sim` by source hash, like the CPU
+//! backend's, and many specializations share one compiler call ([`Backend::precompile`]).
+
+use crate::codegen::metal::{
+    self as metal_source, BufferKind, MlxDispatch, Param, MAX_THREADGROUP_MEMORY,
+    MAX_THREADS_PER_THREADGROUP,
+};
+use crate::codegen::Dialect;
+use crate::error::{Error, Result};
+use crate::kernel::{fnv1a, Backend, DeviceTensor, Elem, KernelId, Launch, Limits, TensorSpec};
+use libloading::Library;
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+/// The executable `<metal_stdlib>`.
+pub const METAL_STDLIB: &str = include_str!("metal_sim/metal_stdlib");
+
+/// Compiler flags: no contraction and no fast math (SPEC 5's separate roundings), C++20
+/// for `constinit` (threadgroup declarations), no strict aliasing (MSL code reinterprets
+/// buffers freely). `-O1`: `cargo xtask verify --backend metal-sim --quick` (539 runs,
+/// cold cache) took 29.5 s at -O1 and 54.3 s at -O2 on the 2-core CI machine; the
+/// kernels run for milliseconds, compiling dominates.
+const CXX_FLAGS: &[&str] = &[
+    "-std=c++20",
+    "-O1",
+    "-march=native",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fno-strict-aliasing",
+    "-fPIC",
+    "-shared",
+    "-w",
+];
+
+/// A kernel's entry: buffers in signature order, one thread's attribute values.
+type EntryFn = unsafe extern "C" fn(*const *mut u8, *const u8);
+/// `trellis_sim_run` of the shim.
+type RunFn = unsafe extern "C" fn(
+    EntryFn,
+    *const *mut u8,
+    *const u32,
+    *const u32,
+    u64,
+    u64,
+    *mut u8,
+    *mut u8,
+    usize,
+) -> i32;
+type ScratchFn = unsafe extern "C" fn() -> usize;
+
+/// A compiled simulated kernel: its entry, the shim's runner and the signature.
+#[derive(Clone)]
+pub struct Compiled {
+    _lib: Arc<Library>,
+    entry: EntryFn,
+    run: RunFn,
+    scratch_bytes: usize,
+    params: Arc<Vec<Param>>,
+}
+
+/// Extra zeroed words after every tensor: a kernel that reads a little past a buffer
+/// (a wrong index) gets garbage instead of taking the process down.
+const PAD_WORDS: usize = 1024;
+
+/// A tensor of the simulated device: little-endian elements in 4-byte-aligned storage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimTensor {
+    elem: Elem,
+    shape: Vec<usize>,
+    words: Vec<u32>,
+}
+
+impl SimTensor {
+    fn new(elem: Elem, shape: &[usize]) -> Self {
+        let bytes = shape.iter().product::<usize>() * elem.size();
+        SimTensor {
+            elem,
+            shape: shape.to_vec(),
+            words: vec![0; bytes.div_ceil(4) + PAD_WORDS],
+        }
+    }
+    fn byte_len(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.elem.size()
+    }
+    /// The tensor's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: u32 storage viewed as bytes; byte_len <= 4 * words.len().
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.byte_len()) }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let n = self.byte_len();
+        // SAFETY: as above, unique borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, n) }
+    }
+}
+
+impl DeviceTensor for SimTensor {
+    fn elem(&self) -> Elem {
+        self.elem
+    }
+    fn shape(&self) -> Vec<usize> {
+        self.shape.clone()
+    }
+}
+
+/// The simulated Metal device.
+pub struct MetalSimBackend {
+    compiler: String,
+    cache_dir: PathBuf,
+    include_dir: PathBuf,
+    kernels: Mutex<HashMap<KernelId, Compiled>>,
+    pool: rayon::ThreadPool,
+}
+
+/// One kernel of a batch: symbol, complete MLX source, its signature.
+struct Unit {
+    id: KernelId,
+    symbol: String,
+    source: String,
+    params: Vec<Param>,
+}
+
+impl Unit {
+    fn of(launch: &Launch<'_>) -> Result<Self> {
+        let rendered = (launch.render)(Dialect::Metal)?;
+        let symbol = launch.id.to_string();
+        Ok(Unit {
+            source: metal_source::standalone(&symbol, &rendered, &launch.inputs, &launch.outputs),
+            params: metal_source::signature(&rendered.body, &launch.inputs, &launch.outputs),
+            id: launch.id,
+            symbol,
+        })
+    }
+}
+
+/// The C++ of one kernel in a batch: its complete MLX source in its own namespace (its
+/// `#include` lines blanked, `<metal_stdlib>` is included once at the top), and an
+/// `extern "C"` entry `<symbol>_sim` that binds the buffers and attributes in signature
+/// order.
+fn translation_unit_part(u: &Unit) -> String {
+    let mut s = format!("namespace ns_{} {{\n", u.symbol);
+    for line in u.source.lines() {
+        if !line.trim_start().starts_with("#include") {
+            s.push_str(line);
+        }
+        s.push('\n');
+    }
+    s.push_str("}\n");
+    let args: Vec<String> = u
+        .params
+        .iter()
+        .map(|p| match p {
+            Param::Buffer { decl, index, .. } => {
+                let ty = decl.rsplit_once(' ').map_or(decl.as_str(), |(t, _)| t);
+                match ty.strip_suffix('&') {
+                    Some(referent) => format!("*({referent}*)bufs[{index}]"),
+                    None => format!("({ty})bufs[{index}]"),
+                }
+            }
+            Param::Attribute { name, .. } => format!("t->{name}"),
+        })
+        .collect();
+    s.push_str(&format!(
+        "extern \"C\" void {sym}_sim(void* const* bufs, const trellis_sim::Thread* t) {{\n  ns_{sym}::{sym}(\n    {args});\n}}\n",
+        sym = u.symbol,
+        args = args.join(",\n    "),
+    ));
+    s
+}
+
+thread_local! {
+    /// Fiber stacks and bookkeeping of this OS thread, shared by every kernel library.
+    static SCRATCH: RefCell<Vec<u128>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A simulated kernel with its buffers bound (and the shape metadata they point into).
+pub struct Bound<'a> {
+    compiled: Compiled,
+    kernel: &'static str,
+    id: KernelId,
+    grid: [u32; 3],
+    tg: [u32; 3],
+    ptrs: SendPtrs,
+    outs: Vec<(*mut u8, usize)>,
+    _meta: (Vec<Vec<i32>>, Vec<Vec<i64>>, Vec<i32>),
+    _buffers: std::marker::PhantomData<&'a mut SimTensor>,
+}
+
+struct SendPtrs(Vec<*mut u8>);
+// SAFETY: the kernels' threadgroups write disjoint output elements; inputs are only read.
+unsafe impl Send for SendPtrs {}
+unsafe impl Sync for SendPtrs {}
+
+impl MetalSimBackend {
+    /// A backend using `$TRELLIS_METAL_SIM_CXX`, `$CXX` or `c++`, caching under
+    /// `$TRELLIS_CACHE_DIR/metal-sim` (default: the system temp dir).
+    pub fn new() -> Result<Self> {
+        let compiler = std::env::var("TRELLIS_METAL_SIM_CXX")
+            .or_else(|_| std::env::var("CXX"))
+            .unwrap_or_else(|_| "c++".into());
+        let cache_dir = crate::backend::cpu::cache_root().join("metal-sim");
+        let include_dir =
+            cache_dir.join(format!("include-{:016x}", fnv1a(METAL_STDLIB.as_bytes())));
+        std::fs::create_dir_all(&include_dir).map_err(|e| Error::file(&include_dir, e))?;
+        let header = include_dir.join("metal_stdlib");
+        if std::fs::read_to_string(&header).ok().as_deref() != Some(METAL_STDLIB) {
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = include_dir.join(format!("metal_stdlib.{}.{n}.tmp", std::process::id()));
+            std::fs::write(&tmp, METAL_STDLIB).map_err(|e| Error::file(&tmp, e))?;
+            std::fs::rename(&tmp, &header).map_err(|e| Error::file(&header, e))?;
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .build()
+            .map_err(|e| Error::backend("metal-sim", e))?;
+        Ok(MetalSimBackend {
+            compiler,
+            cache_dir,
+            include_dir,
+            kernels: Mutex::new(HashMap::new()),
+            pool,
+        })
+    }
+
+    /// The compiler this backend runs.
+    pub fn compiler(&self) -> &str {
+        &self.compiler
+    }
+
+    fn compile_batch(&self, units: &[Unit]) -> Result<()> {
+        let mut src = String::from("#include <metal_stdlib>\n");
+        for u in units {
+            src.push_str(&translation_unit_part(u));
+        }
+        let key = fnv1a(
+            format!(
+                "{}|{}|{}|{}",
+                self.compiler,
+                CXX_FLAGS.join(" "),
+                METAL_STDLIB,
+                src
+            )
+            .as_bytes(),
+        );
+        let lib_path = self.cache_dir.join(format!("m{key:016x}.so"));
+        if !lib_path.exists() {
+            let src_path = self.cache_dir.join(format!("m{key:016x}.cpp"));
+            std::fs::write(&src_path, &src).map_err(|e| Error::file(&src_path, e))?;
+            let tmp = self.cache_dir.join(
+                format!(
+                    "m{key:016x}.{}.{:?}.tmp.so",
+                    std::process::id(),
+                    std::thread::current().id()
+                )
+                .replace(['(', ')'], ""),
+            );
+            let out = Command::new(&self.compiler)
+                .args(CXX_FLAGS)
+                .arg(format!("-I{}", self.include_dir.display()))
+                .arg("-o")
+                .arg(&tmp)
+                .arg(&src_path)
+                .output()
+                .map_err(|e| Error::Unavailable {
+                    backend: "metal-sim".into(),
+                    reason: format!("cannot run the C++ compiler `{}`: {e}", self.compiler),
+                })?;
+            if !out.status.success() {
+                let names: Vec<&str> = units.iter().map(|u| u.symbol.as_str()).collect();
+                let log = String::from_utf8_lossy(&out.stderr);
+                let log: String = log.lines().take(60).collect::<Vec<_>>().join("\n");
+                return Err(Error::Compile {
+                    kernel: names.join(", "),
+                    backend: "metal-sim".into(),
+                    log: format!("{log}\n(source: {})", src_path.display()),
+                });
+            }
+            std::fs::rename(&tmp, &lib_path).map_err(|e| Error::file(&lib_path, e))?;
+        }
+        // SAFETY: a library this backend just built from its own generated source; its
+        // initialisers are the C++ runtime's.
+        let lib =
+            Arc::new(unsafe { Library::new(&lib_path) }.map_err(|e| Error::file(&lib_path, e))?);
+        let sym_err =
+            |s: &str, e: libloading::Error| Error::backend("metal-sim", format!("{s}: {e}"));
+        // SAFETY: the shim defines these two functions with exactly these signatures.
+        let (run, scratch_bytes) = unsafe {
+            let run: RunFn = *lib
+                .get::<RunFn>(b"trellis_sim_run")
+                .map_err(|e| sym_err("trellis_sim_run", e))?;
+            let scratch: ScratchFn = *lib
+                .get::<ScratchFn>(b"trellis_sim_scratch_bytes")
+                .map_err(|e| sym_err("trellis_sim_scratch_bytes", e))?;
+            (run, scratch())
+        };
+        let mut kernels = self.kernels.lock().expect("kernel cache lock");
+        for u in units {
+            let name = format!("{}_sim", u.symbol);
+            // SAFETY: every `<symbol>_sim` of this library has the `EntryFn` signature
+            // (see `translation_unit_part`).
+            let entry: EntryFn = unsafe {
+                *lib.get::<EntryFn>(name.as_bytes())
+                    .map_err(|e| sym_err(&name, e))?
+            };
+            kernels.insert(
+                u.id,
+                Compiled {
+                    _lib: lib.clone(),
+                    entry,
+                    run,
+                    scratch_bytes,
+                    params: Arc::new(u.params.clone()),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn compiled(&self, launch: &Launch<'_>) -> Result<Compiled> {
+        if let Some(c) = self
+            .kernels
+            .lock()
+            .expect("kernel cache lock")
+            .get(&launch.id)
+        {
+            return Ok(c.clone());
+        }
+        self.compile_batch(&[Unit::of(launch)?])?;
+        Ok(self.kernels.lock().expect("kernel cache lock")[&launch.id].clone())
+    }
+}
+
+/// What MLX refuses (at evaluation) and the Metal backend refuses at launch: more threads
+/// per group than Apple GPUs run, more threadgroup memory than they have.
+fn check_limits(launch: &Launch<'_>, tg: [u32; 3]) -> Result<()> {
+    let threads = tg.iter().map(|&t| t as u64).product::<u64>();
+    if threads > MAX_THREADS_PER_THREADGROUP {
+        return Err(Error::invalid(
+            format!("{} ({}) threads per threadgroup", launch.kernel, launch.id),
+            threads,
+            format!("Metal runs at most {MAX_THREADS_PER_THREADGROUP}"),
+        ));
+    }
+    if launch.shared_bytes > MAX_THREADGROUP_MEMORY {
+        return Err(Error::invalid(
+            "threadgroup memory",
+            launch.shared_bytes,
+            format!("Metal allows {MAX_THREADGROUP_MEMORY} bytes per threadgroup"),
+        ));
+    }
+    Ok(())
+}
+
+impl Backend for MetalSimBackend {
+    type Tensor = SimTensor;
+    type Compiled = Compiled;
+    type Bound<'a> = Bound<'a>;
+
+    fn name(&self) -> &'static str {
+        "metal-sim"
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Metal
+    }
+
+    fn device_id(&self) -> String {
+        "metal-sim".into()
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            threadgroup_bytes: MAX_THREADGROUP_MEMORY,
+            threads_per_group: MAX_THREADS_PER_THREADGROUP as u32,
+        }
+    }
+
+    fn compile(&self, launch: &Launch<'_>) -> Result<Compiled> {
+        self.limits().check(launch, "Metal")?;
+        self.compiled(launch)
+    }
+
+    fn bind<'a>(
+        &self,
+        compiled: &Compiled,
+        launch: &Launch<'_>,
+        inputs: &[&'a SimTensor],
+        outputs: &mut [&'a mut SimTensor],
+    ) -> Result<Bound<'a>> {
+        let dispatch = MlxDispatch::of(launch.kernel, launch.grid)?;
+        self.bind_dispatch(compiled, launch, dispatch, inputs, outputs)
+    }
+
+    fn run(&self, bound: &mut Bound<'_>) -> Result<()> {
+        self.run_bound(bound)
+    }
+
+    fn alloc(&self, spec: &TensorSpec) -> Result<SimTensor> {
+        Ok(SimTensor::new(spec.elem, &spec.shape))
+    }
+
+    fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<SimTensor> {
+        let mut t = SimTensor::new(elem, shape);
+        if bytes.len() != t.byte_len() {
+            return Err(Error::invalid(
+                "upload bytes",
+                bytes.len(),
+                format!("{elem} tensor of shape {shape:?} needs {}", t.byte_len()),
+            ));
+        }
+        t.bytes_mut().copy_from_slice(bytes);
+        Ok(t)
+    }
+
+    fn download(&self, t: &SimTensor) -> Result<Vec<u8>> {
+        Ok(t.bytes().to_vec())
+    }
+
+    fn precompile(&self, launches: &[Launch<'_>]) -> Result<()> {
+        self.precompile_units(launches)
+    }
+}
+
+impl MetalSimBackend {
+    /// Run a launch with an explicit MLX dispatch (`grid` in threads, `thread_group`), as
+    /// `MetalKernel::apply` takes them: any grid, including ones whose edge threadgroups
+    /// are partial. [`Backend::launch_into`] passes the dispatch the Metal backend builds.
+    pub fn launch_dispatch<'a>(
+        &self,
+        launch: &Launch<'_>,
+        dispatch: MlxDispatch,
+        inputs: &[&'a SimTensor],
+        outputs: &mut [&'a mut SimTensor],
+    ) -> Result<()> {
+        let compiled = self.compiled(launch)?;
+        let mut bound = self.bind_dispatch(&compiled, launch, dispatch, inputs, outputs)?;
+        self.run_bound(&mut bound)
+    }
+
+    /// Check and bind a launch with an explicit dispatch.
+    fn bind_dispatch<'a>(
+        &self,
+        compiled: &Compiled,
+        launch: &Launch<'_>,
+        dispatch: MlxDispatch,
+        inputs: &[&'a SimTensor],
+        outputs: &mut [&'a mut SimTensor],
+    ) -> Result<Bound<'a>> {
+        crate::kernel::check_launch(launch, inputs, outputs)?;
+        let (grid, tg) = dispatch.metal_threads();
+        check_limits(launch, tg)?;
+        // Shapes, strides and ranks of inputs, for the `_shape`/`_strides`/`_ndim`
+        // buffers a body may name (row-contiguous, as `ensure_row_contiguous` makes them).
+        let shapes: Vec<Vec<i32>> = inputs
+            .iter()
+            .map(|t| t.shape.iter().map(|&d| d as i32).collect())
+            .collect();
+        let strides: Vec<Vec<i64>> = inputs
+            .iter()
+            .map(|t| {
+                let mut s = vec![1i64; t.shape.len()];
+                for d in (0..t.shape.len().saturating_sub(1)).rev() {
+                    s[d] = s[d + 1] * t.shape[d + 1] as i64;
+                }
+                s
+            })
+            .collect();
+        let ndims: Vec<i32> = inputs.iter().map(|t| t.shape.len() as i32).collect();
+        let outs: Vec<(*mut u8, usize)> = outputs
+            .iter_mut()
+            .map(|t| (t.words.as_mut_ptr() as *mut u8, t.byte_len()))
+            .collect();
+        let mut ptrs = Vec::new();
+        for p in compiled.params.iter() {
+            if let Param::Buffer { what, .. } = p {
+                ptrs.push(match *what {
+                    BufferKind::Input { i, .. } => inputs[i].words.as_ptr() as *mut u8,
+                    BufferKind::Output { i } => outs[i].0,
+                    BufferKind::Shape { i } => shapes[i].as_ptr() as *mut u8,
+                    BufferKind::Strides { i } => strides[i].as_ptr() as *mut u8,
+                    BufferKind::Ndim { i } => &ndims[i] as *const i32 as *mut u8,
+                });
+            }
+        }
+        Ok(Bound {
+            compiled: compiled.clone(),
+            kernel: launch.kernel,
+            id: launch.id,
+            grid,
+            tg,
+            ptrs: SendPtrs(ptrs),
+            outs,
+            _meta: (shapes, strides, ndims),
+            _buffers: std::marker::PhantomData,
+        })
+    }
+
+    /// Run a bound launch: poison the outputs (MLX leaves them uninitialized, so an
+    /// element nobody writes shows), then every threadgroup.
+    fn run_bound(&self, bound: &mut Bound<'_>) -> Result<()> {
+        for &(p, n) in &bound.outs {
+            // SAFETY: an output buffer of at least `n` bytes, borrowed for the bound.
+            unsafe { std::ptr::write_bytes(p, 0xFF, n) };
+        }
+        let (compiled, grid, tg, ptrs) = (&bound.compiled, bound.grid, bound.tg, &bound.ptrs);
+        let (kernel, id) = (bound.kernel, bound.id);
+
+        let groups: u64 = (0..3)
+            .map(|d| grid[d].div_ceil(tg[d].max(1)) as u64)
+            .product();
+        if groups == 0 {
+            return Ok(());
+        }
+        let tasks = (self.pool.current_num_threads() as u64 * 4).clamp(1, groups);
+        let per = groups.div_ceil(tasks);
+        let errors: Vec<String> = self.pool.install(|| {
+            (0..groups.div_ceil(per))
+                .into_par_iter()
+                .filter_map(|t| {
+                    let ptrs = &ptrs;
+                    let (begin, end) = (t * per, ((t + 1) * per).min(groups));
+                    SCRATCH.with(|s| {
+                        let mut s = s.borrow_mut();
+                        let words = compiled.scratch_bytes.div_ceil(16);
+                        if s.len() < words {
+                            *s = vec![0u128; words];
+                        }
+                        let mut err = [0u8; 512];
+                        // SAFETY: `ptrs` holds every buffer of the signature, each at
+                        // least as large as its spec (checked above) plus padding; the
+                        // scratch is as large as the shim asks, 16-byte aligned, and used
+                        // by this OS thread only.
+                        let rc = unsafe {
+                            (compiled.run)(
+                                compiled.entry,
+                                ptrs.0.as_ptr(),
+                                grid.as_ptr(),
+                                tg.as_ptr(),
+                                begin,
+                                end,
+                                s.as_mut_ptr() as *mut u8,
+                                err.as_mut_ptr(),
+                                err.len(),
+                            )
+                        };
+                        (rc != 0).then(|| {
+                            let n = err.iter().position(|&b| b == 0).unwrap_or(err.len());
+                            String::from_utf8_lossy(&err[..n]).into_owned()
+                        })
+                    })
+                })
+                .collect()
+        });
+        if let Some(e) = errors.into_iter().next() {
+            return Err(Error::backend("metal-sim", format!("{kernel} ({id}): {e}")));
+        }
+        Ok(())
+    }
+
+    fn precompile_units(&self, launches: &[Launch<'_>]) -> Result<()> {
+        let known: std::collections::HashSet<KernelId> = self
+            .kernels
+            .lock()
+            .expect("kernel cache lock")
+            .keys()
+            .copied()
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        let mut todo = Vec::new();
+        for l in launches {
+            if !known.contains(&l.id) && seen.insert(l.id) {
+                todo.push(Unit::of(l)?);
+            }
+        }
+        let jobs = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(1, 8);
+        let chunk = todo.len().div_ceil(jobs).clamp(1, 32);
+        // A batch that does not compile leaves its kernels to be compiled one by one at
+        // their launch, which then reports each one's own error.
+        todo.par_chunks(chunk).for_each(|c| {
+            let _ = self.compile_batch(c);
+        });
+        Ok(())
+    }
+}
