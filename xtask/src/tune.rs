@@ -195,7 +195,12 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
             device: harness::header(b, description.clone()),
             entries: Vec::new(),
         });
-    if !table.entries.is_empty() {
+    if a.fresh {
+        eprintln!(
+            "measuring afresh (--fresh): entries of {} are replaced",
+            out.display()
+        );
+    } else if !table.entries.is_empty() {
         eprintln!(
             "resuming {} ({} entries)",
             out.display(),

@@ -48,3 +48,65 @@ fn a_crashing_candidate_is_rejected_and_tuning_finishes() {
     // The journal lives under target/, not beside the table, and is gone after the run.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+/// A candidate that never returns is killed by the supervisor at its time limit and
+/// recorded as rejected (timed out); the run still finishes with a table.
+#[test]
+fn a_hanging_candidate_is_killed_and_rejected_as_timed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let started = std::time::Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args([
+            "tune",
+            "--backend",
+            "cpu",
+            "--family",
+            "reduce",
+            "--shape",
+            "64x256",
+            "--m",
+            "1",
+            "--k",
+            "2",
+            "--l",
+            "9",
+            "--code",
+            "1mad",
+            "--reps",
+            "1",
+            "--budget",
+            "5m",
+            "--candidate-timeout",
+            "3s",
+            "--out",
+        ])
+        .arg(&out)
+        // The one global_table candidate with x staged as f32 never returns.
+        .env(
+            "TRELLIS_TUNE_FAULT",
+            "hang:global_table shared_decode rpg=4 x=shared_f32",
+        )
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(120));
+    let table = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let e = &table.entries[0];
+    let timed_out: Vec<_> = e
+        .rejected
+        .iter()
+        .filter(|r| r.contains("timed out"))
+        .collect();
+    assert_eq!(timed_out.len(), 1, "{:?}", e.rejected);
+    assert!(
+        timed_out[0].starts_with("global_table shared_decode rpg=4 x=shared_f32"),
+        "{timed_out:?}"
+    );
+    assert!(
+        !(e.winner["repr"].as_str() == Some("global_table")
+            && e.winner["x_stage"].as_str() == Some("shared_f32")),
+        "{:?}",
+        e.winner
+    );
+}
