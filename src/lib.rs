@@ -5,7 +5,7 @@
 //! (SPEC 3), [`reference`](mod@reference) (SPEC 4-6) with [`canonical`] (the SPEC 5 order),
 //! [`check`] (SPEC 5 bits and the SPEC 7 bound), [`io`] (SPEC 8).
 //!
-//! Layers, bottom up: [`kernel`] and [`backend`] (runtime: launch, memory, compile
+//! Layers, bottom up: [`kernel`](mod@kernel) and [`backend`] (runtime: launch, memory, compile
 //! cache, limits) beside [`codegen`] (each dialect's translation unit); [`family`] and
 //! [`families`] (kernel families, one module each beside its template); [`tune`] and
 //! [`verify`] (generic over families); [`ops`], the user facade, on top.
