@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::kernel::{Dialect, KernelSpec, Launch, Rendered, TensorSpec};
 use crate::kernels::{
     Expand, GateUp, MStrategy, Proj, Reduce, Representation, Tail, Tier, Variant, XStage,
+    ROWS_PER_SIMD,
 };
 
 /// One specialization of any of this crate's kernels.
@@ -71,9 +72,18 @@ impl AnyKernel {
 }
 
 /// Launch shapes and representations the tuner and verifier enumerate for a tier.
+///
+/// x read per weight (from global memory, or staged in threadgroup memory) goes with one
+/// row per simdgroup; x loaded per run into registers goes with 1, 2 or 4 rows per
+/// simdgroup (one x load serves them all). The quick catalog (CI, 2 cores) keeps one
+/// group size and, for registers, 1 and 4 rows per simdgroup.
 pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     let mut out = Vec::new();
     let rpgs: &[u32] = if quick { &[4] } else { &[4, 16] };
+    // With x in registers a group stages nothing, so its size matters less; 8 simdgroups
+    // of 4 rows is 32 rows per group.
+    let reg_rpgs: &[u32] = if quick { &[4] } else { &[4, 8] };
+    let reg_rps: &[u32] = if quick { &[1, 4] } else { &ROWS_PER_SIMD };
     let strategies: &[MStrategy] = if m == 1 {
         &[MStrategy::SharedDecode]
     } else {
@@ -81,15 +91,23 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     };
     for repr in Representation::ALL {
         for &m_strategy in strategies {
-            for &rows_per_group in rpgs {
-                for x_stage in XStage::ALL {
-                    out.push(Variant {
-                        repr,
-                        m_strategy,
-                        rows_per_group,
-                        x_stage,
-                        tier,
-                    });
+            for x_stage in XStage::ALL {
+                let (rpgs, rpss): (&[u32], &[u32]) = if x_stage.is_registers() {
+                    (reg_rpgs, reg_rps)
+                } else {
+                    (rpgs, &[1])
+                };
+                for &rows_per_group in rpgs {
+                    for &rows_per_simd in rpss {
+                        out.push(Variant {
+                            repr,
+                            m_strategy,
+                            rows_per_group,
+                            x_stage,
+                            tier,
+                            rows_per_simd,
+                        });
+                    }
                 }
             }
         }

@@ -23,6 +23,7 @@ fn winner() -> Variant {
         rows_per_group: 8,
         x_stage: trellis::kernels::XStage::SharedF32,
         tier: Tier::Exact,
+        rows_per_simd: 1,
     }
 }
 

@@ -32,6 +32,13 @@ pub struct VariantRecord {
     pub m_strategy: String,
     pub rows_per_group: u32,
     pub x_stage: String,
+    /// Absent in tables written before rows per simdgroup existed: 1.
+    #[serde(default = "one")]
+    pub rows_per_simd: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl VariantRecord {
@@ -42,6 +49,7 @@ impl VariantRecord {
             m_strategy: v.m_strategy.name().into(),
             rows_per_group: v.rows_per_group,
             x_stage: v.x_stage.name().into(),
+            rows_per_simd: v.rows_per_simd,
         }
     }
     /// Parse back (validated when the table is parsed).
@@ -52,6 +60,7 @@ impl VariantRecord {
             rows_per_group: self.rows_per_group,
             x_stage: self.x_stage.parse::<XStage>()?,
             tier,
+            rows_per_simd: self.rows_per_simd,
         })
     }
     /// Parse back; the table parser has already rejected bad names.
