@@ -76,14 +76,23 @@ impl AnyKernel {
 /// x read per weight (from global memory, or staged in threadgroup memory) goes with one
 /// row per simdgroup; x loaded per run into registers goes with 1, 2 or 4 rows per
 /// simdgroup (one x load serves them all). The quick catalog (CI, 2 cores) keeps one
-/// group size and, for registers, 1 and 4 rows per simdgroup.
+/// group size and, for registers, one rows-per-simdgroup value per representation.
 pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     let mut out = Vec::new();
     let rpgs: &[u32] = if quick { &[4] } else { &[4, 16] };
     // With x in registers a group stages nothing, so its size matters less; 8 simdgroups
     // of 4 rows is 32 rows per group.
     let reg_rpgs: &[u32] = if quick { &[4] } else { &[4, 8] };
-    let reg_rps: &[u32] = if quick { &[1, 4] } else { &ROWS_PER_SIMD };
+    // Quick: one rows-per-simdgroup value per representation, so the three of them and
+    // the three representations are each covered once with x in registers.
+    let reg_rps = |repr: Representation| -> &'static [u32] {
+        match (quick, repr) {
+            (false, _) => &ROWS_PER_SIMD,
+            (true, Representation::Inline) => &[4],
+            (true, Representation::GlobalTable) => &[2],
+            (true, Representation::SharedTable) => &[1],
+        }
+    };
     let strategies: &[MStrategy] = if m == 1 {
         &[MStrategy::SharedDecode]
     } else {
@@ -93,7 +102,7 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
         for &m_strategy in strategies {
             for x_stage in XStage::ALL {
                 let (rpgs, rpss): (&[u32], &[u32]) = if x_stage.is_registers() {
-                    (reg_rpgs, reg_rps)
+                    (reg_rpgs, reg_rps(repr))
                 } else {
                     (rpgs, &[1])
                 };

@@ -402,6 +402,10 @@ pub trait XLayout {
     fn acc_n(&self) -> usize {
         self.tuned().rows_per_simd as usize * self.mb()
     }
+    /// Whether `rows` is a multiple of rows per simdgroup (no row set is cut short).
+    fn rows_whole(&self, rows: &usize) -> bool {
+        rows % self.tuned().rows_per_simd as usize == 0
+    }
     /// Words per vector load of a run's code words of `p` (1: scalar loads); vectors go
     /// with x in registers.
     fn code_vec(&self, p: &Proj) -> u32 {
