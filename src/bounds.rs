@@ -87,7 +87,16 @@ mod tests {
             "{why}"
         );
         assert!(
-            why.contains("rows_per_group = 4 is the smallest offered (4, 8)"),
+            !why.contains("rows_per_group"),
+            "4 is inside (2, 4, 8): {why}"
+        );
+        let w = Variant {
+            rows_per_group: 2,
+            ..w
+        };
+        let why = at_bound(&w, &space).unwrap();
+        assert!(
+            why.contains("rows_per_group = 2 is the smallest offered (2, 4, 8)"),
             "{why}"
         );
     }
@@ -102,7 +111,7 @@ mod tests {
             rows_per_group: 8,
             ..Variant::default()
         };
-        // rows_per_group 8 is the largest of (4, 8) for registers: a bound.
+        // rows_per_group 8 is the largest of (2, 4, 8) for registers: a bound.
         assert!(at_bound(&w, &space).unwrap().contains("rows_per_group = 8"));
         let space: Vec<Variant> = [1, 2, 4]
             .iter()
