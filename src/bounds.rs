@@ -68,6 +68,7 @@ mod tests {
         let w = Variant {
             rows_per_group: 16,
             x_stage: XStage::SharedF32,
+            rows_per_simd: 1,
             ..Variant::default()
         };
         let why = at_bound(&w, &space).expect("16 is the edge");

@@ -610,7 +610,7 @@ fn cli_select_unknown_device_is_the_default() {
         );
         assert_eq!(
             line(&out, "variant"),
-            "inline shared_decode rpg=4 x=global exact",
+            "inline shared_decode rpg=4 x=registers rps=2 exact",
             "{out}"
         );
     }
