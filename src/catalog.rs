@@ -5,12 +5,31 @@ use crate::codes::Code;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::geometry::Geometry;
-use crate::kernels::{MStrategy, Proj, Representation, Tier, Variant, XStage};
+use crate::kernels::{MStrategy, Proj, Representation, Tier, Variant, XStage, ROWS_PER_SIMD};
 
 /// Launch shapes and representations the tuner and verifier enumerate for a tier.
+///
+/// x read per weight (from global memory, or staged in threadgroup memory) goes with one
+/// row per simdgroup; x loaded per run into registers goes with 1, 2 or 4 rows per
+/// simdgroup (one x load serves them all). The quick catalog (CI, 2 cores) keeps one
+/// group size and, for registers, one rows-per-simdgroup value per representation.
 pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     let mut out = Vec::new();
     let rpgs: &[u32] = if quick { &[4] } else { &[4, 16] };
+    // With x in registers a group stages nothing; on the H200 4 simdgroups beat 8 in all
+    // but one prototype case, so 2 is offered too (a winner at a bound of the space
+    // means the space should widen).
+    let reg_rpgs: &[u32] = if quick { &[4] } else { &[2, 4, 8] };
+    // Quick: one rows-per-simdgroup value per representation, so the three of them and
+    // the three representations are each covered once with x in registers.
+    let reg_rps = |repr: Representation| -> &'static [u32] {
+        match (quick, repr) {
+            (false, _) => &ROWS_PER_SIMD,
+            (true, Representation::Inline) => &[4],
+            (true, Representation::GlobalTable) => &[2],
+            (true, Representation::SharedTable) => &[1],
+        }
+    };
     let strategies: &[MStrategy] = if m == 1 {
         &[MStrategy::SharedDecode]
     } else {
@@ -18,15 +37,23 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     };
     for repr in Representation::ALL {
         for &m_strategy in strategies {
-            for &rows_per_group in rpgs {
-                for x_stage in XStage::ALL {
-                    out.push(Variant {
-                        repr,
-                        m_strategy,
-                        rows_per_group,
-                        x_stage,
-                        tier,
-                    });
+            for x_stage in XStage::ALL {
+                let (rpgs, rpss): (&[u32], &[u32]) = if x_stage.is_registers() {
+                    (reg_rpgs, reg_rps(repr))
+                } else {
+                    (rpgs, &[1])
+                };
+                for &rows_per_group in rpgs {
+                    for &rows_per_simd in rpss {
+                        out.push(Variant {
+                            repr,
+                            m_strategy,
+                            rows_per_group,
+                            x_stage,
+                            tier,
+                            rows_per_simd,
+                        });
+                    }
                 }
             }
         }

@@ -156,13 +156,21 @@ fn half_pair(x: u32) -> f32 {
     f16::from_f32(hi + lo).to_f32()
 }
 
-/// `a / MAD_DIVISOR` the way kernels compute it: a reciprocal multiply and one fma
-/// correction instead of a division (cheaper on GPUs, and MSL promises no correctly
-/// rounded `/`). A test proves it equals IEEE division for every `1mad` byte sum.
+/// `1 / MAD_DIVISOR` split in two f32: `hi = RN(1/c)`, `lo = RN(1/c - hi)` (bits
+/// `0x3bddb447` and `0xaf7486be`), computed in f64 where the split is exact enough.
+pub fn onemad_recip_split() -> (f32, f32) {
+    let inv = 1.0f64 / MAD_DIVISOR as f64;
+    let hi = inv as f32;
+    (hi, (inv - hi as f64) as f32)
+}
+
+/// `a / MAD_DIVISOR` the way kernels compute it: `fma(a, hi, a * lo)` with the split
+/// reciprocal of [`onemad_recip_split`], one multiply and one fma instead of a division
+/// (cheaper on GPUs, and MSL promises no correctly rounded `/`). A test proves it equals
+/// IEEE division for every `1mad` byte sum, exhaustively.
 pub fn onemad_quotient(a: f32) -> f32 {
-    let r = 1.0 / MAD_DIVISOR;
-    let q = a * r;
-    (-q).mul_add(MAD_DIVISOR, a).mul_add(r, q)
+    let (hi, lo) = onemad_recip_split();
+    a.mul_add(hi, a * lo)
 }
 
 /// The numeric constants a kernel template needs, as literal text for the dialects.
@@ -175,6 +183,8 @@ pub struct CodeConstants {
     pub mad_divisor_bits: u32,
     /// f32 bits of `1 / MAD_DIVISOR` rounded to f32 (see [`onemad_quotient`]).
     pub mad_recip_bits: u32,
+    /// f32 bits of the rest, `RN(1 / MAD_DIVISOR - hi)` (see [`onemad_recip_split`]).
+    pub mad_recip_lo_bits: u32,
     pub inst_mul: u32,
     pub inst_add: u32,
     pub mcg_mul: u32,
@@ -196,7 +206,8 @@ impl CodeConstants {
             mad_add: MAD_ADD,
             mad_center: MAD_CENTER,
             mad_divisor_bits: MAD_DIVISOR.to_bits(),
-            mad_recip_bits: (1.0 / MAD_DIVISOR).to_bits(),
+            mad_recip_bits: onemad_recip_split().0.to_bits(),
+            mad_recip_lo_bits: onemad_recip_split().1.to_bits(),
             inst_mul: INST_MUL,
             inst_add: INST_ADD,
             mcg_mul: MCG_MUL,
@@ -237,13 +248,31 @@ mod tests {
 
     #[test]
     fn onemad_quotient_is_ieee_division_for_every_byte_sum() {
-        for y in 0..=1020i32 {
-            let a = (y - MAD_CENTER) as f32;
+        let (hi, lo) = onemad_recip_split();
+        assert_eq!(hi.to_bits(), 0x3bdd_b447);
+        assert_eq!(lo.to_bits(), 0xaf74_86be);
+        assert_eq!(hi, 1.0 / MAD_DIVISOR, "hi is the f32 reciprocal");
+        // Every centred byte sum y in -510..=510 (all 1021 of them).
+        let mut n = 0;
+        for y in -MAD_CENTER..=MAD_CENTER {
+            let a = y as f32;
+            let want = a / MAD_DIVISOR;
+            assert_eq!(onemad_quotient(a).to_bits(), want.to_bits(), "y = {y}");
+            // As the kernels spell it: fma(y, hi, y * lo), separate multiply.
+            let y_lo = a * f32::from_bits(0xaf74_86be);
             assert_eq!(
-                onemad_quotient(a).to_bits(),
-                (a / MAD_DIVISOR).to_bits(),
+                a.mul_add(f32::from_bits(0x3bdd_b447), y_lo).to_bits(),
+                want.to_bits(),
                 "y = {y}"
             );
+            n += 1;
+        }
+        assert_eq!(n, 1021);
+        // The byte sum as the kernels form it: the bits of 1.5 * 2^23 - 510 plus the byte
+        // sum, minus 1.5 * 2^23, is y exactly (one binade for every y).
+        for s in 0..=1020u32 {
+            let y = f32::from_bits(0x4B40_0000 - 510 + s) - 12_582_912.0;
+            assert_eq!(y, s as f32 - 510.0);
         }
     }
 

@@ -16,6 +16,7 @@ pub use askama;
 pub use trellis_macros::kernel;
 
 pub mod backend;
+pub mod bounds;
 pub mod canonical;
 pub mod catalog;
 pub mod check;

@@ -6,14 +6,14 @@
 // conversion without a conversion instruction.
 
 // 1mad: byte sum of an LCG step, centred, divided by {{ c.mad_divisor_bits }} (as f32 bits).
-// The quotient is the correctly rounded IEEE division, obtained with a reciprocal and
-// one fma correction (checked against `/` for all 1021 byte sums in src/codes.rs).
+// bytesum_acc on the bits of 1.5 * 2^23 - 510 gives the f32 1.5 * 2^23 + (y - 510) for
+// every byte sum y (one binade, so the bits add exactly); one subtraction leaves the
+// centred sum. The quotient is fma(a, hi, a * lo) with hi + lo the split reciprocal,
+// which equals the IEEE division for all 1021 centred sums (exhaustive test in
+// src/codes.rs): one multiply and one fma, identical bits in every dialect.
 DEVICE float trellis_value_onemad(uint s) {
-  // 2^23 + bytesum as f32 bits, minus 2^23 + 510: the centred byte sum, exactly.
-  const float a = as_f32(bytesum_acc(s * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x4B000000u)) - 8389118.0f;
-  const float d = as_f32({{ c.mad_divisor_bits }}u), r = as_f32({{ c.mad_recip_bits }}u);
-  const float q = mul32(a, r);
-  return fma32(fma32(-q, d, a), r, q);
+  const float a = add32(as_f32(bytesum_acc(s * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x4B400000u - 510u)), -12582912.0f);
+  return fma32(a, as_f32({{ c.mad_recip_bits }}u), mul32(a, as_f32({{ c.mad_recip_lo_bits }}u)));
 }
 // 3inst and mcg: two halves of a masked word, added, rounded to f16.
 DEVICE float trellis_half_pair(uint x) {
@@ -30,9 +30,12 @@ DEVICE float trellis_value_mul1(uint s) {
 
 // The L-bit state of weight j (0..31) of a run, from the k+1 words that hold the run
 // (SPEC 2: weight t starts at bit (T-1-t)*k; the run's words start at a word boundary).
+// With j unrolled every shift is a constant: one shift (a funnel shift when the window
+// crosses a word) and one mask.
 #define TRELLIS_STATE(w, j, K, L) \
-  ((((w)[((31u - (j)) * (K)) >> 5] >> (((31u - (j)) * (K)) & 31u)) | \
-    ((((31u - (j)) * (K)) & 31u) + (L) > 32u ? (w)[(((31u - (j)) * (K)) >> 5) + 1u] << (32u - (((31u - (j)) * (K)) & 31u)) : 0u)) \
+  (((((31u - (j)) * (K)) & 31u) + (L) > 32u \
+     ? funnel_r((w)[((31u - (j)) * (K)) >> 5], (w)[(((31u - (j)) * (K)) >> 5) + 1u], ((31u - (j)) * (K)) & 31u) \
+     : (w)[((31u - (j)) * (K)) >> 5] >> (((31u - (j)) * (K)) & 31u)) \
    & ((1u << (L)) - 1u))
 
 // SPEC 6 exp_spec: a fixed sequence of f32 operations, identical on every backend.

@@ -107,6 +107,7 @@ fn reduce_matches_reference_bit_for_bit() {
             rows_per_group: 4,
             x_stage: XStage::Global,
             tier: Tier::Exact,
+            rows_per_simd: 1,
         };
         let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
         let want = reference::reduce(&w, &x).unwrap();
@@ -144,4 +145,58 @@ fn expand_matches_reference_dequantize() {
         got.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
         want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     );
+}
+
+/// x loaded per run into registers, several rows per simdgroup (issue 10): bit for bit,
+/// with row counts that leave the last simdgroup's row set partly outside the matrix (37)
+/// or not (40), k that makes the code words vector-aligned (2, 4, 8) and not (3, 5),
+/// every dtype.
+#[test]
+fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
+    let b = CpuBackend::new().unwrap();
+    let (sd, ps) = (MStrategy::SharedDecode, MStrategy::PerSample);
+    #[rustfmt::skip]
+    let cases = [
+        // rows k  L   code              T    dtype        M  rps rpg  strategy
+        (40,   3, 12, Code::OneMad,    256, DType::Bf16, 1, 4,  4,   sd),
+        (37,   2, 12, Code::OneMad,    128, DType::Bf16, 4, 2,  8,   sd),
+        (37,   4, 16, Code::ThreeInst, 64,  DType::F16,  3, 4,  2,   ps),
+        (37,   5, 13, Code::Mul1,      160, DType::F32,  2, 1,  4,   sd),
+        (40,   8, 12, Code::Lut,       256, DType::Bf16, 8, 2,  4,   sd),
+    ];
+    for (rows, k, l, code, t, dtype, m, rps, rpg, ms) in cases {
+        let g = Geometry::new(rows, 1280, t, k, l, code).unwrap();
+        let w = random_matrix(g, 17 + k as u64);
+        let x = random_x(dtype, m, g.cols, 19);
+        for repr in Representation::ALL {
+            if repr == Representation::SharedTable && l > 13 {
+                continue; // a 2^L table does not fit threadgroup memory
+            }
+            let variant = Variant {
+                repr,
+                m_strategy: ms,
+                rows_per_group: rpg,
+                x_stage: XStage::Registers,
+                tier: Tier::Exact,
+                rows_per_simd: rps,
+            };
+            let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
+            let want = reference::reduce(&w, &x).unwrap();
+            assert!(got.bits_eq(&want), "{g} {dtype} m={m} {variant}");
+        }
+        let up = random_matrix(
+            Geometry::new(rows, 1280, t, 3, 12, Code::OneMad).unwrap(),
+            5,
+        );
+        let variant = Variant {
+            x_stage: XStage::Registers,
+            rows_per_simd: rps,
+            rows_per_group: rpg,
+            m_strategy: ms,
+            ..Variant::default()
+        };
+        let got = ops::gate_up_with(&b, &w, &up, &x, Tail::Exact, variant).unwrap();
+        let want = reference::gate_up(&w, &up, &x).unwrap();
+        assert!(got.bits_eq(&want), "gate_up {g} {dtype} m={m} {variant}");
+    }
 }

@@ -466,6 +466,7 @@ fn reduce_spec(c: &Case, repr: Representation, x_stage: XStage) -> Reduce {
             rows_per_group: 4,
             x_stage,
             tier: Tier::Exact,
+            rows_per_simd: 1,
         },
     }
 }

@@ -23,6 +23,7 @@ fn winner() -> Variant {
         rows_per_group: 8,
         x_stage: trellis::kernels::XStage::SharedF32,
         tier: Tier::Exact,
+        rows_per_simd: 1,
     }
 }
 
@@ -649,7 +650,7 @@ fn cli_select_unknown_device_is_the_default() {
         );
         assert_eq!(
             line(&out, "variant"),
-            "inline shared_decode rpg=4 x=global exact",
+            "inline shared_decode rpg=4 x=registers rps=2 exact",
             "{out}"
         );
     }

@@ -16,7 +16,7 @@ use std::fmt;
 #[crate::kernel(
     name = "expand",
     template = "expand.kernel",
-    grid = grid(self.rows, 1, &self.variant),
+    grid = grid(self.rows, 1, &Variant { rows_per_simd: 1, ..self.variant }),
     validate = check_common(self.rows, self.cols, self.t, &[("", self.proj)], 1, &self.variant, self.shared()),
     shared = self.shared(),
     inputs(

@@ -29,6 +29,9 @@ pub struct TuneOptions {
     pub min_reps: usize,
     pub max_reps: usize,
     pub time_cap: Duration,
+    /// Launches per timed sample: on an asynchronous device, back-to-back launches hide
+    /// the host's launch cost that a single launch between two events would include.
+    pub batch: usize,
     /// A candidate whose verification launch runs longer is rejected as timed out (the
     /// supervisor of `cargo xtask tune` kills a launch that never returns).
     pub candidate_timeout: Duration,
@@ -48,6 +51,7 @@ impl TuneOptions {
             min_reps: if gpu { 30 } else { 7 },
             max_reps: if gpu { 400 } else { 40 },
             time_cap: Duration::from_secs(if gpu { 2 } else { 4 }),
+            batch: if gpu { 10 } else { 1 },
             candidate_timeout: Duration::from_secs(if gpu { 20 } else { 120 }),
             fresh: false,
         }
@@ -218,7 +222,8 @@ impl Stats {
 
 /// Time `run` (which enqueues one launch on copy `i`) until the median is stable: at
 /// least `min_reps` samples, then rounds of `min_reps` more until the median of all
-/// samples moves by under 1% in a round, `max_reps` samples or `time_cap`.
+/// samples moves by under 1% in a round, `max_reps` samples or `time_cap`. A sample is
+/// the mean time per launch of `o.batch` back-to-back launches on rotating copies.
 pub fn measure<B: Backend>(
     b: &B,
     o: &TuneOptions,
@@ -234,9 +239,10 @@ pub fn measure<B: Backend>(
     let mut last_median = f64::NAN;
     loop {
         for _ in 0..o.min_reps {
-            let i = samples.len();
-            let ms = b.time_ms(&mut || run(i % copies))?;
-            samples.push(ms * 1e3);
+            let first = samples.len() * o.batch;
+            let ms =
+                b.time_ms(&mut || (first..first + o.batch).try_for_each(|i| run(i % copies)))?;
+            samples.push(ms * 1e3 / o.batch as f64);
         }
         let median = Stats::of(samples.clone()).median;
         let stable = ((median - last_median) / median).abs() < 0.01;

@@ -20,6 +20,8 @@ typedef unsigned long long ulong;
 
 #define FOR_EACH_ROW(row, R, RPG) \
   for (uint row = GROUP_X * (RPG); row < (R) && row < GROUP_X * (RPG) + (RPG); ++row)
+#define FOR_EACH_ROWS(row0, R, RPG, RPS) \
+  for (uint row0 = GROUP_X * (RPG) * (RPS); row0 < (R) && row0 < (GROUP_X + 1u) * (RPG) * (RPS); row0 += (RPS))
 #define LANE_ARRAY(type, name, n) type name[32][n]
 #define FOR_EACH_LANE(lane) for (uint lane = 0u; lane < 32u; ++lane)
 #define LANE(name) name[lane]
@@ -90,3 +92,11 @@ template <> inline float from_f32<float>(float v) { return v; }
 template <> inline f16_t from_f32<f16_t>(float v) { return f16_t{f32_to_half_bits(v)}; }
 template <> inline bf16_t from_f32<bf16_t>(float v) { return bf16_t{f32_to_bf16_bits(v)}; }
 template <typename T> DEVICE float round_as(float v) { return to_f32(from_f32<T>(v)); }
+DEVICE uint funnel_r(uint lo, uint hi, uint off) { return (lo >> off) | (hi << (32u - off)); }
+// x of one run in registers (x_stage = registers): plain loads.
+template <typename T> struct xrun { T v[32]; };
+template <typename T> DEVICE void xrun_load(xrun<T>& r, const T* p) { std::memcpy(r.v, p, sizeof r.v); }
+template <typename T> DEVICE float xrun_at(const xrun<T>& r, uint j) { return to_f32(r.v[j]); }
+template <uint N> DEVICE void load_words(uint* w, const uint32_t* p) {
+  for (uint i = 0; i < N; ++i) w[i] = p[i];
+}

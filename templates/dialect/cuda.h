@@ -22,6 +22,10 @@ typedef unsigned long long ulong;
 // One simdgroup (warp) is one row: the lane loop runs once, as this thread's lane.
 #define FOR_EACH_ROW(row, R, RPG) \
   for (uint row = GROUP_X * (RPG) + SIMDGROUP_ID, once_row_ = 1u; once_row_ && row < (R); once_row_ = 0u)
+// A simdgroup holds RPS consecutive rows from row0 (rows_per_simd): each lane keeps its
+// lane's partials of all of them, so one x load serves RPS rows.
+#define FOR_EACH_ROWS(row0, R, RPG, RPS) \
+  for (uint row0 = (GROUP_X * (RPG) + SIMDGROUP_ID) * (RPS), once_row_ = 1u; once_row_ && row0 < (R); once_row_ = 0u)
 #define LANE_ARRAY(type, name, n) type name[1][n]
 #define FOR_EACH_LANE(lane) for (uint lane = LANE_ID, once_lane_ = 1u; once_lane_; once_lane_ = 0u)
 #define LANE(name) name[0]
@@ -54,6 +58,8 @@ DEVICE unsigned short f32_to_half_bits(float v) { unsigned short h; asm("cvt.rn.
 DEVICE unsigned short f32_to_bf16_bits(float v) { unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
 DEVICE float round_f16(float v) { return half_bits_to_f32(f32_to_half_bits(v)); }
 DEVICE float as_f32(uint b) { return __uint_as_float(b); }
+// Bits lo >> off | hi << (32 - off), 0 < off < 32: one SHF.
+DEVICE uint funnel_r(uint lo, uint hi, uint off) { return __funnelshift_r(lo, hi, off); }
 
 DEVICE float to_f32(float v) { return v; }
 DEVICE float to_f32(f16_t v) { return half_bits_to_f32(v.bits); }
@@ -64,4 +70,45 @@ template <> DEVICE f16_t from_f32<f16_t>(float v) { return f16_t{f32_to_half_bit
 template <> DEVICE bf16_t from_f32<bf16_t>(float v) { return bf16_t{f32_to_bf16_bits(v)}; }
 // round_T of SPEC 4, as an f32 value.
 template <typename T> DEVICE float round_as(float v) { return to_f32(from_f32<T>(v)); }
+// bf16: the packing convert (F2FP, 64/clk/SM) of (v, 0) leaves bf16(v) in the high half
+// and zeros below, already the f32 bits of bf16(v); the single convert (F2F) is 16/clk.
+template <> DEVICE float round_as<bf16_t>(float v) {
+  uint b;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(b) : "f"(v), "f"(0.0f));
+  return __uint_as_float(b);
+}
+
+// x of one 32-weight run in registers (x_stage = registers), loaded as 16-byte vectors;
+// 16-bit dtypes stay packed two to a word and are unpacked per use (one instruction,
+// shared by the rows of the simdgroup). Runs start 64 (128) bytes apart: aligned.
+struct __align__(16) u32x4_t { uint x, y, z, w; };
+struct __align__(8) u32x2_t { uint x, y; };
+template <typename T> struct xrun { uint w[8 * sizeof(T)]; };
+template <typename T> DEVICE void xrun_load(xrun<T>& r, const T* p) {
+  const u32x4_t* q = reinterpret_cast<const u32x4_t*>(p);
+  UNROLL for (uint i = 0; i < 2u * sizeof(T); ++i) {
+    const u32x4_t v = q[i];
+    r.w[4u * i] = v.x; r.w[4u * i + 1u] = v.y; r.w[4u * i + 2u] = v.z; r.w[4u * i + 3u] = v.w;
+  }
+}
+DEVICE float xrun_at(const xrun<float>& r, uint j) { return __uint_as_float(r.w[j]); }
+DEVICE float xrun_at(const xrun<bf16_t>& r, uint j) {
+  const uint p = r.w[j >> 1];
+  return __uint_as_float((j & 1u) ? (p & 0xFFFF0000u) : (p << 16));
+}
+DEVICE float xrun_at(const xrun<f16_t>& r, uint j) {
+  const uint p = r.w[j >> 1];
+  return half_bits_to_f32((j & 1u) ? (p >> 16) : (p & 0xFFFFu));
+}
+// N consecutive code words from an address aligned to 4N bytes, as one vector load.
+template <uint N> DEVICE void load_words(uint* w, const uint32_t* p);
+template <> DEVICE void load_words<1>(uint* w, const uint32_t* p) { w[0] = p[0]; }
+template <> DEVICE void load_words<2>(uint* w, const uint32_t* p) {
+  const u32x2_t v = *reinterpret_cast<const u32x2_t*>(p);
+  w[0] = v.x; w[1] = v.y;
+}
+template <> DEVICE void load_words<4>(uint* w, const uint32_t* p) {
+  const u32x4_t v = *reinterpret_cast<const u32x4_t*>(p);
+  w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+}
 DEVICE float native_exp(float v) { return expf(v); }

@@ -22,6 +22,8 @@ typedef ulong ulong_t;
 
 #define FOR_EACH_ROW(row, R, RPG) \
   for (uint row = GROUP_X * (RPG) + SIMDGROUP_ID, once_row_ = 1u; once_row_ && row < (R); once_row_ = 0u)
+#define FOR_EACH_ROWS(row0, R, RPG, RPS) \
+  for (uint row0 = (GROUP_X * (RPG) + SIMDGROUP_ID) * (RPS), once_row_ = 1u; once_row_ && row0 < (R); once_row_ = 0u)
 #define LANE_ARRAY(type, name, n) type name[1][n]
 #define FOR_EACH_LANE(lane) for (uint lane = LANE_ID, once_lane_ = 1u; once_lane_; once_lane_ = 0u)
 #define LANE(name) name[0]
@@ -54,3 +56,18 @@ DEVICE float to_f32(bfloat16_t v) { return float(v); }
 template <typename T> DEVICE T from_f32(float v) { return static_cast<T>(v); }
 template <typename T> DEVICE float round_as(float v) { return to_f32(from_f32<T>(v)); }
 DEVICE float native_exp(float v) { return metal::exp(v); }
+DEVICE uint funnel_r(uint lo, uint hi, uint off) { return (lo >> off) | (hi << (32u - off)); }
+// x of one run in registers (x_stage = registers): eight vec<T, 4> loads converted to
+// float4, as the seed does.
+template <typename T> struct xrun { float v[32]; };
+template <typename T> DEVICE void xrun_load(thread xrun<T>& r, const device T* p) {
+  const device vec<T, 4>* q = (const device vec<T, 4>*)p;
+  UNROLL for (uint i = 0; i < 8u; ++i) {
+    const float4 f = float4(q[i]);
+    r.v[4u * i] = f.x; r.v[4u * i + 1u] = f.y; r.v[4u * i + 2u] = f.z; r.v[4u * i + 3u] = f.w;
+  }
+}
+template <typename T> DEVICE float xrun_at(thread const xrun<T>& r, uint j) { return r.v[j]; }
+template <uint N> DEVICE void load_words(thread uint* w, const device uint32_t* p) {
+  UNROLL for (uint i = 0; i < N; ++i) w[i] = p[i];
+}

@@ -13,7 +13,7 @@ use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::family::preset;
 use trellis::kernel::Backend;
-use trellis::kernels::{Tail, Tier};
+use trellis::kernels::{MStrategy, Representation, Tail, Tier, Variant, XStage, ROWS_PER_SIMD};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
 use trellis::tune::Selector;
 use trellis::{Code, DType, Error, Geometry, Result, ScaleDType};
@@ -83,6 +83,52 @@ fn cublas(
     })
 }
 
+/// The seed's reduce structure (`../shared/reference`), rendered from our templates: one
+/// simdgroup per row, 8 per group, the 2^L value table in threadgroup memory, each lane's
+/// run of x loaded as vectors straight into registers and its k+1 code words in
+/// registers.
+pub fn seed_structure() -> Variant {
+    Variant {
+        repr: Representation::SharedTable,
+        m_strategy: MStrategy::SharedDecode,
+        rows_per_group: 8,
+        x_stage: XStage::Registers,
+        tier: Tier::Exact,
+        rows_per_simd: 1,
+    }
+}
+
+/// The x-in-registers candidates timed next to the table's choice (inline decode, 1, 2
+/// or 4 rows per simdgroup, 4 or 8 simdgroups per group): the best of them shows what
+/// the table could hold where a key is missing.
+fn register_candidates() -> Vec<Variant> {
+    let mut out = Vec::new();
+    for rows_per_simd in ROWS_PER_SIMD {
+        for rows_per_group in [4, 8] {
+            out.push(Variant {
+                repr: Representation::Inline,
+                m_strategy: MStrategy::SharedDecode,
+                rows_per_group,
+                x_stage: XStage::Registers,
+                tier: Tier::Exact,
+                rows_per_simd,
+            });
+        }
+    }
+    out
+}
+
+fn list(var: &str, default: &[&str]) -> Vec<String> {
+    std::env::var(var)
+        .ok()
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect())
+}
+
+fn checked(c: std::result::Result<String, String>) -> String {
+    c.unwrap_or_else(|e| format!("FAILED: {e}"))
+}
+
 /// Run the benchmark and write the report.
 pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     let b = CudaBackend::new(0)?;
@@ -98,46 +144,72 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     let o = TuneOptions::for_backend("cuda", Tier::Exact);
     let copy = copy_bandwidth(&b)?;
     let info = b.info().clone();
+    let ms: Vec<u32> = list("TRELLIS_BENCH_M", &["1", "2", "4", "8"])
+        .iter()
+        .filter_map(|m| m.parse().ok())
+        .collect();
     let mut s = String::new();
     let _ = writeln!(
         s,
         "# Trellis kernels vs dense bf16 cuBLAS on {} ({})\n",
         info.name, info.id
     );
-    let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).", harness::today(), copy);
-    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} launches timed with CUDA events until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB); every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12, the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 on dense weights of the same shape.\n", o.min_reps, o.working_set >> 20);
+    let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).\n", harness::today(), copy);
+    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12, the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 on dense weights of the same shape, default algorithm.\n", o.min_reps, o.batch, o.working_set >> 20);
+    let _ = writeln!(s, "Seed structure: the seed's reduce (one simdgroup per row, shared value table, x and code words in registers), rendered from our templates as `{}`; best registers: the fastest of {} x-in-registers candidates; both timed in the same run (exact rows only).\n", seed_structure(), register_candidates().len());
     let _ = writeln!(s, "## reduce\n");
-    let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source |");
-    let _ = writeln!(s, "|---|---:|---:|---|---:|---:|---:|---:|---|---|---|");
-    for p_name in ["qwen3-14b", "llama-3-8b"] {
-        for shape in preset(p_name).expect("known preset") {
+    let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | seed structure us | best registers us | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source |");
+    let _ = writeln!(
+        s,
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|"
+    );
+    for p_name in list("TRELLIS_BENCH_PRESETS", &["qwen3-14b", "llama-3-8b"]) {
+        let shapes = preset(&p_name)
+            .ok_or_else(|| Error::invalid("preset", &p_name, "qwen3-14b or llama-3-8b"))?;
+        for shape in shapes {
             for k in [2u32, 3, 4] {
-                for m in [1u32, 4, 8] {
+                for &m in &ms {
                     let g = Geometry::new(shape.rows, shape.cols, 256, k, 12, Code::OneMad)?;
+                    let p = ReduceProblem {
+                        geometry: g,
+                        scale: ScaleDType::F16,
+                        act: DType::Bf16,
+                        m,
+                    };
                     let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1)?;
                     for tier in [Tier::Exact, Tier::Fast] {
-                        let p = ReduceProblem {
-                            geometry: g,
-                            scale: ScaleDType::F16,
-                            act: DType::Bf16,
-                            m,
-                        };
                         let sel = selector.select::<ReduceFamily>("cuda", &info.id, &p, tier);
                         let (ts, check) =
                             harness::bench::<ReduceFamily, _>(&b, &o, &p, sel.variant, 11)?;
+                        let (seed, best) = if tier == Tier::Exact {
+                            let seed = harness::bench::<ReduceFamily, _>(
+                                &b,
+                                &o,
+                                &p,
+                                seed_structure(),
+                                11,
+                            )?
+                            .0;
+                            let mut best = f64::INFINITY;
+                            for v in register_candidates() {
+                                best = best.min(
+                                    harness::bench::<ReduceFamily, _>(&b, &o, &p, v, 11)?
+                                        .0
+                                        .median,
+                                );
+                            }
+                            (format!("{:.1}", seed.median), format!("{best:.1}"))
+                        } else {
+                            ("-".into(), "-".into())
+                        };
                         let _ = writeln!(
                             s,
-                            "| {}x{} | {k} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.2} | {:.1} | {:.2} | {} | {} | {} |",
+                            "| {}x{} | {k} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.2} | {seed} | {best} | {:.1} | {:.2} | {} | {} | {} |",
                             shape.rows, shape.cols, ts.median, ts.p10, ts.p90,
                             (shape.rows * shape.cols) as f64 / (ts.median * 1e-6) / 1e12,
-                            cs.median, cs.median / ts.median,
-                            check.unwrap_or_else(|e| format!("FAILED: {e}")),
-                            sel.variant, sel.source
+                            cs.median, cs.median / ts.median, checked(check), sel.variant, sel.source
                         );
-                        eprintln!(
-                            "reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us, cublas {:.1} us",
-                            shape.rows, shape.cols, ts.median, cs.median
-                        );
+                        eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us", shape.rows, shape.cols, ts.median, cs.median);
                     }
                 }
             }
@@ -147,13 +219,14 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         s,
         "\n## gate_up (Qwen3-14B gate/up, 17408 x 5120 each) vs two cuBLAS GEMVs\n"
     );
+    let _ = writeln!(s, "The dense baseline is two GEMVs (the SwiGLU elementwise on 17408 x M values is not included: it only adds to the baseline).\n");
     let _ = writeln!(
         s,
         "| kg/ku | M | tier | trellis us | 2x cuBLAS bf16 us | ratio | check | variant | source |"
     );
     let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---|---|---|");
     for (kg, ku) in [(3u32, 3u32), (3, 4)] {
-        for m in [1u32, 4, 8] {
+        for &m in &ms {
             let cs = cublas(&b, &blas, &o, 17408, 5120, m as usize, 2)?;
             for tier in [Tier::Exact, Tier::Fast] {
                 let p = GateUpProblem {
@@ -171,8 +244,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                     s,
                     "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} |",
                     ts.median, ts.p10, ts.p90, cs.median, cs.median / ts.median,
-                    check.unwrap_or_else(|e| format!("FAILED: {e}")),
-                    sel.variant, sel.source
+                    checked(check), sel.variant, sel.source
                 );
                 eprintln!(
                     "gate_up {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us",

@@ -39,7 +39,14 @@ fn a_crashing_candidate_is_rejected_and_tuning_finishes() {
         .iter()
         .filter(|r| r.contains("crashed the tuning process"))
         .collect();
-    assert_eq!(crashed.len(), 3, "{:?}", e.rejected);
+    // Every shared_table candidate of the space this run tunes over (the CPU backend
+    // tunes the quick space).
+    let space = trellis::catalog::variants(trellis::kernels::Tier::Exact, 1, true);
+    let shared = space
+        .iter()
+        .filter(|v| v.repr == trellis::kernels::Representation::SharedTable)
+        .count();
+    assert_eq!(crashed.len(), shared, "{:?}", e.rejected);
     assert!(
         crashed.iter().all(|r| r.starts_with("shared_table")),
         "{crashed:?}"
