@@ -16,7 +16,6 @@ pub use askama;
 pub use trellis_macros::kernel;
 
 pub mod backend;
-pub mod bounds;
 pub mod canonical;
 pub mod catalog;
 pub mod check;
