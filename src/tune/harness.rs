@@ -48,9 +48,9 @@ impl TuneOptions {
             quick: !gpu,
             budget: Duration::from_secs(30 * 60),
             working_set: if gpu { 256 << 20 } else { 64 << 20 },
-            min_reps: if gpu { 30 } else { 7 },
-            max_reps: if gpu { 400 } else { 40 },
-            time_cap: Duration::from_secs(if gpu { 2 } else { 4 }),
+            min_reps: if gpu { 10 } else { 7 },
+            max_reps: if gpu { 200 } else { 40 },
+            time_cap: Duration::from_secs(if gpu { 1 } else { 4 }),
             batch: if gpu { 10 } else { 1 },
             candidate_timeout: Duration::from_secs(if gpu { 20 } else { 120 }),
             fresh: false,
@@ -407,19 +407,26 @@ pub fn at_bound<V: serde::Serialize>(winner: &V, space: &[V]) -> Vec<String> {
     out
 }
 
-/// Verify and time one variant of a problem (the bench's measurement, the same as the
-/// tuner's): random data, rotating copies, bound launches.
+/// Verify and time variants of one problem (the bench's measurement, the same as the
+/// tuner's): random data, its reference and rotating copies prepared once, then each
+/// variant checked and timed with bound launches.
+#[allow(clippy::type_complexity)]
 pub fn bench<F: Family, B: Backend>(
     b: &B,
     o: &TuneOptions,
     p: &F::Problem,
-    v: F::Variant,
+    variants: &[F::Variant],
     seed: u64,
-) -> Result<(Stats, std::result::Result<String, String>)> {
+) -> Result<Vec<(Stats, std::result::Result<String, String>)>> {
     let inst = Instance::<F, B>::prepare(b, p, o, seed)?;
-    let got = family::run::<F, B>(b, p, v, &inst.devices[0])?;
-    let check = F::check(p, &v, &inst.host, &inst.want, &got);
-    Ok((time_candidate::<F, B>(b, o, p, v, &inst)?, check))
+    variants
+        .iter()
+        .map(|&v| {
+            let got = family::run::<F, B>(b, p, v, &inst.devices[0])?;
+            let check = F::check(p, &v, &inst.host, &inst.want, &got);
+            Ok((time_candidate::<F, B>(b, o, p, v, &inst)?, check))
+        })
+        .collect()
 }
 
 /// Tune one problem of family `F` on `b`.

@@ -179,28 +179,21 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                     let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1)?;
                     for tier in [Tier::Exact, Tier::Fast] {
                         let sel = selector.select::<ReduceFamily>("cuda", &info.id, &p, tier);
-                        let (ts, check) =
-                            harness::bench::<ReduceFamily, _>(&b, &o, &p, sel.variant, 11)?;
-                        let (seed, best) = if tier == Tier::Exact {
-                            let seed = harness::bench::<ReduceFamily, _>(
-                                &b,
-                                &o,
-                                &p,
-                                seed_structure(),
-                                11,
-                            )?
-                            .0;
-                            let mut best = f64::INFINITY;
-                            for v in register_candidates() {
-                                best = best.min(
-                                    harness::bench::<ReduceFamily, _>(&b, &o, &p, v, 11)?
-                                        .0
-                                        .median,
-                                );
+                        let mut vs = vec![sel.variant];
+                        if tier == Tier::Exact {
+                            vs.push(seed_structure());
+                            vs.extend(register_candidates());
+                        }
+                        let mut runs =
+                            harness::bench::<ReduceFamily, _>(&b, &o, &p, &vs, 11)?.into_iter();
+                        let (ts, check) = runs.next().expect("the table's choice");
+                        let (seed, best) = match runs.next() {
+                            Some((seed, _)) => {
+                                let best =
+                                    runs.map(|(st, _)| st.median).fold(f64::INFINITY, f64::min);
+                                (format!("{:.1}", seed.median), format!("{best:.1}"))
                             }
-                            (format!("{:.1}", seed.median), format!("{best:.1}"))
-                        } else {
-                            ("-".into(), "-".into())
+                            None => ("-".into(), "-".into()),
                         };
                         let _ = writeln!(
                             s,
@@ -239,7 +232,8 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                     tail: Tail::Exact,
                 };
                 let sel = selector.select::<GateUpFamily>("cuda", &info.id, &p, tier);
-                let (ts, check) = harness::bench::<GateUpFamily, _>(&b, &o, &p, sel.variant, 13)?;
+                let (ts, check) =
+                    harness::bench::<GateUpFamily, _>(&b, &o, &p, &[sel.variant], 13)?.remove(0);
                 let _ = writeln!(
                     s,
                     "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} |",
