@@ -6,6 +6,7 @@
 pub mod expand;
 pub mod gate_up;
 pub mod reduce;
+pub mod reduce_mma;
 
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
@@ -21,6 +22,7 @@ pub fn for_each(v: &mut impl FamilyVisitor) {
     v.visit::<reduce::ReduceFamily>();
     v.visit::<gate_up::GateUpFamily>();
     v.visit::<expand::ExpandFamily>();
+    v.visit::<reduce_mma::ReduceMmaFamily>();
 }
 
 /// Every registered family's name and aliases.

@@ -65,3 +65,49 @@ template <> DEVICE bf16_t from_f32<bf16_t>(float v) { return bf16_t{f32_to_bf16_
 // round_T of SPEC 4, as an f32 value.
 template <typename T> DEVICE float round_as(float v) { return to_f32(from_f32<T>(v)); }
 DEVICE float native_exp(float v) { return expf(v); }
+
+// ---- Matrix units (fast tier). One simdgroup (warp) is a 16-row tile; the body runs
+// once per simdgroup, as this thread's lane.
+#define FOR_EACH_SIMDGROUP(sg, N) for (uint sg = SIMDGROUP_ID, once_sg_ = 1u; once_sg_; once_sg_ = 0u)
+#define MMA_SCRATCH(N)  /* Metal stages fragments in threadgroup memory; CUDA needs none */
+// acc[ai..ai+4] += A(a[0..4]) * B(b[bi..bi+2]): mma.sync m16n8k16 with the PTX fragment
+// layouts (lane = 4 g + t: a0 (g, 2t..), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..);
+// b0 (k 2t.., n g), b1 (k 2t+8.., n g); c0/c1 (g, 2t/2t+1), c2/c3 (g+8, 2t/2t+1)).
+#define WARP_MMA_F16(acc, ai, a, b, bi) mma_m16n8k16_f16(&(acc)[0][ai], (a)[0], &(b)[0][bi])
+#define WARP_MMA_BF16(acc, ai, a, b, bi) mma_m16n8k16_bf16(&(acc)[0][ai], (a)[0], &(b)[0][bi])
+DEVICE void mma_m16n8k16_f16(float* c, const uint* a, const uint* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+DEVICE void mma_m16n8k16_bf16(float* c, const uint* a, const uint* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// Two f32 as f16 (round to nearest even), `lo` in the lower half: one cvt.
+DEVICE uint pack_f16x2(float lo, float hi) { uint r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+DEVICE uint f16x2_sub(uint a, uint b) { uint r; asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
+// (x & m) ^ c as one LOP3 (ptxas splits it when m and c are immediates: pass them through
+// opaque_u32 once, outside the loop).
+DEVICE uint and_xor(uint x, uint m, uint c) { uint r; asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(r) : "r"(x), "r"(m), "r"(c)); return r; }
+DEVICE uint opaque_u32(uint v) { uint r; asm volatile("mov.b32 %0, %1;" : "=r"(r) : "r"(v)); return r; }
+// Code words are read once: evict-first loads.
+DEVICE uint load_stream(const uint* p) { uint v; asm volatile("ld.global.cs.u32 %0, [%1];" : "=r"(v) : "l"(p)); return v; }
+#define LOAD_STREAM(p) load_stream(p)
+// B fragments from x: `quad` gives (p[0], p[1]), (p[2], p[3]) as f16 pairs; `dup` gives
+// (p[0], p[0]), (p[1], p[1]) (x duplicated against the two halves of a 3inst weight).
+DEVICE void x_f16x2_quad(const f16_t* p, uint* b) { const uint2 v = *(const uint2*)p; b[0] = v.x; b[1] = v.y; }
+DEVICE void x_f16x2_quad(const bf16_t* p, uint* b) {
+  const uint2 v = *(const uint2*)p;
+  b[0] = pack_f16x2(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u));
+  b[1] = pack_f16x2(__uint_as_float(v.y << 16), __uint_as_float(v.y & 0xFFFF0000u));
+}
+DEVICE void x_f16x2_quad(const float* p, uint* b) { const float4 v = *(const float4*)p; b[0] = pack_f16x2(v.x, v.y); b[1] = pack_f16x2(v.z, v.w); }
+DEVICE void x_f16x2_dup(const f16_t* p, uint* b) { const uint v = *(const uint*)p; b[0] = __byte_perm(v, 0u, 0x1010); b[1] = __byte_perm(v, 0u, 0x3232); }
+DEVICE void x_f16x2_dup(const bf16_t* p, uint* b) {
+  const uint v = *(const uint*)p;
+  const float f0 = __uint_as_float(v << 16), f1 = __uint_as_float(v & 0xFFFF0000u);
+  b[0] = pack_f16x2(f0, f0); b[1] = pack_f16x2(f1, f1);
+}
+DEVICE void x_f16x2_dup(const float* p, uint* b) { const float2 v = *(const float2*)p; b[0] = pack_f16x2(v.x, v.x); b[1] = pack_f16x2(v.y, v.y); }
