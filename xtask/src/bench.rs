@@ -185,3 +185,177 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     println!("{s}");
     Ok(())
 }
+
+/// `cargo xtask bench --family reduce_mma`: the fast tier on matrix units against dense
+/// bf16 cuBLAS at the Qwen3-14B MLP shapes, k 2/3/4, M 1/8/16, a few launch shapes per
+/// problem (each verified against SPEC 7 v2 at full size before it is timed). Set
+/// `MMA_ONLY=<rows>x<cols>:<k>:<m>` to run one problem (for profilers).
+pub fn run_mma(out: &Path) -> Result<()> {
+    use trellis::families::reduce_mma::{MmaVariant, ReduceMmaFamily, ReduceMmaProblem};
+    use trellis::family::{self, Family};
+    use trellis::kernel::{Dialect, KernelSpec};
+    let b = CudaBackend::new(0)?;
+    let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
+    let o = TuneOptions::for_backend("cuda", Tier::Fast);
+    let only = std::env::var("MMA_ONLY").ok();
+    let info = b.info().clone();
+    let v = |row_tiles, col_split, m_tile| MmaVariant {
+        row_tiles,
+        col_split,
+        m_tile,
+    };
+    let mut problems = Vec::new();
+    for (rows, cols) in [(17408usize, 5120usize), (5120, 17408)] {
+        for k in [2u32, 3, 4] {
+            for m in [1u32, 8, 16] {
+                if let Some(o) = &only {
+                    if *o != format!("{rows}x{cols}:{k}:{m}") {
+                        continue;
+                    }
+                }
+                let p = ReduceMmaProblem {
+                    geometry: Geometry::new(rows, cols, 256, k, 12, Code::OneMad)?,
+                    scale: ScaleDType::F16,
+                    act: DType::Bf16,
+                    m,
+                };
+                let mut vs = vec![
+                    v(1, 4, 16),
+                    v(2, 4, 16),
+                    v(4, 2, 16),
+                    v(1, 8, 16),
+                    v(2, 2, 16),
+                ];
+                if m > 8 {
+                    vs.push(v(1, 4, 8));
+                    vs.push(v(2, 4, 8));
+                }
+                problems.push((p, vs));
+            }
+        }
+    }
+    // Compile everything first (NVRTC in parallel).
+    let kernels: Vec<_> = problems
+        .iter()
+        .flat_map(|(p, vs)| vs.iter().map(|v| ReduceMmaFamily::kernel(p, *v)))
+        .collect();
+    let renders: Vec<_> = kernels
+        .iter()
+        .map(|k| move |d: Dialect| k.render(d))
+        .collect();
+    let launches: Vec<_> = kernels
+        .iter()
+        .zip(&renders)
+        .map(|(k, r)| k.launch_request(r))
+        .collect();
+    b.precompile(&launches)?;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# reduce_mma (fast tier, mma.sync m16n8k16) vs dense bf16 cuBLAS on {} ({}), {}\n",
+        info.name,
+        info.id,
+        harness::today()
+    );
+    let _ = writeln!(s, "bf16 activations, T = 256, L = 12, code 1mad; medians of CUDA-event timings over rotating weight copies (>= {} MB). Each variant verified at full size against SPEC 7 v2 first.\n", o.working_set >> 20);
+    let _ = writeln!(s, "| shape | k | M | cuBLAS us | best us | cuBLAS / best | T weights/s | best variant | check | all variants (us) |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---|---|---|");
+    let mut blas_cache: Vec<((usize, usize, u32), f64)> = Vec::new();
+    for (p, vs) in &problems {
+        let g = p.geometry;
+        let cb = match blas_cache
+            .iter()
+            .find(|(key, _)| *key == (g.rows, g.cols, p.m))
+        {
+            Some((_, t)) => *t,
+            None => {
+                let t = cublas(&b, &blas, &o, g.rows, g.cols, p.m as usize, 1)?.median;
+                blas_cache.push(((g.rows, g.cols, p.m), t));
+                t
+            }
+        };
+        let host = ReduceMmaFamily::random_host(p, 21)?;
+        let want = ReduceMmaFamily::expected(p, &host)?;
+        let copies = o
+            .working_set
+            .div_ceil(ReduceMmaFamily::bytes(p))
+            .clamp(1, 16);
+        let devs = (0..copies)
+            .map(|_| ReduceMmaFamily::upload(&b, p, &host))
+            .collect::<Result<Vec<_>>>()?;
+        let mut timed = Vec::new();
+        let mut checks = Vec::new();
+        for &var in vs {
+            let got = family::run::<ReduceMmaFamily, _>(&b, p, var, &devs[0]);
+            let check = got
+                .map_err(|e| e.to_string())
+                .and_then(|got| ReduceMmaFamily::check(p, &var, &host, &want, &got));
+            if let Err(e) = &check {
+                eprintln!("reduce_mma {p} {var}: FAILED {e}");
+                checks.push(format!("{var}: FAILED {e}"));
+                continue;
+            }
+            let k = ReduceMmaFamily::kernel(p, var);
+            let render = |d: Dialect| k.render(d);
+            let launch = k.launch_request(&render);
+            let compiled = b.compile(&launch)?;
+            let mut outs = devs
+                .iter()
+                .map(|_| family::alloc_outputs(&b, &k))
+                .collect::<Result<Vec<_>>>()?;
+            let mut bound = Vec::new();
+            for (d, out) in devs.iter().zip(outs.iter_mut()) {
+                let inputs = ReduceMmaFamily::inputs(d, &var);
+                let mut refs: Vec<_> = out.iter_mut().collect();
+                bound.push(b.bind(&compiled, &launch, &inputs, &mut refs)?);
+            }
+            let st = measure(&b, &o, bound.len(), |i| b.run(&mut bound[i]))?;
+            checks.push(check.unwrap_or_default());
+            timed.push((var, st));
+        }
+        let all = timed
+            .iter()
+            .map(|(v, st)| format!("{v}: {:.1}", st.median))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let Some((bv, bs)) = timed
+            .iter()
+            .min_by(|a, b| a.1.median.total_cmp(&b.1.median))
+            .copied()
+        else {
+            let _ = writeln!(
+                s,
+                "| {}x{} | {} | {} | {cb:.1} | - | - | - | - | {} | |",
+                g.rows,
+                g.cols,
+                g.k,
+                p.m,
+                checks.join("; ")
+            );
+            continue;
+        };
+        let worst = checks
+            .iter()
+            .map(|c| c.replace("within SPEC 7 bound ", ""))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = writeln!(
+            s,
+            "| {}x{} | {} | {} | {cb:.1} | {:.1} [{:.1}-{:.1}] | {:.2} | {:.2} | {bv} | {worst} | {all} |",
+            g.rows, g.cols, g.k, p.m, bs.median, bs.p10, bs.p90, cb / bs.median,
+            (g.rows * g.cols) as f64 / (bs.median * 1e-6) / 1e12
+        );
+        eprintln!(
+            "reduce_mma {}x{} k{} M{}: best {:.1} us ({bv}), cublas {cb:.1} us, x{:.2}; {all}",
+            g.rows,
+            g.cols,
+            g.k,
+            p.m,
+            bs.median,
+            cb / bs.median
+        );
+    }
+    std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
+    println!("{s}");
+    Ok(())
+}
