@@ -106,3 +106,60 @@ fn reduce_mma_rejects_a_wrong_result_and_has_no_exact_tier() {
     let x17 = check::random_activations(DType::Bf16, 17, 256, 7);
     assert!(ReduceMmaFamily::problem_of(&host.w, &x17).is_err());
 }
+
+#[test]
+fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
+    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
+    use trellis::kernels::Tail;
+    let b = CpuBackend::new().expect("cpu backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(0x6a7e_11);
+    let codes = Code::ALL;
+    let mut n = 0;
+    for (i, m) in [1u32, 8, 16, 5, 12].into_iter().enumerate() {
+        let (gc, uc) = (codes[i % 5], codes[(i + 2) % 5]);
+        let kg = rng.random_range(1..=6u32);
+        let ku = if i % 2 == 0 { kg } else { kg + 1 };
+        let l = rng.random_range((ku + 1).max(9)..=16u32);
+        let t = 32 * rng.random_range(1..=3usize);
+        let cols = t * rng.random_range(1..=4usize);
+        let rows = rng.random_range(1..=37usize);
+        let gate = check::random_matrix(
+            Geometry::new(rows, cols, t, kg, l, gc).unwrap(),
+            rng.random(),
+        );
+        let up = check::random_matrix(
+            Geometry::new(rows, cols, t, ku, l, uc).unwrap(),
+            rng.random(),
+        );
+        let act = [DType::Bf16, DType::F16, DType::F32][i % 3];
+        let x = outliers(act, m as usize, cols, &mut rng);
+        let tail = if i % 2 == 0 {
+            Tail::Exact
+        } else {
+            Tail::Native
+        };
+        let p = GateUpMmaFamily::problem_of(&gate, &up, &x, tail).unwrap();
+        let v = MmaVariant {
+            row_tiles: [1, 2][i % 2],
+            col_split: [2, 1, 4][i % 3],
+            m_tile: if i == 2 { 8 } else { 16 },
+        };
+        let host = GateUpMmaHost { gate, up, x };
+        let want = GateUpMmaFamily::expected(&p, &host).unwrap();
+        let dev = GateUpMmaFamily::upload(&b, &p, &host).unwrap();
+        let got = family::run::<GateUpMmaFamily, _>(&b, &p, v, &dev).unwrap();
+        assert_eq!(
+            (got[0].rows, got[0].cols, got[0].dtype),
+            (m as usize, rows, act)
+        );
+        if let Err(e) = GateUpMmaFamily::check(&p, &v, &host, &want, &got) {
+            panic!("{p} {v}: {e}");
+        }
+        assert!(
+            got[0].data.iter().any(|v| *v != 0.0),
+            "{p} {v}: output is zero"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 5);
+}

@@ -5,6 +5,7 @@
 
 pub mod expand;
 pub mod gate_up;
+pub mod gate_up_mma;
 pub mod reduce;
 pub mod reduce_mma;
 
@@ -23,6 +24,7 @@ pub fn for_each(v: &mut impl FamilyVisitor) {
     v.visit::<gate_up::GateUpFamily>();
     v.visit::<expand::ExpandFamily>();
     v.visit::<reduce_mma::ReduceMmaFamily>();
+    v.visit::<gate_up_mma::GateUpMmaFamily>();
 }
 
 /// Every registered family's name and aliases.

@@ -45,11 +45,7 @@ pub struct MmaVariant {
 
 impl Default for MmaVariant {
     fn default() -> Self {
-        MmaVariant {
-            row_tiles: 2,
-            col_split: 4,
-            m_tile: 16,
-        }
+        default_for(0, 1)
     }
 }
 
@@ -67,14 +63,14 @@ impl fmt::Display for MmaVariant {
 #[crate::kernel(
     name = "reduce_mma",
     template = "reduce_mma.kernel",
-    grid = self.launch_grid(),
-    validate = self.check(),
-    shared = self.shared(),
+    grid = self.mma_grid(),
+    validate = self.mma_check(),
+    shared = self.mma_shared(),
     inputs(
         x: act[self.m, self.cols],
         codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
         scales: scale[self.rows],
-        table: f32[self.table_len()],
+        table: f32[self.the_proj().table_len()],
     ),
     outputs(y: act[self.m, self.rows]),
 )]
@@ -90,18 +86,141 @@ pub struct ReduceMma {
     pub variant: MmaVariant,
 }
 
-impl ReduceMma {
-    fn check(&self) -> Result<()> {
-        let p = self.proj;
-        Geometry::new(self.rows, self.cols, self.t, p.k, p.l, p.code)?;
-        if !(1..=MAX_M_MMA).contains(&self.m) {
+/// One projection of a matrix-unit kernel, as its template sees it: the coding and the
+/// names of its kernel arguments (`reduce_mma`: `codes`, ...; `gate_up_mma`: `gcodes`,
+/// ...), and `name`, the suffix of its variables in the body.
+#[derive(Clone, Copy, Debug)]
+pub struct MmaProj {
+    pub proj: Proj,
+    pub name: &'static str,
+    pub codes: &'static str,
+    pub scales: &'static str,
+    pub table: &'static str,
+    pub words_per_row: usize,
+    pub words_per_block: usize,
+}
+
+impl MmaProj {
+    pub(crate) fn new(proj: Proj, cols: usize, t: usize, names: [&'static str; 4]) -> Self {
+        MmaProj {
+            proj,
+            name: names[0],
+            codes: names[1],
+            scales: names[2],
+            table: names[3],
+            words_per_row: proj.words_per_row(cols, t),
+            words_per_block: proj.words_per_block(t),
+        }
+    }
+    /// How the operand words are made: `onemad`, `half_pair` (3inst, mcg: two k-slots
+    /// per weight) or `value` (mul1, lut: the value rounded to f16).
+    pub fn operand(&self) -> &'static str {
+        match self.proj.code {
+            Code::OneMad => "onemad",
+            Code::ThreeInst | Code::Mcg => "half_pair",
+            Code::Mul1 | Code::Lut => "value",
+        }
+    }
+    /// k-slots per weight.
+    pub fn slots(&self) -> usize {
+        if self.operand() == "half_pair" {
+            2
+        } else {
+            1
+        }
+    }
+    /// mmas per step (128 columns) and tile.
+    pub fn mmas(&self) -> usize {
+        8 * self.slots()
+    }
+    /// Length of the table argument: the value table for `lut`, else a placeholder.
+    pub fn table_len(&self) -> usize {
+        if self.proj.code == Code::Lut {
+            self.proj.states()
+        } else {
+            1
+        }
+    }
+}
+
+/// What the matrix-unit template (`templates/reduce_mma.kernel`) asks of a kernel
+/// declaration, and the launch shape, checks and threadgroup memory that follow.
+pub trait MmaLayout {
+    /// `(rows, cols, t, m, variant)`.
+    fn dims(&self) -> (usize, usize, usize, u32, MmaVariant);
+    /// The projections, in accumulation order.
+    fn projs(&self) -> Vec<MmaProj>;
+    /// The fused SwiGLU of two projections (gate, up) instead of one output per projection.
+    fn is_gate_up(&self) -> bool {
+        false
+    }
+    /// SPEC 6 exact tail (`gate_up` only).
+    fn tail_exact(&self) -> bool {
+        true
+    }
+    /// The output argument.
+    fn out_name(&self) -> &'static str {
+        "y"
+    }
+
+    /// Simdgroups per threadgroup.
+    fn warps(&self) -> usize {
+        let v = self.dims().4;
+        (v.row_tiles * v.col_split) as usize
+    }
+    /// B operands (of 8 samples) per A: samples of a slice / 8, rounded up.
+    fn nb(&self) -> usize {
+        let (_, _, _, m, v) = self.dims();
+        m.min(v.m_tile).div_ceil(8) as usize
+    }
+    /// Runs of 32 weights per row.
+    fn runs(&self) -> usize {
+        self.dims().1 / 32
+    }
+    /// Steps of 128 columns (4 runs) per row.
+    fn steps(&self) -> usize {
+        self.runs().div_ceil(4)
+    }
+    /// Whether a projection feeds f16 halves (3inst, mcg).
+    fn any_half_pair(&self) -> bool {
+        self.projs().iter().any(|p| p.operand() == "half_pair")
+    }
+    /// Threadgroup bytes: the column-split sums, and the fragment staging of the Metal
+    /// dialect (counted everywhere so one specialization fits every backend alike).
+    fn mma_shared(&self) -> usize {
+        let red = if self.dims().4.col_split > 1 {
+            self.warps() * self.projs().len() * self.nb() * 4 * 32 * 4
+        } else {
+            0
+        };
+        red + self.warps() * (256 * 2 + 128 * 2 + 128 * 4)
+    }
+    /// One simdgroup per 16-row tile and column part; M beyond `m_tile` in grid slices.
+    fn mma_grid(&self) -> Grid {
+        let (rows, _, _, m, v) = self.dims();
+        Grid {
+            groups: [
+                rows.div_ceil(16).div_ceil(v.row_tiles as usize) as u32,
+                m.div_ceil(v.m_tile),
+                1,
+            ],
+            threads: 32 * self.warps() as u32,
+        }
+    }
+    /// Geometry of every projection, M and the variant's ranges.
+    fn mma_check(&self) -> Result<()> {
+        let (rows, cols, t, m, v) = self.dims();
+        for p in self.projs() {
+            let q = p.proj;
+            Geometry::new(rows, cols, t, q.k, q.l, q.code)?;
+        }
+        if !(1..=MAX_M_MMA).contains(&m) {
             return Err(Error::invalid(
                 "M",
-                self.m,
+                m,
                 format!("must be in 1..={MAX_M_MMA}"),
             ));
         }
-        let v = &self.variant;
         if !matches!(v.row_tiles, 1 | 2 | 4 | 8) {
             return Err(Error::invalid(
                 "row_tiles",
@@ -126,91 +245,90 @@ impl ReduceMma {
         if !matches!(v.m_tile, 8 | 16) {
             return Err(Error::invalid("m_tile", v.m_tile, "must be 8 or 16"));
         }
-        if self.shared() > MAX_SHARED_BYTES {
+        if self.mma_shared() > MAX_SHARED_BYTES {
             return Err(Error::invalid(
                 "threadgroup memory",
-                self.shared(),
+                self.mma_shared(),
                 format!("variant `{v}` needs more than {MAX_SHARED_BYTES} bytes"),
             ));
         }
         Ok(())
     }
-    fn launch_grid(&self) -> Grid {
-        let tiles = self.rows.div_ceil(16);
-        Grid {
-            groups: [
-                tiles.div_ceil(self.variant.row_tiles as usize) as u32,
-                self.m.div_ceil(self.variant.m_tile),
-                1,
-            ],
-            threads: 32 * self.warps() as u32,
-        }
-    }
-    /// Threadgroup bytes: the column-split sums, and the fragment staging of the Metal
-    /// dialect (counted everywhere so one specialization fits every backend alike).
-    fn shared(&self) -> usize {
-        let red = if self.variant.col_split > 1 {
-            self.warps() * self.nb() * 4 * 32 * 4
-        } else {
-            0
-        };
-        red + self.warps() * (256 * 2 + 128 * 2 + 128 * 4)
-    }
+}
 
-    // Template helpers.
-    /// Simdgroups per threadgroup.
-    fn warps(&self) -> usize {
-        (self.variant.row_tiles * self.variant.col_split) as usize
+impl MmaLayout for ReduceMma {
+    fn dims(&self) -> (usize, usize, usize, u32, MmaVariant) {
+        (self.rows, self.cols, self.t, self.m, self.variant)
     }
-    /// B operands (of 8 samples) per A: samples of a slice / 8, rounded up.
-    fn nb(&self) -> usize {
-        self.m.min(self.variant.m_tile).div_ceil(8) as usize
+    fn projs(&self) -> Vec<MmaProj> {
+        vec![self.the_proj()]
     }
-    fn table_len(&self) -> usize {
-        if self.proj.code == Code::Lut {
-            self.proj.states()
-        } else {
-            1
-        }
+}
+
+impl ReduceMma {
+    fn the_proj(&self) -> MmaProj {
+        MmaProj::new(
+            self.proj,
+            self.cols,
+            self.t,
+            ["", "codes", "scales", "table"],
+        )
     }
     fn words_per_block(&self) -> usize {
         self.proj.words_per_block(self.t)
     }
-    fn words_per_row(&self) -> usize {
-        self.proj.words_per_row(self.cols, self.t)
-    }
-    /// Runs of 32 weights per row.
-    fn runs(&self) -> usize {
-        self.cols / 32
-    }
-    /// Steps of 128 columns (4 runs) per row.
-    fn steps(&self) -> usize {
-        self.runs().div_ceil(4)
-    }
-    /// How the operand words are made: `onemad`, `half_pair` (3inst, mcg: two k-slots
-    /// per weight) or `value` (mul1, lut: the value rounded to f16).
-    fn operand(&self) -> &'static str {
-        match self.proj.code {
-            Code::OneMad => "onemad",
-            Code::ThreeInst | Code::Mcg => "half_pair",
-            Code::Mul1 | Code::Lut => "value",
-        }
-    }
-    /// k-slots per weight.
-    fn slots(&self) -> usize {
-        if self.operand() == "half_pair" {
-            2
-        } else {
-            1
-        }
-    }
-    /// mmas per step and tile.
-    fn mmas(&self) -> usize {
-        8 * self.slots()
-    }
     fn act_c(&self, d: &Dialect) -> &'static str {
         Elem::from(self.act).c_type(*d)
     }
+}
+
+/// The built-in default of the matrix-unit families (H200, 17408 x 5120 and 5120 x
+/// 17408: one tile per threadgroup, 8 simdgroups splitting the columns up to M = 8, 4
+/// beyond).
+pub(crate) fn default_for(_rows: usize, m: u32) -> MmaVariant {
+    MmaVariant {
+        row_tiles: 1,
+        col_split: if m > 8 { 4 } else { 8 },
+        m_tile: 16,
+    }
+}
+
+/// The candidate space of the matrix-unit families (fast tier only).
+pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool) -> Vec<MmaVariant> {
+    if tier == Tier::Exact {
+        return Vec::new();
+    }
+    let m_tiles: &[u32] = if m > 8 { &[16, 8] } else { &[16] };
+    let mut out = Vec::new();
+    if quick {
+        for &m_tile in m_tiles {
+            out.push(MmaVariant {
+                row_tiles: 2,
+                col_split: 2,
+                m_tile,
+            });
+        }
+        out.push(MmaVariant {
+            row_tiles: 1,
+            col_split: 1,
+            m_tile: 16,
+        });
+        return out;
+    }
+    for &m_tile in m_tiles {
+        for row_tiles in [1, 2, 4] {
+            for col_split in [1, 2, 4, 8] {
+                if row_tiles * col_split <= 16 {
+                    out.push(MmaVariant {
+                        row_tiles,
+                        col_split,
+                        m_tile,
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A `reduce_mma` problem: one matrix, its scale dtype, the activation dtype and M.
@@ -313,49 +431,10 @@ impl Family for ReduceMmaFamily {
         Tier::Fast
     }
     fn default_variant(p: &ReduceMmaProblem, _tier: Tier) -> MmaVariant {
-        // Few row tiles: more column split keeps the simdgroups busy.
-        let tiles = p.geometry.rows.div_ceil(16);
-        let mut v = MmaVariant::default();
-        if tiles < 4 * 132 {
-            v.row_tiles = 1;
-        }
-        v
+        default_for(p.geometry.rows, p.m)
     }
     fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
-        if tier == Tier::Exact {
-            return Vec::new();
-        }
-        let m_tiles: &[u32] = if p.m > 8 { &[16, 8] } else { &[16] };
-        let mut out = Vec::new();
-        if quick {
-            for &m_tile in m_tiles {
-                out.push(MmaVariant {
-                    row_tiles: 2,
-                    col_split: 2,
-                    m_tile,
-                });
-            }
-            out.push(MmaVariant {
-                row_tiles: 1,
-                col_split: 1,
-                m_tile: 16,
-            });
-            return out;
-        }
-        for &m_tile in m_tiles {
-            for row_tiles in [1, 2, 4] {
-                for col_split in [1, 2, 4, 8] {
-                    if row_tiles * col_split <= 16 {
-                        out.push(MmaVariant {
-                            row_tiles,
-                            col_split,
-                            m_tile,
-                        });
-                    }
-                }
-            }
-        }
-        out
+        candidates_for(p.m, tier, quick)
     }
     fn key_fields(p: &ReduceMmaProblem) -> String {
         let g = &p.geometry;
