@@ -31,7 +31,7 @@ fn outliers(dtype: DType, m: usize, cols: usize, rng: &mut ChaCha8Rng) -> Activa
 #[test]
 fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
     let b = CpuBackend::new().expect("cpu backend");
-    let mut rng = ChaCha8Rng::seed_from_u64(0x11_4d4d41);
+    let mut rng = ChaCha8Rng::seed_from_u64(0x114d_4d41);
     let dtypes = [DType::Bf16, DType::F16, DType::F32];
     let mut n = 0;
     for (ci, code) in Code::ALL.into_iter().enumerate() {
@@ -112,7 +112,7 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
     use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
     use trellis::kernels::Tail;
     let b = CpuBackend::new().expect("cpu backend");
-    let mut rng = ChaCha8Rng::seed_from_u64(0x6a7e_11);
+    let mut rng = ChaCha8Rng::seed_from_u64(0x006a_7e11);
     let codes = Code::ALL;
     let mut n = 0;
     for (i, m) in [1u32, 8, 16, 5, 12].into_iter().enumerate() {
