@@ -95,19 +95,32 @@ DEVICE uint opaque_u32(uint v) { uint r; asm volatile("mov.b32 %0, %1;" : "=r"(r
 // Code words are read once: evict-first loads.
 DEVICE uint load_stream(const uint* p) { uint v; asm volatile("ld.global.cs.u32 %0, [%1];" : "=r"(v) : "l"(p)); return v; }
 #define LOAD_STREAM(p) load_stream(p)
-// B fragments from x: `quad` gives (p[0], p[1]), (p[2], p[3]) as f16 pairs; `dup` gives
-// (p[0], p[0]), (p[1], p[1]) (x duplicated against the two halves of a 3inst weight).
-DEVICE void x_f16x2_quad(const f16_t* p, uint* b) { const uint2 v = *(const uint2*)p; b[0] = v.x; b[1] = v.y; }
-DEVICE void x_f16x2_quad(const bf16_t* p, uint* b) {
-  const uint2 v = *(const uint2*)p;
+// B fragments of two mmas from x in one load, as f16 pairs (`dup`: x duplicated against
+// the two halves of a 3inst weight): `quad2` gives (p[0], p[1]), (p[2], p[3]), (p[4], p[5]),
+// (p[6], p[7]); `dup2` gives (p[0], p[0]), (p[1], p[1]), (p[2], p[2]), (p[3], p[3]).
+DEVICE void x_f16x2_quad2(const f16_t* p, uint* b) { const uint4 v = *(const uint4*)p; b[0] = v.x; b[1] = v.y; b[2] = v.z; b[3] = v.w; }
+DEVICE void x_f16x2_quad2(const bf16_t* p, uint* b) {
+  const uint4 v = *(const uint4*)p;
   b[0] = pack_f16x2(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u));
   b[1] = pack_f16x2(__uint_as_float(v.y << 16), __uint_as_float(v.y & 0xFFFF0000u));
+  b[2] = pack_f16x2(__uint_as_float(v.z << 16), __uint_as_float(v.z & 0xFFFF0000u));
+  b[3] = pack_f16x2(__uint_as_float(v.w << 16), __uint_as_float(v.w & 0xFFFF0000u));
 }
-DEVICE void x_f16x2_quad(const float* p, uint* b) { const float4 v = *(const float4*)p; b[0] = pack_f16x2(v.x, v.y); b[1] = pack_f16x2(v.z, v.w); }
-DEVICE void x_f16x2_dup(const f16_t* p, uint* b) { const uint v = *(const uint*)p; b[0] = __byte_perm(v, 0u, 0x1010); b[1] = __byte_perm(v, 0u, 0x3232); }
-DEVICE void x_f16x2_dup(const bf16_t* p, uint* b) {
-  const uint v = *(const uint*)p;
-  const float f0 = __uint_as_float(v << 16), f1 = __uint_as_float(v & 0xFFFF0000u);
-  b[0] = pack_f16x2(f0, f0); b[1] = pack_f16x2(f1, f1);
+DEVICE void x_f16x2_quad2(const float* p, uint* b) {
+  const float4 v = *(const float4*)p, w = *(const float4*)(p + 4);
+  b[0] = pack_f16x2(v.x, v.y); b[1] = pack_f16x2(v.z, v.w); b[2] = pack_f16x2(w.x, w.y); b[3] = pack_f16x2(w.z, w.w);
 }
-DEVICE void x_f16x2_dup(const float* p, uint* b) { const float2 v = *(const float2*)p; b[0] = pack_f16x2(v.x, v.x); b[1] = pack_f16x2(v.y, v.y); }
+DEVICE void x_f16x2_dup2(const f16_t* p, uint* b) {
+  const uint2 v = *(const uint2*)p;
+  b[0] = __byte_perm(v.x, 0u, 0x1010); b[1] = __byte_perm(v.x, 0u, 0x3232); b[2] = __byte_perm(v.y, 0u, 0x1010); b[3] = __byte_perm(v.y, 0u, 0x3232);
+}
+DEVICE void x_f16x2_dup2(const bf16_t* p, uint* b) {
+  const uint2 v = *(const uint2*)p;
+  const float f0 = __uint_as_float(v.x << 16), f1 = __uint_as_float(v.x & 0xFFFF0000u);
+  const float f2 = __uint_as_float(v.y << 16), f3 = __uint_as_float(v.y & 0xFFFF0000u);
+  b[0] = pack_f16x2(f0, f0); b[1] = pack_f16x2(f1, f1); b[2] = pack_f16x2(f2, f2); b[3] = pack_f16x2(f3, f3);
+}
+DEVICE void x_f16x2_dup2(const float* p, uint* b) {
+  const float4 v = *(const float4*)p;
+  b[0] = pack_f16x2(v.x, v.x); b[1] = pack_f16x2(v.y, v.y); b[2] = pack_f16x2(v.z, v.z); b[3] = pack_f16x2(v.w, v.w);
+}

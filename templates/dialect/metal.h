@@ -105,11 +105,9 @@ DEVICE uint f16x2_sub(uint a, uint b) {
 DEVICE uint and_xor(uint x, uint m, uint c) { return (x & m) ^ c; }
 DEVICE uint opaque_u32(uint v) { return v; }
 #define LOAD_STREAM(p) (*(p))
-template <typename T> DEVICE void x_f16x2_quad(const device T* p, thread uint* b) {
-  b[0] = pack_f16x2(to_f32(p[0]), to_f32(p[1]));
-  b[1] = pack_f16x2(to_f32(p[2]), to_f32(p[3]));
+template <typename T> DEVICE void x_f16x2_quad2(const device T* p, thread uint* b) {
+  for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[2u * i]), to_f32(p[2u * i + 1u]));
 }
-template <typename T> DEVICE void x_f16x2_dup(const device T* p, thread uint* b) {
-  b[0] = pack_f16x2(to_f32(p[0]), to_f32(p[0]));
-  b[1] = pack_f16x2(to_f32(p[1]), to_f32(p[1]));
+template <typename T> DEVICE void x_f16x2_dup2(const device T* p, thread uint* b) {
+  for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[i]), to_f32(p[i]));
 }
