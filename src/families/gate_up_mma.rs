@@ -185,7 +185,13 @@ impl Family for GateUpMmaFamily {
         Tier::Fast
     }
     fn default_variant(p: &GateUpMmaProblem, _tier: Tier) -> MmaVariant {
-        super::reduce_mma::default_for(p.gate.rows, p.m)
+        // H200 bench (17408 x 5120): 8 simdgroups per tile up to M = 8, 4 beyond (two
+        // accumulators per projection need the registers).
+        MmaVariant {
+            row_tiles: 1,
+            col_split: if p.m > 8 { 4 } else { 8 },
+            m_tile: 16,
+        }
     }
     fn candidates(p: &GateUpMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
         super::reduce_mma::candidates_for(p.m, tier, quick)

@@ -45,7 +45,11 @@ pub struct MmaVariant {
 
 impl Default for MmaVariant {
     fn default() -> Self {
-        default_for(0, 1)
+        MmaVariant {
+            row_tiles: 1,
+            col_split: 8,
+            m_tile: 16,
+        }
     }
 }
 
@@ -282,13 +286,14 @@ impl ReduceMma {
     }
 }
 
-/// The built-in default of the matrix-unit families (H200, 17408 x 5120 and 5120 x
-/// 17408: one tile per threadgroup, 8 simdgroups splitting the columns up to M = 8, 4
-/// beyond).
-pub(crate) fn default_for(_rows: usize, m: u32) -> MmaVariant {
+/// The built-in default of `reduce_mma` (H200 bench, 17408 x 5120 and 5120 x 17408):
+/// one tile per threadgroup, 8 simdgroups splitting the columns, 16 for few row tiles
+/// (up to M = 8).
+pub(crate) fn default_for(rows: usize, m: u32) -> MmaVariant {
+    let few_tiles = rows.div_ceil(16) < 512;
     MmaVariant {
         row_tiles: 1,
-        col_split: if m > 8 { 4 } else { 8 },
+        col_split: if m <= 8 && few_tiles { 16 } else { 8 },
         m_tile: 16,
     }
 }
