@@ -1,13 +1,16 @@
 //! The user facade: `matvec`, `gate_up` and `expand` on a backend you hold (make it
-//! once: it keeps its compiled kernels). By default the tuning tables choose the
-//! variant for the tier you ask for ([`crate::tune::select_for`]); the `_with` forms
-//! force one. Host data in, host data out; every input is validated before any kernel
-//! runs.
+//! once: it keeps its compiled kernels). The tier picks the family: `exact` runs the
+//! SIMT families (`reduce`, `gate_up`: SPEC 5 bits), `fast` the matrix-unit families
+//! (`reduce_mma`, `gate_up_mma`: the SPEC 7 bound, M up to 16); the tuning tables choose
+//! the variant ([`crate::tune::select_for`]), and the `_with` forms force one. Host data
+//! in, host data out; every input is validated before any kernel runs.
 
 use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};
 use crate::families::gate_up::{GateUpFamily, GateUpProblem};
+use crate::families::gate_up_mma::GateUpMmaFamily;
 use crate::families::reduce::{ReduceFamily, ReduceProblem};
+use crate::families::reduce_mma::ReduceMmaFamily;
 use crate::family;
 use crate::kernel::Backend;
 use crate::kernels::{Tail, Tier, Variant, MAX_M};
@@ -73,13 +76,24 @@ fn first(mut outs: Vec<Activations>) -> Activations {
     outs.swap_remove(0)
 }
 
-/// `y = W x` on `b` with the variant the tables choose for `tier` on this device.
+/// `y = W x` on `b` in `tier` (see the module docs), with the variant the tables choose
+/// on this device.
 pub fn matvec<B: Backend>(
     b: &B,
     w: &QuantizedMatrix,
     x: &Activations,
     tier: Tier,
 ) -> Result<Activations> {
+    if tier == Tier::Fast {
+        check_finite(x)?;
+        let p = ReduceMmaFamily::problem_of(w, x)?;
+        let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
+        let d = crate::families::reduce::ReduceDevice {
+            w: DeviceMatrix::upload(b, w)?,
+            x: upload_activations(b, x)?,
+        };
+        return family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first);
+    }
     let p = reduce_problem(w, x)?;
     let v = crate::tune::select_for::<ReduceFamily, B>(b, &p, tier).variant;
     matvec_with(b, w, x, v)
@@ -110,6 +124,17 @@ pub fn gate_up<B: Backend>(
     tail: Tail,
     tier: Tier,
 ) -> Result<Activations> {
+    if tier == Tier::Fast {
+        check_finite(x)?;
+        let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
+        let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
+        let d = crate::families::gate_up::GateUpDevice {
+            gate: DeviceMatrix::upload(b, gate)?,
+            up: DeviceMatrix::upload(b, up)?,
+            x: upload_activations(b, x)?,
+        };
+        return family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first);
+    }
     let p = gate_up_problem(gate, up, x, tail)?;
     let v = crate::tune::select_for::<GateUpFamily, B>(b, &p, tier).variant;
     gate_up_with(b, gate, up, x, tail, v)

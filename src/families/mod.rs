@@ -5,7 +5,9 @@
 
 pub mod expand;
 pub mod gate_up;
+pub mod gate_up_mma;
 pub mod reduce;
+pub mod reduce_mma;
 
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
@@ -21,6 +23,8 @@ pub fn for_each(v: &mut impl FamilyVisitor) {
     v.visit::<reduce::ReduceFamily>();
     v.visit::<gate_up::GateUpFamily>();
     v.visit::<expand::ExpandFamily>();
+    v.visit::<reduce_mma::ReduceMmaFamily>();
+    v.visit::<gate_up_mma::GateUpMmaFamily>();
 }
 
 /// Every registered family's name and aliases.

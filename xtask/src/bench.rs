@@ -251,3 +251,244 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     println!("{s}");
     Ok(())
 }
+
+/// Verify (at full size) and time variants `vs` of problem `p` of family `F` on
+/// rotating copies: each variant's stats, or why it failed; and each check's detail.
+fn time_variants<F: trellis::family::Family>(
+    b: &CudaBackend,
+    o: &TuneOptions,
+    p: &F::Problem,
+    vs: &[F::Variant],
+) -> Result<(Vec<(F::Variant, Stats)>, Vec<String>)> {
+    use trellis::family;
+    use trellis::kernel::{Dialect, KernelSpec};
+    let host = F::random_host(p, 21)?;
+    let want = F::expected(p, &host)?;
+    let copies = o.working_set.div_ceil(F::bytes(p)).clamp(1, 16);
+    let devs = (0..copies)
+        .map(|_| F::upload(b, p, &host))
+        .collect::<Result<Vec<_>>>()?;
+    let mut timed = Vec::new();
+    let mut checks = Vec::new();
+    for &var in vs {
+        let check = family::run::<F, _>(b, p, var, &devs[0])
+            .map_err(|e| e.to_string())
+            .and_then(|got| F::check(p, &var, &host, &want, &got));
+        match check {
+            Err(e) => {
+                eprintln!("{} {p} {var}: FAILED {e}", F::NAME);
+                checks.push(format!("{var}: FAILED {e}"));
+                continue;
+            }
+            Ok(c) => checks.push(c),
+        }
+        let k = F::kernel(p, var);
+        let render = |d: Dialect| k.render(d);
+        let launch = k.launch_request(&render);
+        let compiled = b.compile(&launch)?;
+        let mut outs = devs
+            .iter()
+            .map(|_| family::alloc_outputs(b, &k))
+            .collect::<Result<Vec<_>>>()?;
+        let mut bound = Vec::new();
+        for (d, out) in devs.iter().zip(outs.iter_mut()) {
+            let inputs = F::inputs(d, &var);
+            let mut refs: Vec<_> = out.iter_mut().collect();
+            bound.push(b.bind(&compiled, &launch, &inputs, &mut refs)?);
+        }
+        let st = measure(b, o, bound.len(), |i| b.run(&mut bound[i]))?;
+        timed.push((var, st));
+    }
+    Ok((timed, checks))
+}
+
+/// Compile every (problem, variant) of a family at once (NVRTC in parallel).
+fn precompile_all<F: trellis::family::Family>(
+    b: &CudaBackend,
+    problems: &[(F::Problem, Vec<F::Variant>)],
+) -> Result<()> {
+    use trellis::kernel::{Dialect, KernelSpec};
+    let kernels: Vec<_> = problems
+        .iter()
+        .flat_map(|(p, vs)| vs.iter().map(|v| F::kernel(p, *v)))
+        .collect();
+    let renders: Vec<_> = kernels
+        .iter()
+        .map(|k| move |d: Dialect| k.render(d))
+        .collect();
+    let launches: Vec<_> = kernels
+        .iter()
+        .zip(&renders)
+        .map(|(k, r)| k.launch_request(r))
+        .collect();
+    b.precompile(&launches)
+}
+
+/// One report row: the best variant against cuBLAS, every variant's median.
+fn mma_row<V: std::fmt::Display + Copy>(
+    label: &str,
+    cb: f64,
+    weights: usize,
+    timed: &[(V, Stats)],
+    checks: &[String],
+) -> (String, String) {
+    let all = timed
+        .iter()
+        .map(|(v, st)| format!("{v}: {:.1}", st.median))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let failed: Vec<&String> = checks.iter().filter(|c| c.contains("FAILED")).collect();
+    let worst = checks
+        .iter()
+        .filter_map(|c| {
+            c.split("worst ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .fold(0f64, f64::max);
+    let check = if failed.is_empty() {
+        format!(
+            "all {} within SPEC 7 (worst {worst:.3} of the bound)",
+            checks.len()
+        )
+    } else {
+        format!("{} FAILED: {}", failed.len(), failed[0])
+    };
+    let Some((bv, bs)) = timed
+        .iter()
+        .min_by(|a, b| a.1.median.total_cmp(&b.1.median))
+        .copied()
+    else {
+        return (
+            format!("| {label} | {cb:.1} | - | - | - | - | {check} | |"),
+            format!("{label}: {check}"),
+        );
+    };
+    (
+        format!(
+            "| {label} | {cb:.1} | {:.1} [{:.1}-{:.1}] | {:.2} | {:.2} | {bv} | {check} | {all} |",
+            bs.median,
+            bs.p10,
+            bs.p90,
+            cb / bs.median,
+            weights as f64 / (bs.median * 1e-6) / 1e12
+        ),
+        format!(
+            "{label}: best {:.1} us ({bv}), cublas {cb:.1} us, x{:.2}; {check}; {all}",
+            bs.median,
+            cb / bs.median
+        ),
+    )
+}
+
+/// `cargo xtask bench --family reduce_mma`: the fast tier on matrix units (`reduce_mma`
+/// and `gate_up_mma`) against dense bf16 cuBLAS at the Qwen3-14B MLP shapes, k 2/3/4
+/// (gate/up: 3/3 and 3/4), M 1/8/16, a few launch shapes per problem, each verified
+/// at full size against SPEC 7 v2 before it is timed. `MMA_ONLY=<rows>x<cols>:<k>:<m>`
+/// runs one reduce problem alone (for profilers).
+pub fn run_mma(out: &Path) -> Result<()> {
+    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaProblem};
+    use trellis::families::reduce_mma::{MmaVariant, ReduceMmaFamily, ReduceMmaProblem};
+    let b = CudaBackend::new(0)?;
+    let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
+    let o = TuneOptions::for_backend("cuda", Tier::Fast);
+    let only = std::env::var("MMA_ONLY").ok();
+    let info = b.info().clone();
+    let v = |row_tiles, col_split, m_tile| MmaVariant {
+        row_tiles,
+        col_split,
+        m_tile,
+    };
+    let mut problems = Vec::new();
+    for (rows, cols) in [(17408usize, 5120usize), (5120, 17408)] {
+        for k in [2u32, 3, 4] {
+            for m in [1u32, 8, 16] {
+                if let Some(o) = &only {
+                    if *o != format!("{rows}x{cols}:{k}:{m}") {
+                        continue;
+                    }
+                }
+                let p = ReduceMmaProblem {
+                    geometry: Geometry::new(rows, cols, 256, k, 12, Code::OneMad)?,
+                    scale: ScaleDType::F16,
+                    act: DType::Bf16,
+                    m,
+                };
+                let mut vs = vec![v(1, 8, 16), v(1, 4, 16), v(2, 4, 16), v(1, 16, 16)];
+                if m > 8 {
+                    vs.push(v(1, 4, 8));
+                }
+                problems.push((p, vs));
+            }
+        }
+    }
+    let mut gu = Vec::new();
+    if only.is_none() {
+        for (kg, ku) in [(3u32, 3u32), (3, 4)] {
+            for m in [1u32, 8, 16] {
+                let p = GateUpMmaProblem {
+                    gate: Geometry::new(17408, 5120, 256, kg, 12, Code::OneMad)?,
+                    up: Geometry::new(17408, 5120, 256, ku, 12, Code::OneMad)?,
+                    gate_scale: ScaleDType::F16,
+                    up_scale: ScaleDType::F16,
+                    act: DType::Bf16,
+                    m,
+                    tail: Tail::Exact,
+                };
+                gu.push((p, vec![v(1, 8, 16), v(1, 4, 16), v(2, 4, 16)]));
+            }
+        }
+    }
+    precompile_all::<ReduceMmaFamily>(&b, &problems)?;
+    precompile_all::<GateUpMmaFamily>(&b, &gu)?;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# Fast tier on matrix units (mma.sync m16n8k16) vs dense bf16 cuBLAS on {} ({}), {}\n",
+        info.name,
+        info.id,
+        harness::today()
+    );
+    let _ = writeln!(s, "bf16 activations with outliers, T = 256, L = 12, code 1mad; medians of CUDA-event timings over rotating weight copies (>= {} MB), launches bound before timing. Each variant is verified at full size against SPEC 7 v2 before it is timed. cuBLAS: `cublasGemmEx` bf16 (default algorithm) on dense weights of the same shape; gate_up: two GEMVs (no SwiGLU kernel).\n", o.working_set >> 20);
+    let _ = writeln!(s, "## reduce_mma\n\n| shape k M | cuBLAS us | best us | cuBLAS / best | T weights/s | best variant | check | all variants (us) |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---|---|");
+    let mut blas_cache: Vec<((usize, usize, u32, usize), f64)> = Vec::new();
+    let mut cublas_us = |rows: usize, cols: usize, m: u32, calls: usize| -> Result<f64> {
+        if let Some((_, t)) = blas_cache
+            .iter()
+            .find(|(k, _)| *k == (rows, cols, m, calls))
+        {
+            return Ok(*t);
+        }
+        let t = cublas(&b, &blas, &o, rows, cols, m as usize, calls)?.median;
+        blas_cache.push(((rows, cols, m, calls), t));
+        Ok(t)
+    };
+    for (p, vs) in &problems {
+        let g = p.geometry;
+        let cb = cublas_us(g.rows, g.cols, p.m, 1)?;
+        let (timed, checks) = time_variants::<ReduceMmaFamily>(&b, &o, p, vs)?;
+        let label = format!("{}x{} k{} M{}", g.rows, g.cols, g.k, p.m);
+        let (row, line) = mma_row(&label, cb, g.rows * g.cols, &timed, &checks);
+        let _ = writeln!(s, "{row}");
+        eprintln!("reduce_mma {line}");
+    }
+    if !gu.is_empty() {
+        let _ = writeln!(s, "\n## gate_up_mma (Qwen3-14B gate/up, 17408 x 5120 each, exact tail) vs two cuBLAS GEMVs\n\n| kg/ku M | 2x cuBLAS us | best us | cuBLAS / best | T weights/s | best variant | check | all variants (us) |");
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---|---|");
+    }
+    for (p, vs) in &gu {
+        let cb = cublas_us(17408, 5120, p.m, 2)?;
+        let (timed, checks) = time_variants::<GateUpMmaFamily>(&b, &o, p, vs)?;
+        let label = format!("{}/{} M{}", p.gate.k, p.up.k, p.m);
+        let (row, line) = mma_row(&label, cb, 2 * 17408 * 5120, &timed, &checks);
+        let _ = writeln!(s, "{row}");
+        eprintln!("gate_up_mma {line}");
+    }
+    std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
+    println!("{s}");
+    Ok(())
+}

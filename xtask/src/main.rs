@@ -57,6 +57,9 @@ enum Cmd {
         /// Tuning table to take the tuned variants from (default: embedded/env tables).
         #[arg(long)]
         table: Option<PathBuf>,
+        /// Only this family (`reduce_mma`: the matrix-unit fast tier vs cuBLAS).
+        #[arg(long)]
+        family: Option<String>,
     },
 }
 
@@ -140,6 +143,7 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             backend,
             out,
             table,
+            family,
         } => {
             if backend != "cuda" {
                 return Err(trellis::Error::invalid(
@@ -147,6 +151,10 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                     backend,
                     "bench compares against cuBLAS: cuda only",
                 ));
+            }
+            if family.as_deref() == Some("reduce_mma") {
+                bench::run_mma(&out)?;
+                return Ok(true);
             }
             bench::run(&out, table.as_deref())?;
             Ok(true)

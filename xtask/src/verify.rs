@@ -19,14 +19,55 @@ impl trellis::backend::BackendVisitor for Job<'_> {
     }
 }
 
+/// The catalog of the one registered family called `name`.
+fn only<B: Backend>(
+    b: &B,
+    quick: bool,
+    name: &str,
+    progress: &mut dyn FnMut(usize, usize),
+) -> trellis::Result<Vec<Outcome>> {
+    struct One<'a, B: Backend> {
+        b: &'a B,
+        quick: bool,
+        name: &'a str,
+        progress: &'a mut dyn FnMut(usize, usize),
+        out: trellis::Result<Vec<Outcome>>,
+    }
+    impl<B: Backend> trellis::family::FamilyVisitor for One<'_, B> {
+        fn visit<F: trellis::family::Family>(&mut self) {
+            if trellis::families::is::<F>(self.name) {
+                self.out = verify::verify_family::<F, B>(self.b, self.quick, self.progress);
+            }
+        }
+    }
+    let mut one = One {
+        b,
+        quick,
+        name,
+        progress,
+        out: Err(trellis::Error::invalid(
+            "TRELLIS_VERIFY_ONLY",
+            name,
+            "no such family",
+        )),
+    };
+    trellis::families::for_each(&mut one);
+    one.out
+}
+
 /// Run and print; returns the report text and whether everything matched.
 pub fn run<B: Backend>(b: &B, quick: bool, vectors: &Path) -> trellis::Result<(String, bool)> {
     let bar = crate::progress_bar(0, "verify");
     let started = std::time::Instant::now();
-    let mut outcomes = verify::verify_catalog(b, quick, &mut |done, total| {
+    let mut progress = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
-    })?;
+    };
+    // `TRELLIS_VERIFY_ONLY=<family>`: that family's catalog alone (and the vectors).
+    let mut outcomes = match std::env::var("TRELLIS_VERIFY_ONLY") {
+        Ok(name) => only(b, quick, &name, &mut progress)?,
+        Err(_) => verify::verify_catalog(b, quick, &mut progress)?,
+    };
     bar.finish_and_clear();
     if vectors.join("index.json").exists() {
         outcomes.extend(verify::verify_vectors(b, vectors)?);

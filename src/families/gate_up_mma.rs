@@ -1,0 +1,347 @@
+//! `gate_up_mma`: fast-tier fused SwiGLU `mid = silu(G x) * (U x)` on matrix units,
+//! the same template as [`super::reduce_mma`] (`templates/reduce_mma.kernel`) with two
+//! projections (same-k or mixed-k, any codes): each tile accumulates `G x` and `U x`,
+//! rounds each to the activation dtype after its row factor, then applies the SPEC 6
+//! tail (`exact` or the backend's `native` exp). Checked with `check::fast_gate_up`
+//! (SPEC 7 v2); listed as `gate_up_mma_mixed` when the two k differ.
+
+use super::reduce_mma::{MmaLayout, MmaProj, MmaVariant, MAX_M_MMA};
+use super::DeviceMatrix;
+use crate::check::{self, RealSums};
+use crate::dtype::{DType, ScaleDType};
+use crate::error::{Error, Result};
+use crate::family::{Family, ProblemSpec, TuneSpace};
+use crate::kernel::{Backend, Dialect, Elem};
+use crate::kernels::{Proj, Tail, Tier};
+use crate::matrix::{Activations, QuantizedMatrix};
+use crate::Geometry;
+use std::cell::OnceCell;
+
+/// Fast `mid = silu(G x) * (U x)` on matrix units.
+#[crate::kernel(
+    name = "gate_up_mma",
+    template = "reduce_mma.kernel",
+    grid = self.mma_grid(),
+    validate = self.mma_check(),
+    shared = self.mma_shared(),
+    inputs(
+        x: act[self.m, self.cols],
+        gcodes: u32[self.rows, self.cols / self.t, self.gate.words_per_block(self.t)],
+        gscales: gate_scale[self.rows],
+        gtable: f32[self.projs()[0].table_len()],
+        ucodes: u32[self.rows, self.cols / self.t, self.up.words_per_block(self.t)],
+        uscales: up_scale[self.rows],
+        utable: f32[self.projs()[1].table_len()],
+    ),
+    outputs(mid: act[self.m, self.rows]),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GateUpMma {
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub gate: Proj,
+    pub up: Proj,
+    pub m: u32,
+    pub act: DType,
+    pub gate_scale: ScaleDType,
+    pub up_scale: ScaleDType,
+    pub tail: Tail,
+    pub variant: MmaVariant,
+}
+
+impl MmaLayout for GateUpMma {
+    fn dims(&self) -> (usize, usize, usize, u32, MmaVariant) {
+        (self.rows, self.cols, self.t, self.m, self.variant)
+    }
+    fn projs(&self) -> Vec<MmaProj> {
+        vec![
+            MmaProj::new(
+                self.gate,
+                self.cols,
+                self.t,
+                ["g", "gcodes", "gscales", "gtable"],
+            ),
+            MmaProj::new(
+                self.up,
+                self.cols,
+                self.t,
+                ["u", "ucodes", "uscales", "utable"],
+            ),
+        ]
+    }
+    fn is_gate_up(&self) -> bool {
+        true
+    }
+    fn tail_exact(&self) -> bool {
+        self.tail.is_exact()
+    }
+    fn out_name(&self) -> &'static str {
+        "mid"
+    }
+}
+
+impl GateUpMma {
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        Elem::from(self.act).c_type(*d)
+    }
+}
+
+/// A `gate_up_mma` problem: as `gate_up`'s, with M up to 16.
+pub type GateUpMmaProblem = super::gate_up::GateUpProblem;
+
+/// Host data of a `gate_up_mma` instance: `gate_up`'s.
+pub type GateUpMmaHost = super::gate_up::GateUpHost;
+
+/// The SPEC 7 real sums of both projections, computed on first use.
+pub struct GateUpMmaExpected {
+    real: OnceCell<std::result::Result<(RealSums, RealSums), String>>,
+}
+
+impl GateUpMmaExpected {
+    /// The real sums of the gate and up projections.
+    pub fn real(&self, h: &GateUpMmaHost) -> std::result::Result<&(RealSums, RealSums), String> {
+        self.real
+            .get_or_init(|| {
+                Ok((
+                    RealSums::of(&h.gate, &h.x).map_err(|e| e.to_string())?,
+                    RealSums::of(&h.up, &h.x).map_err(|e| e.to_string())?,
+                ))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// Uploaded `gate_up_mma` data: `gate_up`'s.
+pub type GateUpMmaDevice<B> = super::gate_up::GateUpDevice<B>;
+
+/// The `gate_up_mma` family (fast tier only).
+pub struct GateUpMmaFamily;
+
+impl GateUpMmaFamily {
+    /// The problem of two matrices and activations (M in 1..=16).
+    pub fn problem_of(
+        gate: &QuantizedMatrix,
+        up: &QuantizedMatrix,
+        x: &Activations,
+        tail: Tail,
+    ) -> Result<GateUpMmaProblem> {
+        crate::reference::check_pair(gate, up)?;
+        crate::reference::check_activations(x, gate.geometry.cols)?;
+        let m = u32::try_from(x.rows)
+            .ok()
+            .filter(|m| (1..=MAX_M_MMA).contains(m))
+            .ok_or_else(|| {
+                Error::invalid("M", x.rows, format!("x must have 1..={MAX_M_MMA} rows"))
+            })?;
+        Ok(GateUpMmaProblem {
+            gate: gate.geometry,
+            up: up.geometry,
+            gate_scale: gate.scale_dtype,
+            up_scale: up.scale_dtype,
+            act: x.dtype,
+            m,
+            tail,
+        })
+    }
+}
+
+impl Family for GateUpMmaFamily {
+    const NAME: &'static str = "gate_up_mma";
+    const ALIASES: &'static [&'static str] = &["gate_up_mma_mixed"];
+    type Problem = GateUpMmaProblem;
+    type Variant = MmaVariant;
+    type Kernel = GateUpMma;
+    type Host = GateUpMmaHost;
+    type Expected = GateUpMmaExpected;
+    type Device<B: Backend> = GateUpMmaDevice<B>;
+
+    fn kernel(p: &GateUpMmaProblem, variant: MmaVariant) -> GateUpMma {
+        let g = &p.gate;
+        GateUpMma {
+            rows: g.rows,
+            cols: g.cols,
+            t: g.t,
+            gate: Proj::of(g),
+            up: Proj::of(&p.up),
+            m: p.m,
+            act: p.act,
+            gate_scale: p.gate_scale,
+            up_scale: p.up_scale,
+            tail: p.tail,
+            variant,
+        }
+    }
+    fn tier(_v: &MmaVariant) -> Tier {
+        Tier::Fast
+    }
+    fn default_variant(p: &GateUpMmaProblem, _tier: Tier) -> MmaVariant {
+        // H200 bench (17408 x 5120): 8 simdgroups per tile up to M = 8, 4 beyond (two
+        // accumulators per projection need the registers).
+        MmaVariant {
+            row_tiles: 1,
+            col_split: if p.m > 8 { 4 } else { 8 },
+            m_tile: 16,
+        }
+    }
+    fn candidates(p: &GateUpMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
+        super::reduce_mma::candidates_for(p.m, tier, quick)
+    }
+    fn label(p: &GateUpMmaProblem) -> &'static str {
+        if p.gate.k == p.up.k {
+            "gate_up_mma"
+        } else {
+            "gate_up_mma_mixed"
+        }
+    }
+    fn key_fields(p: &GateUpMmaProblem) -> String {
+        format!(
+            "{} M={} gate={} up={} tail={}",
+            p.act,
+            p.m,
+            Proj::of(&p.gate),
+            Proj::of(&p.up),
+            p.tail
+        )
+    }
+    fn shape(p: &GateUpMmaProblem) -> (usize, usize) {
+        (p.gate.rows, p.gate.cols)
+    }
+    fn catalog(quick: bool) -> Vec<GateUpMmaProblem> {
+        let mut out = Vec::new();
+        for (i, c) in crate::catalog::verify_cases(quick).into_iter().enumerate() {
+            let (Ok(gate), Ok(up)) = (c.gate_geometry(), c.up_geometry()) else {
+                continue;
+            };
+            // Both tails on a few cases; M up to 16 on two.
+            let tail = if i % 2 == 0 {
+                Tail::Exact
+            } else {
+                Tail::Native
+            };
+            let m = match i {
+                1 => 16,
+                4 => 13,
+                _ => c.m,
+            };
+            out.push(GateUpMmaProblem {
+                gate,
+                up,
+                gate_scale: ScaleDType::F16,
+                up_scale: if i == 2 {
+                    ScaleDType::F32
+                } else {
+                    ScaleDType::F16
+                },
+                act: c.act,
+                m,
+                tail,
+            });
+        }
+        out
+    }
+    fn random_host(p: &GateUpMmaProblem, seed: u64) -> Result<GateUpMmaHost> {
+        let mut gate = check::random_matrix(p.gate, seed);
+        gate.scale_dtype = p.gate_scale;
+        let mut up = check::random_matrix(p.up, seed + 1);
+        up.scale_dtype = p.up_scale;
+        let x = check::random_activations_with_outliers(p.act, p.m as usize, p.gate.cols, seed + 2);
+        Ok(GateUpMmaHost { gate, up, x })
+    }
+    fn expected(_p: &GateUpMmaProblem, _h: &GateUpMmaHost) -> Result<GateUpMmaExpected> {
+        Ok(GateUpMmaExpected {
+            real: OnceCell::new(),
+        })
+    }
+    fn check(
+        p: &GateUpMmaProblem,
+        _v: &MmaVariant,
+        host: &GateUpMmaHost,
+        want: &GateUpMmaExpected,
+        got: &[Activations],
+    ) -> std::result::Result<String, String> {
+        let mid = got.first().ok_or("no output")?;
+        let (g, u) = want.real(host)?;
+        check::fast_gate_up(mid, g, u, p.tail == Tail::Native)
+    }
+    fn upload<B: Backend>(
+        b: &B,
+        _p: &GateUpMmaProblem,
+        h: &GateUpMmaHost,
+    ) -> Result<GateUpMmaDevice<B>> {
+        Ok(GateUpMmaDevice {
+            gate: DeviceMatrix::upload(b, &h.gate)?,
+            up: DeviceMatrix::upload(b, &h.up)?,
+            x: super::upload_activations(b, &h.x)?,
+        })
+    }
+    fn inputs<'d, B: Backend>(d: &'d GateUpMmaDevice<B>, _v: &MmaVariant) -> Vec<&'d B::Tensor> {
+        use crate::kernels::Representation::Inline;
+        vec![
+            &d.x,
+            &d.gate.codes,
+            &d.gate.scales,
+            d.gate.table(Inline),
+            &d.up.codes,
+            &d.up.scales,
+            d.up.table(Inline),
+        ]
+    }
+    fn problem(s: &ProblemSpec) -> Result<GateUpMmaProblem> {
+        if !(1..=MAX_M_MMA).contains(&s.m) {
+            return Err(Error::invalid(
+                "m",
+                s.m,
+                format!("must be in 1..={MAX_M_MMA}"),
+            ));
+        }
+        let gate = Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?;
+        let up = Geometry::new(s.rows, s.cols, s.t, s.ku.unwrap_or(s.k), s.l, s.code)?;
+        Ok(GateUpMmaProblem {
+            gate,
+            up,
+            gate_scale: ScaleDType::F16,
+            up_scale: ScaleDType::F16,
+            act: s.dtype,
+            m: s.m,
+            tail: Tail::Exact,
+        })
+    }
+    fn problems(space: &TuneSpace) -> Result<Vec<GateUpMmaProblem>> {
+        let mut out = Vec::new();
+        for shape in space.shapes.iter().filter(|s| s.gate_up) {
+            for &m in space.ms.iter().filter(|&&m| (1..=MAX_M_MMA).contains(&m)) {
+                for &k in &space.ks {
+                    for &l in &space.ls {
+                        for &code in &space.codes {
+                            let g = Geometry::new(shape.rows, shape.cols, space.t, k, l, code)?;
+                            let p = GateUpMmaProblem {
+                                gate: g,
+                                up: g,
+                                gate_scale: ScaleDType::F16,
+                                up_scale: ScaleDType::F16,
+                                act: space.dtype,
+                                m,
+                                tail: Tail::Exact,
+                            };
+                            if !out
+                                .iter()
+                                .any(|q| Self::key(q, Tier::Fast) == Self::key(&p, Tier::Fast))
+                            {
+                                out.push(p);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+    fn bytes(p: &GateUpMmaProblem) -> usize {
+        let (g, u) = (&p.gate, &p.up);
+        g.rows * g.cols * (g.k + u.k) as usize / 8
+            + p.m as usize * (g.cols + g.rows) * p.act.size()
+            + g.rows * (p.gate_scale.size() + p.up_scale.size())
+    }
+}

@@ -1,0 +1,548 @@
+//! `reduce_mma`: fast-tier `y = W x` on matrix units (CUDA `mma.sync` m16n8k16, Metal
+//! `simdgroup_matrix`, the CPU an exact emulation of the PTX fragments), template
+//! `templates/reduce_mma.kernel`.
+//!
+//! A simdgroup owns a tile of 16 rows: the weights are the A operand (16 rows x 16
+//! k-slots), the samples B's 8 columns (M 9..16: two B per A). Lane `4 g + t` decodes a
+//! run of 32 consecutive weights of rows `g` and `g + 8` per step (128 columns per
+//! step and tile). Operands are f16: 1mad feeds its centred byte sums (exact; the
+//! divisor and the row scale go to the f32 epilogue), 3inst/mcg the two f16 halves of
+//! the masked word as two k-slots against x duplicated (the matrix unit adds them),
+//! mul1 and lut their values rounded to f16. x is converted to f16 as it is read
+//! (exact for f16; bf16 in f16's normal range; f32 rounded), so |x| must stay below
+//! 65520 (SPEC 7 asks for 2^15). Accumulation is f32. Results meet SPEC 7 (v2).
+
+use super::DeviceMatrix;
+use crate::check::{self, RealSums};
+use crate::codes::Code;
+use crate::dtype::{DType, ScaleDType};
+use crate::error::{Error, Result};
+use crate::family::{Family, ProblemSpec, TuneSpace};
+use crate::kernel::{Backend, Dialect, Elem, Grid};
+use crate::kernels::{Proj, Tier, MAX_SHARED_BYTES};
+use crate::matrix::{Activations, QuantizedMatrix};
+use crate::Geometry;
+use std::cell::OnceCell;
+use std::fmt;
+
+/// Largest M this family takes (two B operands per A).
+pub const MAX_M_MMA: u32 = 16;
+
+/// The tunable part of a `reduce_mma` kernel (fast tier only).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(deny_unknown_fields)]
+pub struct MmaVariant {
+    /// 16-row tiles per threadgroup.
+    pub row_tiles: u32,
+    /// Simdgroups sharing one tile, each taking every `col_split`-th step of 128
+    /// columns; their sums meet in threadgroup memory.
+    pub col_split: u32,
+    /// Samples per grid slice: 8 (one B per A; M > 8 adds slices) or 16 (two B per A).
+    pub m_tile: u32,
+}
+
+impl Default for MmaVariant {
+    fn default() -> Self {
+        MmaVariant {
+            row_tiles: 1,
+            col_split: 8,
+            m_tile: 16,
+        }
+    }
+}
+
+impl fmt::Display for MmaVariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "mma rt={} cs={} mt={}",
+            self.row_tiles, self.col_split, self.m_tile
+        )
+    }
+}
+
+/// Fast `y = W x` on matrix units.
+#[crate::kernel(
+    name = "reduce_mma",
+    template = "reduce_mma.kernel",
+    grid = self.mma_grid(),
+    validate = self.mma_check(),
+    shared = self.mma_shared(),
+    inputs(
+        x: act[self.m, self.cols],
+        codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
+        scales: scale[self.rows],
+        table: f32[self.the_proj().table_len()],
+    ),
+    outputs(y: act[self.m, self.rows]),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReduceMma {
+    pub rows: usize,
+    pub cols: usize,
+    pub t: usize,
+    pub proj: Proj,
+    pub m: u32,
+    pub act: DType,
+    pub scale: ScaleDType,
+    pub variant: MmaVariant,
+}
+
+/// One projection of a matrix-unit kernel, as its template sees it: the coding and the
+/// names of its kernel arguments (`reduce_mma`: `codes`, ...; `gate_up_mma`: `gcodes`,
+/// ...), and `name`, the suffix of its variables in the body.
+#[derive(Clone, Copy, Debug)]
+pub struct MmaProj {
+    pub proj: Proj,
+    pub name: &'static str,
+    pub codes: &'static str,
+    pub scales: &'static str,
+    pub table: &'static str,
+    pub words_per_row: usize,
+    pub words_per_block: usize,
+}
+
+impl MmaProj {
+    pub(crate) fn new(proj: Proj, cols: usize, t: usize, names: [&'static str; 4]) -> Self {
+        MmaProj {
+            proj,
+            name: names[0],
+            codes: names[1],
+            scales: names[2],
+            table: names[3],
+            words_per_row: proj.words_per_row(cols, t),
+            words_per_block: proj.words_per_block(t),
+        }
+    }
+    /// How the operand words are made: `onemad`, `half_pair` (3inst, mcg: two k-slots
+    /// per weight) or `value` (mul1, lut: the value rounded to f16).
+    pub fn operand(&self) -> &'static str {
+        match self.proj.code {
+            Code::OneMad => "onemad",
+            Code::ThreeInst | Code::Mcg => "half_pair",
+            Code::Mul1 | Code::Lut => "value",
+        }
+    }
+    /// k-slots per weight.
+    pub fn slots(&self) -> usize {
+        if self.operand() == "half_pair" {
+            2
+        } else {
+            1
+        }
+    }
+    /// mmas per step (128 columns) and tile.
+    pub fn mmas(&self) -> usize {
+        8 * self.slots()
+    }
+    /// Length of the table argument: the value table for `lut`, else a placeholder.
+    pub fn table_len(&self) -> usize {
+        if self.proj.code == Code::Lut {
+            self.proj.states()
+        } else {
+            1
+        }
+    }
+}
+
+/// What the matrix-unit template (`templates/reduce_mma.kernel`) asks of a kernel
+/// declaration, and the launch shape, checks and threadgroup memory that follow.
+pub trait MmaLayout {
+    /// `(rows, cols, t, m, variant)`.
+    fn dims(&self) -> (usize, usize, usize, u32, MmaVariant);
+    /// The projections, in accumulation order.
+    fn projs(&self) -> Vec<MmaProj>;
+    /// The fused SwiGLU of two projections (gate, up) instead of one output per projection.
+    fn is_gate_up(&self) -> bool {
+        false
+    }
+    /// SPEC 6 exact tail (`gate_up` only).
+    fn tail_exact(&self) -> bool {
+        true
+    }
+    /// The output argument.
+    fn out_name(&self) -> &'static str {
+        "y"
+    }
+
+    /// Simdgroups per threadgroup.
+    fn warps(&self) -> usize {
+        let v = self.dims().4;
+        (v.row_tiles * v.col_split) as usize
+    }
+    /// B operands (of 8 samples) per A: samples of a slice / 8, rounded up.
+    fn nb(&self) -> usize {
+        let (_, _, _, m, v) = self.dims();
+        m.min(v.m_tile).div_ceil(8) as usize
+    }
+    /// Runs of 32 weights per row.
+    fn runs(&self) -> usize {
+        self.dims().1 / 32
+    }
+    /// Steps of 128 columns (4 runs) per row.
+    fn steps(&self) -> usize {
+        self.runs().div_ceil(4)
+    }
+    /// Whether a projection feeds f16 halves (3inst, mcg).
+    fn any_half_pair(&self) -> bool {
+        self.projs().iter().any(|p| p.operand() == "half_pair")
+    }
+    /// Threadgroup bytes: the column-split sums, and the fragment staging of the Metal
+    /// dialect (counted everywhere so one specialization fits every backend alike).
+    fn mma_shared(&self) -> usize {
+        let red = if self.dims().4.col_split > 1 {
+            self.warps() * self.projs().len() * self.nb() * 4 * 32 * 4
+        } else {
+            0
+        };
+        red + self.warps() * (256 * 2 + 128 * 2 + 128 * 4)
+    }
+    /// One simdgroup per 16-row tile and column part; M beyond `m_tile` in grid slices.
+    fn mma_grid(&self) -> Grid {
+        let (rows, _, _, m, v) = self.dims();
+        Grid {
+            groups: [
+                rows.div_ceil(16).div_ceil(v.row_tiles as usize) as u32,
+                m.div_ceil(v.m_tile),
+                1,
+            ],
+            threads: 32 * self.warps() as u32,
+        }
+    }
+    /// Geometry of every projection, M and the variant's ranges.
+    fn mma_check(&self) -> Result<()> {
+        let (rows, cols, t, m, v) = self.dims();
+        for p in self.projs() {
+            let q = p.proj;
+            Geometry::new(rows, cols, t, q.k, q.l, q.code)?;
+        }
+        if !(1..=MAX_M_MMA).contains(&m) {
+            return Err(Error::invalid(
+                "M",
+                m,
+                format!("must be in 1..={MAX_M_MMA}"),
+            ));
+        }
+        if !matches!(v.row_tiles, 1 | 2 | 4 | 8) {
+            return Err(Error::invalid(
+                "row_tiles",
+                v.row_tiles,
+                "must be 1, 2, 4 or 8",
+            ));
+        }
+        if !matches!(v.col_split, 1 | 2 | 4 | 8 | 16) {
+            return Err(Error::invalid(
+                "col_split",
+                v.col_split,
+                "must be a power of two in 1..=16",
+            ));
+        }
+        if v.row_tiles * v.col_split > 32 {
+            return Err(Error::invalid(
+                "row_tiles * col_split",
+                v.row_tiles * v.col_split,
+                "at most 32 simdgroups per threadgroup",
+            ));
+        }
+        if !matches!(v.m_tile, 8 | 16) {
+            return Err(Error::invalid("m_tile", v.m_tile, "must be 8 or 16"));
+        }
+        if self.mma_shared() > MAX_SHARED_BYTES {
+            return Err(Error::invalid(
+                "threadgroup memory",
+                self.mma_shared(),
+                format!("variant `{v}` needs more than {MAX_SHARED_BYTES} bytes"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl MmaLayout for ReduceMma {
+    fn dims(&self) -> (usize, usize, usize, u32, MmaVariant) {
+        (self.rows, self.cols, self.t, self.m, self.variant)
+    }
+    fn projs(&self) -> Vec<MmaProj> {
+        vec![self.the_proj()]
+    }
+}
+
+impl ReduceMma {
+    fn the_proj(&self) -> MmaProj {
+        MmaProj::new(
+            self.proj,
+            self.cols,
+            self.t,
+            ["", "codes", "scales", "table"],
+        )
+    }
+    fn words_per_block(&self) -> usize {
+        self.proj.words_per_block(self.t)
+    }
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        Elem::from(self.act).c_type(*d)
+    }
+}
+
+/// The built-in default of `reduce_mma` (H200 bench, 17408 x 5120 and 5120 x 17408):
+/// one tile per threadgroup, 8 simdgroups splitting the columns, 16 for few row tiles
+/// (up to M = 8).
+pub(crate) fn default_for(rows: usize, m: u32) -> MmaVariant {
+    let few_tiles = rows.div_ceil(16) < 512;
+    MmaVariant {
+        row_tiles: 1,
+        col_split: if m <= 8 && few_tiles { 16 } else { 8 },
+        m_tile: 16,
+    }
+}
+
+/// The candidate space of the matrix-unit families (fast tier only).
+pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool) -> Vec<MmaVariant> {
+    if tier == Tier::Exact {
+        return Vec::new();
+    }
+    let m_tiles: &[u32] = if m > 8 { &[16, 8] } else { &[16] };
+    let mut out = Vec::new();
+    if quick {
+        for &m_tile in m_tiles {
+            out.push(MmaVariant {
+                row_tiles: 2,
+                col_split: 2,
+                m_tile,
+            });
+        }
+        out.push(MmaVariant {
+            row_tiles: 1,
+            col_split: 1,
+            m_tile: 16,
+        });
+        return out;
+    }
+    for &m_tile in m_tiles {
+        for row_tiles in [1, 2, 4] {
+            for col_split in [1, 2, 4, 8] {
+                if row_tiles * col_split <= 16 {
+                    out.push(MmaVariant {
+                        row_tiles,
+                        col_split,
+                        m_tile,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A `reduce_mma` problem: `reduce`'s, with M up to 16.
+pub type ReduceMmaProblem = super::reduce::ReduceProblem;
+
+/// Host data of a `reduce_mma` instance: `reduce`'s.
+pub type ReduceMmaHost = super::reduce::ReduceHost;
+
+/// The SPEC 7 real sums, computed on first use.
+pub struct ReduceMmaExpected {
+    real: OnceCell<std::result::Result<RealSums, String>>,
+}
+
+impl ReduceMmaExpected {
+    /// The SPEC 7 real sums of `host`.
+    pub fn real(&self, host: &ReduceMmaHost) -> std::result::Result<&RealSums, String> {
+        self.real
+            .get_or_init(|| RealSums::of(&host.w, &host.x).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+/// Uploaded `reduce_mma` data: `reduce`'s.
+pub type ReduceMmaDevice<B> = super::reduce::ReduceDevice<B>;
+
+/// The `reduce_mma` family (fast tier only: it has no exact candidates).
+pub struct ReduceMmaFamily;
+
+impl ReduceMmaFamily {
+    /// The problem of a matrix and activations (M in 1..=16).
+    pub fn problem_of(w: &QuantizedMatrix, x: &Activations) -> Result<ReduceMmaProblem> {
+        crate::reference::check_activations(x, w.geometry.cols)?;
+        let m = u32::try_from(x.rows)
+            .ok()
+            .filter(|m| (1..=MAX_M_MMA).contains(m))
+            .ok_or_else(|| {
+                Error::invalid("M", x.rows, format!("x must have 1..={MAX_M_MMA} rows"))
+            })?;
+        Ok(ReduceMmaProblem {
+            geometry: w.geometry,
+            scale: w.scale_dtype,
+            act: x.dtype,
+            m,
+        })
+    }
+}
+
+impl Family for ReduceMmaFamily {
+    const NAME: &'static str = "reduce_mma";
+    type Problem = ReduceMmaProblem;
+    type Variant = MmaVariant;
+    type Kernel = ReduceMma;
+    type Host = ReduceMmaHost;
+    type Expected = ReduceMmaExpected;
+    type Device<B: Backend> = ReduceMmaDevice<B>;
+
+    fn kernel(p: &ReduceMmaProblem, variant: MmaVariant) -> ReduceMma {
+        let g = &p.geometry;
+        ReduceMma {
+            rows: g.rows,
+            cols: g.cols,
+            t: g.t,
+            proj: Proj::of(g),
+            m: p.m,
+            act: p.act,
+            scale: p.scale,
+            variant,
+        }
+    }
+    fn tier(_v: &MmaVariant) -> Tier {
+        Tier::Fast
+    }
+    fn default_variant(p: &ReduceMmaProblem, _tier: Tier) -> MmaVariant {
+        default_for(p.geometry.rows, p.m)
+    }
+    fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
+        candidates_for(p.m, tier, quick)
+    }
+    fn key_fields(p: &ReduceMmaProblem) -> String {
+        let g = &p.geometry;
+        format!("{} M={} k{} L{} {}", p.act, p.m, g.k, g.l, g.code)
+    }
+    fn shape(p: &ReduceMmaProblem) -> (usize, usize) {
+        (p.geometry.rows, p.geometry.cols)
+    }
+    fn catalog(quick: bool) -> Vec<ReduceMmaProblem> {
+        let cases = crate::catalog::verify_cases(quick);
+        let mut out: Vec<ReduceMmaProblem> = cases
+            .iter()
+            .filter_map(|c| {
+                Some(ReduceMmaProblem {
+                    geometry: c.gate_geometry().ok()?,
+                    scale: ScaleDType::F16,
+                    act: c.act,
+                    m: c.m,
+                })
+            })
+            .collect();
+        // M beyond the SIMT families' 8: two B operands per A, and a partial second one.
+        if let Some(first) = out.first().copied() {
+            out.push(ReduceMmaProblem { m: 16, ..first });
+        }
+        if let Some(c) = cases.get(2) {
+            if let Ok(geometry) = c.up_geometry() {
+                out.push(ReduceMmaProblem {
+                    geometry,
+                    scale: ScaleDType::F32,
+                    act: c.act,
+                    m: 11,
+                });
+            }
+        }
+        out
+    }
+    fn random_host(p: &ReduceMmaProblem, seed: u64) -> Result<ReduceMmaHost> {
+        let mut w = check::random_matrix(p.geometry, seed);
+        w.scale_dtype = p.scale;
+        let x =
+            check::random_activations_with_outliers(p.act, p.m as usize, p.geometry.cols, seed + 2);
+        Ok(ReduceMmaHost { w, x })
+    }
+    fn expected(_p: &ReduceMmaProblem, _host: &ReduceMmaHost) -> Result<ReduceMmaExpected> {
+        Ok(ReduceMmaExpected {
+            real: OnceCell::new(),
+        })
+    }
+    fn check(
+        _p: &ReduceMmaProblem,
+        _v: &MmaVariant,
+        host: &ReduceMmaHost,
+        want: &ReduceMmaExpected,
+        got: &[Activations],
+    ) -> std::result::Result<String, String> {
+        let y = got.first().ok_or("no output")?;
+        check::fast_reduce(y, want.real(host)?)
+    }
+    fn upload<B: Backend>(
+        b: &B,
+        _p: &ReduceMmaProblem,
+        host: &ReduceMmaHost,
+    ) -> Result<ReduceMmaDevice<B>> {
+        Ok(ReduceMmaDevice {
+            w: DeviceMatrix::upload(b, &host.w)?,
+            x: super::upload_activations(b, &host.x)?,
+        })
+    }
+    fn inputs<'d, B: Backend>(d: &'d ReduceMmaDevice<B>, _v: &MmaVariant) -> Vec<&'d B::Tensor> {
+        vec![
+            &d.x,
+            &d.w.codes,
+            &d.w.scales,
+            d.w.table(crate::kernels::Representation::Inline),
+        ]
+    }
+    fn problem(s: &ProblemSpec) -> Result<ReduceMmaProblem> {
+        if let Some(ku) = s.ku.filter(|&ku| ku != s.k) {
+            return Err(Error::invalid(
+                "ku",
+                ku,
+                "only gate_up has a separate up k (reduce_mma: leave it out or equal to --k)",
+            ));
+        }
+        if !(1..=MAX_M_MMA).contains(&s.m) {
+            return Err(Error::invalid(
+                "m",
+                s.m,
+                format!("must be in 1..={MAX_M_MMA}"),
+            ));
+        }
+        Ok(ReduceMmaProblem {
+            geometry: Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?,
+            scale: ScaleDType::F16,
+            act: s.dtype,
+            m: s.m,
+        })
+    }
+    fn problems(space: &TuneSpace) -> Result<Vec<ReduceMmaProblem>> {
+        let mut out = Vec::new();
+        for shape in &space.shapes {
+            for &m in space.ms.iter().filter(|&&m| (1..=MAX_M_MMA).contains(&m)) {
+                for &k in &space.ks {
+                    for &l in &space.ls {
+                        for &code in &space.codes {
+                            let p = ReduceMmaProblem {
+                                geometry: Geometry::new(
+                                    shape.rows, shape.cols, space.t, k, l, code,
+                                )?,
+                                scale: ScaleDType::F16,
+                                act: space.dtype,
+                                m,
+                            };
+                            if !out
+                                .iter()
+                                .any(|q| Self::key(q, Tier::Fast) == Self::key(&p, Tier::Fast))
+                            {
+                                out.push(p);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+    fn bytes(p: &ReduceMmaProblem) -> usize {
+        let g = &p.geometry;
+        g.rows * g.cols * g.k as usize / 8
+            + p.m as usize * (g.cols + g.rows) * p.act.size()
+            + g.rows * p.scale.size()
+    }
+}

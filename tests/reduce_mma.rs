@@ -1,0 +1,165 @@
+//! `reduce_mma` (fast tier on matrix units) on the CPU backend: the same template body
+//! the GPUs run, with the mma emulated over the PTX fragment layouts, checked against
+//! SPEC 7 (v2) for random geometry, every code, every activation dtype, M in {1, 8, 16}
+//! and activations with outliers up to 2^15.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use trellis::backend::CpuBackend;
+use trellis::check::{self, RealSums};
+use trellis::families::reduce_mma::{MmaVariant, ReduceMmaFamily};
+use trellis::family::{self, Family};
+use trellis::kernels::Tier;
+use trellis::{Activations, Code, DType, Geometry, ScaleDType};
+
+/// Unit-scale activations with one column in 37 set to +-2^15 (f16: +-2^10).
+fn outliers(dtype: DType, m: usize, cols: usize, rng: &mut ChaCha8Rng) -> Activations {
+    let big = if dtype == DType::F16 { 1024.0 } else { 32768.0 };
+    let data = (0..m * cols)
+        .map(|i| {
+            let v: f32 = rng.random_range(-2.0..2.0);
+            if i % 37 == 5 {
+                v.signum() * big
+            } else {
+                v
+            }
+        })
+        .collect();
+    Activations::from_f32(dtype, m, cols, data).unwrap()
+}
+
+#[test]
+fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
+    let b = CpuBackend::new().expect("cpu backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(0x114d_4d41);
+    let dtypes = [DType::Bf16, DType::F16, DType::F32];
+    let mut n = 0;
+    for (ci, code) in Code::ALL.into_iter().enumerate() {
+        for (mi, m) in [1u32, 8, 16].into_iter().enumerate() {
+            let k = rng.random_range(1..=8u32);
+            let l = rng.random_range((k + 1).max(8)..=16u32);
+            let t = 32 * rng.random_range(1..=4usize);
+            let blocks = rng.random_range(1..=4usize);
+            let cols = t * blocks;
+            let rows = rng.random_range(1..=40usize);
+            let g = Geometry::new(rows, cols, t, k, l, code).unwrap();
+            let act = dtypes[(ci + mi) % 3];
+            let mut w = check::random_matrix(g, rng.random());
+            if mi == 1 {
+                w.scale_dtype = ScaleDType::F32;
+            }
+            let x = outliers(act, m as usize, cols, &mut rng);
+            let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+            let real = RealSums::of(&w, &x).unwrap();
+            let v = MmaVariant {
+                row_tiles: [1, 2][mi % 2],
+                col_split: [1, 2, 4][(ci + mi) % 3],
+                m_tile: if mi == 2 && ci % 2 == 0 { 8 } else { 16 },
+            };
+            let dev = ReduceMmaFamily::upload(
+                &b,
+                &p,
+                &trellis::families::reduce_mma::ReduceMmaHost {
+                    w: w.clone(),
+                    x: x.clone(),
+                },
+            )
+            .unwrap();
+            let got = family::run::<ReduceMmaFamily, _>(&b, &p, v, &dev).unwrap();
+            let y = &got[0];
+            assert_eq!((y.rows, y.cols, y.dtype), (m as usize, rows, act));
+            match check::fast_reduce(y, &real) {
+                Ok(_) => n += 1,
+                Err(e) => panic!("{p} {v}: {e}"),
+            }
+            // Not vacuous: the result is not all zeros where y* is not.
+            assert!(
+                y.data
+                    .iter()
+                    .zip(&real.y)
+                    .any(|(a, b)| *b != 0.0 && *a != 0.0),
+                "{p} {v}: output is zero"
+            );
+        }
+    }
+    assert_eq!(n, Code::ALL.len() * 3);
+}
+
+#[test]
+fn reduce_mma_rejects_a_wrong_result_and_has_no_exact_tier() {
+    let g = Geometry::new(20, 256, 128, 2, 12, Code::OneMad).unwrap();
+    let w = check::random_matrix(g, 5);
+    let x = check::random_activations_with_outliers(DType::Bf16, 3, 256, 6);
+    let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+    assert!(ReduceMmaFamily::candidates(&p, Tier::Exact, false).is_empty());
+    assert!(!ReduceMmaFamily::candidates(&p, Tier::Fast, true).is_empty());
+    let b = CpuBackend::new().unwrap();
+    let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
+    let dev = ReduceMmaFamily::upload(&b, &p, &host).unwrap();
+    let v = ReduceMmaFamily::default_variant(&p, Tier::Fast);
+    let mut got = family::run::<ReduceMmaFamily, _>(&b, &p, v, &dev).unwrap();
+    let want = ReduceMmaFamily::expected(&p, &host).unwrap();
+    assert!(ReduceMmaFamily::check(&p, &v, &host, &want, &got).is_ok());
+    got[0].data[7] = got[0].data[7] * 1.01 + 0.5;
+    assert!(ReduceMmaFamily::check(&p, &v, &host, &want, &got).is_err());
+    // M = 17 is outside the family.
+    let x17 = check::random_activations(DType::Bf16, 17, 256, 7);
+    assert!(ReduceMmaFamily::problem_of(&host.w, &x17).is_err());
+}
+
+#[test]
+fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
+    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
+    use trellis::kernels::Tail;
+    let b = CpuBackend::new().expect("cpu backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(0x006a_7e11);
+    let codes = Code::ALL;
+    let mut n = 0;
+    for (i, m) in [1u32, 8, 16, 5, 12].into_iter().enumerate() {
+        let (gc, uc) = (codes[i % 5], codes[(i + 2) % 5]);
+        let kg = rng.random_range(1..=6u32);
+        let ku = if i % 2 == 0 { kg } else { kg + 1 };
+        let l = rng.random_range((ku + 1).max(9)..=16u32);
+        let t = 32 * rng.random_range(1..=3usize);
+        let cols = t * rng.random_range(1..=4usize);
+        let rows = rng.random_range(1..=37usize);
+        let gate = check::random_matrix(
+            Geometry::new(rows, cols, t, kg, l, gc).unwrap(),
+            rng.random(),
+        );
+        let up = check::random_matrix(
+            Geometry::new(rows, cols, t, ku, l, uc).unwrap(),
+            rng.random(),
+        );
+        let act = [DType::Bf16, DType::F16, DType::F32][i % 3];
+        let x = outliers(act, m as usize, cols, &mut rng);
+        let tail = if i % 2 == 0 {
+            Tail::Exact
+        } else {
+            Tail::Native
+        };
+        let p = GateUpMmaFamily::problem_of(&gate, &up, &x, tail).unwrap();
+        let v = MmaVariant {
+            row_tiles: [1, 2][i % 2],
+            col_split: [2, 1, 4][i % 3],
+            m_tile: if i == 2 { 8 } else { 16 },
+        };
+        let host = GateUpMmaHost { gate, up, x };
+        let want = GateUpMmaFamily::expected(&p, &host).unwrap();
+        let dev = GateUpMmaFamily::upload(&b, &p, &host).unwrap();
+        let got = family::run::<GateUpMmaFamily, _>(&b, &p, v, &dev).unwrap();
+        assert_eq!(
+            (got[0].rows, got[0].cols, got[0].dtype),
+            (m as usize, rows, act)
+        );
+        if let Err(e) = GateUpMmaFamily::check(&p, &v, &host, &want, &got) {
+            panic!("{p} {v}: {e}");
+        }
+        assert!(
+            got[0].data.iter().any(|v| *v != 0.0),
+            "{p} {v}: output is zero"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 5);
+}
