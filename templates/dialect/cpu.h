@@ -99,6 +99,7 @@ template <typename T> DEVICE void xrun_load(xrun<T>& r, const T* p) { std::memcp
 template <typename T> DEVICE float xrun_at(const xrun<T>& r, uint j) { return to_f32(r.v[j]); }
 template <uint N> DEVICE void load_words(uint* w, const uint32_t* p) {
   for (uint i = 0; i < N; ++i) w[i] = p[i];
+}
 
 // ---- Matrix units (fast tier), emulated. A simdgroup is a 16-row tile: the group's
 // simdgroups run one after another, each running its 32 lanes in turn ([32][n] arrays).

@@ -70,6 +70,7 @@ template <typename T> DEVICE void xrun_load(thread xrun<T>& r, const device T* p
 template <typename T> DEVICE float xrun_at(thread const xrun<T>& r, uint j) { return r.v[j]; }
 template <uint N> DEVICE void load_words(thread uint* w, const device uint32_t* p) {
   UNROLL for (uint i = 0; i < N; ++i) w[i] = p[i];
+}
 
 // ---- Matrix units (fast tier) through simdgroup_matrix<half, 8, 8>. The body builds
 // its operand words in the PTX m16n8k16 fragment layout (the decode is the same on
