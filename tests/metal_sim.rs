@@ -544,8 +544,8 @@ fn planted_defects_fail_verification() {
         // One step of the butterfly left out (a reduction over half the lanes).
         ("_butterfly", &plain, &|body| {
             body.replacen(
-                "const float v = BUTTERFLY(part, mi);",
-                "const float v = part[0][mi] + simd_shuffle_xor(part[0][mi], ushort(16));",
+                "const float v = BUTTERFLY(part, r * 2u + mi);",
+                "const float v = part[0][r * 2u + mi] + simd_shuffle_xor(part[0][r * 2u + mi], ushort(16));",
                 1,
             )
         }),
