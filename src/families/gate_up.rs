@@ -7,7 +7,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::Backend;
-use crate::kernels::{check_common, grid, Proj, Tail, Tier, Variant, XLayout};
+use crate::kernels::{check_common, grid, Proj, Tail, Tier, Variant, XLayout, MAX_M};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
 use std::cell::OnceCell;
@@ -138,6 +138,92 @@ impl fmt::Display for GateUpProblem {
             self.m,
             self.tail
         )
+    }
+}
+
+impl GateUpProblem {
+    /// The problem flags describe (`trellis select`; up takes `ku`, else `k`), for a
+    /// family taking M up to `max_m`.
+    pub fn from_spec(s: &ProblemSpec, max_m: u32) -> Result<Self> {
+        check_m(s.m, max_m)?;
+        let gate = Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?;
+        let ku = s.ku.unwrap_or(s.k);
+        let up = Geometry::new(s.rows, s.cols, s.t, ku, s.l, s.code).map_err(|e| match e {
+            Error::Invalid {
+                field,
+                value,
+                reason,
+            } if field == "k" => Error::Invalid {
+                field: "ku".into(),
+                value,
+                reason,
+            },
+            e => e,
+        })?;
+        Ok(GateUpProblem {
+            gate,
+            up,
+            gate_scale: ScaleDType::F16,
+            up_scale: ScaleDType::F16,
+            act: s.dtype,
+            m: s.m,
+            tail: Tail::Exact,
+        })
+    }
+
+    /// This problem as flags would describe it.
+    pub fn spec(&self) -> ProblemSpec {
+        let g = &self.gate;
+        ProblemSpec {
+            rows: g.rows,
+            cols: g.cols,
+            t: g.t,
+            k: g.k,
+            ku: Some(self.up.k),
+            l: g.l,
+            code: g.code,
+            dtype: self.act,
+            m: self.m,
+        }
+    }
+
+    /// Every same-k problem of a tuning space's gate/up shapes with M up to `max_m`,
+    /// one per key.
+    pub fn in_space(space: &TuneSpace, max_m: u32) -> Result<Vec<Self>> {
+        let mut out: Vec<Self> = Vec::new();
+        for shape in space.shapes.iter().filter(|s| s.gate_up) {
+            for &m in space.ms.iter().filter(|&&m| (1..=max_m).contains(&m)) {
+                for &k in &space.ks {
+                    for &l in &space.ls {
+                        for &code in &space.codes {
+                            let g = Geometry::new(shape.rows, shape.cols, space.t, k, l, code)?;
+                            let p = GateUpProblem {
+                                gate: g,
+                                up: g,
+                                gate_scale: ScaleDType::F16,
+                                up_scale: ScaleDType::F16,
+                                act: space.dtype,
+                                m,
+                                tail: Tail::Exact,
+                            };
+                            let key = |q: &Self| GateUpFamily::key(q, Tier::Exact);
+                            if !out.iter().any(|q| key(q) == key(&p)) {
+                                out.push(p);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bytes a launch must move at least: both projections' codes, activations, scales.
+    pub fn bytes(&self) -> usize {
+        let (g, u) = (&self.gate, &self.up);
+        g.rows * g.cols * (g.k + u.k) as usize / 8
+            + self.m as usize * (g.cols + g.rows) * self.act.size()
+            + g.rows * (self.gate_scale.size() + self.up_scale.size())
     }
 }
 
@@ -305,79 +391,15 @@ impl Family for GateUpFamily {
         ]
     }
     fn problem(s: &ProblemSpec) -> Result<GateUpProblem> {
-        check_m(s.m)?;
-        let gate = Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?;
-        let ku = s.ku.unwrap_or(s.k);
-        let up = Geometry::new(s.rows, s.cols, s.t, ku, s.l, s.code).map_err(|e| match e {
-            Error::Invalid {
-                field,
-                value,
-                reason,
-            } if field == "k" => Error::Invalid {
-                field: "ku".into(),
-                value,
-                reason,
-            },
-            e => e,
-        })?;
-        Ok(GateUpProblem {
-            gate,
-            up,
-            gate_scale: ScaleDType::F16,
-            up_scale: ScaleDType::F16,
-            act: s.dtype,
-            m: s.m,
-            tail: Tail::Exact,
-        })
+        GateUpProblem::from_spec(s, MAX_M)
     }
     fn spec(p: &GateUpProblem) -> Option<ProblemSpec> {
-        let g = &p.gate;
-        Some(ProblemSpec {
-            rows: g.rows,
-            cols: g.cols,
-            t: g.t,
-            k: g.k,
-            ku: Some(p.up.k),
-            l: g.l,
-            code: g.code,
-            dtype: p.act,
-            m: p.m,
-        })
+        Some(p.spec())
     }
     fn problems(space: &TuneSpace) -> Result<Vec<GateUpProblem>> {
-        let mut out = Vec::new();
-        for shape in space.shapes.iter().filter(|s| s.gate_up) {
-            for &m in &space.ms {
-                for &k in &space.ks {
-                    for &l in &space.ls {
-                        for &code in &space.codes {
-                            let g = Geometry::new(shape.rows, shape.cols, space.t, k, l, code)?;
-                            let p = GateUpProblem {
-                                gate: g,
-                                up: g,
-                                gate_scale: ScaleDType::F16,
-                                up_scale: ScaleDType::F16,
-                                act: space.dtype,
-                                m,
-                                tail: Tail::Exact,
-                            };
-                            if !out
-                                .iter()
-                                .any(|q| Self::key(q, Tier::Exact) == Self::key(&p, Tier::Exact))
-                            {
-                                out.push(p);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Ok(out)
+        GateUpProblem::in_space(space, MAX_M)
     }
     fn bytes(p: &GateUpProblem) -> usize {
-        let (g, u) = (&p.gate, &p.up);
-        g.rows * g.cols * (g.k + u.k) as usize / 8
-            + p.m as usize * (g.cols + g.rows) * p.act.size()
-            + g.rows * (p.gate_scale.size() + p.up_scale.size())
+        p.bytes()
     }
 }

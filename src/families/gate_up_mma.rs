@@ -14,7 +14,6 @@ use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem};
 use crate::kernels::{Proj, Tail, Tier};
 use crate::matrix::{Activations, QuantizedMatrix};
-use crate::Geometry;
 use std::cell::OnceCell;
 
 /// Fast `mid = silu(G x) * (U x)` on matrix units.
@@ -289,59 +288,15 @@ impl Family for GateUpMmaFamily {
         ]
     }
     fn problem(s: &ProblemSpec) -> Result<GateUpMmaProblem> {
-        if !(1..=MAX_M_MMA).contains(&s.m) {
-            return Err(Error::invalid(
-                "m",
-                s.m,
-                format!("must be in 1..={MAX_M_MMA}"),
-            ));
-        }
-        let gate = Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?;
-        let up = Geometry::new(s.rows, s.cols, s.t, s.ku.unwrap_or(s.k), s.l, s.code)?;
-        Ok(GateUpMmaProblem {
-            gate,
-            up,
-            gate_scale: ScaleDType::F16,
-            up_scale: ScaleDType::F16,
-            act: s.dtype,
-            m: s.m,
-            tail: Tail::Exact,
-        })
+        GateUpMmaProblem::from_spec(s, MAX_M_MMA)
+    }
+    fn spec(p: &GateUpMmaProblem) -> Option<ProblemSpec> {
+        Some(p.spec())
     }
     fn problems(space: &TuneSpace) -> Result<Vec<GateUpMmaProblem>> {
-        let mut out = Vec::new();
-        for shape in space.shapes.iter().filter(|s| s.gate_up) {
-            for &m in space.ms.iter().filter(|&&m| (1..=MAX_M_MMA).contains(&m)) {
-                for &k in &space.ks {
-                    for &l in &space.ls {
-                        for &code in &space.codes {
-                            let g = Geometry::new(shape.rows, shape.cols, space.t, k, l, code)?;
-                            let p = GateUpMmaProblem {
-                                gate: g,
-                                up: g,
-                                gate_scale: ScaleDType::F16,
-                                up_scale: ScaleDType::F16,
-                                act: space.dtype,
-                                m,
-                                tail: Tail::Exact,
-                            };
-                            if !out
-                                .iter()
-                                .any(|q| Self::key(q, Tier::Fast) == Self::key(&p, Tier::Fast))
-                            {
-                                out.push(p);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Ok(out)
+        GateUpMmaProblem::in_space(space, MAX_M_MMA)
     }
     fn bytes(p: &GateUpMmaProblem) -> usize {
-        let (g, u) = (&p.gate, &p.up);
-        g.rows * g.cols * (g.k + u.k) as usize / 8
-            + p.m as usize * (g.cols + g.rows) * p.act.size()
-            + g.rows * (p.gate_scale.size() + p.up_scale.size())
+        p.bytes()
     }
 }

@@ -101,9 +101,8 @@ pub fn upload_activations<B: Backend>(b: &B, x: &Activations) -> Result<B::Tenso
     b.upload(x.dtype.into(), &[x.rows, x.cols], &x.to_bytes())
 }
 
-/// M must be in `1..=MAX_M`.
-fn check_m(m: u32) -> Result<()> {
-    let max = crate::kernels::MAX_M;
+/// M must be in `1..=max` (the family's limit).
+fn check_m(m: u32, max: u32) -> Result<()> {
     if (1..=max).contains(&m) {
         Ok(())
     } else {

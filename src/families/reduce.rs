@@ -6,7 +6,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::Backend;
-use crate::kernels::{check_common, grid, Proj, Tier, Variant, XLayout};
+use crate::kernels::{check_common, grid, Proj, Tier, Variant, XLayout, MAX_M};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
 use std::cell::OnceCell;
@@ -97,6 +97,79 @@ impl fmt::Display for ReduceProblem {
             self.act,
             self.m
         )
+    }
+}
+
+impl ReduceProblem {
+    /// The problem flags describe (`trellis select`), for a family taking M up to `max_m`.
+    pub fn from_spec(s: &ProblemSpec, max_m: u32) -> Result<Self> {
+        if let Some(ku) = s.ku.filter(|&ku| ku != s.k) {
+            return Err(Error::invalid(
+                "ku",
+                ku,
+                "only gate_up has a separate up k (leave it out or equal to --k)",
+            ));
+        }
+        check_m(s.m, max_m)?;
+        Ok(ReduceProblem {
+            geometry: Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?,
+            scale: ScaleDType::F16,
+            act: s.dtype,
+            m: s.m,
+        })
+    }
+
+    /// This problem as flags would describe it.
+    pub fn spec(&self) -> ProblemSpec {
+        let g = &self.geometry;
+        ProblemSpec {
+            rows: g.rows,
+            cols: g.cols,
+            t: g.t,
+            k: g.k,
+            ku: None,
+            l: g.l,
+            code: g.code,
+            dtype: self.act,
+            m: self.m,
+        }
+    }
+
+    /// Every problem of a tuning space with M up to `max_m`, one per key: shapes that
+    /// share a size bucket are measured once, at the first.
+    pub fn in_space(space: &TuneSpace, max_m: u32) -> Result<Vec<Self>> {
+        let mut out: Vec<Self> = Vec::new();
+        for shape in &space.shapes {
+            for &m in space.ms.iter().filter(|&&m| (1..=max_m).contains(&m)) {
+                for &k in &space.ks {
+                    for &l in &space.ls {
+                        for &code in &space.codes {
+                            let p = ReduceProblem {
+                                geometry: Geometry::new(
+                                    shape.rows, shape.cols, space.t, k, l, code,
+                                )?,
+                                scale: ScaleDType::F16,
+                                act: space.dtype,
+                                m,
+                            };
+                            let key = |q: &Self| ReduceFamily::key(q, Tier::Exact);
+                            if !out.iter().any(|q| key(q) == key(&p)) {
+                                out.push(p);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bytes a launch must move at least: codes, activations in and out, scales.
+    pub fn bytes(&self) -> usize {
+        let g = &self.geometry;
+        g.rows * g.cols * g.k as usize / 8
+            + self.m as usize * (g.cols + g.rows) * self.act.size()
+            + g.rows * self.scale.size()
     }
 }
 
@@ -221,68 +294,15 @@ impl Family for ReduceFamily {
         vec![&d.x, &d.w.codes, &d.w.scales, d.w.table(v.repr)]
     }
     fn problem(s: &ProblemSpec) -> Result<ReduceProblem> {
-        if let Some(ku) = s.ku.filter(|&ku| ku != s.k) {
-            return Err(Error::invalid(
-                "ku",
-                ku,
-                "only gate_up has a separate up k (reduce: leave it out or equal to --k)",
-            ));
-        }
-        check_m(s.m)?;
-        Ok(ReduceProblem {
-            geometry: Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?,
-            scale: ScaleDType::F16,
-            act: s.dtype,
-            m: s.m,
-        })
+        ReduceProblem::from_spec(s, MAX_M)
     }
     fn spec(p: &ReduceProblem) -> Option<ProblemSpec> {
-        let g = &p.geometry;
-        Some(ProblemSpec {
-            rows: g.rows,
-            cols: g.cols,
-            t: g.t,
-            k: g.k,
-            ku: None,
-            l: g.l,
-            code: g.code,
-            dtype: p.act,
-            m: p.m,
-        })
+        Some(p.spec())
     }
     fn problems(space: &TuneSpace) -> Result<Vec<ReduceProblem>> {
-        let mut out = Vec::new();
-        for shape in &space.shapes {
-            for &m in &space.ms {
-                for &k in &space.ks {
-                    for &l in &space.ls {
-                        for &code in &space.codes {
-                            let p = ReduceProblem {
-                                geometry: Geometry::new(
-                                    shape.rows, shape.cols, space.t, k, l, code,
-                                )?,
-                                scale: ScaleDType::F16,
-                                act: space.dtype,
-                                m,
-                            };
-                            // One problem per key: shapes sharing a bucket are measured once.
-                            if !out
-                                .iter()
-                                .any(|q| Self::key(q, Tier::Exact) == Self::key(&p, Tier::Exact))
-                            {
-                                out.push(p);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Ok(out)
+        ReduceProblem::in_space(space, MAX_M)
     }
     fn bytes(p: &ReduceProblem) -> usize {
-        let g = &p.geometry;
-        g.rows * g.cols * g.k as usize / 8
-            + p.m as usize * (g.cols + g.rows) * p.act.size()
-            + g.rows * p.scale.size()
+        p.bytes()
     }
 }

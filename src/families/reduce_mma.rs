@@ -490,59 +490,15 @@ impl Family for ReduceMmaFamily {
         ]
     }
     fn problem(s: &ProblemSpec) -> Result<ReduceMmaProblem> {
-        if let Some(ku) = s.ku.filter(|&ku| ku != s.k) {
-            return Err(Error::invalid(
-                "ku",
-                ku,
-                "only gate_up has a separate up k (reduce_mma: leave it out or equal to --k)",
-            ));
-        }
-        if !(1..=MAX_M_MMA).contains(&s.m) {
-            return Err(Error::invalid(
-                "m",
-                s.m,
-                format!("must be in 1..={MAX_M_MMA}"),
-            ));
-        }
-        Ok(ReduceMmaProblem {
-            geometry: Geometry::new(s.rows, s.cols, s.t, s.k, s.l, s.code)?,
-            scale: ScaleDType::F16,
-            act: s.dtype,
-            m: s.m,
-        })
+        ReduceMmaProblem::from_spec(s, MAX_M_MMA)
+    }
+    fn spec(p: &ReduceMmaProblem) -> Option<ProblemSpec> {
+        Some(p.spec())
     }
     fn problems(space: &TuneSpace) -> Result<Vec<ReduceMmaProblem>> {
-        let mut out = Vec::new();
-        for shape in &space.shapes {
-            for &m in space.ms.iter().filter(|&&m| (1..=MAX_M_MMA).contains(&m)) {
-                for &k in &space.ks {
-                    for &l in &space.ls {
-                        for &code in &space.codes {
-                            let p = ReduceMmaProblem {
-                                geometry: Geometry::new(
-                                    shape.rows, shape.cols, space.t, k, l, code,
-                                )?,
-                                scale: ScaleDType::F16,
-                                act: space.dtype,
-                                m,
-                            };
-                            if !out
-                                .iter()
-                                .any(|q| Self::key(q, Tier::Fast) == Self::key(&p, Tier::Fast))
-                            {
-                                out.push(p);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Ok(out)
+        ReduceMmaProblem::in_space(space, MAX_M_MMA)
     }
     fn bytes(p: &ReduceMmaProblem) -> usize {
-        let g = &p.geometry;
-        g.rows * g.cols * g.k as usize / 8
-            + p.m as usize * (g.cols + g.rows) * p.act.size()
-            + g.rows * p.scale.size()
+        p.bytes()
     }
 }
