@@ -198,6 +198,28 @@ pub fn run<F: Family, B: Backend>(
     outs.iter().map(|t| download(b, t)).collect()
 }
 
+/// Compile every (problem, variants) of a family ahead of use: the CPU backend batches
+/// many into one compiler call, CUDA compiles them in parallel.
+pub fn precompile<F: Family, B: Backend>(
+    b: &B,
+    specs: &[(F::Problem, Vec<F::Variant>)],
+) -> Result<()> {
+    let kernels: Vec<F::Kernel> = specs
+        .iter()
+        .flat_map(|(p, vs)| vs.iter().map(move |v| F::kernel(p, *v)))
+        .collect();
+    let renders: Vec<_> = kernels
+        .iter()
+        .map(|k| move |d: Dialect| k.render(d))
+        .collect();
+    let launches: Vec<_> = kernels
+        .iter()
+        .zip(&renders)
+        .map(|(k, r)| k.launch_request(r))
+        .collect();
+    b.precompile(&launches)
+}
+
 /// A family known by name at run time: what the CLI, `xtask` and reports enumerate.
 /// [`crate::families::for_each`] visits the registered ones.
 pub trait FamilyVisitor {

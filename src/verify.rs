@@ -6,7 +6,7 @@
 use crate::check::bits;
 use crate::error::{Error, Result};
 use crate::family::{self, Family, FamilyVisitor};
-use crate::kernel::{Backend, Dialect, KernelSpec};
+use crate::kernel::{Backend, KernelSpec};
 use crate::kernels::{Representation, Tail, Tier, Variant};
 use std::path::Path;
 
@@ -60,20 +60,7 @@ pub fn verify_family<F: Family, B: Backend>(
 ) -> Result<Vec<Outcome>> {
     let all = specializations::<F>(quick, &b.limits());
     let total = all.iter().map(|(_, vs)| vs.len()).sum();
-    let kernels: Vec<F::Kernel> = all
-        .iter()
-        .flat_map(|(p, vs)| vs.iter().map(move |v| F::kernel(p, *v)))
-        .collect();
-    let renders: Vec<_> = kernels
-        .iter()
-        .map(|k| move |d: Dialect| k.render(d))
-        .collect();
-    let launches: Vec<_> = kernels
-        .iter()
-        .zip(&renders)
-        .map(|(k, r)| k.launch_request(r))
-        .collect();
-    b.precompile(&launches)?;
+    family::precompile::<F, B>(b, &all)?;
     let mut out = Vec::with_capacity(total);
     for (i, (p, vs)) in all.iter().enumerate() {
         let host = F::random_host(p, 1000 + i as u64)?;

@@ -301,21 +301,6 @@ fn candidates<F: Family>(
     (all, rejected)
 }
 
-/// Compile every candidate up front (the CPU backend batches, CUDA compiles in parallel).
-fn precompile<F: Family, B: Backend>(b: &B, p: &F::Problem, cands: &[F::Variant]) -> Result<()> {
-    let kernels: Vec<F::Kernel> = cands.iter().map(|v| F::kernel(p, *v)).collect();
-    let renders: Vec<_> = kernels
-        .iter()
-        .map(|k| move |d: Dialect| k.render(d))
-        .collect();
-    let launches: Vec<_> = kernels
-        .iter()
-        .zip(&renders)
-        .map(|(k, r)| k.launch_request(r))
-        .collect();
-    b.precompile(&launches)
-}
-
 /// Run a candidate once and check it against the reference; a run over the time limit
 /// is rejected as timed out.
 fn verify_candidate<F: Family, B: Backend>(
@@ -409,22 +394,27 @@ pub fn at_bound<V: serde::Serialize>(winner: &V, space: &[V]) -> Vec<String> {
 
 /// Verify and time variants of one problem (the bench's measurement, the same as the
 /// tuner's): random data, its reference and rotating copies prepared once, then each
-/// variant checked and timed with bound launches.
-#[allow(clippy::type_complexity)]
+/// variant checked (`Err`: why it failed, and it is not timed) and timed with bound
+/// launches.
 pub fn bench<F: Family, B: Backend>(
     b: &B,
     o: &TuneOptions,
     p: &F::Problem,
     variants: &[F::Variant],
     seed: u64,
-) -> Result<Vec<(Stats, std::result::Result<String, String>)>> {
+) -> Result<Vec<std::result::Result<(Stats, String), String>>> {
     let inst = Instance::<F, B>::prepare(b, p, o, seed)?;
+    family::precompile::<F, B>(b, &[(p.clone(), variants.to_vec())])?;
     variants
         .iter()
         .map(|&v| {
-            let got = family::run::<F, B>(b, p, v, &inst.devices[0])?;
-            let check = F::check(p, &v, &inst.host, &inst.want, &got);
-            Ok((time_candidate::<F, B>(b, o, p, v, &inst)?, check))
+            let checked = family::run::<F, B>(b, p, v, &inst.devices[0])
+                .map_err(|e| e.to_string())
+                .and_then(|got| F::check(p, &v, &inst.host, &inst.want, &got));
+            Ok(match checked {
+                Ok(detail) => Ok((time_candidate::<F, B>(b, o, p, v, &inst)?, detail)),
+                Err(why) => Err(why),
+            })
         })
         .collect()
 }
@@ -440,7 +430,7 @@ pub fn tune_problem<F: Family, B: Backend>(
     let key = F::key(p, o.tier);
     let inst = Instance::<F, B>::prepare(b, p, o, seed)?;
     let (cands, mut rejected) = candidates::<F>(p, o, &b.limits());
-    precompile::<F, B>(b, p, &cands)?;
+    family::precompile::<F, B>(b, &[(p.clone(), cands.clone())])?;
     let mut timed = Vec::new();
     for &v in &cands {
         let id = format!("[{key}] {v}");

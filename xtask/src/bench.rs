@@ -125,10 +125,6 @@ fn list(var: &str, default: &[&str]) -> Vec<String> {
         .unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect())
 }
 
-fn checked(c: std::result::Result<String, String>) -> String {
-    c.unwrap_or_else(|e| format!("FAILED: {e}"))
-}
-
 /// Run the benchmark and write the report.
 pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     let b = CudaBackend::new(0)?;
@@ -186,12 +182,19 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         }
                         let mut runs =
                             harness::bench::<ReduceFamily, _>(&b, &o, &p, &vs, 11)?.into_iter();
-                        let (ts, check) = runs.next().expect("the table's choice");
+                        let Some(Ok((ts, check))) = runs.next() else {
+                            return Err(Error::backend(
+                                "bench",
+                                format!("the table's choice for {p} failed"),
+                            ));
+                        };
+                        let median = |r: std::result::Result<(Stats, String), String>| {
+                            r.map_or(f64::NAN, |(st, _)| st.median)
+                        };
                         let (seed, best) = match runs.next() {
-                            Some((seed, _)) => {
-                                let best =
-                                    runs.map(|(st, _)| st.median).fold(f64::INFINITY, f64::min);
-                                (format!("{:.1}", seed.median), format!("{best:.1}"))
+                            Some(seed) => {
+                                let best = runs.map(median).fold(f64::INFINITY, f64::min);
+                                (format!("{:.1}", median(seed)), format!("{best:.1}"))
                             }
                             None => ("-".into(), "-".into()),
                         };
@@ -200,7 +203,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                             "| {}x{} | {k} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.2} | {seed} | {best} | {:.1} | {:.2} | {} | {} | {} |",
                             shape.rows, shape.cols, ts.median, ts.p10, ts.p90,
                             (shape.rows * shape.cols) as f64 / (ts.median * 1e-6) / 1e12,
-                            cs.median, cs.median / ts.median, checked(check), sel.variant, sel.source
+                            cs.median, cs.median / ts.median, check, sel.variant, sel.source
                         );
                         eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us", shape.rows, shape.cols, ts.median, cs.median);
                     }
@@ -233,12 +236,14 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                 };
                 let sel = selector.select::<GateUpFamily>("cuda", &info.id, &p, tier);
                 let (ts, check) =
-                    harness::bench::<GateUpFamily, _>(&b, &o, &p, &[sel.variant], 13)?.remove(0);
+                    harness::bench::<GateUpFamily, _>(&b, &o, &p, &[sel.variant], 13)?
+                        .remove(0)
+                        .map_err(|e| Error::backend("bench", format!("{p}: {e}")))?;
                 let _ = writeln!(
                     s,
                     "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} |",
                     ts.median, ts.p10, ts.p90, cs.median, cs.median / ts.median,
-                    checked(check), sel.variant, sel.source
+                    check, sel.variant, sel.source
                 );
                 eprintln!(
                     "gate_up {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us",
@@ -252,76 +257,30 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// Verify (at full size) and time variants `vs` of problem `p` of family `F` on
-/// rotating copies: each variant's stats, or why it failed; and each check's detail.
+/// Verify and time variants `vs` of problem `p` with the tuner's measurement: the
+/// timed ones, and each variant's check detail (or why it failed).
+#[allow(clippy::type_complexity)]
 fn time_variants<F: trellis::family::Family>(
     b: &CudaBackend,
     o: &TuneOptions,
     p: &F::Problem,
     vs: &[F::Variant],
 ) -> Result<(Vec<(F::Variant, Stats)>, Vec<String>)> {
-    use trellis::family;
-    use trellis::kernel::{Dialect, KernelSpec};
-    let host = F::random_host(p, 21)?;
-    let want = F::expected(p, &host)?;
-    let copies = o.working_set.div_ceil(F::bytes(p)).clamp(1, 16);
-    let devs = (0..copies)
-        .map(|_| F::upload(b, p, &host))
-        .collect::<Result<Vec<_>>>()?;
     let mut timed = Vec::new();
     let mut checks = Vec::new();
-    for &var in vs {
-        let check = family::run::<F, _>(b, p, var, &devs[0])
-            .map_err(|e| e.to_string())
-            .and_then(|got| F::check(p, &var, &host, &want, &got));
-        match check {
-            Err(e) => {
-                eprintln!("{} {p} {var}: FAILED {e}", F::NAME);
-                checks.push(format!("{var}: FAILED {e}"));
-                continue;
+    for (&v, r) in vs.iter().zip(harness::bench::<F, _>(b, o, p, vs, 21)?) {
+        match r {
+            Ok((st, detail)) => {
+                timed.push((v, st));
+                checks.push(detail);
             }
-            Ok(c) => checks.push(c),
+            Err(e) => {
+                eprintln!("{} {p} {v}: FAILED {e}", F::NAME);
+                checks.push(format!("{v}: FAILED {e}"));
+            }
         }
-        let k = F::kernel(p, var);
-        let render = |d: Dialect| k.render(d);
-        let launch = k.launch_request(&render);
-        let compiled = b.compile(&launch)?;
-        let mut outs = devs
-            .iter()
-            .map(|_| family::alloc_outputs(b, &k))
-            .collect::<Result<Vec<_>>>()?;
-        let mut bound = Vec::new();
-        for (d, out) in devs.iter().zip(outs.iter_mut()) {
-            let inputs = F::inputs(d, &var);
-            let mut refs: Vec<_> = out.iter_mut().collect();
-            bound.push(b.bind(&compiled, &launch, &inputs, &mut refs)?);
-        }
-        let st = measure(b, o, bound.len(), |i| b.run(&mut bound[i]))?;
-        timed.push((var, st));
     }
     Ok((timed, checks))
-}
-
-/// Compile every (problem, variant) of a family at once (NVRTC in parallel).
-fn precompile_all<F: trellis::family::Family>(
-    b: &CudaBackend,
-    problems: &[(F::Problem, Vec<F::Variant>)],
-) -> Result<()> {
-    use trellis::kernel::{Dialect, KernelSpec};
-    let kernels: Vec<_> = problems
-        .iter()
-        .flat_map(|(p, vs)| vs.iter().map(|v| F::kernel(p, *v)))
-        .collect();
-    let renders: Vec<_> = kernels
-        .iter()
-        .map(|k| move |d: Dialect| k.render(d))
-        .collect();
-    let launches: Vec<_> = kernels
-        .iter()
-        .zip(&renders)
-        .map(|(k, r)| k.launch_request(r))
-        .collect();
-    b.precompile(&launches)
 }
 
 /// One report row: the best variant against cuBLAS, every variant's median.
@@ -442,8 +401,8 @@ pub fn run_mma(out: &Path) -> Result<()> {
             }
         }
     }
-    precompile_all::<ReduceMmaFamily>(&b, &problems)?;
-    precompile_all::<GateUpMmaFamily>(&b, &gu)?;
+    trellis::family::precompile::<ReduceMmaFamily, _>(&b, &problems)?;
+    trellis::family::precompile::<GateUpMmaFamily, _>(&b, &gu)?;
     let mut s = String::new();
     let _ = writeln!(
         s,
