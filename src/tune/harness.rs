@@ -625,3 +625,62 @@ pub fn tune<F: Family, B: Backend>(
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{MStrategy, Representation, Variant, XStage};
+
+    fn stats(median: f64, p10: f64, p90: f64) -> Stats {
+        Stats {
+            median,
+            p10,
+            p90,
+            samples: 10,
+        }
+    }
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let s = Stats::of((1..=11).rev().map(f64::from).collect());
+        assert_eq!((s.p10, s.median, s.p90, s.samples), (2.0, 6.0, 10.0, 11));
+        assert!((s.spread() - 8.0 / 6.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_default_stays_unless_the_best_is_outside_its_spread() {
+        // Best inside the default's spread (at or above its p10): the default stays.
+        let timed = [(0, stats(10.0, 9.0, 11.0)), (1, stats(9.5, 9.4, 9.6))];
+        assert_eq!(choose(0, &timed).unwrap().0, 0);
+        // Best clearly faster: it wins.
+        let timed = [(0, stats(10.0, 9.0, 11.0)), (1, stats(6.5, 6.4, 6.6))];
+        assert_eq!(choose(0, &timed).unwrap().0, 1);
+        // No default measured: the fastest.
+        let timed = [(1, stats(7.0, 6.9, 7.1)), (2, stats(6.0, 5.9, 6.1))];
+        assert_eq!(choose(0, &timed).unwrap().0, 2);
+        assert!(choose::<u32>(0, &[]).is_none());
+    }
+
+    #[test]
+    fn at_bound_names_numeric_fields_at_the_edge_of_the_space() {
+        let v = |rows_per_group, rows_per_simd| Variant {
+            repr: Representation::Inline,
+            m_strategy: MStrategy::SharedDecode,
+            rows_per_group,
+            x_stage: XStage::Registers,
+            tier: Tier::Exact,
+            rows_per_simd,
+        };
+        let space = [v(2, 1), v(4, 2), v(8, 4)];
+        let b = at_bound(&v(4, 4), &space);
+        assert_eq!(
+            b,
+            vec!["rows_per_simd = 4 is the largest offered".to_string()]
+        );
+        assert_eq!(
+            at_bound(&v(2, 2), &space),
+            vec!["rows_per_group = 2 is the smallest offered".to_string()]
+        );
+        assert!(at_bound(&v(4, 2), &space).is_empty());
+    }
+}
