@@ -10,7 +10,9 @@ use std::fmt::Write;
 use std::path::Path;
 use trellis::backend::cuda::CudaBackend;
 use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
+use trellis::families::gate_up_mma::GateUpMmaFamily;
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::preset;
 use trellis::kernel::Backend;
 use trellis::kernels::{MStrategy, Representation, Tail, Tier, Variant, XStage, ROWS_PER_SIMD};
@@ -151,7 +153,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         info.name, info.id
     );
     let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).\n", harness::today(), copy);
-    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12, the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 on dense weights of the same shape, default algorithm.\n", o.min_reps, o.batch, o.working_set >> 20);
+    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12; exact rows run the SIMT families (`reduce`, `gate_up`), fast rows the matrix-unit families the fast tier runs (`reduce_mma`, `gate_up_mma`), each with the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 on dense weights of the same shape, default algorithm.\n", o.min_reps, o.batch, o.working_set >> 20);
     let _ = writeln!(s, "Seed structure: the seed's reduce (one simdgroup per row, shared value table, x and code words in registers), rendered from our templates as `{}`; best registers: the fastest of {} x-in-registers candidates; both timed in the same run (exact rows only).\n", seed_structure(), register_candidates().len());
     let _ = writeln!(s, "## reduce\n");
     let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | seed structure us | best registers us | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source |");
@@ -173,40 +175,65 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         m,
                     };
                     let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1)?;
-                    for tier in [Tier::Exact, Tier::Fast] {
-                        let sel = selector.select::<ReduceFamily>("cuda", &info.id, &p, tier);
-                        let mut vs = vec![sel.variant];
-                        if tier == Tier::Exact {
-                            vs.push(seed_structure());
-                            vs.extend(register_candidates());
-                        }
-                        let mut runs =
-                            harness::bench::<ReduceFamily, _>(&b, &o, &p, &vs, 11)?.into_iter();
-                        let Some(Ok((ts, check))) = runs.next() else {
-                            return Err(Error::backend(
-                                "bench",
-                                format!("the table's choice for {p} failed"),
-                            ));
-                        };
-                        let median = |r: std::result::Result<(Stats, String), String>| {
-                            r.map_or(f64::NAN, |(st, _)| st.median)
-                        };
-                        let (seed, best) = match runs.next() {
-                            Some(seed) => {
-                                let best = runs.map(median).fold(f64::INFINITY, f64::min);
-                                (format!("{:.1}", median(seed)), format!("{best:.1}"))
-                            }
-                            None => ("-".into(), "-".into()),
-                        };
+                    let rows = shape.rows * shape.cols;
+                    let mut row = |tier: Tier,
+                                   ts: Stats,
+                                   seed: String,
+                                   best: String,
+                                   check: String,
+                                   variant: String,
+                                   source: String| {
                         let _ = writeln!(
                             s,
-                            "| {}x{} | {k} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.2} | {seed} | {best} | {:.1} | {:.2} | {} | {} | {} |",
+                            "| {}x{} | {k} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.2} | {seed} | {best} | {:.1} | {:.2} | {check} | {variant} | {source} |",
                             shape.rows, shape.cols, ts.median, ts.p10, ts.p90,
-                            (shape.rows * shape.cols) as f64 / (ts.median * 1e-6) / 1e12,
-                            cs.median, cs.median / ts.median, check, sel.variant, sel.source
+                            rows as f64 / (ts.median * 1e-6) / 1e12,
+                            cs.median, cs.median / ts.median,
                         );
                         eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us", shape.rows, shape.cols, ts.median, cs.median);
-                    }
+                    };
+                    // Exact: the SIMT family, next to the seed's structure and the best
+                    // x-in-registers candidate.
+                    let sel = selector.select::<ReduceFamily>("cuda", &info.id, &p, Tier::Exact);
+                    let mut vs = vec![sel.variant, seed_structure()];
+                    vs.extend(register_candidates());
+                    let mut runs =
+                        harness::bench::<ReduceFamily, _>(&b, &o, &p, &vs, 11)?.into_iter();
+                    let Some(Ok((ts, check))) = runs.next() else {
+                        return Err(Error::backend(
+                            "bench",
+                            format!("the table's choice for {p} failed"),
+                        ));
+                    };
+                    let median = |r: std::result::Result<(Stats, String), String>| {
+                        r.map_or(f64::NAN, |(st, _)| st.median)
+                    };
+                    let seed = runs.next().map(median).unwrap_or(f64::NAN);
+                    let best = runs.map(median).fold(f64::INFINITY, f64::min);
+                    row(
+                        Tier::Exact,
+                        ts,
+                        format!("{seed:.1}"),
+                        format!("{best:.1}"),
+                        check,
+                        sel.variant.to_string(),
+                        sel.source.to_string(),
+                    );
+                    // Fast: the matrix-unit family the facade's fast tier runs.
+                    let sel = selector.select::<ReduceMmaFamily>("cuda", &info.id, &p, Tier::Fast);
+                    let (ts, check) =
+                        harness::bench::<ReduceMmaFamily, _>(&b, &o, &p, &[sel.variant], 11)?
+                            .remove(0)
+                            .map_err(|e| Error::backend("bench", format!("reduce_mma {p}: {e}")))?;
+                    row(
+                        Tier::Fast,
+                        ts,
+                        "-".into(),
+                        "-".into(),
+                        check,
+                        format!("reduce_mma {}", sel.variant),
+                        sel.source.to_string(),
+                    );
                 }
             }
         }
@@ -234,16 +261,33 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                     m,
                     tail: Tail::Exact,
                 };
-                let sel = selector.select::<GateUpFamily>("cuda", &info.id, &p, tier);
-                let (ts, check) =
-                    harness::bench::<GateUpFamily, _>(&b, &o, &p, &[sel.variant], 13)?
-                        .remove(0)
-                        .map_err(|e| Error::backend("bench", format!("{p}: {e}")))?;
+                let (ts, check, variant, source) = if tier == Tier::Exact {
+                    let sel = selector.select::<GateUpFamily>("cuda", &info.id, &p, tier);
+                    let (ts, check) =
+                        harness::bench::<GateUpFamily, _>(&b, &o, &p, &[sel.variant], 13)?
+                            .remove(0)
+                            .map_err(|e| Error::backend("bench", format!("{p}: {e}")))?;
+                    (ts, check, sel.variant.to_string(), sel.source.to_string())
+                } else {
+                    let sel = selector.select::<GateUpMmaFamily>("cuda", &info.id, &p, tier);
+                    let (ts, check) =
+                        harness::bench::<GateUpMmaFamily, _>(&b, &o, &p, &[sel.variant], 13)?
+                            .remove(0)
+                            .map_err(|e| {
+                                Error::backend("bench", format!("gate_up_mma {p}: {e}"))
+                            })?;
+                    (
+                        ts,
+                        check,
+                        format!("gate_up_mma {}", sel.variant),
+                        sel.source.to_string(),
+                    )
+                };
                 let _ = writeln!(
                     s,
                     "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} |",
                     ts.median, ts.p10, ts.p90, cs.median, cs.median / ts.median,
-                    check, sel.variant, sel.source
+                    check, variant, source
                 );
                 eprintln!(
                     "gate_up {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us",
@@ -349,8 +393,8 @@ fn mma_row<V: std::fmt::Display + Copy>(
 /// at full size against SPEC 7 v2 before it is timed. `MMA_ONLY=<rows>x<cols>:<k>:<m>`
 /// runs one reduce problem alone (for profilers).
 pub fn run_mma(out: &Path) -> Result<()> {
-    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaProblem};
-    use trellis::families::reduce_mma::{MmaVariant, ReduceMmaFamily, ReduceMmaProblem};
+    use trellis::families::gate_up_mma::GateUpMmaProblem;
+    use trellis::families::reduce_mma::{MmaVariant, ReduceMmaProblem};
     let b = CudaBackend::new(0)?;
     let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
     let o = TuneOptions::for_backend("cuda", Tier::Fast);
