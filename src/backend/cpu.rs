@@ -4,7 +4,7 @@
 
 use crate::codegen::{cpu_prelude, cpu_unit_part, Dialect, Rendered};
 use crate::error::{Error, Result};
-use crate::kernel::{fnv1a, Backend, DeviceTensor, Elem, KernelId, Launch, Limits, TensorSpec};
+use crate::kernel::{fnv1a, Backend, Elem, KernelId, Launch, Limits, TensorSpec};
 use libloading::Library;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -35,46 +35,8 @@ pub struct Compiled {
     entry: EntryFn,
 }
 
-/// A host tensor: little-endian elements in 4-byte-aligned storage.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CpuTensor {
-    elem: Elem,
-    shape: Vec<usize>,
-    words: Vec<u32>,
-}
-
-impl CpuTensor {
-    fn new(elem: Elem, shape: &[usize]) -> Self {
-        let bytes = shape.iter().product::<usize>() * elem.size();
-        CpuTensor {
-            elem,
-            shape: shape.to_vec(),
-            words: vec![0; bytes.div_ceil(4).max(1)],
-        }
-    }
-    fn byte_len(&self) -> usize {
-        self.shape.iter().product::<usize>() * self.elem.size()
-    }
-    /// The tensor's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: u32 storage viewed as bytes; byte_len <= 4 * words.len().
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.byte_len()) }
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        let n = self.byte_len();
-        // SAFETY: as above, unique borrow.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, n) }
-    }
-}
-
-impl DeviceTensor for CpuTensor {
-    fn elem(&self) -> Elem {
-        self.elem
-    }
-    fn shape(&self) -> Vec<usize> {
-        self.shape.clone()
-    }
-}
+/// A tensor of the CPU backend.
+pub type CpuTensor = super::host::HostTensor;
 
 /// The CPU backend.
 pub struct CpuBackend {
@@ -250,20 +212,11 @@ impl Backend for CpuBackend {
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<CpuTensor> {
-        Ok(CpuTensor::new(spec.elem, &spec.shape))
+        Ok(CpuTensor::zeroed(spec.elem, &spec.shape, 0))
     }
 
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<CpuTensor> {
-        let mut t = CpuTensor::new(elem, shape);
-        if bytes.len() != t.byte_len() {
-            return Err(Error::invalid(
-                "upload bytes",
-                bytes.len(),
-                format!("{elem} tensor of shape {shape:?} needs {}", t.byte_len()),
-            ));
-        }
-        t.bytes_mut().copy_from_slice(bytes);
-        Ok(t)
+        CpuTensor::from_bytes(elem, shape, bytes, 0)
     }
 
     fn download(&self, t: &CpuTensor) -> Result<Vec<u8>> {

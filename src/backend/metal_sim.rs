@@ -20,7 +20,7 @@ use crate::codegen::metal::{
 };
 use crate::codegen::Dialect;
 use crate::error::{Error, Result};
-use crate::kernel::{fnv1a, Backend, DeviceTensor, Elem, KernelId, Launch, Limits, TensorSpec};
+use crate::kernel::{fnv1a, Backend, Elem, KernelId, Launch, Limits, TensorSpec};
 use libloading::Library;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -79,46 +79,8 @@ pub struct Compiled {
 /// (a wrong index) gets garbage instead of taking the process down.
 const PAD_WORDS: usize = 1024;
 
-/// A tensor of the simulated device: little-endian elements in 4-byte-aligned storage.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SimTensor {
-    elem: Elem,
-    shape: Vec<usize>,
-    words: Vec<u32>,
-}
-
-impl SimTensor {
-    fn new(elem: Elem, shape: &[usize]) -> Self {
-        let bytes = shape.iter().product::<usize>() * elem.size();
-        SimTensor {
-            elem,
-            shape: shape.to_vec(),
-            words: vec![0; bytes.div_ceil(4) + PAD_WORDS],
-        }
-    }
-    fn byte_len(&self) -> usize {
-        self.shape.iter().product::<usize>() * self.elem.size()
-    }
-    /// The tensor's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: u32 storage viewed as bytes; byte_len <= 4 * words.len().
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.byte_len()) }
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        let n = self.byte_len();
-        // SAFETY: as above, unique borrow.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, n) }
-    }
-}
-
-impl DeviceTensor for SimTensor {
-    fn elem(&self) -> Elem {
-        self.elem
-    }
-    fn shape(&self) -> Vec<usize> {
-        self.shape.clone()
-    }
-}
+/// A tensor of the simulated device (followed by zeroed padding words).
+pub type SimTensor = super::host::HostTensor;
 
 /// The simulated Metal device.
 pub struct MetalSimBackend {
@@ -413,20 +375,11 @@ impl Backend for MetalSimBackend {
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<SimTensor> {
-        Ok(SimTensor::new(spec.elem, &spec.shape))
+        Ok(SimTensor::zeroed(spec.elem, &spec.shape, PAD_WORDS))
     }
 
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<SimTensor> {
-        let mut t = SimTensor::new(elem, shape);
-        if bytes.len() != t.byte_len() {
-            return Err(Error::invalid(
-                "upload bytes",
-                bytes.len(),
-                format!("{elem} tensor of shape {shape:?} needs {}", t.byte_len()),
-            ));
-        }
-        t.bytes_mut().copy_from_slice(bytes);
-        Ok(t)
+        SimTensor::from_bytes(elem, shape, bytes, PAD_WORDS)
     }
 
     fn download(&self, t: &SimTensor) -> Result<Vec<u8>> {

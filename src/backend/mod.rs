@@ -6,6 +6,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod host;
 #[cfg(target_os = "macos")]
 pub mod metal;
 pub mod metal_sim;

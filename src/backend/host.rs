@@ -1,0 +1,68 @@
+//! Tensors in host memory, for the backends that run kernels on the CPU (`cpu`,
+//! `metal-sim`): little-endian elements in 4-byte-aligned storage, optionally followed
+//! by padding words.
+
+use crate::error::{Error, Result};
+use crate::kernel::{DeviceTensor, Elem};
+
+/// A host tensor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    elem: Elem,
+    pub(super) shape: Vec<usize>,
+    /// The elements, then `pad` zero words (a kernel that reads a little past a buffer
+    /// gets zeros instead of taking the process down, where a backend asks for them).
+    pub(super) words: Vec<u32>,
+}
+
+impl HostTensor {
+    /// A zeroed tensor with `pad` extra words after its elements.
+    pub(super) fn zeroed(elem: Elem, shape: &[usize], pad: usize) -> Self {
+        let bytes = shape.iter().product::<usize>() * elem.size();
+        HostTensor {
+            elem,
+            shape: shape.to_vec(),
+            words: vec![0; (bytes.div_ceil(4) + pad).max(1)],
+        }
+    }
+    /// A tensor holding `bytes`, which must be exactly its size.
+    pub(super) fn from_bytes(
+        elem: Elem,
+        shape: &[usize],
+        bytes: &[u8],
+        pad: usize,
+    ) -> Result<Self> {
+        let mut t = Self::zeroed(elem, shape, pad);
+        if bytes.len() != t.byte_len() {
+            return Err(Error::invalid(
+                "upload bytes",
+                bytes.len(),
+                format!("{elem} tensor of shape {shape:?} needs {}", t.byte_len()),
+            ));
+        }
+        t.bytes_mut().copy_from_slice(bytes);
+        Ok(t)
+    }
+    pub(super) fn byte_len(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.elem.size()
+    }
+    /// The tensor's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: u32 storage viewed as bytes; byte_len <= 4 * words.len().
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.byte_len()) }
+    }
+    pub(super) fn bytes_mut(&mut self) -> &mut [u8] {
+        let n = self.byte_len();
+        // SAFETY: as above, unique borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, n) }
+    }
+}
+
+impl DeviceTensor for HostTensor {
+    fn elem(&self) -> Elem {
+        self.elem
+    }
+    fn shape(&self) -> Vec<usize> {
+        self.shape.clone()
+    }
+}
