@@ -40,6 +40,8 @@ pub type CpuTensor = super::host::HostTensor;
 
 /// The CPU backend.
 pub struct CpuBackend {
+    /// `cpu_model_id()`, read once (every selection asks for it).
+    id: String,
     compiler: String,
     cache_dir: PathBuf,
     kernels: Mutex<HashMap<KernelId, Compiled>>,
@@ -59,6 +61,7 @@ impl CpuBackend {
             .build()
             .map_err(|e| Error::backend("cpu", e))?;
         Ok(CpuBackend {
+            id: Self::cpu_model_id(),
             compiler,
             cache_dir,
             kernels: Mutex::new(HashMap::new()),
@@ -208,7 +211,7 @@ impl Backend for CpuBackend {
     }
 
     fn device_id(&self) -> String {
-        Self::cpu_model_id()
+        self.id.clone()
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<CpuTensor> {
