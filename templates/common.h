@@ -64,21 +64,3 @@ template <typename T> DEVICE float swiglu_native(float g, float u) {
   const float sig = 1.0f / (1.0f + native_exp(-g));
   return round_as<T>(round_as<T>(g * sig) * u);
 }
-
-// ---- Fast tier on matrix units: operand words of two f16 (lower half = lower k-slot).
-// 1mad: f16 bits of 1024 + byte sum straight from the byte-sum primitive (exact: the
-// f16 spacing at 1024..2047 is 1), one packed subtraction centres both exactly; the
-// division by the divisor goes to the f32 epilogue with the row scale.
-DEVICE uint trellis_f16x2_onemad(uint s0, uint s1) {
-  const uint d0 = bytesum_acc(s0 * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x6400u);
-  const uint d1 = bytesum_acc(s1 * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x6400u);
-  return f16x2_sub(d0 | (d1 << 16), {{ (25600 + c.mad_center) * 65537 }}u);
-}
-DEVICE float trellis_onemad_divisor() { return as_f32({{ c.mad_divisor_bits }}u); }
-// 3inst and mcg: the masked word is the two f16 halves whose sum is the value (before
-// its f16 rounding); fed as two k-slots against x duplicated, the matrix unit adds them.
-// Mask and xor come as arguments so a dialect can keep them in registers (one LOP3).
-DEVICE uint trellis_half_pair_mask() { return {{ c.half_pair_mask }}u; }
-DEVICE uint trellis_half_pair_xor() { return {{ c.half_pair_xor }}u; }
-DEVICE uint trellis_f16x2_threeinst(uint s, uint mask, uint xr) { return and_xor(s * {{ c.inst_mul }}u + {{ c.inst_add }}u, mask, xr); }
-DEVICE uint trellis_f16x2_mcg(uint s, uint mask, uint xr) { return and_xor(s * {{ c.mcg_mul }}u, mask, xr); }

@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use trellis::backend::CpuBackend;
 use trellis::check::{self, RealSums};
-use trellis::families::reduce_mma::{MmaVariant, ReduceMmaFamily};
+use trellis::families::reduce_mma::{MmaVariant, MmaXStage, ReduceMmaFamily};
 use trellis::family::{self, Family};
 use trellis::kernels::Tier;
 use trellis::{Activations, Code, DType, Geometry, ScaleDType};
@@ -55,6 +55,12 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                 row_tiles: [1, 2][mi % 2],
                 col_split: [1, 2, 4][(ci + mi) % 3],
                 m_tile: if mi == 2 && ci % 2 == 0 { 8 } else { 16 },
+                x_stage: match (ci + mi) % 3 {
+                    0 => MmaXStage::Global,
+                    1 => MmaXStage::Shared,
+                    _ if matches!(code, Code::ThreeInst | Code::Mcg) => MmaXStage::SharedDup,
+                    _ => MmaXStage::Shared,
+                },
             };
             let dev = ReduceMmaFamily::upload(
                 &b,
@@ -143,6 +149,7 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
             row_tiles: [1, 2][i % 2],
             col_split: [2, 1, 4][i % 3],
             m_tile: if i == 2 { 8 } else { 16 },
+            x_stage: [MmaXStage::Shared, MmaXStage::Global][i % 2],
         };
         let host = GateUpMmaHost { gate, up, x };
         let want = GateUpMmaFamily::expected(&p, &host).unwrap();

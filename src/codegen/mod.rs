@@ -111,6 +111,32 @@ struct CommonHeader {
     c: crate::codes::CodeConstants,
 }
 
+/// The fast tier's operand helpers (SPEC 3 codes as matrix-unit operands).
+#[derive(askama::Template)]
+#[template(path = "mma.h", escape = "none")]
+struct MatrixUnitHeader {
+    c: crate::codes::CodeConstants,
+}
+
+/// The matrix-unit vocabulary a fast-tier kernel adds to its header: the dialect's
+/// matrix-unit shim (fragments, `mma`, fragment loads) and the shared operand helpers.
+/// Kept out of [`prelude`] so the SIMT kernels' units (and the tuning entries hashed
+/// from them) do not change when it does.
+pub fn matrix_units(dialect: Dialect) -> String {
+    use askama::Template as _;
+    let shim = match dialect {
+        Dialect::Metal => include_str!("../../templates/dialect/metal_mma.h"),
+        Dialect::Cuda => include_str!("../../templates/dialect/cuda_mma.h"),
+        Dialect::Cpu => include_str!("../../templates/dialect/cpu_mma.h"),
+    };
+    let common = MatrixUnitHeader {
+        c: crate::codes::CodeConstants::spec(),
+    }
+    .render()
+    .expect("matrix-unit header renders");
+    format!("{shim}\n{common}\n")
+}
+
 /// The complete source a backend of `dialect` compiles for one kernel (for the CPU, one
 /// part of a translation unit; several share a file).
 pub fn unit(

@@ -182,6 +182,7 @@ impl Family for GateUpMmaFamily {
             row_tiles: 1,
             col_split: if p.m > 8 { 4 } else { 8 },
             m_tile: 16,
+            x_stage: super::reduce_mma::MmaXStage::Global,
         }
     }
     fn candidates(p: &GateUpMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {

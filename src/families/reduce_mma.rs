@@ -41,6 +41,50 @@ pub struct MmaVariant {
     pub col_split: u32,
     /// Samples per grid slice: 8 (one B per A; M > 8 adds slices) or 16 (two B per A).
     pub m_tile: u32,
+    /// Where the B fragments come from: x converted per fragment from device memory, or
+    /// x of the slice converted once per threadgroup into threadgroup memory.
+    #[serde(default)]
+    pub x_stage: MmaXStage,
+}
+
+/// Where a matrix-unit kernel reads its B fragments (x as f16 pairs) from.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MmaXStage {
+    /// Each lane loads and converts its fragment of x from device memory per mma pair:
+    /// no threadgroup memory, conversion repeated per 16-row tile.
+    #[default]
+    Global,
+    /// The threadgroup converts x of its samples once into threadgroup memory (padded
+    /// so the fragment reads do not conflict); needs samples x cols x 2 bytes.
+    Shared,
+    /// As `Shared`, each f16 stored twice (the B words of 3inst/mcg, whose weights take
+    /// two k-slots, read as they are: no per-fragment duplication); twice the memory,
+    /// and only where every projection is 3inst or mcg.
+    SharedDup,
+}
+
+impl MmaXStage {
+    /// Whether x is staged in threadgroup memory (template helper).
+    pub fn is_shared(&self) -> bool {
+        *self != MmaXStage::Global
+    }
+    /// Whether the staged x is duplicated (template helper).
+    pub fn is_dup(&self) -> bool {
+        *self == MmaXStage::SharedDup
+    }
 }
 
 impl Default for MmaVariant {
@@ -49,6 +93,7 @@ impl Default for MmaVariant {
             row_tiles: 1,
             col_split: 8,
             m_tile: 16,
+            x_stage: MmaXStage::Global,
         }
     }
 }
@@ -57,8 +102,15 @@ impl fmt::Display for MmaVariant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "mma rt={} cs={} mt={}",
-            self.row_tiles, self.col_split, self.m_tile
+            "mma rt={} cs={} mt={}{}",
+            self.row_tiles,
+            self.col_split,
+            self.m_tile,
+            match self.x_stage {
+                MmaXStage::Global => "",
+                MmaXStage::Shared => " x=shared",
+                MmaXStage::SharedDup => " x=shared_dup",
+            }
         )
     }
 }
@@ -189,15 +241,74 @@ pub trait MmaLayout {
     fn any_half_pair(&self) -> bool {
         self.projs().iter().any(|p| p.operand() == "half_pair")
     }
-    /// Threadgroup bytes: the column-split sums, and the fragment staging of the Metal
-    /// dialect (counted everywhere so one specialization fits every backend alike).
+    /// The matrix-unit vocabulary of `dialect` (template: the header's first lines).
+    fn matrix_units(&self, d: &Dialect) -> String {
+        crate::codegen::matrix_units(*d)
+    }
+    /// Whether every step holds 4 live runs (no run is masked off).
+    fn all_live(&self) -> bool {
+        self.runs() % 4 == 0
+    }
+    /// Whether a lane's code words advance by a constant per step: all runs live and
+    /// a simdgroup's stride of 4 `col_split` runs a whole number of trellis blocks (a
+    /// run's words sit at `k (u ^ (T/32 - 1))` in its block, SPEC 2), so addresses are
+    /// computed once, outside the loop.
+    fn linear_words(&self) -> bool {
+        let (_, _, t, _, v) = self.dims();
+        self.all_live() && (4 * v.col_split as usize) % (t / 32) == 0
+    }
+    /// Samples of a slice staged in threadgroup memory (`x_stage = shared`).
+    fn x_samples(&self) -> usize {
+        let (_, _, _, m, v) = self.dims();
+        m.min(v.m_tile) as usize
+    }
+    /// Word offset of run `u` within a staged sample. Plain: 16 words per run and 4 more
+    /// after every second run; duplicated: 32 words per run, 36 apart. Either way the 4
+    /// runs a quarter-simdgroup reads at once (16 bytes each) fall in distinct banks.
+    fn xs_run(&self, u: &str) -> String {
+        if self.dims().4.x_stage.is_dup() {
+            format!("({u} * 36u)")
+        } else {
+            format!("({u} * 16u + ({u} >> 1) * 4u)")
+        }
+    }
+    /// Words from one step's runs to the next's in a staged sample (4 runs).
+    fn xs_step(&self) -> usize {
+        if self.dims().4.x_stage.is_dup() {
+            4 * 36
+        } else {
+            4 * 16 + 2 * 4
+        }
+    }
+    /// Words per staged sample, padded so the two samples a quarter-simdgroup reads fall
+    /// in the other half of the banks (8 mod 32 plain, 16 mod 32 duplicated).
+    fn xs_stride(&self) -> usize {
+        let runs = self.runs();
+        let (used, to) = if self.dims().4.x_stage.is_dup() {
+            (runs * 36, 16)
+        } else {
+            (runs * 16 + runs.div_ceil(2) * 4, 8)
+        };
+        used + (to + 32 - used % 32) % 32
+    }
+    /// Threadgroup words of the staged x (0 unless `x_stage = shared`).
+    fn xs_words(&self) -> usize {
+        if self.dims().4.x_stage.is_shared() {
+            self.x_samples() * self.xs_stride()
+        } else {
+            0
+        }
+    }
+    /// Threadgroup bytes: the column-split sums, the staged x, and the fragment staging
+    /// of the Metal dialect (counted everywhere so one specialization fits every backend
+    /// alike).
     fn mma_shared(&self) -> usize {
         let red = if self.dims().4.col_split > 1 {
             self.warps() * self.projs().len() * self.nb() * 4 * 32 * 4
         } else {
             0
         };
-        red + self.warps() * (256 * 2 + 128 * 2 + 128 * 4)
+        red + self.xs_words() * 4 + self.warps() * (256 * 2 + 128 * 2 + 128 * 4)
     }
     /// One simdgroup per 16-row tile and column part; M beyond `m_tile` in grid slices.
     fn mma_grid(&self) -> Grid {
@@ -249,6 +360,13 @@ pub trait MmaLayout {
         if !matches!(v.m_tile, 8 | 16) {
             return Err(Error::invalid("m_tile", v.m_tile, "must be 8 or 16"));
         }
+        if v.x_stage.is_dup() && self.projs().iter().any(|p| p.slots() != 2) {
+            return Err(Error::invalid(
+                "x_stage",
+                "shared_dup",
+                "is for 3inst and mcg only (two k-slots per weight)",
+            ));
+        }
         if self.mma_shared() > MAX_SHARED_BYTES {
             return Err(Error::invalid(
                 "threadgroup memory",
@@ -295,40 +413,41 @@ pub(crate) fn default_for(rows: usize, m: u32) -> MmaVariant {
         row_tiles: 1,
         col_split: if m <= 8 && few_tiles { 16 } else { 8 },
         m_tile: 16,
+        x_stage: MmaXStage::Global,
     }
 }
 
-/// The candidate space of the matrix-unit families (fast tier only).
+/// The candidate space of the matrix-unit families (fast tier only). Staged-x variants
+/// too big for a device's threadgroup memory are dropped where the space meets the
+/// device (`family::fits`).
 pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool) -> Vec<MmaVariant> {
     if tier == Tier::Exact {
         return Vec::new();
     }
     let m_tiles: &[u32] = if m > 8 { &[16, 8] } else { &[16] };
+    let v = |row_tiles, col_split, m_tile, x_stage| MmaVariant {
+        row_tiles,
+        col_split,
+        m_tile,
+        x_stage,
+    };
     let mut out = Vec::new();
     if quick {
         for &m_tile in m_tiles {
-            out.push(MmaVariant {
-                row_tiles: 2,
-                col_split: 2,
-                m_tile,
-            });
+            out.push(v(2, 2, m_tile, MmaXStage::Global));
         }
-        out.push(MmaVariant {
-            row_tiles: 1,
-            col_split: 1,
-            m_tile: 16,
-        });
+        out.push(v(1, 1, 16, MmaXStage::Global));
+        out.push(v(1, 4, 8, MmaXStage::Shared));
+        out.push(v(2, 1, 16, MmaXStage::SharedDup));
         return out;
     }
     for &m_tile in m_tiles {
-        for row_tiles in [1, 2, 4] {
-            for col_split in [1, 2, 4, 8] {
-                if row_tiles * col_split <= 16 {
-                    out.push(MmaVariant {
-                        row_tiles,
-                        col_split,
-                        m_tile,
-                    });
+        for x_stage in [MmaXStage::Global, MmaXStage::Shared, MmaXStage::SharedDup] {
+            for row_tiles in [1, 2, 4] {
+                for col_split in [1, 2, 4, 8, 16] {
+                    if row_tiles * col_split <= 16 {
+                        out.push(v(row_tiles, col_split, m_tile, x_stage));
+                    }
                 }
             }
         }

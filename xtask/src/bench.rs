@@ -4,7 +4,7 @@
 //! nothing allocated or checked in the timed region, for cuBLAS alike), written as a
 //! markdown report.
 
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+use cudarc::cublas::CudaBlas;
 use half::bf16;
 use std::fmt::Write;
 use std::path::Path;
@@ -40,8 +40,11 @@ fn copy_bandwidth(b: &CudaBackend) -> Result<f64> {
     Ok(2.0 * n as f64 / (samples[samples.len() / 2] * 1e-3) / 1e9)
 }
 
-/// Dense bf16 `y = x W^T` through `cublasGemmEx`, `calls` GEMVs per timed launch
-/// (2: the gate and up projections), outputs preallocated.
+/// Dense bf16 `y = x W^T` through `cublasGemmEx` at its best for the shape: every
+/// `cublasGemmAlgo_t` (default, 0..23, the tensor-op ones) is screened with a short
+/// measurement, those cuBLAS refuses are skipped, and the fastest is measured in full.
+/// `calls` GEMVs per timed launch (2: the gate and up projections), outputs
+/// preallocated. Returns the statistics and the chosen algorithm.
 fn cublas(
     b: &CudaBackend,
     blas: &CudaBlas,
@@ -50,7 +53,9 @@ fn cublas(
     cols: usize,
     m: usize,
     calls: usize,
-) -> Result<Stats> {
+) -> Result<(Stats, i32)> {
+    use cudarc::cublas::sys;
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
     let copies = o.working_set.div_ceil(rows * cols * 2 * calls).clamp(2, 8) * calls;
     let w: Vec<bf16> = (0..rows * cols)
         .map(|i| bf16::from_f32(((i * 7919 % 1000) as f32 - 500.0) * 1e-4))
@@ -63,26 +68,65 @@ fn cublas(
         .collect();
     let x = b.stream().clone_htod(&x).map_err(err)?;
     let mut y = b.stream().alloc_zeros::<bf16>(m * rows).map_err(err)?;
-    // y[M, R] = x[M, C] W[R, C]^T, in column-major terms y^T = W^T(op) x^T.
-    let cfg = GemmConfig {
-        transa: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T,
-        transb: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
-        m: rows as i32,
-        n: m as i32,
-        k: cols as i32,
-        alpha: bf16::ONE,
-        lda: cols as i32,
-        ldb: cols as i32,
-        beta: bf16::ZERO,
-        ldc: rows as i32,
-    };
-    measure(b, o, copies / calls, |i| {
+    let wp: Vec<u64> = ws.iter().map(|w| w.device_ptr(b.stream()).0).collect();
+    let xp = x.device_ptr(b.stream()).0;
+    let yp = y.device_ptr_mut(b.stream()).0;
+    let (one, zero) = (1.0f32, 0.0f32);
+    // y[M, R] = x[M, C] W[R, C]^T, in column-major terms y^T = W^T(op) x^T; f32 compute.
+    let gemm = |algo: sys::cublasGemmAlgo_t, i: usize| -> Result<()> {
         for c in 0..calls {
-            // SAFETY: dimensions match the buffers allocated above.
-            unsafe { blas.gemm(cfg, &ws[i * calls + c], &x, &mut y) }.map_err(err)?;
+            // SAFETY: the pointers are the live buffers above, with these dimensions.
+            let status = unsafe {
+                sys::cublasGemmEx(
+                    *blas.handle(),
+                    sys::cublasOperation_t::CUBLAS_OP_T,
+                    sys::cublasOperation_t::CUBLAS_OP_N,
+                    rows as i32,
+                    m as i32,
+                    cols as i32,
+                    &one as *const f32 as *const _,
+                    wp[i * calls + c] as *const _,
+                    sys::cudaDataType_t::CUDA_R_16BF,
+                    cols as i32,
+                    xp as *const _,
+                    sys::cudaDataType_t::CUDA_R_16BF,
+                    cols as i32,
+                    &zero as *const f32 as *const _,
+                    yp as *mut _,
+                    sys::cudaDataType_t::CUDA_R_16BF,
+                    rows as i32,
+                    sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    algo,
+                )
+            };
+            if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(err(status));
+            }
         }
         Ok(())
-    })
+    };
+    let screen = TuneOptions {
+        min_reps: 3,
+        max_reps: 5,
+        ..o.clone()
+    };
+    let mut best: Option<(f64, i32, sys::cublasGemmAlgo_t)> = None;
+    for id in std::iter::once(-1).chain(0..=23).chain(99..=115) {
+        // SAFETY: every id listed is a discriminant of `cublasGemmAlgo_t` (cublas_api.h).
+        let algo: sys::cublasGemmAlgo_t = unsafe { std::mem::transmute::<i32, _>(id) };
+        if let Ok(s) = measure(b, &screen, copies / calls, |i| gemm(algo, i)) {
+            if best.is_none_or(|(t, _, _)| s.median < t) {
+                best = Some((s.median, id, algo));
+            }
+        }
+    }
+    let (_, id, algo) = best.ok_or_else(|| err("no cublasGemmEx algorithm ran"))?;
+    let stats = measure(b, o, copies / calls, |i| gemm(algo, i))?;
+    eprintln!(
+        "cublas {rows}x{cols} M{m} x{calls}: algorithm {id}, {:.1} us",
+        stats.median
+    );
+    Ok((stats, id))
 }
 
 /// The seed's reduce structure (`../shared/reference`), rendered from our templates: one
@@ -153,7 +197,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         info.name, info.id
     );
     let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).\n", harness::today(), copy);
-    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12; exact rows run the SIMT families (`reduce`, `gate_up`), fast rows the matrix-unit families the fast tier runs (`reduce_mma`, `gate_up_mma`), each with the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 on dense weights of the same shape, default algorithm.\n", o.min_reps, o.batch, o.working_set >> 20);
+    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12; exact rows run the SIMT families (`reduce`, `gate_up`), fast rows the matrix-unit families the fast tier runs (`reduce_mma`, `gate_up_mma`), each with the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 (f32 compute) on dense weights of the same shape, at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened, the best measured; the log names it).\n", o.min_reps, o.batch, o.working_set >> 20);
     let _ = writeln!(s, "Seed structure: the seed's reduce (one simdgroup per row, shared value table, x and code words in registers), rendered from our templates as `{}`; best registers: the fastest of {} x-in-registers candidates; both timed in the same run (exact rows only).\n", seed_structure(), register_candidates().len());
     let _ = writeln!(s, "## reduce\n");
     let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | seed structure us | best registers us | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source |");
@@ -174,7 +218,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         act: DType::Bf16,
                         m,
                     };
-                    let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1)?;
+                    let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1)?.0;
                     let rows = shape.rows * shape.cols;
                     let mut row = |tier: Tier,
                                    ts: Stats,
@@ -250,7 +294,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---|---|---|");
     for (kg, ku) in [(3u32, 3u32), (3, 4)] {
         for &m in &ms {
-            let cs = cublas(&b, &blas, &o, 17408, 5120, m as usize, 2)?;
+            let cs = cublas(&b, &blas, &o, 17408, 5120, m as usize, 2)?.0;
             for tier in [Tier::Exact, Tier::Fast] {
                 let p = GateUpProblem {
                     gate: Geometry::new(17408, 5120, 256, kg, 12, Code::OneMad)?,
@@ -390,8 +434,9 @@ fn mma_row<V: std::fmt::Display + Copy>(
 /// `cargo xtask bench --family reduce_mma`: the fast tier on matrix units (`reduce_mma`
 /// and `gate_up_mma`) against dense bf16 cuBLAS at the Qwen3-14B MLP shapes, k 2/3/4
 /// (gate/up: 3/3 and 3/4), M 1/8/16, a few launch shapes per problem, each verified
-/// at full size against SPEC 7 v2 before it is timed. `MMA_ONLY=<rows>x<cols>:<k>:<m>`
-/// runs one reduce problem alone (for profilers).
+/// at full size against SPEC 7 v2 before it is timed. `MMA_ONLY=<rows>x<cols>:<k>:<m>:<code>`
+/// runs one reduce problem alone and `MMA_VARIANT=<variant as displayed>` one variant
+/// (for profilers).
 pub fn run_mma(out: &Path) -> Result<()> {
     use trellis::families::gate_up_mma::GateUpMmaProblem;
     use trellis::families::reduce_mma::{MmaVariant, ReduceMmaProblem};
@@ -400,31 +445,55 @@ pub fn run_mma(out: &Path) -> Result<()> {
     let o = TuneOptions::for_backend("cuda", Tier::Fast);
     let only = std::env::var("MMA_ONLY").ok();
     let info = b.info().clone();
-    let v = |row_tiles, col_split, m_tile| MmaVariant {
+    use trellis::families::reduce_mma::MmaXStage::{Global, Shared, SharedDup};
+    let v = |row_tiles, col_split, m_tile, x_stage| MmaVariant {
         row_tiles,
         col_split,
         m_tile,
+        x_stage,
     };
+    // A few launch shapes per problem, x from device memory or staged; those that do not
+    // fit the device (staged x of many samples) are left out.
+    let only_variant = std::env::var("MMA_VARIANT").ok();
+    let shapes = |m: u32| {
+        let mut vs = Vec::new();
+        for x in [Global, Shared, SharedDup] {
+            vs.extend([v(1, 8, 16, x), v(1, 4, 16, x), v(2, 4, 16, x), v(1, 16, 16, x)]);
+            if m > 8 {
+                vs.push(v(1, 4, 8, x));
+            }
+        }
+        vs.retain(|v| only_variant.as_ref().is_none_or(|o| *o == v.to_string()));
+        vs
+    };
+    let limits = b.limits();
     let mut problems = Vec::new();
     for (rows, cols) in [(17408usize, 5120usize), (5120, 17408)] {
-        for k in [2u32, 3, 4] {
-            for m in [1u32, 8, 16] {
-                if let Some(o) = &only {
-                    if *o != format!("{rows}x{cols}:{k}:{m}") {
-                        continue;
+        for (code, ks, ms) in [
+            (Code::OneMad, &[2u32, 3, 4][..], &[1u32, 8, 16][..]),
+            (Code::ThreeInst, &[2, 3][..], &[1, 8][..]),
+        ] {
+            for &k in ks {
+                for &m in ms {
+                    if let Some(o) = &only {
+                        if *o != format!("{rows}x{cols}:{k}:{m}:{code}") {
+                            continue;
+                        }
                     }
+                    let p = ReduceMmaProblem {
+                        geometry: Geometry::new(rows, cols, 256, k, 12, code)?,
+                        scale: ScaleDType::F16,
+                        act: DType::Bf16,
+                        m,
+                    };
+                    let vs: Vec<_> = shapes(m)
+                        .into_iter()
+                        .filter(|v| {
+                            trellis::family::fits::<ReduceMmaFamily>(&p, *v, &limits).is_ok()
+                        })
+                        .collect();
+                    problems.push((p, vs));
                 }
-                let p = ReduceMmaProblem {
-                    geometry: Geometry::new(rows, cols, 256, k, 12, Code::OneMad)?,
-                    scale: ScaleDType::F16,
-                    act: DType::Bf16,
-                    m,
-                };
-                let mut vs = vec![v(1, 8, 16), v(1, 4, 16), v(2, 4, 16), v(1, 16, 16)];
-                if m > 8 {
-                    vs.push(v(1, 4, 8));
-                }
-                problems.push((p, vs));
             }
         }
     }
@@ -441,7 +510,11 @@ pub fn run_mma(out: &Path) -> Result<()> {
                     m,
                     tail: Tail::Exact,
                 };
-                gu.push((p, vec![v(1, 8, 16), v(1, 4, 16), v(2, 4, 16)]));
+                let vs: Vec<_> = shapes(m)
+                    .into_iter()
+                    .filter(|v| trellis::family::fits::<GateUpMmaFamily>(&p, *v, &limits).is_ok())
+                    .collect();
+                gu.push((p, vs));
             }
         }
     }
@@ -455,7 +528,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
         info.id,
         harness::today()
     );
-    let _ = writeln!(s, "bf16 activations with outliers, T = 256, L = 12, code 1mad; medians of CUDA-event timings over rotating weight copies (>= {} MB), launches bound before timing. Each variant is verified at full size against SPEC 7 v2 before it is timed. cuBLAS: `cublasGemmEx` bf16 (default algorithm) on dense weights of the same shape; gate_up: two GEMVs (no SwiGLU kernel).\n", o.working_set >> 20);
+    let _ = writeln!(s, "bf16 activations with outliers, T = 256, L = 12 (codes as labelled); medians of CUDA-event timings over rotating weight copies (>= {} MB), launches bound before timing. Each variant is verified at full size against SPEC 7 v2 before it is timed. cuBLAS: `cublasGemmEx` bf16 at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened) on dense weights of the same shape; gate_up: two GEMVs (no SwiGLU kernel).\n", o.working_set >> 20);
     let _ = writeln!(s, "## reduce_mma\n\n| shape k M | cuBLAS us | best us | cuBLAS / best | T weights/s | best variant | check | all variants (us) |");
     let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---|---|");
     let mut blas_cache: Vec<((usize, usize, u32, usize), f64)> = Vec::new();
@@ -466,7 +539,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
         {
             return Ok(*t);
         }
-        let t = cublas(&b, &blas, &o, rows, cols, m as usize, calls)?.median;
+        let t = cublas(&b, &blas, &o, rows, cols, m as usize, calls)?.0.median;
         blas_cache.push(((rows, cols, m, calls), t));
         Ok(t)
     };
@@ -474,7 +547,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
         let g = p.geometry;
         let cb = cublas_us(g.rows, g.cols, p.m, 1)?;
         let (timed, checks) = time_variants::<ReduceMmaFamily>(&b, &o, p, vs)?;
-        let label = format!("{}x{} k{} M{}", g.rows, g.cols, g.k, p.m);
+        let label = format!("{}x{} {} k{} M{}", g.rows, g.cols, g.code, g.k, p.m);
         let (row, line) = mma_row(&label, cb, g.rows * g.cols, &timed, &checks);
         let _ = writeln!(s, "{row}");
         eprintln!("reduce_mma {line}");

@@ -1,0 +1,21 @@
+// ---- Fast tier on matrix units, shared by every dialect (after the dialect's matrix-unit
+// shim): operand words of two f16 (lower half = lower k-slot). Only the matrix-unit
+// families include this, so the SIMT kernels' units do not change with it.
+// 1mad: f16 bits of 1024 + byte sum straight from the byte-sum primitive (exact: the
+// f16 spacing at 1024..2047 is 1), packed two to a word, one packed subtraction centres
+// both exactly; the division by the divisor goes to the f32 epilogue with the row scale.
+// d0 < 2^16, so the packing is one multiply-add (the integer ALU pipe, busiest with the
+// state windows, is spared a PRMT).
+DEVICE uint trellis_f16x2_onemad(uint s0, uint s1) {
+  const uint d0 = bytesum_acc(s0 * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x6400u);
+  const uint d1 = bytesum_acc(s1 * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x6400u);
+  return f16x2_sub(d1 * 65536u + d0, {{ (25600 + c.mad_center) * 65537 }}u);
+}
+DEVICE float trellis_onemad_divisor() { return as_f32({{ c.mad_divisor_bits }}u); }
+// 3inst and mcg: the masked word is the two f16 halves whose sum is the value (before
+// its f16 rounding); fed as two k-slots against x duplicated, the matrix unit adds them.
+// Mask and xor come as arguments so a dialect can keep them in registers (one LOP3).
+DEVICE uint trellis_half_pair_mask() { return {{ c.half_pair_mask }}u; }
+DEVICE uint trellis_half_pair_xor() { return {{ c.half_pair_xor }}u; }
+DEVICE uint trellis_f16x2_threeinst(uint s, uint mask, uint xr) { return and_xor(s * {{ c.inst_mul }}u + {{ c.inst_add }}u, mask, xr); }
+DEVICE uint trellis_f16x2_mcg(uint s, uint mask, uint xr) { return and_xor(s * {{ c.mcg_mul }}u, mask, xr); }
