@@ -441,14 +441,12 @@ pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool) -> Vec<MmaVariant>
         out.push(v(2, 1, 16, MmaXStage::SharedDup));
         return out;
     }
+    // H200 (bench of 26 problems): one or two tiles per threadgroup, 4 to 16 simdgroups
+    // splitting the columns; fewer left too few warps, more tiles per group only cost.
     for &m_tile in m_tiles {
         for x_stage in [MmaXStage::Global, MmaXStage::Shared, MmaXStage::SharedDup] {
-            for row_tiles in [1, 2, 4] {
-                for col_split in [1, 2, 4, 8, 16] {
-                    if row_tiles * col_split <= 16 {
-                        out.push(v(row_tiles, col_split, m_tile, x_stage));
-                    }
-                }
+            for (row_tiles, col_split) in [(1, 4), (1, 8), (1, 16), (2, 4), (2, 8)] {
+                out.push(v(row_tiles, col_split, m_tile, x_stage));
             }
         }
     }

@@ -277,11 +277,16 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
             std::fs::write(&tmp, t.to_toml()).map_err(|e| Error::file(&tmp, e))?;
             std::fs::rename(&tmp, out).map_err(|e| Error::file(out, e))
         };
+        // The budget is the whole run's: each family gets what the ones before it left.
+        let opts = TuneOptions {
+            budget: self.opts.budget.saturating_sub(self.progress.started.elapsed()),
+            ..self.opts.clone()
+        };
         let progress = &mut self.progress;
         self.total += problems.len();
         match harness::tune::<F, B>(
             self.b,
-            self.opts,
+            &opts,
             &problems,
             self.table,
             self.journal,
