@@ -458,7 +458,12 @@ pub fn run_mma(out: &Path) -> Result<()> {
     let shapes = |m: u32| {
         let mut vs = Vec::new();
         for x in [Global, Shared, SharedDup] {
-            vs.extend([v(1, 8, 16, x), v(1, 4, 16, x), v(2, 4, 16, x), v(1, 16, 16, x)]);
+            vs.extend([
+                v(1, 8, 16, x),
+                v(1, 4, 16, x),
+                v(2, 4, 16, x),
+                v(1, 16, 16, x),
+            ]);
             if m > 8 {
                 vs.push(v(1, 4, 8, x));
             }
@@ -539,7 +544,9 @@ pub fn run_mma(out: &Path) -> Result<()> {
         {
             return Ok(*t);
         }
-        let t = cublas(&b, &blas, &o, rows, cols, m as usize, calls)?.0.median;
+        let t = cublas(&b, &blas, &o, rows, cols, m as usize, calls)?
+            .0
+            .median;
         blas_cache.push(((rows, cols, m, calls), t));
         Ok(t)
     };

@@ -279,7 +279,10 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
         };
         // The budget is the whole run's: each family gets what the ones before it left.
         let opts = TuneOptions {
-            budget: self.opts.budget.saturating_sub(self.progress.started.elapsed()),
+            budget: self
+                .opts
+                .budget
+                .saturating_sub(self.progress.started.elapsed()),
             ..self.opts.clone()
         };
         let progress = &mut self.progress;

@@ -1,0 +1,49 @@
+//! Print the CUDA unit of one `reduce_mma` specialization, for reading its SASS without a
+//! GPU (`prototypes/sass/`):
+//!
+//! ```text
+//! cargo run --release --example mma_unit -- 17408 5120 2 1mad 16 1 1 8 16 shared > u.cu
+//! ```
+//!
+//! Arguments (defaults in brackets): rows [17408], cols [5120], k [2], code [1mad], L [16],
+//! M [1], row_tiles [1], col_split [8], m_tile [16], x_stage (global, shared, shared_dup)
+//! [global]. bf16 activations, f16 scales, T = 256.
+use trellis::families::reduce_mma::{MmaVariant, MmaXStage, ReduceMma};
+use trellis::kernel::{Dialect, KernelSpec};
+use trellis::kernels::Proj;
+use trellis::{Code, DType, ScaleDType};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
+    let num = |i: usize, default: &str| arg(i, default).parse::<u32>();
+    let code: Code = arg(3, "1mad").parse()?;
+    let x_stage = match arg(9, "global").as_str() {
+        "global" => MmaXStage::Global,
+        "shared" => MmaXStage::Shared,
+        "shared_dup" => MmaXStage::SharedDup,
+        other => return Err(format!("x_stage `{other}`: global, shared or shared_dup").into()),
+    };
+    let kernel = ReduceMma {
+        rows: num(0, "17408")? as usize,
+        cols: num(1, "5120")? as usize,
+        t: 256,
+        proj: Proj {
+            k: num(2, "2")?,
+            l: num(4, "16")?,
+            code,
+        },
+        m: num(5, "1")?,
+        act: DType::Bf16,
+        scale: ScaleDType::F16,
+        variant: MmaVariant {
+            row_tiles: num(6, "1")?,
+            col_split: num(7, "8")?,
+            m_tile: num(8, "16")?,
+            x_stage,
+        },
+    };
+    kernel.validate()?;
+    print!("{}", kernel.unit(Dialect::Cuda)?);
+    Ok(())
+}
