@@ -8,9 +8,16 @@
 //! step and tile). Operands are f16: 1mad feeds its centred byte sums (exact; the
 //! divisor and the row scale go to the f32 epilogue), 3inst/mcg the two f16 halves of
 //! the masked word as two k-slots against x duplicated (the matrix unit adds them),
-//! mul1 and lut their values rounded to f16. x is converted to f16 as it is read
-//! (exact for f16; bf16 in f16's normal range; f32 rounded), so |x| must stay below
-//! 65520 (SPEC 7 asks for 2^15). Accumulation is f32. Results meet SPEC 7 (v2).
+//! mul1 and lut their values rounded to f16. x is converted to f16 (exact for f16; bf16
+//! in f16's normal range; f32 rounded), so |x| must stay below 65520 (SPEC 7 asks for
+//! 2^15): per fragment as it is read (`x_stage = global`), or once per threadgroup into
+//! threadgroup memory (`shared`; `shared_dup` stores each value twice, the B words of
+//! 3inst/mcg). Accumulation is f32. Results meet SPEC 7 (v2).
+//!
+//! Measured on the H200 (`tuning/reports/nvidia-h200-mma-bench.md`): the 1mad loop is
+//! 5.4 instructions per weight (window SHF + LOP3, LCG IMAD, byte-sum IDP.4A, half a
+//! pack and half a centring HADD2, the rest loads and mma), bound by the integer ALU and
+//! FMA-heavy pipes together.
 
 use super::DeviceMatrix;
 use crate::check::{self, RealSums};
