@@ -72,6 +72,18 @@ pub fn gate_up_problem(
     })
 }
 
+/// The family this facade (and `trellis matvec|gate-up`) runs for a family name and a
+/// tier: the fast tier of `reduce` and `gate_up` (`gate_up_mixed`) runs on matrix units
+/// (`reduce_mma`, `gate_up_mma`); every other name is its own family.
+pub fn family_for(name: &str, tier: Tier) -> &str {
+    use crate::family::Family;
+    match (name, tier) {
+        ("reduce", Tier::Fast) => ReduceMmaFamily::NAME,
+        ("gate_up" | "gate_up_mixed", Tier::Fast) => GateUpMmaFamily::NAME,
+        _ => name,
+    }
+}
+
 fn first(mut outs: Vec<Activations>) -> Activations {
     outs.swap_remove(0)
 }

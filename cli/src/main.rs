@@ -256,8 +256,9 @@ struct SelectArgs {
     /// Device id as in the tuning tables (`nvidia-h200`, `applegpu-g15s`, ...).
     #[arg(long, value_name = "ID")]
     device: String,
-    /// Kernel family: reduce, gate_up, gate_up_mixed or expand (`trellis info --devices`
-    /// does not list them; the error for an unknown name does).
+    /// Kernel family: reduce, gate_up, gate_up_mixed, reduce_mma, gate_up_mma or expand
+    /// (with --tier fast, reduce and gate_up answer for the matrix-unit families the fast
+    /// tier runs).
     #[arg(long, value_name = "F")]
     family: String,
     /// R: output features.
@@ -838,8 +839,17 @@ fn select(a: SelectArgs) -> Result<()> {
             }));
         }
     }
+    // What `matvec|gate-up --tier` would run: the fast tier of reduce and gate_up is
+    // the matrix-unit families'.
+    let family = trellis::ops::family_for(&a.family, tier);
+    if family != a.family {
+        println!(
+            "family: {family} (what the {tier} tier of {} runs)",
+            a.family
+        );
+    }
     let mut v = Select {
-        name: &a.family,
+        name: family,
         spec,
         tier,
         backend: &backend,

@@ -654,10 +654,16 @@ fn cli_select_unknown_device_is_the_default() {
             "{out}"
         );
     }
-    // Backend from the device id.
+    // Backend from the device id; the fast tier of reduce is the matrix-unit family's.
     let (out, _) = ok(&select_args("applegpu-g15s", None, &["--tier", "fast"]));
     assert!(line(&out, "device").contains("(metal)"), "{out}");
-    assert!(line(&out, "variant").ends_with(" fast"), "{out}");
+    assert_eq!(
+        line(&out, "family"),
+        "reduce_mma (what the fast tier of reduce runs)",
+        "{out}"
+    );
+    assert!(line(&out, "key").starts_with("reduce_mma "), "{out}");
+    assert!(line(&out, "variant").starts_with("mma "), "{out}");
 }
 
 #[test]
