@@ -73,8 +73,9 @@ pub fn gate_up_problem(
 }
 
 /// The family this facade (and `trellis matvec|gate-up`) runs for a family name and a
-/// tier: the fast tier of `reduce` and `gate_up` (`gate_up_mixed`) runs on matrix units
-/// (`reduce_mma`, `gate_up_mma`); every other name is its own family.
+/// tier, by name (for `trellis select` and reports): the fast tier of `reduce` and
+/// `gate_up` (`gate_up_mixed`) runs on matrix units (`reduce_mma`, `gate_up_mma`); every
+/// other name is its own family. [`matvec`] and [`gate_up`] dispatch the same way, typed.
 pub fn family_for(name: &str, tier: Tier) -> &str {
     use crate::family::Family;
     match (name, tier) {
