@@ -31,6 +31,14 @@ pub struct CudaTensor {
     buf: CudaSlice<u8>,
 }
 
+impl CudaTensor {
+    /// The device address of the first element, for interop (a cuBLAS call writing
+    /// into a tensor of this backend). Ordered on `stream` like the backend's launches.
+    pub fn device_ptr(&self, stream: &CudaStream) -> u64 {
+        self.buf.device_ptr(stream).0
+    }
+}
+
 impl DeviceTensor for CudaTensor {
     fn elem(&self) -> Elem {
         self.elem

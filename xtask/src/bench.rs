@@ -14,7 +14,7 @@ use trellis::families::gate_up_mma::GateUpMmaFamily;
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::preset;
-use trellis::kernel::Backend;
+use trellis::kernel::{Backend, Dialect, Elem, KernelSpec, TensorSpec};
 use trellis::kernels::{MStrategy, Representation, Tail, Tier, Variant, XStage, ROWS_PER_SIMD};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
 use trellis::tune::Selector;
@@ -44,7 +44,10 @@ fn copy_bandwidth(b: &CudaBackend) -> Result<f64> {
 /// `cublasGemmAlgo_t` (default, 0..23, the tensor-op ones) is screened with a short
 /// measurement, those cuBLAS refuses are skipped, and the fastest is measured in full.
 /// `calls` GEMVs per timed launch (2: the gate and up projections), outputs
-/// preallocated. Returns the statistics and the chosen algorithm.
+/// preallocated; with `swiglu` (two calls), followed by the elementwise SwiGLU of their
+/// outputs ([`crate::swiglu::SwiGlu`], bound before timing), as a framework runs the
+/// dense gate/up. Returns the statistics and the chosen algorithm.
+#[allow(clippy::too_many_arguments)]
 fn cublas(
     b: &CudaBackend,
     blas: &CudaBlas,
@@ -53,9 +56,10 @@ fn cublas(
     cols: usize,
     m: usize,
     calls: usize,
+    swiglu: bool,
 ) -> Result<(Stats, i32)> {
     use cudarc::cublas::sys;
-    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    use cudarc::driver::DevicePtr;
     let copies = o.working_set.div_ceil(rows * cols * 2 * calls).clamp(2, 8) * calls;
     let w: Vec<bf16> = (0..rows * cols)
         .map(|i| bf16::from_f32(((i * 7919 % 1000) as f32 - 500.0) * 1e-4))
@@ -67,10 +71,18 @@ fn cublas(
         .map(|i| bf16::from_f32(((i % 17) as f32 - 8.0) * 0.1))
         .collect();
     let x = b.stream().clone_htod(&x).map_err(err)?;
-    let mut y = b.stream().alloc_zeros::<bf16>(m * rows).map_err(err)?;
+    // One output per call, as tensors of the backend so the SwiGLU kernel can read them.
+    let y_spec = TensorSpec {
+        name: "y",
+        elem: Elem::Bf16,
+        shape: vec![m * rows],
+    };
+    let ys = (0..calls)
+        .map(|_| b.alloc(&y_spec))
+        .collect::<Result<Vec<_>>>()?;
     let wp: Vec<u64> = ws.iter().map(|w| w.device_ptr(b.stream()).0).collect();
     let xp = x.device_ptr(b.stream()).0;
-    let yp = y.device_ptr_mut(b.stream()).0;
+    let yp: Vec<u64> = ys.iter().map(|y| y.device_ptr(b.stream())).collect();
     let (one, zero) = (1.0f32, 0.0f32);
     // y[M, R] = x[M, C] W[R, C]^T, in column-major terms y^T = W^T(op) x^T; f32 compute.
     let gemm = |algo: sys::cublasGemmAlgo_t, i: usize| -> Result<()> {
@@ -92,7 +104,7 @@ fn cublas(
                     sys::cudaDataType_t::CUDA_R_16BF,
                     cols as i32,
                     &zero as *const f32 as *const _,
-                    yp as *mut _,
+                    yp[c] as *mut _,
                     sys::cudaDataType_t::CUDA_R_16BF,
                     rows as i32,
                     sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
@@ -121,7 +133,26 @@ fn cublas(
         }
     }
     let (_, id, algo) = best.ok_or_else(|| err("no cublasGemmEx algorithm ran"))?;
-    let stats = measure(b, o, copies / calls, |i| gemm(algo, i))?;
+    let tail = crate::swiglu::SwiGlu {
+        n: m * rows,
+        act: Elem::Bf16,
+    };
+    let render = |d: Dialect| tail.render(d);
+    let launch = tail.launch_request(&render);
+    let mut mid = b.alloc(&launch.outputs[0])?;
+    let mut bound = if swiglu && calls == 2 {
+        let compiled = b.compile(&launch)?;
+        Some(b.bind(&compiled, &launch, &[&ys[0], &ys[1]], &mut [&mut mid])?)
+    } else {
+        None
+    };
+    let stats = measure(b, o, copies / calls, |i| {
+        gemm(algo, i)?;
+        match bound.as_mut() {
+            Some(bd) => b.run(bd),
+            None => Ok(()),
+        }
+    })?;
     eprintln!(
         "cublas {rows}x{cols} M{m} x{calls}: algorithm {id}, {:.1} us",
         stats.median
@@ -218,7 +249,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         act: DType::Bf16,
                         m,
                     };
-                    let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1)?.0;
+                    let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1, false)?.0;
                     let rows = shape.rows * shape.cols;
                     let mut row = |tier: Tier,
                                    ts: Stats,
@@ -284,17 +315,17 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     }
     let _ = writeln!(
         s,
-        "\n## gate_up (Qwen3-14B gate/up, 17408 x 5120 each) vs two cuBLAS GEMVs\n"
+        "\n## gate_up (Qwen3-14B gate/up, 17408 x 5120 each) vs two cuBLAS GEMVs and the SwiGLU\n"
     );
-    let _ = writeln!(s, "The dense baseline is two GEMVs (the SwiGLU elementwise on 17408 x M values is not included: it only adds to the baseline).\n");
+    let _ = writeln!(s, "The dense baseline is two GEMVs followed by the elementwise SwiGLU of their outputs (`xtask/templates/swiglu.kernel`, one launch, bound before timing), as a framework runs it.\n");
     let _ = writeln!(
         s,
-        "| kg/ku | M | tier | trellis us | 2x cuBLAS bf16 us | ratio | check | variant | source |"
+        "| kg/ku | M | tier | trellis us | dense (2 GEMVs + SwiGLU) us | ratio | check | variant | source |"
     );
     let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---|---|---|");
     for (kg, ku) in [(3u32, 3u32), (3, 4)] {
         for &m in &ms {
-            let cs = cublas(&b, &blas, &o, 17408, 5120, m as usize, 2)?.0;
+            let cs = cublas(&b, &blas, &o, 17408, 5120, m as usize, 2, true)?.0;
             for tier in [Tier::Exact, Tier::Fast] {
                 let p = GateUpProblem {
                     gate: Geometry::new(17408, 5120, 256, kg, 12, Code::OneMad)?,
@@ -533,7 +564,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
         info.id,
         harness::today()
     );
-    let _ = writeln!(s, "bf16 activations with outliers, T = 256, L = 12 (codes as labelled); medians of CUDA-event timings over rotating weight copies (>= {} MB), launches bound before timing. Each variant is verified at full size against SPEC 7 v2 before it is timed. cuBLAS: `cublasGemmEx` bf16 at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened) on dense weights of the same shape; gate_up: two GEMVs (no SwiGLU kernel).\n", o.working_set >> 20);
+    let _ = writeln!(s, "bf16 activations with outliers, T = 256, L = 12 (codes as labelled); medians of CUDA-event timings over rotating weight copies (>= {} MB), launches bound before timing. Each variant is verified at full size against SPEC 7 v2 before it is timed. cuBLAS: `cublasGemmEx` bf16 at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened) on dense weights of the same shape; gate_up: two GEMVs and the elementwise SwiGLU (`xtask/templates/swiglu.kernel`).\n", o.working_set >> 20);
     let _ = writeln!(s, "## reduce_mma\n\n| shape k M | cuBLAS us | best us | cuBLAS / best | T weights/s | best variant | check | all variants (us) |");
     let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---|---|");
     let mut blas_cache: Vec<((usize, usize, u32, usize), f64)> = Vec::new();
@@ -544,7 +575,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
         {
             return Ok(*t);
         }
-        let t = cublas(&b, &blas, &o, rows, cols, m as usize, calls)?
+        let t = cublas(&b, &blas, &o, rows, cols, m as usize, calls, calls == 2)?
             .0
             .median;
         blas_cache.push(((rows, cols, m, calls), t));
@@ -560,7 +591,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
         eprintln!("reduce_mma {line}");
     }
     if !gu.is_empty() {
-        let _ = writeln!(s, "\n## gate_up_mma (Qwen3-14B gate/up, 17408 x 5120 each, exact tail) vs two cuBLAS GEMVs\n\n| kg/ku M | 2x cuBLAS us | best us | cuBLAS / best | T weights/s | best variant | check | all variants (us) |");
+        let _ = writeln!(s, "\n## gate_up_mma (Qwen3-14B gate/up, 17408 x 5120 each, exact tail) vs two cuBLAS GEMVs and the SwiGLU\n\n| kg/ku M | dense us | best us | cuBLAS / best | T weights/s | best variant | check | all variants (us) |");
         let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---|---|");
     }
     for (p, vs) in &gu {

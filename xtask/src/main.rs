@@ -3,6 +3,7 @@
 #[cfg(feature = "cuda")]
 mod bench;
 mod render;
+mod swiglu;
 mod tune;
 mod verify;
 
