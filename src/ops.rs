@@ -188,3 +188,28 @@ pub fn expand<B: Backend>(
     let d = DeviceMatrix::upload(b, w)?;
     family::run::<ExpandFamily, B>(b, &p, variant, &d).map(first)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::family_for;
+    use crate::kernels::Tier;
+
+    #[test]
+    fn the_fast_tier_of_reduce_and_gate_up_runs_on_matrix_units() {
+        assert_eq!(family_for("reduce", Tier::Fast), "reduce_mma");
+        assert_eq!(family_for("gate_up", Tier::Fast), "gate_up_mma");
+        assert_eq!(family_for("gate_up_mixed", Tier::Fast), "gate_up_mma");
+        assert_eq!(family_for("reduce", Tier::Exact), "reduce");
+        assert_eq!(family_for("expand", Tier::Fast), "expand");
+        // Every answer is a registered family.
+        for name in ["reduce", "gate_up", "gate_up_mixed", "expand"] {
+            for tier in [Tier::Exact, Tier::Fast] {
+                let f = family_for(name, tier);
+                assert!(
+                    crate::families::names().contains(&f),
+                    "{name} {tier:?}: {f}"
+                );
+            }
+        }
+    }
+}
