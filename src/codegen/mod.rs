@@ -76,18 +76,24 @@ pub struct Rendered {
 /// The dialect shim and the shared device functions (SPEC 3 codes, `exp_spec`, the
 /// state window) that precede every kernel header.
 pub fn prelude(dialect: Dialect) -> String {
-    use askama::Template as _;
     let shim = match dialect {
         Dialect::Metal => include_str!("../../templates/dialect/metal.h"),
         Dialect::Cuda => include_str!("../../templates/dialect/cuda.h"),
         Dialect::Cpu => include_str!("../../templates/dialect/cpu.h"),
     };
-    let common = CommonHeader {
-        c: crate::codes::CodeConstants::spec(),
-    }
-    .render()
-    .expect("common header renders");
-    format!("{shim}\n{common}\n")
+    shim_then(
+        shim,
+        CommonHeader {
+            c: crate::codes::CodeConstants::spec(),
+        },
+    )
+}
+
+/// A dialect shim, then a header shared by every dialect rendered with the SPEC
+/// constants (both are written once; the templates cannot render without them).
+fn shim_then(shim: &str, header: impl askama::Template) -> String {
+    let header = header.render().expect("shared header renders");
+    format!("{shim}\n{header}\n")
 }
 
 /// Finish a rendered body for its dialect. Metal: MLX declares a thread attribute only
@@ -123,18 +129,17 @@ struct MatrixUnitHeader {
 /// Kept out of [`prelude`] so the SIMT kernels' units (and the tuning entries hashed
 /// from them) do not change when it does.
 pub fn matrix_units(dialect: Dialect) -> String {
-    use askama::Template as _;
     let shim = match dialect {
         Dialect::Metal => include_str!("../../templates/dialect/metal_mma.h"),
         Dialect::Cuda => include_str!("../../templates/dialect/cuda_mma.h"),
         Dialect::Cpu => include_str!("../../templates/dialect/cpu_mma.h"),
     };
-    let common = MatrixUnitHeader {
-        c: crate::codes::CodeConstants::spec(),
-    }
-    .render()
-    .expect("matrix-unit header renders");
-    format!("{shim}\n{common}\n")
+    shim_then(
+        shim,
+        MatrixUnitHeader {
+            c: crate::codes::CodeConstants::spec(),
+        },
+    )
 }
 
 /// The complete source a backend of `dialect` compiles for one kernel (for the CPU, one

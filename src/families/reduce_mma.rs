@@ -19,7 +19,6 @@
 //! pack and half a centring HADD2, the rest loads and mma), bound by the integer ALU and
 //! FMA-heavy pipes together.
 
-use super::DeviceMatrix;
 use crate::check::{self, RealSums};
 use crate::codes::Code;
 use crate::dtype::{DType, ScaleDType};
@@ -597,13 +596,11 @@ impl Family for ReduceMmaFamily {
     }
     fn upload<B: Backend>(
         b: &B,
-        _p: &ReduceMmaProblem,
+        p: &ReduceMmaProblem,
         host: &ReduceMmaHost,
     ) -> Result<ReduceMmaDevice<B>> {
-        Ok(ReduceMmaDevice {
-            w: DeviceMatrix::upload(b, &host.w)?,
-            x: super::upload_activations(b, &host.x)?,
-        })
+        // The same data as `reduce`'s (the types are its).
+        super::reduce::ReduceFamily::upload(b, p, host)
     }
     fn inputs<'d, B: Backend>(d: &'d ReduceMmaDevice<B>, _v: &MmaVariant) -> Vec<&'d B::Tensor> {
         vec![

@@ -43,11 +43,9 @@ fn copy_bandwidth(b: &CudaBackend) -> Result<f64> {
 /// Dense bf16 `y = x W^T` through `cublasGemmEx` at its best for the shape: every
 /// `cublasGemmAlgo_t` (default, 0..23, the tensor-op ones) is screened with a short
 /// measurement, those cuBLAS refuses are skipped, and the fastest is measured in full.
-/// `calls` GEMVs per timed launch (2: the gate and up projections), outputs
-/// preallocated; with `swiglu` (two calls), followed by the elementwise SwiGLU of their
-/// outputs ([`crate::swiglu::SwiGlu`], bound before timing), as a framework runs the
-/// dense gate/up. Returns the statistics and the chosen algorithm.
-#[allow(clippy::too_many_arguments)]
+/// `calls` GEMVs per timed launch, outputs preallocated; two calls are the dense
+/// gate/up, followed by the elementwise SwiGLU of their outputs
+/// ([`crate::swiglu::SwiGlu`], bound before timing) as a framework runs it.
 fn cublas(
     b: &CudaBackend,
     blas: &CudaBlas,
@@ -56,8 +54,7 @@ fn cublas(
     cols: usize,
     m: usize,
     calls: usize,
-    swiglu: bool,
-) -> Result<(Stats, i32)> {
+) -> Result<Stats> {
     use cudarc::cublas::sys;
     use cudarc::driver::DevicePtr;
     let copies = o.working_set.div_ceil(rows * cols * 2 * calls).clamp(2, 8) * calls;
@@ -139,12 +136,16 @@ fn cublas(
     };
     let render = |d: Dialect| tail.render(d);
     let launch = tail.launch_request(&render);
-    let mut mid = b.alloc(&launch.outputs[0])?;
-    let mut bound = if swiglu && calls == 2 {
-        let compiled = b.compile(&launch)?;
-        Some(b.bind(&compiled, &launch, &[&ys[0], &ys[1]], &mut [&mut mid])?)
-    } else {
-        None
+    let mut mid = match calls {
+        2 => Some(b.alloc(&launch.outputs[0])?),
+        _ => None,
+    };
+    let mut bound = match mid.as_mut() {
+        Some(mid) => {
+            let compiled = b.compile(&launch)?;
+            Some(b.bind(&compiled, &launch, &[&ys[0], &ys[1]], &mut [mid])?)
+        }
+        None => None,
     };
     let stats = measure(b, o, copies / calls, |i| {
         gemm(algo, i)?;
@@ -157,7 +158,7 @@ fn cublas(
         "cublas {rows}x{cols} M{m} x{calls}: algorithm {id}, {:.1} us",
         stats.median
     );
-    Ok((stats, id))
+    Ok(stats)
 }
 
 /// The seed's reduce structure (`../shared/reference`), rendered from our templates: one
@@ -249,7 +250,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         act: DType::Bf16,
                         m,
                     };
-                    let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1, false)?.0;
+                    let cs = cublas(&b, &blas, &o, shape.rows, shape.cols, m as usize, 1)?;
                     let rows = shape.rows * shape.cols;
                     let mut row = |tier: Tier,
                                    ts: Stats,
@@ -325,7 +326,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---|---|---|");
     for (kg, ku) in [(3u32, 3u32), (3, 4)] {
         for &m in &ms {
-            let cs = cublas(&b, &blas, &o, 17408, 5120, m as usize, 2, true)?.0;
+            let cs = cublas(&b, &blas, &o, 17408, 5120, m as usize, 2)?;
             for tier in [Tier::Exact, Tier::Fast] {
                 let p = GateUpProblem {
                     gate: Geometry::new(17408, 5120, 256, kg, 12, Code::OneMad)?,
@@ -575,9 +576,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
         {
             return Ok(*t);
         }
-        let t = cublas(&b, &blas, &o, rows, cols, m as usize, calls, calls == 2)?
-            .0
-            .median;
+        let t = cublas(&b, &blas, &o, rows, cols, m as usize, calls)?.median;
         blas_cache.push(((rows, cols, m, calls), t));
         Ok(t)
     };
