@@ -12,6 +12,15 @@ DEVICE uint trellis_f16x2_onemad(uint s0, uint s1) {
   return f16x2_sub(d1 * 65536u + d0, {{ (25600 + c.mad_center) * 65537 }}u);
 }
 DEVICE float trellis_onemad_divisor() { return as_f32({{ c.mad_divisor_bits }}u); }
+// The L-bit state of weight j as TRELLIS_STATE, with a window inside one word taken as a
+// multiply by a power of two (top-aligned: IMAD.SHL, the FMA pipe) and one right shift,
+// instead of shift and mask (both on the integer ALU pipe).
+#define MMA_SH_(j, K) (((31u - (j)) * (K)) & 31u)
+#define MMA_IX_(j, K) (((31u - (j)) * (K)) >> 5)
+#define MMA_STATE(w, j, K, L) \
+  ((MMA_SH_(j, K) + (L) > 32u) \
+     ? (funnel_r((w)[MMA_IX_(j, K)], (w)[MMA_IX_(j, K) + 1u], MMA_SH_(j, K)) & ((1u << (L)) - 1u)) \
+     : (mul_lo((w)[MMA_IX_(j, K)], 1u << (32u - (L) - MMA_SH_(j, K))) >> (32u - (L))))
 // 3inst and mcg: the masked word is the two f16 halves whose sum is the value (before
 // its f16 rounding); fed as two k-slots against x duplicated, the matrix unit adds them.
 // Mask and xor come as arguments so a dialect can keep them in registers (one LOP3).

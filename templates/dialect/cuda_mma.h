@@ -26,6 +26,7 @@ DEVICE uint pack_f16x2(float lo, float hi) { uint r; asm("cvt.rn.f16x2.f32 %0, %
 DEVICE void group_load4(uint* w, const uint* p) { const uint4 v = *reinterpret_cast<const uint4*>(p); w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w; }
 DEVICE void group_load2(uint* w, const uint* p) { const uint2 v = *reinterpret_cast<const uint2*>(p); w[0] = v.x; w[1] = v.y; }
 // One 16-bit half duplicated: one PRMT.
+DEVICE uint mul_lo(uint a, uint b) { uint r; asm("mul.lo.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }
 DEVICE uint dup_lo16(uint w) { return __byte_perm(w, 0u, 0x1010); }
 DEVICE uint dup_hi16(uint w) { return __byte_perm(w, 0u, 0x3232); }
 DEVICE uint f16x2_sub(uint a, uint b) { uint r; asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r; }

@@ -49,6 +49,7 @@ DEVICE uint pack_f16x2(float lo, float hi) { return uint(as_type<ushort>(half(lo
 #define GROUP_ALIGN16
 DEVICE void group_load4(thread uint* w, const GROUP_PTR uint* p) { w[0] = p[0]; w[1] = p[1]; w[2] = p[2]; w[3] = p[3]; }
 DEVICE void group_load2(thread uint* w, const GROUP_PTR uint* p) { w[0] = p[0]; w[1] = p[1]; }
+DEVICE uint mul_lo(uint a, uint b) { return a * b; }
 DEVICE uint dup_lo16(uint w) { return (w & 0xFFFFu) * 0x10001u; }
 DEVICE uint dup_hi16(uint w) { return (w >> 16) * 0x10001u; }
 DEVICE uint f16x2_sub(uint a, uint b) {
