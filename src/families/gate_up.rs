@@ -187,19 +187,28 @@ impl GateUpProblem {
         }
     }
 
-    /// Every same-k problem of a tuning space's gate/up shapes with M up to `max_m`,
-    /// one per key.
+    /// Every problem of a tuning space's gate/up shapes with M up to `max_m`, one per key:
+    /// the same-k pairs first, then each mixed pair `(k, k + 1)` whose two k are both in
+    /// the space (Qwen3-14B's 3/4).
     pub fn in_space(space: &TuneSpace, max_m: u32) -> Result<Vec<Self>> {
+        let same = space.ks.iter().map(|&k| (k, k));
+        let mixed = space
+            .ks
+            .iter()
+            .filter(|&&k| space.ks.contains(&(k + 1)))
+            .map(|&k| (k, k + 1));
+        let pairs: Vec<(u32, u32)> = same.chain(mixed).collect();
         let mut out: Vec<Self> = Vec::new();
-        for shape in space.shapes.iter().filter(|s| s.gate_up) {
-            for &m in space.ms.iter().filter(|&&m| (1..=max_m).contains(&m)) {
-                for &k in &space.ks {
+        for &(kg, ku) in &pairs {
+            for shape in space.shapes.iter().filter(|s| s.gate_up) {
+                for &m in space.ms.iter().filter(|&&m| (1..=max_m).contains(&m)) {
                     for &l in &space.ls {
                         for &code in &space.codes {
-                            let g = Geometry::new(shape.rows, shape.cols, space.t, k, l, code)?;
+                            let geometry =
+                                |k| Geometry::new(shape.rows, shape.cols, space.t, k, l, code);
                             let p = GateUpProblem {
-                                gate: g,
-                                up: g,
+                                gate: geometry(kg)?,
+                                up: geometry(ku)?,
                                 gate_scale: ScaleDType::F16,
                                 up_scale: ScaleDType::F16,
                                 act: space.dtype,
@@ -401,5 +410,39 @@ impl Family for GateUpFamily {
     }
     fn bytes(p: &GateUpProblem) -> usize {
         p.bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::family::preset;
+
+    /// The tune space covers Qwen3-14B's mixed gate/up (3/4) after every same-k pair.
+    #[test]
+    fn tune_space_has_same_k_then_mixed_pairs() {
+        let space = TuneSpace {
+            shapes: preset("qwen3-14b").expect("preset"),
+            ms: vec![1, 8],
+            ks: vec![2, 3, 4],
+            ls: vec![12],
+            codes: vec![crate::Code::OneMad],
+            dtype: DType::Bf16,
+            t: 256,
+        };
+        let problems = GateUpProblem::in_space(&space, MAX_M).expect("space");
+        let pairs: Vec<(u32, u32)> = problems.iter().map(|p| (p.gate.k, p.up.k)).collect();
+        // One gate/up shape, 2 M: 3 same-k pairs, then (2, 3) and (3, 4).
+        let expected: Vec<(u32, u32)> = [(2, 2), (3, 3), (4, 4), (2, 3), (3, 4)]
+            .iter()
+            .flat_map(|&pair| [pair, pair])
+            .collect();
+        assert_eq!(pairs, expected);
+        let labels: Vec<&str> = problems.iter().map(GateUpFamily::label).collect();
+        assert_eq!(labels[..6], ["gate_up"; 6]);
+        assert_eq!(labels[6..], ["gate_up_mixed"; 4]);
+        assert!(problems
+            .iter()
+            .all(|p| p.gate.rows == 17408 && p.gate.cols == 5120));
     }
 }

@@ -30,7 +30,8 @@ pub struct TuneArgs {
     /// Sample counts (default: 1,2,4,8 on GPUs; 1,4 on the CPU).
     #[arg(long, value_delimiter = ',')]
     pub m: Vec<u32>,
-    /// Bits per weight (default: 2,3,4 on GPUs; 2,3 on the CPU).
+    /// Bits per weight (default: 2,3,4 on GPUs; 2,3 on the CPU). The gate/up families
+    /// also tune each mixed pair (k, k + 1) of them.
     #[arg(long, value_delimiter = ',')]
     pub k: Vec<u32>,
     /// State bits (default: 12,16 on GPUs; 12 on the CPU).
