@@ -363,13 +363,26 @@ fn choose<V: Copy + PartialEq>(default: V, timed: &[(V, Stats)]) -> Option<(V, S
     }
 }
 
-/// Fields of the winner at the edge of the candidate space: a numeric field whose
-/// value is the largest or smallest offered (of at least two). Read through serde, so
-/// any family's variant type is covered.
-pub fn at_bound<V: serde::Serialize>(winner: &V, space: &[V]) -> Vec<String> {
+/// Fields of the winner at the edge of the candidate space that the space could widen
+/// past: a numeric field whose value is the largest (smallest) offered, of at least two,
+/// while the winner with that field doubled (halved) is still `valid` (the kernel takes
+/// it). An edge the kernel cannot pass (one row tile, 16 samples per slice) says nothing
+/// about the space and is not named. Read through serde, so any family's variant type is
+/// covered.
+pub fn at_bound<V: serde::Serialize + serde::de::DeserializeOwned>(
+    winner: &V,
+    space: &[V],
+    valid: impl Fn(&V) -> bool,
+) -> Vec<String> {
     let table = |v: &V| toml::Table::try_from(v).unwrap_or_default();
     let w = table(winner);
     let all: Vec<toml::Table> = space.iter().map(table).collect();
+    // The winner with `field` set to `y`, if that is a variant the kernel takes.
+    let runs = |field: &str, y: i64| {
+        let mut t = w.clone();
+        t.insert(field.to_string(), toml::Value::Integer(y));
+        t.try_into::<V>().is_ok_and(|v| valid(&v))
+    };
     let mut out = Vec::new();
     for (field, value) in &w {
         let Some(x) = value.as_integer() else {
@@ -383,10 +396,16 @@ pub fn at_bound<V: serde::Serialize>(winner: &V, space: &[V]) -> Vec<String> {
         if lo == hi {
             continue;
         }
-        if Some(&x) == hi {
-            out.push(format!("{field} = {x} is the largest offered"));
-        } else if Some(&x) == lo {
-            out.push(format!("{field} = {x} is the smallest offered"));
+        if Some(&x) == hi && runs(field, 2 * x) {
+            out.push(format!(
+                "{field} = {x} is the largest offered ({} also runs)",
+                2 * x
+            ));
+        } else if Some(&x) == lo && x % 2 == 0 && runs(field, x / 2) {
+            out.push(format!(
+                "{field} = {x} is the smallest offered ({} also runs)",
+                x / 2
+            ));
         }
     }
     out
@@ -508,7 +527,7 @@ fn entry<F: Family>(
         bandwidth_gbs: round3(F::bytes(p) as f64 / (stats.median * 1e-6) / 1e9),
         runner_up: runner.map(|(v, _)| record(v)),
         runner_up_stats: runner.map(|(_, s)| s.record()),
-        at_bound: at_bound(&winner, space),
+        at_bound: at_bound(&winner, space, |v| F::kernel(p, *v).validate().is_ok()),
         rejected,
     }
 }
@@ -662,7 +681,7 @@ mod tests {
     }
 
     #[test]
-    fn at_bound_names_numeric_fields_at_the_edge_of_the_space() {
+    fn at_bound_names_edges_the_space_could_widen_past() {
         let v = |rows_per_group, rows_per_simd| Variant {
             repr: Representation::Inline,
             m_strategy: MStrategy::SharedDecode,
@@ -672,15 +691,20 @@ mod tests {
             rows_per_simd,
         };
         let space = [v(2, 1), v(4, 2), v(8, 4)];
-        let b = at_bound(&v(4, 4), &space);
+        // The kernel takes rows_per_simd up to 8 and rows_per_group down to 2.
+        let valid = |c: &Variant| c.rows_per_simd <= 8 && c.rows_per_group >= 2;
         assert_eq!(
-            b,
-            vec!["rows_per_simd = 4 is the largest offered".to_string()]
+            at_bound(&v(4, 4), &space, valid),
+            vec!["rows_per_simd = 4 is the largest offered (8 also runs)".to_string()]
         );
+        // rows_per_group = 2 is the smallest offered, but 1 does not run: nothing to widen.
+        assert!(at_bound(&v(2, 2), &space, valid).is_empty());
         assert_eq!(
-            at_bound(&v(2, 2), &space),
-            vec!["rows_per_group = 2 is the smallest offered".to_string()]
+            at_bound(&v(2, 2), &space, |_: &Variant| true),
+            vec!["rows_per_group = 2 is the smallest offered (1 also runs)".to_string()]
         );
-        assert!(at_bound(&v(4, 2), &space).is_empty());
+        assert!(at_bound(&v(4, 2), &space, |_: &Variant| true).is_empty());
+        // Only rows_per_simd is at the edge: rows_per_simd = 8 does not run either.
+        assert!(at_bound(&v(4, 4), &space, |c: &Variant| c.rows_per_simd <= 4).is_empty());
     }
 }
