@@ -17,7 +17,9 @@
 //! Measured on the H200 (`tuning/reports/nvidia-h200-mma-bench.md`): the 1mad loop is
 //! 5.4 instructions per weight (window SHF + LOP3, LCG IMAD, byte-sum IDP.4A, half a
 //! pack and half a centring HADD2, the rest loads and mma), bound by the integer ALU and
-//! FMA-heavy pipes together.
+//! FMA-heavy pipes together. 3inst/mcg cut a window that lies inside one word with a
+//! multiply by a power of two and one shift (`MMA_STATE`, `templates/mma.h`), moving
+//! half of their window work from the ALU pipe, which bound them, to the FMA pipe.
 
 use crate::check::{self, RealSums};
 use crate::codes::Code;
