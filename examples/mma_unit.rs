@@ -7,7 +7,7 @@
 //!
 //! Arguments (defaults in brackets): rows [17408], cols [5120], k [2], code [1mad], L [16],
 //! M [1], row_tiles [1], col_split [8], m_tile [16], x_stage (global, shared, shared_dup)
-//! [global]. bf16 activations, f16 scales, T = 256.
+//! [global], k_split [1], max_registers [0]. bf16 activations, f16 scales, T = 256.
 use trellis::families::reduce_mma::{MmaVariant, MmaXStage, ReduceMma};
 use trellis::kernel::{Dialect, KernelSpec};
 use trellis::kernels::Proj;
@@ -41,6 +41,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             col_split: num(7, "8")?,
             m_tile: num(8, "16")?,
             x_stage,
+            k_split: num(10, "1")?,
+            max_registers: num(11, "0")?,
         },
     };
     kernel.validate()?;

@@ -150,6 +150,10 @@ pub trait KernelSpec: fmt::Debug {
     fn shared_bytes(&self) -> usize {
         0
     }
+    /// Whether the outputs must start zeroed (`zero_outputs = ...` in the declaration).
+    fn zero_outputs(&self) -> bool {
+        false
+    }
     /// Render header and body for a dialect.
     fn render(&self, dialect: Dialect) -> Result<Rendered>;
     /// The backend-facing launch request (also what `Backend::precompile` takes);
@@ -163,6 +167,7 @@ pub trait KernelSpec: fmt::Debug {
             id: self.id(),
             grid: self.grid(),
             shared_bytes: self.shared_bytes(),
+            zero_outputs: self.zero_outputs(),
             inputs: self.inputs(),
             outputs: self.outputs(),
             render,
@@ -190,6 +195,9 @@ pub struct Launch<'a> {
     pub id: KernelId,
     pub grid: Grid,
     pub shared_bytes: usize,
+    /// The outputs must start zeroed: fresh allocations are zeroed on every backend;
+    /// where a backend makes fresh outputs per launch (MLX), it fills them with zeros.
+    pub zero_outputs: bool,
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
     /// Renders the source; called only when the backend's cache misses.

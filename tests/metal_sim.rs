@@ -70,6 +70,7 @@ fn run_body(
             threads: 1,
         },
         shared_bytes: 0,
+        zero_outputs: false,
         inputs: inputs
             .iter()
             .map(|(n, t)| TensorSpec {

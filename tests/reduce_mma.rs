@@ -9,6 +9,7 @@ use trellis::backend::CpuBackend;
 use trellis::check::{self, RealSums};
 use trellis::families::reduce_mma::{MmaVariant, MmaXStage, ReduceMmaFamily};
 use trellis::family::{self, Family};
+use trellis::kernel::Backend as _;
 use trellis::kernels::Tier;
 use trellis::{Activations, Code, DType, Geometry, ScaleDType};
 
@@ -61,6 +62,14 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                     _ if matches!(code, Code::ThreeInst | Code::Mcg) => MmaXStage::SharedDup,
                     _ => MmaXStage::Shared,
                 },
+                // Split-K where the row has the steps for it (the last split may be short).
+                k_split: if ci % 2 == 1 {
+                    ((cols / 128) as u32).clamp(1, 3)
+                } else {
+                    1
+                },
+                // A register budget renders (CUDA) and changes nothing elsewhere.
+                max_registers: if ci % 2 == 1 { 48 } else { 0 },
             };
             let dev = ReduceMmaFamily::upload(
                 &b,
@@ -89,6 +98,67 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
         }
     }
     assert_eq!(n, Code::ALL.len() * 3);
+}
+
+/// Split-K: any number of splits meets SPEC 7; a split's result does not depend on which
+/// threadgroup arrives last, and every launch leaves the arrival counters at zero, so
+/// bound outputs stay valid launch after launch.
+#[test]
+fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
+    let b = CpuBackend::new().expect("cpu backend");
+    let g = Geometry::new(40, 1280, 256, 3, 12, Code::OneMad).unwrap();
+    let w = check::random_matrix(g, 11);
+    let x = outliers(DType::Bf16, 3, 1280, &mut ChaCha8Rng::seed_from_u64(12));
+    let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+    let real = RealSums::of(&w, &x).unwrap();
+    let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
+    let dev = ReduceMmaFamily::upload(&b, &p, &host).unwrap();
+    for (k_split, x_stage) in [
+        (2, MmaXStage::Shared),
+        (3, MmaXStage::Global),
+        (10, MmaXStage::Shared),
+    ] {
+        let v = MmaVariant {
+            row_tiles: 2,
+            col_split: 2,
+            m_tile: 16,
+            x_stage,
+            k_split: k_split.min(8),
+            max_registers: 48,
+        };
+        if k_split > 8 {
+            // Outside the family: a clear error, not a launch.
+            let bad = MmaVariant { k_split, ..v };
+            let e = family::run::<ReduceMmaFamily, _>(&b, &p, bad, &dev).unwrap_err();
+            assert!(e.to_string().contains("k_split"), "{e}");
+            let bad = MmaVariant {
+                max_registers: 50,
+                ..v
+            };
+            let e = family::run::<ReduceMmaFamily, _>(&b, &p, bad, &dev).unwrap_err();
+            assert!(e.to_string().contains("max_registers = 50"), "{e}");
+        }
+        let kernel = ReduceMmaFamily::kernel(&p, v);
+        let mut outs = family::alloc_outputs(&b, &kernel).unwrap();
+        let mut ys = Vec::new();
+        for _ in 0..3 {
+            family::launch_into::<ReduceMmaFamily, _>(&b, &p, v, &dev, &mut outs).unwrap();
+            let y = family::download(&b, &outs[0]).unwrap();
+            check::fast_reduce(&y, &real).unwrap_or_else(|e| panic!("{v}: {e}"));
+            ys.push(y.data);
+            // The arrival counters (after the parts) are back at zero.
+            let ws = b.download(&outs[1]).unwrap();
+            let parts = v.k_split as usize * 3 * 40 * 4;
+            assert!(
+                ws[parts..].iter().all(|&byte| byte == 0),
+                "{v}: counters left set"
+            );
+        }
+        assert!(
+            ys.windows(2).all(|w| w[0] == w[1]),
+            "{v}: results differ between launches"
+        );
+    }
 }
 
 #[test]
@@ -150,6 +220,8 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
             col_split: [2, 1, 4][i % 3],
             m_tile: if i == 2 { 8 } else { 16 },
             x_stage: [MmaXStage::Shared, MmaXStage::Global][i % 2],
+            k_split: 1,
+            max_registers: 0,
         };
         let host = GateUpMmaHost { gate, up, x };
         let want = GateUpMmaFamily::expected(&p, &host).unwrap();

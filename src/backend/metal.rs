@@ -152,6 +152,8 @@ pub struct Bound<'a> {
     inputs: Vec<Array>,
     out_specs: Vec<MetalKernelOutput>,
     specs: Vec<TensorSpec>,
+    /// MLX makes fresh outputs per launch: fill them with zeros (`zero_outputs`).
+    zero_outputs: bool,
     outputs: Vec<*mut MetalTensor>,
     _buffers: std::marker::PhantomData<&'a mut MetalTensor>,
 }
@@ -477,6 +479,7 @@ impl Backend for MetalBackend {
             inputs: inputs.iter().map(|t| t.array.clone()).collect(),
             out_specs,
             specs: launch.outputs.clone(),
+            zero_outputs: launch.zero_outputs,
             outputs: outputs
                 .iter_mut()
                 .map(|t| &mut **t as *mut MetalTensor)
@@ -499,7 +502,10 @@ impl Backend for MetalBackend {
                 &b.out_specs,
                 b.dispatch.grid,
                 b.dispatch.thread_group,
-                MetalKernelApplyOptions::default(),
+                MetalKernelApplyOptions {
+                    init_value: b.zero_outputs.then_some(0.0),
+                    ..Default::default()
+                },
             )
         }
         .map_err(|e| self.failed(b, first, e))?;

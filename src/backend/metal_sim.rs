@@ -161,6 +161,9 @@ pub struct Bound<'a> {
     tg: [u32; 3],
     ptrs: SendPtrs,
     outs: Vec<(*mut u8, usize)>,
+    /// What outputs start as: poison, or zeros where the launch asks (`zero_outputs`,
+    /// MLX's `init_value`).
+    fill: u8,
     _meta: (Vec<Vec<i32>>, Vec<Vec<i64>>, Vec<i32>),
     _buffers: std::marker::PhantomData<&'a mut SimTensor>,
 }
@@ -460,17 +463,18 @@ impl MetalSimBackend {
             tg,
             ptrs: SendPtrs(ptrs),
             outs,
+            fill: if launch.zero_outputs { 0 } else { 0xFF },
             _meta: (shapes, strides, ndims),
             _buffers: std::marker::PhantomData,
         })
     }
 
     /// Run a bound launch: poison the outputs (MLX leaves them uninitialized, so an
-    /// element nobody writes shows), then every threadgroup.
+    /// element nobody writes shows) or zero them (`zero_outputs`), then every threadgroup.
     fn run_bound(&self, bound: &mut Bound<'_>) -> Result<()> {
         for &(p, n) in &bound.outs {
             // SAFETY: an output buffer of at least `n` bytes, borrowed for the bound.
-            unsafe { std::ptr::write_bytes(p, 0xFF, n) };
+            unsafe { std::ptr::write_bytes(p, bound.fill, n) };
         }
         let (compiled, grid, tg, ptrs) = (&bound.compiled, bound.grid, bound.tg, &bound.ptrs);
         let (kernel, id) = (bound.kernel, bound.id);

@@ -183,8 +183,15 @@ pub fn cuda_unit(
             t.name
         ));
     }
+    // A header that defines `KERNEL_ATTRS` (e.g. `MAX_REGISTERS(48)`) puts them on the
+    // entry point; the others' units stay as they were (their tuning hashes with them).
+    let attrs = if rendered.header.contains("#define KERNEL_ATTRS") {
+        "KERNEL_ATTRS "
+    } else {
+        ""
+    };
     format!(
-        "{prelude}\n{header}\nextern \"C\" __global__ void {symbol}({params}) {{\n{body}\n}}\n",
+        "{prelude}\n{header}\nextern \"C\" __global__ void {attrs}{symbol}({params}) {{\n{body}\n}}\n",
         prelude = prelude(Dialect::Cuda),
         header = rendered.header,
         params = params.join(", "),

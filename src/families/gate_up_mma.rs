@@ -183,10 +183,23 @@ impl Family for GateUpMmaFamily {
             col_split: 4,
             m_tile: 16,
             x_stage: super::reduce_mma::MmaXStage::Global,
+            k_split: 1,
+            max_registers: 0,
         }
     }
     fn candidates(p: &GateUpMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
-        super::reduce_mma::candidates_for(p.m, tier, quick)
+        let mut out = super::reduce_mma::candidates_for(p.m, tier, quick);
+        // Two projections per tile: 61 of the 90 H200 winners took the fewest simdgroups
+        // offered (4), and 2 also runs.
+        if !quick {
+            let fewer: Vec<MmaVariant> = out
+                .iter()
+                .filter(|v| v.row_tiles == 1 && v.col_split == 4)
+                .map(|v| MmaVariant { col_split: 2, ..*v })
+                .collect();
+            out.extend(fewer);
+        }
+        out
     }
     fn label(p: &GateUpMmaProblem) -> &'static str {
         if p.gate.k == p.up.k {

@@ -53,6 +53,28 @@ pub struct MmaVariant {
     /// x of the slice converted once per threadgroup into threadgroup memory.
     #[serde(default)]
     pub x_stage: MmaXStage,
+    /// Threadgroups sharing one tile's columns (split-K, `reduce_mma` only): each adds
+    /// up its share of the steps, writes its partial sums to the `ws` output, and the last
+    /// to finish adds the partials in slice order (deterministic) and writes `y`. More,
+    /// smaller threadgroups even out the last wave and fill the GPU at few row tiles.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub k_split: u32,
+    /// Registers per thread the CUDA compiler may use (0: its own choice). Just above 48
+    /// an 8-simdgroup threadgroup loses a fifth of its residency (5 -> 4 per SM); a budget
+    /// trades a few spills for the occupancy. The other dialects ignore it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_registers: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+fn one() -> u32 {
+    1
+}
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 /// Where a matrix-unit kernel reads its B fragments (x as f16 pairs) from.
@@ -102,6 +124,8 @@ impl Default for MmaVariant {
             col_split: 8,
             m_tile: 16,
             x_stage: MmaXStage::Global,
+            k_split: 1,
+            max_registers: 0,
         }
     }
 }
@@ -119,7 +143,14 @@ impl fmt::Display for MmaVariant {
                 MmaXStage::Shared => " x=shared",
                 MmaXStage::SharedDup => " x=shared_dup",
             }
-        )
+        )?;
+        if self.k_split > 1 {
+            write!(f, " ks={}", self.k_split)?;
+        }
+        if self.max_registers > 0 {
+            write!(f, " regs={}", self.max_registers)?;
+        }
+        Ok(())
     }
 }
 
@@ -136,7 +167,8 @@ impl fmt::Display for MmaVariant {
         scales: scale[self.rows],
         table: f32[self.the_proj().table_len()],
     ),
-    outputs(y: act[self.m, self.rows]),
+    outputs(y: act[self.m, self.rows], ws: f32[self.ws_words()]),
+    zero_outputs = self.variant.k_split > 1,
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReduceMma {
@@ -318,13 +350,40 @@ pub trait MmaLayout {
         };
         red + self.xs_words() * 4 + self.warps() * (256 * 2 + 128 * 2 + 128 * 4)
     }
-    /// One simdgroup per 16-row tile and column part; M beyond `m_tile` in grid slices.
-    fn mma_grid(&self) -> Grid {
+    /// Grid slices of samples (`m_tile` each).
+    fn slices(&self) -> usize {
+        let (_, _, _, m, v) = self.dims();
+        m.div_ceil(v.m_tile) as usize
+    }
+    /// Steps `[z0, z1)` of split `z` (an expression) of `k_split`.
+    fn split_steps(&self, z: &str) -> (String, String) {
+        let (s, ks) = (self.steps(), self.dims().4.k_split);
+        (
+            format!("({z}) * {s}u / {ks}u"),
+            format!("(({z}) + 1u) * {s}u / {ks}u"),
+        )
+    }
+    /// Words of the split parts in `ws`: f32 `[k_split, M, rows]`.
+    fn ws_parts(&self) -> usize {
         let (rows, _, _, m, v) = self.dims();
+        v.k_split as usize * m as usize * rows
+    }
+    /// Words of the `ws` output (split-K): the parts, then one u32 arrival counter per
+    /// row group and slice (`[groups_x, slices]`); one unused word without split-K.
+    fn ws_words(&self) -> usize {
+        if self.dims().4.k_split <= 1 {
+            return 1;
+        }
+        self.ws_parts() + self.mma_grid().groups[0] as usize * self.slices()
+    }
+    /// One simdgroup per 16-row tile and column part; M beyond `m_tile` in grid slices,
+    /// times `k_split` column splits (slice `GROUP_Y % slices`, split `GROUP_Y / slices`).
+    fn mma_grid(&self) -> Grid {
+        let (rows, _, _, _, v) = self.dims();
         Grid {
             groups: [
                 rows.div_ceil(16).div_ceil(v.row_tiles as usize) as u32,
-                m.div_ceil(v.m_tile),
+                (self.slices() * v.k_split as usize) as u32,
                 1,
             ],
             threads: 32 * self.warps() as u32,
@@ -367,6 +426,32 @@ pub trait MmaLayout {
         }
         if !matches!(v.m_tile, 8 | 16) {
             return Err(Error::invalid("m_tile", v.m_tile, "must be 8 or 16"));
+        }
+        if !(1..=8).contains(&v.k_split) || v.k_split as usize > self.steps() {
+            return Err(Error::invalid(
+                "k_split",
+                v.k_split,
+                format!(
+                    "must be in 1..=8 and at most the {} steps of 128 columns",
+                    self.steps()
+                ),
+            ));
+        }
+        if v.max_registers != 0
+            && !(v.max_registers % 8 == 0 && (32..=248).contains(&v.max_registers))
+        {
+            return Err(Error::invalid(
+                "max_registers",
+                v.max_registers,
+                "must be 0 (the compiler's choice) or a multiple of 8 in 32..=248",
+            ));
+        }
+        if v.k_split > 1 && self.is_gate_up() {
+            return Err(Error::invalid(
+                "k_split",
+                v.k_split,
+                "splits only reduce_mma (gate_up_mma takes 1)",
+            ));
         }
         if v.x_stage.is_dup() && self.projs().iter().any(|p| p.slots() != 2) {
             return Err(Error::invalid(
@@ -422,7 +507,52 @@ pub(crate) fn default_for(rows: usize, m: u32) -> MmaVariant {
         col_split: if m <= 8 && few_tiles { 16 } else { 8 },
         m_tile: 16,
         x_stage: MmaXStage::Global,
+        k_split: 1,
+        max_registers: 0,
     }
+}
+
+/// Candidates that buy residency (`reduce_mma` only, M up to 8): a register budget, and
+/// split-K under it. On the H200 the kernels of k <= 3 sit at 48-56 registers, where 8
+/// simdgroups per threadgroup run 5 or 4 groups per SM; 48 keeps 5 (k 4 sits at 56-64:
+/// 64 keeps 4). Split-K multiplies the groups of a short grid: the prototype gained 14 %
+/// at 5120 x 17408 (320 row tiles for 132 SMs) with 2 splits of 8 simdgroups, 3 % at
+/// 17408 x 5120 with 2 of 4 (`tuning/reports/nvidia-h200-mma-bench.md`), where 1088
+/// tiles in 3 splits are 4.95 waves of 8-simdgroup groups. Its arrival bookkeeping costs
+/// ptxas about 8 registers, so every split runs under the budget.
+fn residency_candidates(m: u32, k: u32, tier: Tier, quick: bool) -> Vec<MmaVariant> {
+    if tier == Tier::Exact {
+        return Vec::new();
+    }
+    let budget = if k <= 3 { 48 } else { 64 };
+    let v = |col_split, x_stage, k_split| MmaVariant {
+        row_tiles: 1,
+        col_split,
+        m_tile: 16,
+        x_stage,
+        k_split,
+        max_registers: budget,
+    };
+    if quick {
+        return vec![
+            v(2, MmaXStage::Shared, 2),
+            v(4, MmaXStage::Global, 3),
+            v(4, MmaXStage::SharedDup, 1),
+        ];
+    }
+    // M = 16 has work enough, and spills under these budgets.
+    if m > 8 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for x_stage in [MmaXStage::Global, MmaXStage::Shared, MmaXStage::SharedDup] {
+        for col_split in [4, 8] {
+            for k_split in [1, 2, 3, 4] {
+                out.push(v(col_split, x_stage, k_split));
+            }
+        }
+    }
+    out
 }
 
 /// The candidate space of the matrix-unit families (fast tier only). Staged-x variants
@@ -438,6 +568,8 @@ pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool) -> Vec<MmaVariant>
         col_split,
         m_tile,
         x_stage,
+        k_split: 1,
+        max_registers: 0,
     };
     let mut out = Vec::new();
     if quick {
@@ -536,7 +668,9 @@ impl Family for ReduceMmaFamily {
         default_for(p.geometry.rows, p.m)
     }
     fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
-        candidates_for(p.m, tier, quick)
+        let mut out = candidates_for(p.m, tier, quick);
+        out.extend(residency_candidates(p.m, p.geometry.k, tier, quick));
+        out
     }
     fn key_fields(p: &ReduceMmaProblem) -> String {
         let g = &p.geometry;

@@ -2,6 +2,7 @@
 // simdgroups run one after another, each running its 32 lanes in turn ([32][n] arrays).
 #define FOR_EACH_SIMDGROUP(sg, N) for (uint sg = 0u; sg < (N); ++sg)
 #define MMA_SCRATCH(N)
+#define MAX_REGISTERS(n)  /* no register file to budget */
 #define WARP_MMA_F16(acc, ai, a, b, bi) \
   warp_mma_m16n8k16(&(acc)[0][0], sizeof((acc)[0]) / sizeof(float), ai, &(a)[0][0], sizeof((a)[0]) / sizeof(uint), &(b)[0][0], sizeof((b)[0]) / sizeof(uint), bi, false)
 #define WARP_MMA_BF16(acc, ai, a, b, bi) \
@@ -70,3 +71,7 @@ template <typename T> DEVICE void x_f16x2_quad2(const T* p, uint* b) {
 template <typename T> DEVICE void x_f16x2_dup2(const T* p, uint* b) {
   for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[i]), to_f32(p[i]));
 }
+// Split-K arrivals (reduce_mma k_split > 1): threadgroups are tasks on a thread pool.
+DEVICE void device_fence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+DEVICE uint atomic_add_u32(uint* p, uint v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+DEVICE float load_coherent(const float* p) { float v; __atomic_load(p, &v, __ATOMIC_ACQUIRE); return v; }

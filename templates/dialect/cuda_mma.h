@@ -2,6 +2,8 @@
 // once per simdgroup, as this thread's lane.
 #define FOR_EACH_SIMDGROUP(sg, N) for (uint sg = SIMDGROUP_ID, once_sg_ = 1u; once_sg_; once_sg_ = 0u)
 #define MMA_SCRATCH(N)  /* Metal stages fragments in threadgroup memory; CUDA needs none */
+// A register budget per thread, for a header's KERNEL_ATTRS (see `codegen::cuda_unit`).
+#define MAX_REGISTERS(n) __maxnreg__(n)
 // acc[ai..ai+4] += A(a[0..4]) * B(b[bi..bi+2]): mma.sync m16n8k16 with the PTX fragment
 // layouts (lane = 4 g + t: a0 (g, 2t..), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..);
 // b0 (k 2t.., n g), b1 (k 2t+8.., n g); c0/c1 (g, 2t/2t+1), c2/c3 (g+8, 2t/2t+1)).
@@ -66,3 +68,8 @@ DEVICE void x_f16x2_dup2(const float* p, uint* b) {
   const float4 v = *(const float4*)p;
   b[0] = pack_f16x2(v.x, v.x); b[1] = pack_f16x2(v.y, v.y); b[2] = pack_f16x2(v.z, v.z); b[3] = pack_f16x2(v.w, v.w);
 }
+// Split-K arrivals (reduce_mma k_split > 1): a device-scope fence, a counter bump, and a
+// load of another threadgroup's part that bypasses this SM's L1 (not coherent).
+DEVICE void device_fence() { __threadfence(); }
+DEVICE uint atomic_add_u32(uint* p, uint v) { return atomicAdd(p, v); }
+DEVICE float load_coherent(const float* p) { float v; asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v; }

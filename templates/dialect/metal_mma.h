@@ -4,6 +4,7 @@
 // multiplies the 16 x 16 A by the 16 x 8 B as 2 x 2 blocks of 8 x 8 matrices with
 // simdgroup_multiply_accumulate, and reads its accumulator fragment back.
 #define FOR_EACH_SIMDGROUP(sg, N) for (uint sg = SIMDGROUP_ID, once_sg_ = 1u; once_sg_; once_sg_ = 0u)
+#define MAX_REGISTERS(n)  /* MLX writes the signature; the compiler budgets registers */
 #define MMA_SCRATCH(N) \
   threadgroup half mma_a_[(N) * 256]; threadgroup half mma_b_[(N) * 128]; threadgroup float mma_c_[(N) * 128]
 #define WARP_MMA_F16(acc, ai, a, b, bi) \
@@ -64,3 +65,8 @@ template <typename T> DEVICE void x_f16x2_quad2(const device T* p, thread uint* 
 template <typename T> DEVICE void x_f16x2_dup2(const device T* p, thread uint* b) {
   for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[i]), to_f32(p[i]));
 }
+// Split-K arrivals (reduce_mma k_split > 1): MSL 3.2's device-scope fence, a relaxed
+// counter bump, and a volatile load of another threadgroup's part.
+DEVICE void device_fence() { atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device); }
+DEVICE uint atomic_add_u32(device uint* p, uint v) { return atomic_fetch_add_explicit((device atomic_uint*)p, v, memory_order_relaxed); }
+DEVICE float load_coherent(const device float* p) { return *(const volatile device float*)p; }

@@ -14,8 +14,10 @@
 //!
 //! Element types are `u32`, `f32`, `f16`, `bf16`, or the name of a field of type
 //! `trellis::kernel::Elem` (`act` above). Shapes are Rust expressions over `self`.
-//! Optional: `validate = expr` (a `Result<()>` checked before every launch) and
-//! `shared = expr` (threadgroup bytes the body declares).
+//! Optional: `validate = expr` (a `Result<()>` checked before every launch),
+//! `shared = expr` (threadgroup bytes the body declares) and `zero_outputs = expr` (a
+//! `bool`: the outputs must start zeroed, as for arrival counters; the kernel leaves
+//! them as it found them, so a bound output stays valid for the next launch).
 //!
 //! The struct must implement `Hash` (its fields are the kernel's identity:
 //! [`KernelSpec::id`](../trellis/kernel/trait.KernelSpec.html#tymethod.id)).
@@ -58,6 +60,7 @@ struct KernelArgs {
     grid: Option<Expr>,
     validate: Option<Expr>,
     shared: Option<Expr>,
+    zero_outputs: Option<Expr>,
     inputs: Vec<TensorDecl>,
     outputs: Vec<TensorDecl>,
 }
@@ -88,19 +91,20 @@ impl Parse for KernelArgs {
                         args.template = Some(v);
                     }
                 }
-                "grid" | "validate" | "shared" => {
+                "grid" | "validate" | "shared" | "zero_outputs" => {
                     input.parse::<Token![=]>()?;
                     let e: Expr = input.parse()?;
                     match key.to_string().as_str() {
                         "grid" => args.grid = Some(e),
                         "validate" => args.validate = Some(e),
-                        _ => args.shared = Some(e),
+                        "shared" => args.shared = Some(e),
+                        _ => args.zero_outputs = Some(e),
                     }
                 }
                 other => {
                     return Err(syn::Error::new(
                         key.span(),
-                        format!("unknown kernel argument `{other}` (expected name, template, grid, validate, shared, inputs, outputs)"),
+                        format!("unknown kernel argument `{other}` (expected name, template, grid, validate, shared, zero_outputs, inputs, outputs)"),
                     ))
                 }
             }
@@ -162,6 +166,10 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
         .shared
         .map(|v| quote!((#v) as usize))
         .unwrap_or(quote!(0usize));
+    let zero_outputs = args
+        .zero_outputs
+        .map(|v| quote!(#v))
+        .unwrap_or(quote!(false));
     let ty = &item.ident;
     let vis = &item.vis;
     let outputs_ty = format_ident!("{}Outputs", ty);
@@ -201,6 +209,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             fn grid(&self) -> ::trellis::kernel::Grid { #grid }
             fn validate(&self) -> ::trellis::Result<()> { #validate }
             fn shared_bytes(&self) -> usize { #shared }
+            fn zero_outputs(&self) -> bool { #zero_outputs }
             fn render(&self, dialect: ::trellis::kernel::Dialect) -> ::trellis::Result<::trellis::kernel::Rendered> {
                 use ::trellis::askama::Template as _;
                 let fail = |e: ::trellis::askama::Error| ::trellis::Error::Compile {

@@ -483,11 +483,21 @@ pub fn run_mma(out: &Path) -> Result<()> {
         col_split,
         m_tile,
         x_stage,
+        k_split: 1,
+        max_registers: 0,
+    };
+    // Under a register budget (48 at k <= 3, 64 above, as the candidates), split or not.
+    let budget = |k: u32, col_split, x_stage, k_split| MmaVariant {
+        col_split,
+        x_stage,
+        k_split,
+        max_registers: if k <= 3 { 48 } else { 64 },
+        ..v(1, 8, 16, Global)
     };
     // A few launch shapes per problem, x from device memory or staged; those that do not
     // fit the device (staged x of many samples) are left out.
     let only_variant = std::env::var("MMA_VARIANT").ok();
-    let shapes = |m: u32| {
+    let shapes = |m: u32, k: u32| {
         let mut vs = Vec::new();
         for x in [Global, Shared, SharedDup] {
             vs.extend([
@@ -499,6 +509,16 @@ pub fn run_mma(out: &Path) -> Result<()> {
             if m > 8 {
                 vs.push(v(1, 4, 8, x));
             }
+        }
+        // Budgets and split-K (reduce_mma only: gate_up_mma leaves splits out).
+        if m <= 8 {
+            vs.extend([
+                budget(k, 8, Global, 1),
+                budget(k, 8, Shared, 1),
+                budget(k, 8, Global, 2),
+                budget(k, 8, Shared, 3),
+                budget(k, 4, Global, 4),
+            ]);
         }
         vs.retain(|v| only_variant.as_ref().is_none_or(|o| *o == v.to_string()));
         vs
@@ -523,7 +543,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
                         act: DType::Bf16,
                         m,
                     };
-                    let vs: Vec<_> = shapes(m)
+                    let vs: Vec<_> = shapes(m, k)
                         .into_iter()
                         .filter(|v| {
                             trellis::family::fits::<ReduceMmaFamily>(&p, *v, &limits).is_ok()
@@ -547,8 +567,9 @@ pub fn run_mma(out: &Path) -> Result<()> {
                     m,
                     tail: Tail::Exact,
                 };
-                let vs: Vec<_> = shapes(m)
+                let vs: Vec<_> = shapes(m, ku)
                     .into_iter()
+                    .filter(|v| v.max_registers == 0)
                     .filter(|v| trellis::family::fits::<GateUpMmaFamily>(&p, *v, &limits).is_ok())
                     .collect();
                 gu.push((p, vs));
