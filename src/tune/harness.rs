@@ -396,12 +396,15 @@ pub fn at_bound<V: serde::Serialize + serde::de::DeserializeOwned>(
         if lo == hi {
             continue;
         }
+        // A field some candidates leave out (serde skips it at its default, e.g. k_split
+        // = 1) is offered at that default too: below the written values, so no lower edge.
+        let absent_somewhere = all.iter().any(|t| !t.contains_key(field));
         if Some(&x) == hi && runs(field, 2 * x) {
             out.push(format!(
                 "{field} = {x} is the largest offered ({} also runs)",
                 2 * x
             ));
-        } else if Some(&x) == lo && x % 2 == 0 && runs(field, x / 2) {
+        } else if Some(&x) == lo && !absent_somewhere && x % 2 == 0 && runs(field, x / 2) {
             out.push(format!(
                 "{field} = {x} is the smallest offered ({} also runs)",
                 x / 2
@@ -706,5 +709,19 @@ mod tests {
         assert!(at_bound(&v(4, 2), &space, |_: &Variant| true).is_empty());
         // Only rows_per_simd is at the edge: rows_per_simd = 8 does not run either.
         assert!(at_bound(&v(4, 4), &space, |c: &Variant| c.rows_per_simd <= 4).is_empty());
+    }
+
+    #[test]
+    fn at_bound_counts_a_field_left_at_its_default_as_offered() {
+        use crate::families::reduce_mma::MmaVariant;
+        // k_split = 1 is not written (serde skips it), yet offered: 2 is no lower edge.
+        let unsplit = MmaVariant::default();
+        let split = |k_split| MmaVariant { k_split, ..unsplit };
+        let space = [unsplit, split(2), split(4)];
+        assert!(at_bound(&split(2), &space, |_: &MmaVariant| true).is_empty());
+        assert_eq!(
+            at_bound(&split(4), &space, |_: &MmaVariant| true),
+            vec!["k_split = 4 is the largest offered (8 also runs)".to_string()]
+        );
     }
 }
