@@ -178,14 +178,7 @@ impl Family for GateUpMmaFamily {
     fn default_variant(_p: &GateUpMmaProblem, _tier: Tier) -> MmaVariant {
         // H200 bench (17408 x 5120, k 3/3 and 3/4): 4 simdgroups per tile were 1.1x faster
         // than 8 at M 1, 8 and 16.
-        MmaVariant {
-            row_tiles: 1,
-            col_split: 4,
-            m_tile: 16,
-            x_stage: super::reduce_mma::MmaXStage::Global,
-            k_split: 1,
-            max_registers: 0,
-        }
+        MmaVariant::unsplit(1, 4, 16, super::reduce_mma::MmaXStage::Global)
     }
     fn candidates(p: &GateUpMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
         let mut out = super::reduce_mma::candidates_for(p.m, tier, quick);

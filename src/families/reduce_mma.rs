@@ -119,14 +119,32 @@ impl MmaXStage {
 
 impl Default for MmaVariant {
     fn default() -> Self {
+        MmaVariant::unsplit(1, 8, 16, MmaXStage::Global)
+    }
+}
+
+impl MmaVariant {
+    /// A launch shape: unsplit, registers at the compiler's choice.
+    pub fn unsplit(row_tiles: u32, col_split: u32, m_tile: u32, x_stage: MmaXStage) -> Self {
         MmaVariant {
-            row_tiles: 1,
-            col_split: 8,
-            m_tile: 16,
-            x_stage: MmaXStage::Global,
+            row_tiles,
+            col_split,
+            m_tile,
+            x_stage,
             k_split: 1,
             max_registers: 0,
         }
+    }
+}
+
+/// The register budget of the residency candidates at `k` bits per weight (see
+/// `residency_candidates`): 48 keeps 5 groups of 8 simdgroups per SM where the
+/// kernels sit at 48-56 registers (k <= 3), 64 keeps 4 where they sit at 56-64.
+pub fn register_budget(k: u32) -> u32 {
+    if k <= 3 {
+        48
+    } else {
+        64
     }
 }
 
@@ -502,14 +520,8 @@ impl ReduceMma {
 /// (up to M = 8).
 pub(crate) fn default_for(rows: usize, m: u32) -> MmaVariant {
     let few_tiles = rows.div_ceil(16) < 512;
-    MmaVariant {
-        row_tiles: 1,
-        col_split: if m <= 8 && few_tiles { 16 } else { 8 },
-        m_tile: 16,
-        x_stage: MmaXStage::Global,
-        k_split: 1,
-        max_registers: 0,
-    }
+    let col_split = if m <= 8 && few_tiles { 16 } else { 8 };
+    MmaVariant::unsplit(1, col_split, 16, MmaXStage::Global)
 }
 
 /// Candidates that buy residency (`reduce_mma` only, M up to 8): a register budget, and
@@ -524,14 +536,10 @@ fn residency_candidates(m: u32, k: u32, tier: Tier, quick: bool) -> Vec<MmaVaria
     if tier == Tier::Exact {
         return Vec::new();
     }
-    let budget = if k <= 3 { 48 } else { 64 };
     let v = |col_split, x_stage, k_split| MmaVariant {
-        row_tiles: 1,
-        col_split,
-        m_tile: 16,
-        x_stage,
         k_split,
-        max_registers: budget,
+        max_registers: register_budget(k),
+        ..MmaVariant::unsplit(1, col_split, 16, x_stage)
     };
     if quick {
         return vec![
@@ -563,14 +571,7 @@ pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool) -> Vec<MmaVariant>
         return Vec::new();
     }
     let m_tiles: &[u32] = if m > 8 { &[16, 8] } else { &[16] };
-    let v = |row_tiles, col_split, m_tile, x_stage| MmaVariant {
-        row_tiles,
-        col_split,
-        m_tile,
-        x_stage,
-        k_split: 1,
-        max_registers: 0,
-    };
+    let v = MmaVariant::unsplit;
     let mut out = Vec::new();
     if quick {
         for &m_tile in m_tiles {

@@ -471,28 +471,19 @@ fn mma_row<V: std::fmt::Display + Copy>(
 /// (for profilers).
 pub fn run_mma(out: &Path) -> Result<()> {
     use trellis::families::gate_up_mma::GateUpMmaProblem;
-    use trellis::families::reduce_mma::{MmaVariant, ReduceMmaProblem};
+    use trellis::families::reduce_mma::{register_budget, MmaVariant, ReduceMmaProblem};
     let b = CudaBackend::new(0)?;
     let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
     let o = TuneOptions::for_backend("cuda", Tier::Fast);
     let only = std::env::var("MMA_ONLY").ok();
     let info = b.info().clone();
     use trellis::families::reduce_mma::MmaXStage::{Global, Shared, SharedDup};
-    let v = |row_tiles, col_split, m_tile, x_stage| MmaVariant {
-        row_tiles,
-        col_split,
-        m_tile,
-        x_stage,
-        k_split: 1,
-        max_registers: 0,
-    };
-    // Under a register budget (48 at k <= 3, 64 above, as the candidates), split or not.
+    let v = MmaVariant::unsplit;
+    // Under the candidates' register budget, split or not.
     let budget = |k: u32, col_split, x_stage, k_split| MmaVariant {
-        col_split,
-        x_stage,
         k_split,
-        max_registers: if k <= 3 { 48 } else { 64 },
-        ..v(1, 8, 16, Global)
+        max_registers: register_budget(k),
+        ..v(1, col_split, 16, x_stage)
     };
     // A few launch shapes per problem, x from device memory or staged; those that do not
     // fit the device (staged x of many samples) are left out.
