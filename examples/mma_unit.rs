@@ -7,8 +7,9 @@
 //!
 //! Arguments (defaults in brackets): rows [17408], cols [5120], k [2], code [1mad], L [16],
 //! M [1], row_tiles [1], col_split [8], m_tile [16], x_stage (global, shared, shared_dup)
-//! [global], k_split [1], max_registers [0]. bf16 activations, f16 scales, T = 256.
-use trellis::families::reduce_mma::{MmaVariant, MmaXStage, ReduceMma};
+//! [global], k_split [1], max_registers [0], operands (f16, bf16) [f16]. bf16 activations,
+//! f16 scales, T = 256.
+use trellis::families::reduce_mma::{MmaOperands, MmaVariant, MmaXStage, ReduceMma};
 use trellis::kernel::{Dialect, KernelSpec};
 use trellis::kernels::Proj;
 use trellis::{Code, DType, ScaleDType};
@@ -43,6 +44,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             x_stage,
             k_split: num(10, "1")?,
             max_registers: num(11, "0")?,
+            operands: match arg(12, "f16").as_str() {
+                "bf16" => MmaOperands::Bf16,
+                _ => MmaOperands::F16,
+            },
         },
     };
     kernel.validate()?;

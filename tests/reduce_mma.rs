@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use trellis::backend::CpuBackend;
 use trellis::check::{self, RealSums};
-use trellis::families::reduce_mma::{MmaVariant, MmaXStage, ReduceMmaFamily};
+use trellis::families::reduce_mma::{MmaOperands, MmaVariant, MmaXStage, ReduceMmaFamily};
 use trellis::family::{self, Family};
 use trellis::kernel::Backend as _;
 use trellis::kernels::Tier;
@@ -34,7 +34,7 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
     let b = CpuBackend::new().expect("cpu backend");
     let mut rng = ChaCha8Rng::seed_from_u64(0x114d_4d41);
     let dtypes = [DType::Bf16, DType::F16, DType::F32];
-    let mut n = 0;
+    let (mut n, mut bf16_runs) = (0, 0);
     for (ci, code) in Code::ALL.into_iter().enumerate() {
         for (mi, m) in [1u32, 8, 16].into_iter().enumerate() {
             let k = rng.random_range(1..=8u32);
@@ -70,6 +70,17 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                 },
                 // A register budget renders (CUDA) and changes nothing elsewhere.
                 max_registers: if ci % 2 == 1 { 48 } else { 0 },
+                // bf16 operands where they apply (bf16 x from device memory, one k-slot
+                // per weight), but not every time: the f16 path runs there too.
+                operands: if act == DType::Bf16
+                    && (ci + mi) % 3 == 0
+                    && !matches!(code, Code::ThreeInst | Code::Mcg)
+                    && mi != 1
+                {
+                    MmaOperands::Bf16
+                } else {
+                    MmaOperands::F16
+                },
             };
             let dev = ReduceMmaFamily::upload(
                 &b,
@@ -87,6 +98,7 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                 Ok(_) => n += 1,
                 Err(e) => panic!("{p} {v}: {e}"),
             }
+            bf16_runs += usize::from(v.operands == MmaOperands::Bf16);
             // Not vacuous: the result is not all zeros where y* is not.
             assert!(
                 y.data
@@ -98,6 +110,7 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
         }
     }
     assert_eq!(n, Code::ALL.len() * 3);
+    assert!(bf16_runs >= 2, "bf16 operands ran {bf16_runs} times");
 }
 
 /// Split-K: any number of splits meets SPEC 7; a split's result does not depend on which
@@ -125,6 +138,7 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
             x_stage,
             k_split: k_split.min(8),
             max_registers: 48,
+            operands: MmaOperands::F16,
         };
         if k_split > 8 {
             // Outside the family: a clear error, not a launch.
@@ -133,6 +147,7 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
             assert!(e.to_string().contains("k_split"), "{e}");
             let bad = MmaVariant {
                 max_registers: 50,
+                operands: MmaOperands::F16,
                 ..v
             };
             let e = family::run::<ReduceMmaFamily, _>(&b, &p, bad, &dev).unwrap_err();
@@ -222,6 +237,7 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
             x_stage: [MmaXStage::Shared, MmaXStage::Global][i % 2],
             k_split: 1,
             max_registers: 0,
+            operands: MmaOperands::F16,
         };
         let host = GateUpMmaHost { gate, up, x };
         let want = GateUpMmaFamily::expected(&p, &host).unwrap();
@@ -241,4 +257,79 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
         n += 1;
     }
     assert_eq!(n, 5);
+}
+
+#[test]
+fn reduce_mma_split_k_stages_only_its_share_of_x() {
+    use trellis::families::reduce_mma::ReduceMmaProblem;
+    use trellis::kernel::KernelSpec as _;
+    // 17408 columns of staged x are 35 KB and more per sample: with the column-split
+    // sums and Metal's fragment staging over the 48 KB a group may take; a quarter fits.
+    let p = ReduceMmaProblem {
+        geometry: Geometry::new(5120, 17408, 256, 2, 12, Code::OneMad).unwrap(),
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+    };
+    let v = |k_split| MmaVariant {
+        row_tiles: 1,
+        col_split: 8,
+        m_tile: 16,
+        x_stage: MmaXStage::Shared,
+        k_split,
+        max_registers: 48,
+        operands: MmaOperands::F16,
+    };
+    let e = ReduceMmaFamily::kernel(&p, v(1)).validate().unwrap_err();
+    assert!(e.to_string().contains("threadgroup memory"), "{e}");
+    let quarter = ReduceMmaFamily::kernel(&p, v(4));
+    quarter.validate().unwrap();
+    assert!(quarter.shared_bytes() < 48 * 1024);
+}
+
+#[test]
+fn reduce_mma_bf16_operands_are_checked() {
+    use trellis::families::reduce_mma::ReduceMmaProblem;
+    use trellis::kernel::KernelSpec as _;
+    let p = |code, act| ReduceMmaProblem {
+        geometry: Geometry::new(64, 512, 256, 2, 12, code).unwrap(),
+        scale: ScaleDType::F16,
+        act,
+        m: 1,
+    };
+    let v = |x_stage| MmaVariant {
+        row_tiles: 1,
+        col_split: 2,
+        m_tile: 16,
+        x_stage,
+        k_split: 1,
+        max_registers: 0,
+        operands: MmaOperands::Bf16,
+    };
+    ReduceMmaFamily::kernel(&p(Code::OneMad, DType::Bf16), v(MmaXStage::Global))
+        .validate()
+        .unwrap();
+    for (problem, x_stage, why) in [
+        (
+            p(Code::OneMad, DType::F16),
+            MmaXStage::Global,
+            "takes bf16 activations",
+        ),
+        (
+            p(Code::ThreeInst, DType::Bf16),
+            MmaXStage::Global,
+            "one k-slot per weight",
+        ),
+        (
+            p(Code::OneMad, DType::Bf16),
+            MmaXStage::Shared,
+            "x_stage = global",
+        ),
+    ] {
+        let e = ReduceMmaFamily::kernel(&problem, v(x_stage))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("operands = bf16") && e.contains(why), "{e}");
+    }
 }

@@ -53,6 +53,9 @@ impl MmaLayout for GateUpMma {
     fn dims(&self) -> (usize, usize, usize, u32, MmaVariant) {
         (self.rows, self.cols, self.t, self.m, self.variant)
     }
+    fn act(&self) -> DType {
+        self.act
+    }
     fn projs(&self) -> Vec<MmaProj> {
         vec![
             MmaProj::new(
@@ -181,7 +184,11 @@ impl Family for GateUpMmaFamily {
         MmaVariant::unsplit(1, 4, 16, super::reduce_mma::MmaXStage::Global)
     }
     fn candidates(p: &GateUpMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
-        let mut out = super::reduce_mma::candidates_for(p.m, tier, quick);
+        let bf16_ok = p.act == DType::Bf16
+            && [p.gate.code, p.up.code]
+                .iter()
+                .all(|&c| super::reduce_mma::operand_of(c) != "half_pair");
+        let mut out = super::reduce_mma::candidates_for(p.m, tier, quick, bf16_ok);
         // Two projections per tile: 61 of the 90 H200 winners took the fewest simdgroups
         // offered (4), and 2 also runs.
         if !quick {

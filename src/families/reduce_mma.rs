@@ -64,6 +64,50 @@ pub struct MmaVariant {
     /// trades a few spills for the occupancy. The other dialects ignore it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub max_registers: u32,
+    /// The matrix unit's operand type.
+    #[serde(default, skip_serializing_if = "MmaOperands::is_f16")]
+    pub operands: MmaOperands,
+}
+
+/// The operand type of the matrix unit (the accumulator is f32 either way).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MmaOperands {
+    /// f16: 1mad's byte sum and 3inst/mcg's halves are f16 bits as decoded (exact); x is
+    /// converted to f16 (per fragment or once per threadgroup).
+    #[default]
+    F16,
+    /// bf16, for bf16 activations and codes of one k-slot per weight (1mad, mul1, lut):
+    /// x goes to the matrix unit as it is (no conversion: 1.5 instructions per weight
+    /// less at M = 16 in the H200 SASS), the value is rounded to bf16 (2^-9, inside SPEC
+    /// 7) at half an instruction per weight more.
+    Bf16,
+}
+
+impl MmaOperands {
+    /// Whether the operands are f16 (serde: the default, not written).
+    pub fn is_f16(&self) -> bool {
+        *self == MmaOperands::F16
+    }
+    /// The operand type's name in the templates' helpers (`f16`, `bf16`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            MmaOperands::F16 => "f16",
+            MmaOperands::Bf16 => "bf16",
+        }
+    }
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -133,6 +177,7 @@ impl MmaVariant {
             x_stage,
             k_split: 1,
             max_registers: 0,
+            operands: MmaOperands::F16,
         }
     }
 }
@@ -167,6 +212,9 @@ impl fmt::Display for MmaVariant {
         }
         if self.max_registers > 0 {
             write!(f, " regs={}", self.max_registers)?;
+        }
+        if !self.operands.is_f16() {
+            write!(f, " ops={}", self.operands.name())?;
         }
         Ok(())
     }
@@ -229,11 +277,7 @@ impl MmaProj {
     /// How the operand words are made: `onemad`, `half_pair` (3inst, mcg: two k-slots
     /// per weight) or `value` (mul1, lut: the value rounded to f16).
     pub fn operand(&self) -> &'static str {
-        match self.proj.code {
-            Code::OneMad => "onemad",
-            Code::ThreeInst | Code::Mcg => "half_pair",
-            Code::Mul1 | Code::Lut => "value",
-        }
+        operand_of(self.proj.code)
     }
     /// k-slots per weight.
     pub fn slots(&self) -> usize {
@@ -257,6 +301,15 @@ impl MmaProj {
     }
 }
 
+/// How the matrix-unit operand words of `code` are made (see [`MmaProj::operand`]).
+pub(crate) fn operand_of(code: Code) -> &'static str {
+    match code {
+        Code::OneMad => "onemad",
+        Code::ThreeInst | Code::Mcg => "half_pair",
+        Code::Mul1 | Code::Lut => "value",
+    }
+}
+
 /// What the matrix-unit template (`templates/reduce_mma.kernel`) asks of a kernel
 /// declaration, and the launch shape, checks and threadgroup memory that follow.
 pub trait MmaLayout {
@@ -264,6 +317,8 @@ pub trait MmaLayout {
     fn dims(&self) -> (usize, usize, usize, u32, MmaVariant);
     /// The projections, in accumulation order.
     fn projs(&self) -> Vec<MmaProj>;
+    /// The activation dtype.
+    fn act(&self) -> DType;
     /// The fused SwiGLU of two projections (gate, up) instead of one output per projection.
     fn is_gate_up(&self) -> bool {
         false
@@ -294,6 +349,10 @@ pub trait MmaLayout {
     /// Steps of 128 columns (4 runs) per row.
     fn steps(&self) -> usize {
         self.runs().div_ceil(4)
+    }
+    /// The operand type's name in the templates' helpers (`f16`, `bf16`).
+    fn ops(&self) -> &'static str {
+        self.dims().4.operands.name()
     }
     /// Whether a projection feeds f16 halves (3inst, mcg).
     fn any_half_pair(&self) -> bool {
@@ -341,13 +400,18 @@ pub trait MmaLayout {
     /// Words per staged sample, padded so the two samples a quarter-simdgroup reads fall
     /// in the other half of the banks (8 mod 32 plain, 16 mod 32 duplicated).
     fn xs_stride(&self) -> usize {
-        let runs = self.runs();
+        let runs = self.staged_runs();
         let (used, to) = if self.dims().4.x_stage.is_dup() {
             (runs * 36, 16)
         } else {
             (runs * 16 + runs.div_ceil(2) * 4, 8)
         };
         used + (to + 32 - used % 32) % 32
+    }
+    /// Runs of a sample one threadgroup stages: its split's steps (all with one split).
+    fn staged_runs(&self) -> usize {
+        let k_split = self.dims().4.k_split as usize;
+        self.runs().min(4 * self.steps().div_ceil(k_split))
     }
     /// Threadgroup words of the staged x (0 unless `x_stage = shared`).
     fn xs_words(&self) -> usize {
@@ -366,7 +430,13 @@ pub trait MmaLayout {
         } else {
             0
         };
-        red + self.xs_words() * 4 + self.warps() * (256 * 2 + 128 * 2 + 128 * 4)
+        // Metal stages each simdgroup's fragments: A and B as half, or as float for bf16.
+        let operand_bytes = if self.dims().4.operands.is_f16() {
+            2
+        } else {
+            4
+        };
+        red + self.xs_words() * 4 + self.warps() * ((256 + 128) * operand_bytes + 128 * 4)
     }
     /// Grid slices of samples (`m_tile` each).
     fn slices(&self) -> usize {
@@ -464,6 +534,23 @@ pub trait MmaLayout {
                 "must be 0 (the compiler's choice) or a multiple of 8 in 32..=248",
             ));
         }
+        if v.operands == MmaOperands::Bf16 {
+            let why = if self.act() != DType::Bf16 {
+                Some(format!(
+                    "takes bf16 activations (x goes to the matrix unit as it is), not {}",
+                    self.act()
+                ))
+            } else if self.projs().iter().any(|p| p.slots() != 1) {
+                Some("is for codes of one k-slot per weight (1mad, mul1, lut)".to_string())
+            } else if v.x_stage.is_shared() {
+                Some("reads x from device memory (x_stage = global)".to_string())
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Error::invalid("operands", "bf16", why));
+            }
+        }
         if v.k_split > 1 && self.is_gate_up() {
             return Err(Error::invalid(
                 "k_split",
@@ -492,6 +579,9 @@ pub trait MmaLayout {
 impl MmaLayout for ReduceMma {
     fn dims(&self) -> (usize, usize, usize, u32, MmaVariant) {
         (self.rows, self.cols, self.t, self.m, self.variant)
+    }
+    fn act(&self) -> DType {
+        self.act
     }
     fn projs(&self) -> Vec<MmaProj> {
         vec![self.the_proj()]
@@ -524,15 +614,14 @@ pub(crate) fn default_for(rows: usize, m: u32) -> MmaVariant {
     MmaVariant::unsplit(1, col_split, 16, MmaXStage::Global)
 }
 
-/// Candidates that buy residency (`reduce_mma` only, M up to 8): a register budget, and
-/// split-K under it. On the H200 the kernels of k <= 3 sit at 48-56 registers, where 8
+/// Candidates that buy residency (`reduce_mma` only): a register budget, and split-K
+/// under it. On the H200 the kernels of k <= 3 sit at 48-56 registers, where 8
 /// simdgroups per threadgroup run 5 or 4 groups per SM; 48 keeps 5 (k 4 sits at 56-64:
-/// 64 keeps 4). Split-K multiplies the groups of a short grid: the prototype gained 14 %
-/// at 5120 x 17408 (320 row tiles for 132 SMs) with 2 splits of 8 simdgroups, 3 % at
-/// 17408 x 5120 with 2 of 4 (`tuning/reports/nvidia-h200-mma-bench.md`), where 1088
-/// tiles in 3 splits are 4.95 waves of 8-simdgroup groups. Its arrival bookkeeping costs
-/// ptxas about 8 registers, so every split runs under the budget.
-fn residency_candidates(m: u32, k: u32, tier: Tier, quick: bool) -> Vec<MmaVariant> {
+/// 64 keeps 4). Split-K multiplies the groups of a short grid (5120 x 17408: 320 row
+/// tiles for 132 SMs; `tuning/reports/nvidia-h200-mma-bench.md`), stages only its share
+/// of x, and at M = 16 lets several row tiles share that x. Its arrival bookkeeping
+/// costs ptxas about 8 registers, so every split runs under the budget.
+fn residency_candidates(m: u32, k: u32, tier: Tier, quick: bool, bf16_ok: bool) -> Vec<MmaVariant> {
     if tier == Tier::Exact {
         return Vec::new();
     }
@@ -546,18 +635,46 @@ fn residency_candidates(m: u32, k: u32, tier: Tier, quick: bool) -> Vec<MmaVaria
             v(2, MmaXStage::Shared, 2),
             v(4, MmaXStage::Global, 3),
             v(4, MmaXStage::SharedDup, 1),
+            MmaVariant {
+                row_tiles: 2,
+                ..v(2, MmaXStage::Shared, 3)
+            },
         ];
     }
-    // M = 16 has work enough, and spills under these budgets.
-    if m > 8 {
-        return Vec::new();
-    }
     let mut out = Vec::new();
+    if m > 8 {
+        // M = 16 converts as many x values as it multiplies weights unless row tiles share
+        // them: several tiles per threadgroup over a split's share of x, staged once (the
+        // H200 SASS: 1mad k 2 7.25 -> 5.69 instructions per weight, 3inst 6.62 in one pass
+        // where m_tile = 8 decodes twice at 5.74). 5 splits of 40 steps give 2 or 4
+        // simdgroups per tile whole steps each.
+        for (row_tiles, col_split, k_split) in
+            [(8, 1, 8), (4, 2, 8), (2, 4, 8), (4, 2, 5), (2, 4, 5)]
+        {
+            for x_stage in [MmaXStage::Shared, MmaXStage::SharedDup] {
+                out.push(MmaVariant {
+                    row_tiles,
+                    max_registers: 64,
+                    ..v(col_split, x_stage, k_split)
+                });
+            }
+        }
+        return out;
+    }
     for x_stage in [MmaXStage::Global, MmaXStage::Shared, MmaXStage::SharedDup] {
         for col_split in [4, 8] {
-            for k_split in [1, 2, 3, 4] {
+            // 3 won no key of the first H200 tune (2 and 4 won 62 of 72 at 5120 x 17408).
+            for k_split in [1, 2, 4] {
                 out.push(v(col_split, x_stage, k_split));
             }
+        }
+    }
+    if bf16_ok {
+        for (col_split, k_split) in [(8, 1), (8, 2), (8, 4), (4, 4)] {
+            out.push(MmaVariant {
+                operands: MmaOperands::Bf16,
+                ..v(col_split, MmaXStage::Global, k_split)
+            });
         }
     }
     out
@@ -565,13 +682,18 @@ fn residency_candidates(m: u32, k: u32, tier: Tier, quick: bool) -> Vec<MmaVaria
 
 /// The candidate space of the matrix-unit families (fast tier only). Staged-x variants
 /// too big for a device's threadgroup memory are dropped where the space meets the
-/// device (`family::fits`).
-pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool) -> Vec<MmaVariant> {
+/// device (`family::fits`). `bf16_ok`: the problem takes bf16 operands (bf16
+/// activations, codes of one k-slot per weight).
+pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool, bf16_ok: bool) -> Vec<MmaVariant> {
     if tier == Tier::Exact {
         return Vec::new();
     }
     let m_tiles: &[u32] = if m > 8 { &[16, 8] } else { &[16] };
     let v = MmaVariant::unsplit;
+    let bf16 = |v: MmaVariant| MmaVariant {
+        operands: MmaOperands::Bf16,
+        ..v
+    };
     let mut out = Vec::new();
     if quick {
         for &m_tile in m_tiles {
@@ -580,6 +702,14 @@ pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool) -> Vec<MmaVariant>
         out.push(v(1, 1, 16, MmaXStage::Global));
         out.push(v(1, 4, 8, MmaXStage::Shared));
         out.push(v(2, 1, 16, MmaXStage::SharedDup));
+        if bf16_ok {
+            out.push(bf16(v(
+                1,
+                2,
+                *m_tiles.last().unwrap_or(&16),
+                MmaXStage::Global,
+            )));
+        }
         return out;
     }
     // H200 (bench of 26 problems): one or two tiles per threadgroup, 4 to 16 simdgroups
@@ -588,6 +718,11 @@ pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool) -> Vec<MmaVariant>
         for x_stage in [MmaXStage::Global, MmaXStage::Shared, MmaXStage::SharedDup] {
             for (row_tiles, col_split) in [(1, 4), (1, 8), (1, 16), (2, 4), (2, 8)] {
                 out.push(v(row_tiles, col_split, m_tile, x_stage));
+            }
+        }
+        if bf16_ok {
+            for (row_tiles, col_split) in [(1, 4), (1, 8), (2, 4)] {
+                out.push(bf16(v(row_tiles, col_split, m_tile, MmaXStage::Global)));
             }
         }
     }
@@ -669,8 +804,15 @@ impl Family for ReduceMmaFamily {
         default_for(p.geometry.rows, p.m)
     }
     fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
-        let mut out = candidates_for(p.m, tier, quick);
-        out.extend(residency_candidates(p.m, p.geometry.k, tier, quick));
+        let bf16_ok = p.act == DType::Bf16 && operand_of(p.geometry.code) != "half_pair";
+        let mut out = candidates_for(p.m, tier, quick, bf16_ok);
+        out.extend(residency_candidates(
+            p.m,
+            p.geometry.k,
+            tier,
+            quick,
+            bf16_ok,
+        ));
         out
     }
     fn key_fields(p: &ReduceMmaProblem) -> String {

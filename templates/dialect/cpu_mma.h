@@ -1,7 +1,8 @@
 // ---- Matrix units (fast tier), emulated. A simdgroup is a 16-row tile: the group's
 // simdgroups run one after another, each running its 32 lanes in turn ([32][n] arrays).
 #define FOR_EACH_SIMDGROUP(sg, N) for (uint sg = 0u; sg < (N); ++sg)
-#define MMA_SCRATCH(N)
+#define MMA_SCRATCH_F16(N)
+#define MMA_SCRATCH_BF16(N)
 #define MAX_REGISTERS(n)  /* no register file to budget */
 #define WARP_MMA_F16(acc, ai, a, b, bi) \
   warp_mma_m16n8k16(&(acc)[0][0], sizeof((acc)[0]) / sizeof(float), ai, &(a)[0][0], sizeof((a)[0]) / sizeof(uint), &(b)[0][0], sizeof((b)[0]) / sizeof(uint), bi, false)
@@ -50,6 +51,7 @@ DEVICE void warp_mma_m16n8k16(float* acc, uint as, uint ai, const uint* a, uint 
   }
 }
 DEVICE uint pack_f16x2(float lo, float hi) { return (uint)f32_to_half_bits(lo) | ((uint)f32_to_half_bits(hi) << 16); }
+DEVICE uint pack_bf16x2(float lo, float hi) { return (uint)f32_to_bf16_bits(lo) | ((uint)f32_to_bf16_bits(hi) << 16); }
 // The step loop unrolled twice: the next step's words land in the other buffer, no copies.
 #define UNROLL2 _Pragma("GCC unroll 2")
 #define GROUP_ALIGN16
@@ -65,6 +67,9 @@ DEVICE uint f16x2_sub(uint a, uint b) {
 DEVICE uint and_xor(uint x, uint m, uint c) { return (x & m) ^ c; }
 DEVICE uint opaque_u32(uint v) { return v; }
 #define LOAD_STREAM(p) (*(p))
+DEVICE void x_bf16x2_quad2(const bf16_t* p, uint* b) {
+  for (uint i = 0; i < 4u; ++i) b[i] = (uint)p[2u * i].bits | ((uint)p[2u * i + 1u].bits << 16);
+}
 template <typename T> DEVICE void x_f16x2_quad2(const T* p, uint* b) {
   for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[2u * i]), to_f32(p[2u * i + 1u]));
 }

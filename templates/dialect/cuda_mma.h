@@ -1,7 +1,8 @@
 // ---- Matrix units (fast tier). One simdgroup (warp) is a 16-row tile; the body runs
 // once per simdgroup, as this thread's lane.
 #define FOR_EACH_SIMDGROUP(sg, N) for (uint sg = SIMDGROUP_ID, once_sg_ = 1u; once_sg_; once_sg_ = 0u)
-#define MMA_SCRATCH(N)  /* Metal stages fragments in threadgroup memory; CUDA needs none */
+#define MMA_SCRATCH_F16(N)  /* Metal stages fragments in threadgroup memory; CUDA needs none */
+#define MMA_SCRATCH_BF16(N)
 // A register budget per thread, for a header's KERNEL_ATTRS (see `codegen::cuda_unit`).
 #define MAX_REGISTERS(n) __maxnreg__(n)
 // acc[ai..ai+4] += A(a[0..4]) * B(b[bi..bi+2]): mma.sync m16n8k16 with the PTX fragment
@@ -19,8 +20,9 @@ DEVICE void mma_m16n8k16_bf16(float* c, const uint* a, const uint* b) {
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// Two f32 as f16 (round to nearest even), `lo` in the lower half: one cvt.
+// Two f32 as f16 (bf16), round to nearest even, `lo` in the lower half: one cvt.
 DEVICE uint pack_f16x2(float lo, float hi) { uint r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+DEVICE uint pack_bf16x2(float lo, float hi) { uint r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
 // Threadgroup words, 4 (2) from an address aligned to 16 (8) bytes: one LDS.128 (.64).
 // The step loop unrolled twice: the next step's words land in the other buffer, no copies.
 #define UNROLL2 _Pragma("unroll 2")
@@ -54,6 +56,8 @@ DEVICE void x_f16x2_quad2(const float* p, uint* b) {
   const float4 v = *(const float4*)p, w = *(const float4*)(p + 4);
   b[0] = pack_f16x2(v.x, v.y); b[1] = pack_f16x2(v.z, v.w); b[2] = pack_f16x2(w.x, w.y); b[3] = pack_f16x2(w.z, w.w);
 }
+// bf16 operands: bf16 x as it is.
+DEVICE void x_bf16x2_quad2(const bf16_t* p, uint* b) { const uint4 v = *(const uint4*)p; b[0] = v.x; b[1] = v.y; b[2] = v.z; b[3] = v.w; }
 DEVICE void x_f16x2_dup2(const f16_t* p, uint* b) {
   const uint2 v = *(const uint2*)p;
   b[0] = __byte_perm(v.x, 0u, 0x1010); b[1] = __byte_perm(v.x, 0u, 0x3232); b[2] = __byte_perm(v.y, 0u, 0x1010); b[3] = __byte_perm(v.y, 0u, 0x3232);

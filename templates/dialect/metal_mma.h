@@ -1,29 +1,41 @@
-// ---- Matrix units (fast tier) through simdgroup_matrix<half, 8, 8>. The body builds
-// its operand words in the PTX m16n8k16 fragment layout (the decode is the same on
-// every dialect); here a simdgroup stages one tile's fragments in threadgroup memory,
-// multiplies the 16 x 16 A by the 16 x 8 B as 2 x 2 blocks of 8 x 8 matrices with
-// simdgroup_multiply_accumulate, and reads its accumulator fragment back.
+// ---- Matrix units (fast tier) through simdgroup_matrix<half, 8, 8> (float for bf16
+// operands). The body builds its operand words in the PTX m16n8k16 fragment layout (the
+// decode is the same on every dialect); here a simdgroup stages one tile's fragments in
+// threadgroup memory, multiplies the 16 x 16 A by the 16 x 8 B as 2 x 2 blocks of 8 x 8
+// matrices with simdgroup_multiply_accumulate, and reads its accumulator fragment back.
 #define FOR_EACH_SIMDGROUP(sg, N) for (uint sg = SIMDGROUP_ID, once_sg_ = 1u; once_sg_; once_sg_ = 0u)
 #define MAX_REGISTERS(n)  /* MLX writes the signature; the compiler budgets registers */
-#define MMA_SCRATCH(N) \
+// A and B stage as half (f16 operands) or as float (bf16 operands: exact, products and
+// sums in f32 as on the matrix units of the other dialects).
+#define MMA_SCRATCH_F16(N) \
   threadgroup half mma_a_[(N) * 256]; threadgroup half mma_b_[(N) * 128]; threadgroup float mma_c_[(N) * 128]
+#define MMA_SCRATCH_BF16(N) \
+  threadgroup float mma_a_[(N) * 256]; threadgroup float mma_b_[(N) * 128]; threadgroup float mma_c_[(N) * 128]
 #define WARP_MMA_F16(acc, ai, a, b, bi) \
   simdgroup_mma_m16n8k16(&(acc)[0][ai], (a)[0], &(b)[0][bi], mma_a_ + SIMDGROUP_ID * 256u, mma_b_ + SIMDGROUP_ID * 128u, mma_c_ + SIMDGROUP_ID * 128u, LANE_ID)
+#define WARP_MMA_BF16(acc, ai, a, b, bi) WARP_MMA_F16(acc, ai, a, b, bi)
 DEVICE half lo_half(uint w) { return as_type<half>(ushort(w & 0xFFFFu)); }
 DEVICE half hi_half(uint w) { return as_type<half>(ushort(w >> 16)); }
+// The lower (upper) operand of a word as the staging type: f16 as half, bf16 as float.
+DEVICE half operand_lo(uint w, half) { return lo_half(w); }
+DEVICE half operand_hi(uint w, half) { return hi_half(w); }
+DEVICE float operand_lo(uint w, float) { return as_type<float>(w << 16); }
+DEVICE float operand_hi(uint w, float) { return as_type<float>(w & 0xFFFF0000u); }
+template <typename T>
 DEVICE void simdgroup_mma_m16n8k16(thread float* c, thread const uint* a, thread const uint* b,
-                                   GROUP_PTR half* sa, GROUP_PTR half* sb, GROUP_PTR float* sc, uint lane) {
+                                   GROUP_PTR T* sa, GROUP_PTR T* sb, GROUP_PTR float* sc, uint lane) {
   const uint g = lane >> 2, t = lane & 3u;
-  sa[g * 16u + 2u * t] = lo_half(a[0]);             sa[g * 16u + 2u * t + 1u] = hi_half(a[0]);
-  sa[(g + 8u) * 16u + 2u * t] = lo_half(a[1]);      sa[(g + 8u) * 16u + 2u * t + 1u] = hi_half(a[1]);
-  sa[g * 16u + 2u * t + 8u] = lo_half(a[2]);        sa[g * 16u + 2u * t + 9u] = hi_half(a[2]);
-  sa[(g + 8u) * 16u + 2u * t + 8u] = lo_half(a[3]); sa[(g + 8u) * 16u + 2u * t + 9u] = hi_half(a[3]);
-  sb[(2u * t) * 8u + g] = lo_half(b[0]);            sb[(2u * t + 1u) * 8u + g] = hi_half(b[0]);
-  sb[(2u * t + 8u) * 8u + g] = lo_half(b[1]);       sb[(2u * t + 9u) * 8u + g] = hi_half(b[1]);
+  const T z = T(0);
+  sa[g * 16u + 2u * t] = operand_lo(a[0], z);             sa[g * 16u + 2u * t + 1u] = operand_hi(a[0], z);
+  sa[(g + 8u) * 16u + 2u * t] = operand_lo(a[1], z);      sa[(g + 8u) * 16u + 2u * t + 1u] = operand_hi(a[1], z);
+  sa[g * 16u + 2u * t + 8u] = operand_lo(a[2], z);        sa[g * 16u + 2u * t + 9u] = operand_hi(a[2], z);
+  sa[(g + 8u) * 16u + 2u * t + 8u] = operand_lo(a[3], z); sa[(g + 8u) * 16u + 2u * t + 9u] = operand_hi(a[3], z);
+  sb[(2u * t) * 8u + g] = operand_lo(b[0], z);            sb[(2u * t + 1u) * 8u + g] = operand_hi(b[0], z);
+  sb[(2u * t + 8u) * 8u + g] = operand_lo(b[1], z);       sb[(2u * t + 9u) * 8u + g] = operand_hi(b[1], z);
   sc[g * 8u + 2u * t] = c[0];                       sc[g * 8u + 2u * t + 1u] = c[1];
   sc[(g + 8u) * 8u + 2u * t] = c[2];                sc[(g + 8u) * 8u + 2u * t + 1u] = c[3];
   simdgroup_barrier(mem_flags::mem_threadgroup);
-  simdgroup_half8x8 a00, a01, a10, a11, b0, b1;
+  simdgroup_matrix<T, 8, 8> a00, a01, a10, a11, b0, b1;
   simdgroup_float8x8 c0, c1;
   simdgroup_load(a00, sa, 16, ulong2(0, 0));
   simdgroup_load(a01, sa, 16, ulong2(8, 0));
@@ -45,6 +57,9 @@ DEVICE void simdgroup_mma_m16n8k16(thread float* c, thread const uint* a, thread
   simdgroup_barrier(mem_flags::mem_threadgroup);
 }
 DEVICE uint pack_f16x2(float lo, float hi) { return uint(as_type<ushort>(half(lo))) | (uint(as_type<ushort>(half(hi))) << 16); }
+// bf16 through f32 bits (MLX's `bfloat16_t` is `bfloat` or its own type: both convert).
+DEVICE uint bf16_bits(float v) { return as_type<uint>(float(bfloat16_t(v))) >> 16; }
+DEVICE uint pack_bf16x2(float lo, float hi) { return bf16_bits(lo) | (bf16_bits(hi) << 16); }
 // The step loop unrolled twice: the next step's words land in the other buffer, no copies.
 #define UNROLL2 
 #define GROUP_ALIGN16
@@ -59,6 +74,9 @@ DEVICE uint f16x2_sub(uint a, uint b) {
 DEVICE uint and_xor(uint x, uint m, uint c) { return (x & m) ^ c; }
 DEVICE uint opaque_u32(uint v) { return v; }
 #define LOAD_STREAM(p) (*(p))
+DEVICE void x_bf16x2_quad2(const device bfloat16_t* p, thread uint* b) {
+  for (uint i = 0; i < 4u; ++i) b[i] = bf16_bits(float(p[2u * i])) | (bf16_bits(float(p[2u * i + 1u])) << 16);
+}
 template <typename T> DEVICE void x_f16x2_quad2(const device T* p, thread uint* b) {
   for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[2u * i]), to_f32(p[2u * i + 1u]));
 }

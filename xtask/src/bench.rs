@@ -471,7 +471,9 @@ fn mma_row<V: std::fmt::Display + Copy>(
 /// (for profilers).
 pub fn run_mma(out: &Path) -> Result<()> {
     use trellis::families::gate_up_mma::GateUpMmaProblem;
-    use trellis::families::reduce_mma::{register_budget, MmaVariant, ReduceMmaProblem};
+    use trellis::families::reduce_mma::{
+        register_budget, MmaOperands, MmaVariant, ReduceMmaProblem,
+    };
     let b = CudaBackend::new(0)?;
     let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
     let o = TuneOptions::for_backend("cuda", Tier::Fast);
@@ -501,15 +503,33 @@ pub fn run_mma(out: &Path) -> Result<()> {
                 vs.push(v(1, 4, 8, x));
             }
         }
+        // bf16 operands (1mad: the problems where they do not apply leave them out).
+        let bf16 = |v: MmaVariant| MmaVariant {
+            operands: MmaOperands::Bf16,
+            ..v
+        };
+        vs.extend([bf16(v(1, 8, 16, Global)), bf16(v(1, 4, 16, Global))]);
         // Budgets and split-K (reduce_mma only: gate_up_mma leaves splits out).
         if m <= 8 {
             vs.extend([
                 budget(k, 8, Global, 1),
                 budget(k, 8, Shared, 1),
                 budget(k, 8, Global, 2),
-                budget(k, 8, Shared, 3),
+                budget(k, 8, Shared, 2),
                 budget(k, 4, Global, 4),
+                budget(k, 8, Shared, 4),
             ]);
+        } else {
+            // Row tiles sharing a split's staged x (64 registers).
+            for (row_tiles, col_split, k_split) in [(2, 4, 8), (4, 2, 8), (2, 4, 5)] {
+                for x in [Shared, SharedDup] {
+                    vs.push(MmaVariant {
+                        row_tiles,
+                        max_registers: 64,
+                        ..budget(k, col_split, x, k_split)
+                    });
+                }
+            }
         }
         vs.retain(|v| only_variant.as_ref().is_none_or(|o| *o == v.to_string()));
         vs
