@@ -119,40 +119,42 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
 #[test]
 fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
     let b = CpuBackend::new().expect("cpu backend");
-    let g = Geometry::new(40, 1280, 256, 3, 12, Code::OneMad).unwrap();
+    // 20 steps of 128 columns: 17 splits are uneven (some take 2 steps, most 1).
+    let g = Geometry::new(40, 2560, 256, 3, 12, Code::OneMad).unwrap();
     let w = check::random_matrix(g, 11);
-    let x = outliers(DType::Bf16, 3, 1280, &mut ChaCha8Rng::seed_from_u64(12));
+    let x = outliers(DType::Bf16, 3, 2560, &mut ChaCha8Rng::seed_from_u64(12));
     let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
     let real = RealSums::of(&w, &x).unwrap();
     let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
     let dev = ReduceMmaFamily::upload(&b, &p, &host).unwrap();
-    for (k_split, x_stage) in [
-        (2, MmaXStage::Shared),
-        (3, MmaXStage::Global),
-        (10, MmaXStage::Shared),
-    ] {
-        let v = MmaVariant {
-            row_tiles: 2,
-            col_split: 2,
-            m_tile: 16,
-            x_stage,
-            k_split: k_split.min(8),
-            max_registers: 48,
-            operands: MmaOperands::F16,
-        };
-        if k_split > 8 {
-            // Outside the family: a clear error, not a launch.
-            let bad = MmaVariant { k_split, ..v };
-            let e = family::run::<ReduceMmaFamily, _>(&b, &p, bad, &dev).unwrap_err();
-            assert!(e.to_string().contains("k_split"), "{e}");
-            let bad = MmaVariant {
+    let v = |k_split, x_stage| MmaVariant {
+        row_tiles: 2,
+        col_split: 2,
+        m_tile: 16,
+        x_stage,
+        k_split,
+        max_registers: 48,
+        operands: MmaOperands::F16,
+    };
+    // Outside the family: a clear error, not a launch.
+    for (bad, field) in [
+        (v(33, MmaXStage::Shared), "k_split = 33"),
+        (
+            MmaVariant {
                 max_registers: 50,
-                operands: MmaOperands::F16,
-                ..v
-            };
-            let e = family::run::<ReduceMmaFamily, _>(&b, &p, bad, &dev).unwrap_err();
-            assert!(e.to_string().contains("max_registers = 50"), "{e}");
-        }
+                ..v(2, MmaXStage::Shared)
+            },
+            "max_registers = 50",
+        ),
+    ] {
+        let e = family::run::<ReduceMmaFamily, _>(&b, &p, bad, &dev).unwrap_err();
+        assert!(e.to_string().contains(field), "{e}");
+    }
+    for v in [
+        v(2, MmaXStage::Shared),
+        v(3, MmaXStage::Global),
+        v(17, MmaXStage::Shared),
+    ] {
         let kernel = ReduceMmaFamily::kernel(&p, v);
         let mut outs = family::alloc_outputs(&b, &kernel).unwrap();
         let mut ys = Vec::new();

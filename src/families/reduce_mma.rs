@@ -515,12 +515,12 @@ pub trait MmaLayout {
         if !matches!(v.m_tile, 8 | 16) {
             return Err(Error::invalid("m_tile", v.m_tile, "must be 8 or 16"));
         }
-        if !(1..=8).contains(&v.k_split) || v.k_split as usize > self.steps() {
+        if !(1..=32).contains(&v.k_split) || v.k_split as usize > self.steps() {
             return Err(Error::invalid(
                 "k_split",
                 v.k_split,
                 format!(
-                    "must be in 1..=8 and at most the {} steps of 128 columns",
+                    "must be in 1..=32 and at most the {} steps of 128 columns",
                     self.steps()
                 ),
             ));

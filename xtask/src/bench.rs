@@ -520,8 +520,10 @@ pub fn run_mma(out: &Path) -> Result<()> {
                 budget(k, 8, Shared, 4),
             ]);
         } else {
-            // Row tiles sharing a split's staged x (64 registers).
-            for (row_tiles, col_split, k_split) in [(2, 4, 8), (4, 2, 8), (2, 4, 5)] {
+            // Row tiles sharing a split's staged x (64 registers); 8 tiles in 17 splits
+            // (8 steps of 128 columns each at 17408 columns) is the one shape whose staged
+            // x fits 48 KB at 5120 x 17408 (not yet a tuning candidate).
+            for (row_tiles, col_split, k_split) in [(2, 4, 8), (4, 2, 8), (8, 1, 8), (8, 1, 17)] {
                 for x in [Shared, SharedDup] {
                     vs.push(MmaVariant {
                         row_tiles,
@@ -530,6 +532,12 @@ pub fn run_mma(out: &Path) -> Result<()> {
                     });
                 }
             }
+            // One row tile under 64 registers: 4 groups of 8 warps per SM instead of 3
+            // (78 registers unbounded; not yet a tuning candidate).
+            vs.push(MmaVariant {
+                max_registers: 64,
+                ..v(1, 8, 16, Global)
+            });
         }
         vs.retain(|v| only_variant.as_ref().is_none_or(|o| *o == v.to_string()));
         vs
@@ -539,7 +547,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
     for (rows, cols) in [(17408usize, 5120usize), (5120, 17408)] {
         for (code, ks, ms) in [
             (Code::OneMad, &[2u32, 3, 4][..], &[1u32, 8, 16][..]),
-            (Code::ThreeInst, &[2, 3][..], &[1, 8][..]),
+            (Code::ThreeInst, &[2, 3][..], &[1, 8, 16][..]),
         ] {
             for &k in ks {
                 for &m in ms {
