@@ -1,16 +1,26 @@
 //! The tuning tables shipped in `tuning/` are current: every entry's `source_hash` is
-//! the hash of what its family compiles today on the table's dialect. Editing a family's
-//! template (or the prelude of a dialect) stales that family's entries on that dialect,
-//! and this test names them; refresh the table with `cargo xtask tune --fresh` on the
-//! device it was measured on (README, "Tuning tables").
+//! the hash of what its family compiles today on the table's dialect, and its
+//! `space_hash` the hash of the candidates its problem is tuned over today. Editing a
+//! family's template (or the prelude of a dialect) stales that family's entries on that
+//! dialect; changing the candidates of a problem stales its entries only. This test names
+//! them; refresh them with `cargo xtask tune` (it re-measures exactly the stale entries
+//! of the space it is given) on the device the table was measured on (README, "Tuning
+//! tables").
 
-use trellis::family::{Family, FamilyVisitor};
+use std::collections::HashMap;
+use trellis::family::{Family, FamilyVisitor, Shape, TuneSpace};
 use trellis::kernel::Dialect;
+use trellis::tune::harness::TuneOptions;
 use trellis::tune::{Selector, Table};
+use trellis::kernels::Tier;
+use trellis::{Code, DType};
 
 struct Stale<'a> {
     table: &'a Table,
     dialect: Dialect,
+    /// The problems whose candidate spaces are checked: the table's shapes, at the M, k,
+    /// L, codes and dtype below (widen these when a table goes past them).
+    space: TuneSpace,
     checked: usize,
     stale: Vec<String>,
 }
@@ -18,13 +28,43 @@ struct Stale<'a> {
 impl FamilyVisitor for Stale<'_> {
     fn visit<F: Family>(&mut self) {
         let current = trellis::tune::source_hash::<F>(self.dialect);
+        let problems = F::problems(&self.space).expect("the checked space is valid");
+        let mut by_key = HashMap::new();
+        for tier in [Tier::Exact, Tier::Fast] {
+            for p in &problems {
+                let (rows, cols) = F::shape(p);
+                by_key.insert((F::key(p, tier).to_string(), format!("{rows}x{cols}")), p);
+            }
+        }
         for e in &self.table.entries {
-            if trellis::families::is::<F>(&e.family) {
-                self.checked += 1;
-                if e.source_hash != current {
-                    self.stale
-                        .push(format!("{} [{} {} {}]", e.family, e.key, e.tier, e.bucket));
-                }
+            if !trellis::families::is::<F>(&e.family) {
+                continue;
+            }
+            self.checked += 1;
+            let name = format!("{} [{} {} {}]", e.family, e.key, e.tier, e.bucket);
+            if e.source_hash != current {
+                self.stale.push(format!("{name}: its family's sources changed"));
+                continue;
+            }
+            let key = e.key().expect("entry key").to_string();
+            let Some(p) = by_key.get(&(key, e.shape.clone())) else {
+                self.stale.push(format!(
+                    "{name}: its problem ({}) is outside the space this test rebuilds",
+                    e.shape
+                ));
+                continue;
+            };
+            let tier: Tier = e.tier.parse().expect("entry tier");
+            let quick = TuneOptions::for_backend(&self.table.device.backend, tier).quick;
+            let space = trellis::tune::space_hash::<F>(p, tier, quick);
+            match &e.space_hash {
+                None => self.stale.push(format!(
+                    "{name}: no space_hash (written before entries recorded it: `cargo xtask tune --stamp`)"
+                )),
+                Some(h) if *h != space => self.stale.push(format!(
+                    "{name}: measured over other candidates than its problem has today"
+                )),
+                Some(_) => {}
             }
         }
     }
@@ -37,9 +77,30 @@ fn shipped_tables_are_current() {
     let mut failures = Vec::new();
     for (name, text) in tables {
         let t = Table::parse(text).unwrap_or_else(|e| panic!("tuning/{name}: {e}"));
+        let mut shapes: Vec<Shape> = Vec::new();
+        for e in &t.entries {
+            let (rows, cols) = e.shape.split_once('x').expect("RxC shape");
+            let shape = Shape {
+                rows: rows.parse().expect("rows"),
+                cols: cols.parse().expect("cols"),
+                gate_up: true,
+            };
+            if !shapes.contains(&shape) {
+                shapes.push(shape);
+            }
+        }
         let mut v = Stale {
             table: &t,
             dialect: t.device.dialect().unwrap(),
+            space: TuneSpace {
+                shapes,
+                ms: vec![1, 2, 4, 8, 16],
+                ks: vec![2, 3, 4],
+                ls: vec![12, 16],
+                codes: Code::ALL.to_vec(),
+                dtype: DType::Bf16,
+                t: 256,
+            },
             checked: 0,
             stale: Vec::new(),
         };
@@ -51,13 +112,12 @@ fn shipped_tables_are_current() {
         );
         if !v.stale.is_empty() {
             failures.push(format!(
-                "tuning/{name} ({} on {}): {} of {} entries are stale (their family's {} sources changed): {}",
+                "tuning/{name} ({} on {}): {} of {} entries are stale:\n  {}",
                 t.device.id,
                 t.device.dialect,
                 v.stale.len(),
                 t.entries.len(),
-                t.device.dialect,
-                v.stale.join(", ")
+                v.stale.join("\n  ")
             ));
         }
     }

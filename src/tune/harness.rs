@@ -220,6 +220,37 @@ impl Stats {
     }
 }
 
+/// Record the candidate-space hash ([`super::space_hash`]) of `table`'s entries that lack
+/// one, for the problems given, without measuring: for tables written before entries
+/// recorded it. Only an entry whose sources are current on `dialect` is stamped (its
+/// space is then the one measured, as long as no candidate changed since; stamp before
+/// changing any). Returns how many were stamped.
+pub fn stamp<F: Family>(
+    o: &TuneOptions,
+    dialect: Dialect,
+    problems: &[F::Problem],
+    table: &mut Table,
+) -> usize {
+    let hash = super::source_hash::<F>(dialect);
+    let mut stamped = 0;
+    for p in problems {
+        let key = F::key(p, o.tier);
+        let (rows, cols) = F::shape(p);
+        let shape = format!("{rows}x{cols}");
+        for e in &mut table.entries {
+            if e.space_hash.is_none()
+                && e.source_hash == hash
+                && e.shape == shape
+                && e.key().ok().as_ref() == Some(&key)
+            {
+                e.space_hash = Some(super::space_hash::<F>(p, o.tier, o.quick));
+                stamped += 1;
+            }
+        }
+    }
+    stamped
+}
+
 /// Time `run` (which enqueues one launch on copy `i`) until the median is stable: at
 /// least `min_reps` samples, then rounds of `min_reps` more until the median of all
 /// samples moves by under 1% in a round, `max_reps` samples or `time_cap`. A sample is
@@ -486,16 +517,19 @@ pub fn tune_problem<F: Family, B: Backend>(
             ),
         )
     })?;
-    Ok(entry::<F>(
-        p,
-        &key,
-        b.dialect(),
-        (winner, stats),
-        default,
-        &timed,
-        &cands,
-        rejected,
-    ))
+    Ok(Entry {
+        space_hash: Some(super::space_hash::<F>(p, o.tier, o.quick)),
+        ..entry::<F>(
+            p,
+            &key,
+            b.dialect(),
+            (winner, stats),
+            default,
+            &timed,
+            &cands,
+            rejected,
+        )
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -523,6 +557,7 @@ fn entry<F: Family>(
         bucket: key.bucket.to_string(),
         shape: format!("{rows}x{cols}"),
         source_hash: super::source_hash::<F>(dialect),
+        space_hash: None,
         winner: record(&winner),
         stats: stats.record(),
         default: default_stats.map(|s| s.record()),
@@ -607,11 +642,11 @@ pub fn tune<F: Family, B: Backend>(
     for (i, p) in problems.iter().enumerate() {
         let key = F::key(p, o.tier);
         let same = |e: &Entry| e.key().ok().as_ref() == Some(&key);
+        let space = super::space_hash::<F>(p, o.tier, o.quick);
         let cached = !o.fresh
-            && table
-                .entries
-                .iter()
-                .any(|e| same(e) && e.source_hash == hash);
+            && table.entries.iter().any(|e| {
+                same(e) && e.source_hash == hash && e.space_hash.as_ref() == Some(&space)
+            });
         progress(Event::Start {
             i,
             n: problems.len(),

@@ -171,6 +171,21 @@ pub fn source_hash<F: Family>(dialect: Dialect) -> String {
     hex
 }
 
+/// Hash of the candidate space a problem is tuned over: the built-in default and
+/// [`Family::candidates`] (before any device's limits), in order. The family's
+/// [`source_hash`] covers its catalog's small problems only, so a candidate offered only
+/// at a tuned shape (a split that fits 17408 columns, say) leaves it unchanged; an entry
+/// records this hash too, and one measured over another space is stale for
+/// `cargo xtask tune` and the `tables_current` test though its sources are current.
+pub fn space_hash<F: Family>(p: &F::Problem, tier: Tier, quick: bool) -> String {
+    let mut h = crate::kernel::Fnv1a::default();
+    let default = F::default_variant(p, tier);
+    for v in std::iter::once(default).chain(F::candidates(p, tier, quick)) {
+        std::hash::Hasher::write(&mut h, format!("{v:?}\n").as_bytes());
+    }
+    format!("{:016x}", std::hash::Hasher::finish(&h))
+}
+
 /// Environment variable naming a directory of `*.toml` tables that override the embedded ones.
 pub const TUNING_DIR_ENV: &str = "TRELLIS_TUNING_DIR";
 

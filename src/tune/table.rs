@@ -69,6 +69,10 @@ pub struct Entry {
     pub shape: String,
     /// Hash of the family's compiled sources on the table's dialect when measured.
     pub source_hash: String,
+    /// Hash of the candidate space measured ([`super::space_hash`]); absent in tables
+    /// written before it was recorded (`cargo xtask tune --stamp` adds it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space_hash: Option<String>,
     /// The chosen variant, in the family's own fields.
     pub winner: toml::Table,
     pub stats: StatsRecord,

@@ -80,6 +80,15 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Cmd::Tune(args) = &cli.cmd {
+        if args.stamp {
+            return match tune::stamp(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         // The supervisor only relays the worker's status; the worker prints.
         if let Some(code) = tune::supervise(args) {
             return code;

@@ -59,6 +59,11 @@ pub struct TuneArgs {
     /// Re-measure problems the table already has.
     #[arg(long)]
     pub fresh: bool,
+    /// Measure nothing: record the candidate-space hash of the --out table's entries that
+    /// lack one (tables written before entries recorded it) for the problems of the
+    /// space given, where their sources are current. Needs no device.
+    #[arg(long, requires = "out", conflicts_with = "fresh")]
+    pub stamp: bool,
     /// Output table (default: tuning/local/DEVICE-ID.toml, which git ignores and the build
     /// does not embed). An existing table for the same device is resumed: problems it has
     /// with current sources are kept (unless --fresh).
@@ -139,6 +144,62 @@ fn options(a: &TuneArgs, backend: &str) -> Result<TuneOptions> {
     }
     o.fresh = a.fresh;
     Ok(o)
+}
+
+/// `tune --stamp`: record candidate-space hashes in the --out table without a device.
+pub fn stamp(a: &TuneArgs) -> Result<()> {
+    let out = a.out.as_ref().expect("clap requires --out with --stamp");
+    let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
+    let mut table = Table::parse(&text)?;
+    let dialect = table.device.dialect()?;
+    let space = space(a, table.device.backend != "cpu")?;
+    let opts = options(a, &table.device.backend)?;
+    let mut job = StampJob {
+        a,
+        space: &space,
+        opts: &opts,
+        dialect,
+        table: &mut table,
+        stamped: 0,
+        result: Ok(()),
+    };
+    trellis::families::for_each(&mut job);
+    let stamped = job.stamped;
+    job.result?;
+    std::fs::write(out, table.to_toml()).map_err(|e| Error::file(out, e))?;
+    let missing = table.entries.iter().filter(|e| e.space_hash.is_none()).count();
+    eprintln!(
+        "stamped {stamped} entries of {}; {missing} still without a space hash",
+        out.display()
+    );
+    Ok(())
+}
+
+struct StampJob<'a> {
+    a: &'a TuneArgs,
+    space: &'a TuneSpace,
+    opts: &'a TuneOptions,
+    dialect: trellis::kernel::Dialect,
+    table: &'a mut Table,
+    stamped: usize,
+    result: Result<()>,
+}
+
+impl FamilyVisitor for StampJob<'_> {
+    fn visit<F: Family>(&mut self) {
+        let wanted =
+            self.a.family.is_empty() || self.a.family.iter().any(|f| trellis::families::is::<F>(f));
+        if !wanted || self.result.is_err() {
+            return;
+        }
+        match F::problems(self.space) {
+            Ok(problems) => {
+                self.stamped +=
+                    harness::stamp::<F>(self.opts, self.dialect, &problems, self.table)
+            }
+            Err(e) => self.result = Err(e),
+        }
+    }
 }
 
 /// `tune` on whichever backend was opened.
