@@ -647,10 +647,17 @@ fn residency_candidates(m: u32, k: u32, tier: Tier, quick: bool, bf16_ok: bool) 
         // them: several tiles per threadgroup over a split's share of x, staged once (the
         // H200 SASS: 1mad k 2 7.25 -> 5.69 instructions per weight, 3inst 6.62 in one pass
         // where m_tile = 8 decodes twice at 5.74). 5 splits of 40 steps give 2 or 4
-        // simdgroups per tile whole steps each.
-        for (row_tiles, col_split, k_split) in
-            [(8, 1, 8), (4, 2, 8), (2, 4, 8), (4, 2, 5), (2, 4, 5)]
-        {
+        // simdgroups per tile whole steps each; 17 splits of 136 steps (17408 columns) are
+        // the one split whose staged x fits 48 KB at 8 tiles and M = 16 (H200 bench: 3inst
+        // k 2 66.6 -> 49.8 us at 5120 x 17408).
+        for (row_tiles, col_split, k_split) in [
+            (8, 1, 8),
+            (4, 2, 8),
+            (2, 4, 8),
+            (4, 2, 5),
+            (2, 4, 5),
+            (8, 1, 17),
+        ] {
             for x_stage in [MmaXStage::Shared, MmaXStage::SharedDup] {
                 out.push(MmaVariant {
                     row_tiles,
