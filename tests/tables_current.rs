@@ -10,9 +10,9 @@
 use std::collections::HashMap;
 use trellis::family::{Family, FamilyVisitor, Shape, TuneSpace};
 use trellis::kernel::Dialect;
+use trellis::kernels::Tier;
 use trellis::tune::harness::TuneOptions;
 use trellis::tune::{Selector, Table};
-use trellis::kernels::Tier;
 use trellis::{Code, DType};
 
 struct Stale<'a> {
@@ -43,7 +43,8 @@ impl FamilyVisitor for Stale<'_> {
             self.checked += 1;
             let name = format!("{} [{} {} {}]", e.family, e.key, e.tier, e.bucket);
             if e.source_hash != current {
-                self.stale.push(format!("{name}: its family's sources changed"));
+                self.stale
+                    .push(format!("{name}: its family's sources changed"));
                 continue;
             }
             let key = e.key().expect("entry key").to_string();

@@ -79,6 +79,7 @@ fn entry(rows: u64, cols: u64, v: &Variant) -> Entry {
         bucket: format!("{rows}x{cols}"),
         shape: format!("{rows}x{cols}"),
         source_hash: trellis::tune::source_hash::<ReduceFamily>(Dialect::Cuda),
+        space_hash: None,
         winner: record(v),
         stats: stats(10.0),
         default: Some(stats(12.0)),
@@ -298,6 +299,24 @@ fn source_hashes_differ_by_family_and_dialect() {
     assert_eq!(r, trellis::tune::source_hash::<ReduceFamily>(Dialect::Cuda));
     assert_ne!(r, trellis::tune::source_hash::<ReduceFamily>(Dialect::Cpu));
     assert_ne!(r, trellis::tune::source_hash::<GateUpFamily>(Dialect::Cuda));
+}
+
+/// A problem's candidate-space hash follows its candidates: the quick space and another
+/// M (other candidates) hash differently.
+#[test]
+fn space_hashes_follow_the_candidates() {
+    let (p, q) = (
+        problem(4096, 4096),
+        ReduceProblem {
+            m: 8,
+            ..problem(4096, 4096)
+        },
+    );
+    let h =
+        |p: &ReduceProblem, quick| trellis::tune::space_hash::<ReduceFamily>(p, Tier::Exact, quick);
+    assert_eq!(h(&p, false), h(&p, false));
+    assert_ne!(h(&p, false), h(&p, true));
+    assert_ne!(h(&p, false), h(&q, false));
 }
 
 #[test]

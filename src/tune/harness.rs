@@ -644,9 +644,10 @@ pub fn tune<F: Family, B: Backend>(
         let same = |e: &Entry| e.key().ok().as_ref() == Some(&key);
         let space = super::space_hash::<F>(p, o.tier, o.quick);
         let cached = !o.fresh
-            && table.entries.iter().any(|e| {
-                same(e) && e.source_hash == hash && e.space_hash.as_ref() == Some(&space)
-            });
+            && table
+                .entries
+                .iter()
+                .any(|e| same(e) && e.source_hash == hash && e.space_hash.as_ref() == Some(&space));
         progress(Event::Start {
             i,
             n: problems.len(),

@@ -1,7 +1,9 @@
 //! The tuning table file: `tuning/<device-id>.toml`, human-readable and diff-friendly.
 //! Unknown fields are errors (a typo must not silently change a choice). Each entry
 //! records the hash of what its family compiles on the table's dialect
-//! ([`super::source_hash`]), so editing one family's template stales only its entries.
+//! ([`super::source_hash`]), so editing one family's template stales only its entries,
+//! and the hash of its problem's candidates ([`super::space_hash`]), so widening the
+//! space at some shapes stales only theirs.
 
 use super::{Bucket, TuneKey};
 use crate::error::{Error, Result};

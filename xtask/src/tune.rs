@@ -167,7 +167,11 @@ pub fn stamp(a: &TuneArgs) -> Result<()> {
     let stamped = job.stamped;
     job.result?;
     std::fs::write(out, table.to_toml()).map_err(|e| Error::file(out, e))?;
-    let missing = table.entries.iter().filter(|e| e.space_hash.is_none()).count();
+    let missing = table
+        .entries
+        .iter()
+        .filter(|e| e.space_hash.is_none())
+        .count();
     eprintln!(
         "stamped {stamped} entries of {}; {missing} still without a space hash",
         out.display()
@@ -194,8 +198,7 @@ impl FamilyVisitor for StampJob<'_> {
         }
         match F::problems(self.space) {
             Ok(problems) => {
-                self.stamped +=
-                    harness::stamp::<F>(self.opts, self.dialect, &problems, self.table)
+                self.stamped += harness::stamp::<F>(self.opts, self.dialect, &problems, self.table)
             }
             Err(e) => self.result = Err(e),
         }

@@ -90,6 +90,43 @@ fn per_key_lines_resume_fresh_and_real_bandwidth() {
 }
 
 #[test]
+fn an_entry_of_another_candidate_space_is_measured_again_and_stamp_fills_old_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    assert!(tune(&out, &[]).status.success());
+    let tuned = std::fs::read_to_string(&out).unwrap();
+    let line = tuned
+        .lines()
+        .find(|l| l.starts_with("space_hash = "))
+        .expect("a tuned entry records its candidate space")
+        .to_string();
+    let marked = tuned.replacen(
+        &format!("median_us = {}", median_us(&out)),
+        "median_us = 987654.0",
+        1,
+    );
+    // Candidates changed since (another space hash): measured again, sources alike.
+    std::fs::write(
+        &out,
+        marked.replace(&line, "space_hash = \"0000000000000000\""),
+    )
+    .unwrap();
+    assert!(tune(&out, &[]).status.success());
+    assert_ne!(median_us(&out), 987654.0);
+    // A table from before entries recorded it: --stamp adds it without measuring.
+    std::fs::write(&out, marked.replace(&format!("{line}\n"), "")).unwrap();
+    let stamped = tune(&out, &["--stamp"]);
+    assert!(stamped.status.success(), "{}", text(&stamped.stderr));
+    assert!(
+        text(&stamped.stderr).contains("stamped 1 entries"),
+        "{}",
+        text(&stamped.stderr)
+    );
+    assert_eq!(median_us(&out), 987654.0);
+    assert!(std::fs::read_to_string(&out).unwrap().contains(&line));
+}
+
+#[test]
 fn a_spent_budget_is_a_clear_line_and_status_3() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t.toml");
