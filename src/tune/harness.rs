@@ -517,26 +517,23 @@ pub fn tune_problem<F: Family, B: Backend>(
             ),
         )
     })?;
-    Ok(Entry {
-        space_hash: Some(super::space_hash::<F>(p, o.tier, o.quick)),
-        ..entry::<F>(
-            p,
-            &key,
-            b.dialect(),
-            (winner, stats),
-            default,
-            &timed,
-            &cands,
-            rejected,
-        )
-    })
+    Ok(entry::<F>(
+        p,
+        &key,
+        (b.dialect(), o.quick),
+        (winner, stats),
+        default,
+        &timed,
+        &cands,
+        rejected,
+    ))
 }
 
 #[allow(clippy::too_many_arguments)]
 fn entry<F: Family>(
     p: &F::Problem,
     key: &TuneKey,
-    dialect: Dialect,
+    (dialect, quick): (Dialect, bool),
     (winner, stats): (F::Variant, Stats),
     default: F::Variant,
     timed: &[(F::Variant, Stats)],
@@ -557,7 +554,7 @@ fn entry<F: Family>(
         bucket: key.bucket.to_string(),
         shape: format!("{rows}x{cols}"),
         source_hash: super::source_hash::<F>(dialect),
-        space_hash: None,
+        space_hash: Some(super::space_hash::<F>(p, key.tier, quick)),
         winner: record(&winner),
         stats: stats.record(),
         default: default_stats.map(|s| s.record()),

@@ -66,7 +66,7 @@ pub struct TuneArgs {
     pub stamp: bool,
     /// Output table (default: tuning/local/DEVICE-ID.toml, which git ignores and the build
     /// does not embed). An existing table for the same device is resumed: problems it has
-    /// with current sources are kept (unless --fresh).
+    /// with current sources and the same candidates are kept (unless --fresh).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -146,8 +146,30 @@ fn options(a: &TuneArgs, backend: &str) -> Result<TuneOptions> {
     Ok(o)
 }
 
+/// `--family` names only registered families.
+fn check_families(a: &TuneArgs) -> Result<()> {
+    match a
+        .family
+        .iter()
+        .find(|f| !trellis::families::names().contains(&f.as_str()))
+    {
+        Some(f) => Err(Error::invalid(
+            "family",
+            f,
+            format!("expected one of {}", trellis::families::names().join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether `--family` (empty: all) names family `F`.
+fn wanted<F: Family>(a: &TuneArgs) -> bool {
+    a.family.is_empty() || a.family.iter().any(|f| trellis::families::is::<F>(f))
+}
+
 /// `tune --stamp`: record candidate-space hashes in the --out table without a device.
 pub fn stamp(a: &TuneArgs) -> Result<()> {
+    check_families(a)?;
     let out = a.out.as_ref().expect("clap requires --out with --stamp");
     let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
     let mut table = Table::parse(&text)?;
@@ -191,9 +213,7 @@ struct StampJob<'a> {
 
 impl FamilyVisitor for StampJob<'_> {
     fn visit<F: Family>(&mut self) {
-        let wanted =
-            self.a.family.is_empty() || self.a.family.iter().any(|f| trellis::families::is::<F>(f));
-        if !wanted || self.result.is_err() {
+        if !wanted::<F>(self.a) || self.result.is_err() {
             return;
         }
         match F::problems(self.space) {
@@ -230,18 +250,7 @@ pub const BUDGET_SPENT: u8 = 3;
 pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outcome> {
     let space = space(a, b.name() != "cpu")?;
     let opts = options(a, b.name())?;
-    let unknown: Vec<&String> = a
-        .family
-        .iter()
-        .filter(|f| !trellis::families::names().contains(&f.as_str()))
-        .collect();
-    if let Some(f) = unknown.first() {
-        return Err(Error::invalid(
-            "family",
-            f,
-            format!("expected one of {}", trellis::families::names().join(", ")),
-        ));
-    }
+    check_families(a)?;
     // By default the table goes to `tuning/local/`, which git ignores and the build does
     // not embed: move it to `tuning/` and commit it to ship it.
     let out = match &a.out {
@@ -324,9 +333,7 @@ struct FamilyJob<'a, B: Backend> {
 
 impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
     fn visit<F: Family>(&mut self) {
-        let wanted =
-            self.a.family.is_empty() || self.a.family.iter().any(|f| trellis::families::is::<F>(f));
-        if !wanted || self.result.is_err() {
+        if !wanted::<F>(self.a) || self.result.is_err() {
             return;
         }
         let problems = match F::problems(self.space) {
