@@ -41,12 +41,11 @@ pub fn reduce(w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
     let dense = dequantize(w, x.dtype);
     let mut y = vec![0.0f32; x.rows * rows];
-    y.par_chunks_mut(rows).enumerate().for_each(|(m, out)| {
-        let xm = x.row(m);
-        for (r, o) in out.iter_mut().enumerate() {
-            let wr = &dense[r * cols..(r + 1) * cols];
-            *o = x.dtype.round(canonical::dot(xm, |c| wr[c]));
-        }
+    // Every output on its own, so M = 1 uses every core too.
+    y.par_iter_mut().enumerate().for_each(|(i, o)| {
+        let (m, r) = (i / rows, i % rows);
+        let wr = &dense[r * cols..(r + 1) * cols];
+        *o = x.dtype.round(canonical::dot(x.row(m), |c| wr[c]));
     });
     Ok(Activations {
         dtype: x.dtype,
@@ -113,15 +112,14 @@ pub fn real_sums(w: &QuantizedMatrix, x: &Activations) -> Result<(Vec<f64>, Vec<
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
     let table = w.value_table();
     let mut out = vec![(0f64, 0f64); x.rows * rows];
-    out.par_chunks_mut(rows).enumerate().for_each(|(m, o)| {
-        let xm = x.row(m);
-        for (r, (y, a)) in o.iter_mut().enumerate() {
-            let scale = w.scales[r] as f64;
-            for (c, &xc) in xm.iter().enumerate().take(cols) {
-                let p = table[w.state(r, c) as usize] as f64 * scale * xc as f64;
-                *y += p;
-                *a += p.abs();
-            }
+    // Every output on its own, so M = 1 uses every core too.
+    out.par_iter_mut().enumerate().for_each(|(i, (y, a))| {
+        let (m, r) = (i / rows, i % rows);
+        let scale = w.scales[r] as f64;
+        for (c, &xc) in x.row(m).iter().enumerate().take(cols) {
+            let p = table[w.state(r, c) as usize] as f64 * scale * xc as f64;
+            *y += p;
+            *a += p.abs();
         }
     });
     Ok(out.into_iter().unzip())
