@@ -522,7 +522,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
         } else {
             // Row tiles sharing a split's staged x (64 registers); 8 tiles in 17 splits
             // (8 steps of 128 columns each at 17408 columns) is the one shape whose staged
-            // x fits 48 KB at 5120 x 17408 (not yet a tuning candidate).
+            // x fits 48 KB at 5120 x 17408.
             for (row_tiles, col_split, k_split) in [(2, 4, 8), (4, 2, 8), (8, 1, 8), (8, 1, 17)] {
                 for x in [Shared, SharedDup] {
                     vs.push(MmaVariant {
@@ -533,7 +533,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
                 }
             }
             // One row tile under 64 registers: 4 groups of 8 warps per SM instead of 3
-            // (78 registers unbounded; not yet a tuning candidate).
+            // (78 registers unbounded; measured slower: it spills, so not a candidate).
             vs.push(MmaVariant {
                 max_registers: 64,
                 ..v(1, 8, 16, Global)
