@@ -184,10 +184,7 @@ impl Family for GateUpMmaFamily {
         MmaVariant::unsplit(1, 4, 16, super::reduce_mma::MmaXStage::Global)
     }
     fn candidates(p: &GateUpMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
-        let bf16_ok = p.act == DType::Bf16
-            && [p.gate.code, p.up.code]
-                .iter()
-                .all(|&c| super::reduce_mma::operand_of(c) != "half_pair");
+        let bf16_ok = super::reduce_mma::bf16_operands_fit(p.act, &[p.gate.code, p.up.code]);
         let mut out = super::reduce_mma::candidates_for(p.m, tier, quick, bf16_ok);
         // Two projections per tile: 61 of the 90 H200 winners took the fewest simdgroups
         // offered (4), and 2 also runs.

@@ -302,12 +302,19 @@ impl MmaProj {
 }
 
 /// How the matrix-unit operand words of `code` are made (see [`MmaProj::operand`]).
-pub(crate) fn operand_of(code: Code) -> &'static str {
+fn operand_of(code: Code) -> &'static str {
     match code {
         Code::OneMad => "onemad",
         Code::ThreeInst | Code::Mcg => "half_pair",
         Code::Mul1 | Code::Lut => "value",
     }
+}
+
+/// Whether a problem of activations `act` and these codes can take bf16 operands: bf16
+/// activations, and codes of one k-slot per weight (what `validate` asks of `operands =
+/// bf16`).
+pub(crate) fn bf16_operands_fit(act: DType, codes: &[Code]) -> bool {
+    act == DType::Bf16 && codes.iter().all(|&c| operand_of(c) != "half_pair")
 }
 
 /// What the matrix-unit template (`templates/reduce_mma.kernel`) asks of a kernel
@@ -811,7 +818,7 @@ impl Family for ReduceMmaFamily {
         default_for(p.geometry.rows, p.m)
     }
     fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
-        let bf16_ok = p.act == DType::Bf16 && operand_of(p.geometry.code) != "half_pair";
+        let bf16_ok = bf16_operands_fit(p.act, &[p.geometry.code]);
         let mut out = candidates_for(p.m, tier, quick, bf16_ok);
         out.extend(residency_candidates(
             p.m,
