@@ -467,8 +467,9 @@ fn mma_row<V: std::fmt::Display + Copy>(
 /// and `gate_up_mma`) against dense bf16 cuBLAS at the Qwen3-14B MLP shapes, k 2/3/4
 /// (gate/up: 3/3 and 3/4), M 1/8/16, a few launch shapes per problem, each verified
 /// at full size against SPEC 7 v2 before it is timed. `MMA_ONLY=<rows>x<cols>:<k>:<m>:<code>`
-/// runs one reduce problem alone and `MMA_VARIANT=<variant as displayed>` one variant
-/// (for profilers).
+/// runs only those reduce problems and `MMA_VARIANT=<variant as displayed>` only those
+/// variants (comma-separated lists; for profilers); `MMA_SHAPES=<rows>x<cols>,...` replaces
+/// the two Qwen3-14B shapes (e.g. row counts that fill whole waves of threadgroups).
 pub fn run_mma(out: &Path) -> Result<()> {
     use trellis::families::gate_up_mma::GateUpMmaProblem;
     use trellis::families::reduce_mma::{
@@ -477,7 +478,13 @@ pub fn run_mma(out: &Path) -> Result<()> {
     let b = CudaBackend::new(0)?;
     let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
     let o = TuneOptions::for_backend("cuda", Tier::Fast);
-    let only = std::env::var("MMA_ONLY").ok();
+    let list_of = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .map(|s| s.split(',').map(str::to_string).collect::<Vec<_>>())
+    };
+    let only = list_of("MMA_ONLY");
+    let shapes_env = list_of("MMA_SHAPES");
     let info = b.info().clone();
     use trellis::families::reduce_mma::MmaXStage::{Global, Shared, SharedDup};
     let v = MmaVariant::unsplit;
@@ -489,7 +496,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
     };
     // A few launch shapes per problem, x from device memory or staged; those that do not
     // fit the device (staged x of many samples) are left out.
-    let only_variant = std::env::var("MMA_VARIANT").ok();
+    let only_variant = list_of("MMA_VARIANT");
     let shapes = |m: u32, k: u32| {
         let mut vs = Vec::new();
         for x in [Global, Shared, SharedDup] {
@@ -539,12 +546,22 @@ pub fn run_mma(out: &Path) -> Result<()> {
                 ..v(1, 8, 16, Global)
             });
         }
-        vs.retain(|v| only_variant.as_ref().is_none_or(|o| *o == v.to_string()));
+        vs.retain(|v| only_variant.as_ref().is_none_or(|o| o.contains(&v.to_string())));
         vs
     };
     let limits = b.limits();
     let mut problems = Vec::new();
-    for (rows, cols) in [(17408usize, 5120usize), (5120, 17408)] {
+    let mut mats = vec![(17408usize, 5120usize), (5120, 17408)];
+    if let Some(list) = &shapes_env {
+        mats = list
+            .iter()
+            .map(|s| {
+                let (r, c) = s.split_once('x').unwrap_or((s, ""));
+                Ok((r.parse().map_err(err)?, c.parse().map_err(err)?))
+            })
+            .collect::<Result<_>>()?;
+    }
+    for (rows, cols) in mats {
         for (code, ks, ms) in [
             (Code::OneMad, &[2u32, 3, 4][..], &[1u32, 8, 16][..]),
             (Code::ThreeInst, &[2, 3][..], &[1, 8, 16][..]),
@@ -552,7 +569,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
             for &k in ks {
                 for &m in ms {
                     if let Some(o) = &only {
-                        if *o != format!("{rows}x{cols}:{k}:{m}:{code}") {
+                        if !o.contains(&format!("{rows}x{cols}:{k}:{m}:{code}")) {
                             continue;
                         }
                     }
