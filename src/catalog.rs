@@ -56,6 +56,7 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
                             x_stage,
                             tier,
                             rows_per_simd,
+                            max_registers: 0,
                         });
                     }
                 }
@@ -63,6 +64,32 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
         }
     }
     out
+}
+
+/// Candidates under a register budget, for a problem of `rows` rows and M = `m`, on top of
+/// [`variants`]: at M = 8 with 4 rows per simdgroup the CUDA kernels of k 2 and 4 take
+/// 200-202 registers (k 3: 168), 8 warps per SM instead of 12, so 5120 x 17408 needs 1.21
+/// waves of simdgroups on the H200 instead of 0.81; 168 holds 12 (a few spills outside
+/// the loop; measured: 117-120 -> 99 us there, 2-8 % at 17408 x 5120). Offered from 4096
+/// rows, where thousands of simdgroups make residency decide the waves; the verify
+/// catalog's small matrices (and so the families' source hashes) are left as they were,
+/// and `tests/cpu_backend.rs` checks the budgeted kernels bit for bit.
+pub fn budget_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
+    if m < 8 || rows < 4096 {
+        return Vec::new();
+    }
+    [2u32, 4]
+        .into_iter()
+        .map(|rows_per_group| Variant {
+            repr: Representation::Inline,
+            m_strategy: MStrategy::SharedDecode,
+            rows_per_group,
+            x_stage: XStage::Registers,
+            tier,
+            rows_per_simd: 4,
+            max_registers: 168,
+        })
+        .collect()
 }
 
 /// One verify case: a gate (or the only) matrix, an up matrix, their shared shape, the

@@ -220,9 +220,11 @@ impl XStage {
 }
 
 /// The tunable part of a specialization: same output bits (within a tier), different speed.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+///
+/// `Hash` and `Debug` leave `max_registers` out at 0, as the tables do (serde): a variant
+/// without a budget keeps the kernel symbol and the tuning space hashes it had before the
+/// field existed, so adding a field re-tunes only the entries whose space it widens.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
     pub repr: Representation,
@@ -235,6 +237,47 @@ pub struct Variant {
     /// Rows per simdgroup (1, 2 or 4): each lane holds its lane of every one of them, so
     /// one x load serves them all.
     pub rows_per_simd: u32,
+    /// Registers per thread the CUDA compiler may use (0: its own choice). At M = 8 and 4
+    /// rows per simdgroup the k 2 and 4 kernels take 200-202 registers (their code words
+    /// as 8- and 16-byte loads) where k 3 takes 168: 8 instead of 12 warps per SM. The
+    /// other dialects ignore it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max_registers: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+impl std::hash::Hash for Variant {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        // The fields in declaration order, as `derive(Hash)` would, budget only when set.
+        self.repr.hash(h);
+        self.m_strategy.hash(h);
+        self.rows_per_group.hash(h);
+        self.x_stage.hash(h);
+        self.tier.hash(h);
+        self.rows_per_simd.hash(h);
+        if self.max_registers != 0 {
+            self.max_registers.hash(h);
+        }
+    }
+}
+
+impl fmt::Debug for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Variant");
+        d.field("repr", &self.repr)
+            .field("m_strategy", &self.m_strategy)
+            .field("rows_per_group", &self.rows_per_group)
+            .field("x_stage", &self.x_stage)
+            .field("tier", &self.tier)
+            .field("rows_per_simd", &self.rows_per_simd);
+        if self.max_registers != 0 {
+            d.field("max_registers", &self.max_registers);
+        }
+        d.finish()
+    }
 }
 
 /// Allowed `rows_per_simd`.
@@ -254,6 +297,7 @@ impl Default for Variant {
             x_stage: XStage::Registers,
             tier: Tier::Exact,
             rows_per_simd: 2,
+            max_registers: 0,
         }
     }
 }
@@ -267,6 +311,9 @@ impl fmt::Display for Variant {
         )?;
         if self.rows_per_simd != 1 {
             write!(f, " rps={}", self.rows_per_simd)?;
+        }
+        if self.max_registers > 0 {
+            write!(f, " regs={}", self.max_registers)?;
         }
         write!(f, " {}", self.tier)
     }
@@ -364,6 +411,14 @@ pub(crate) fn check_common(
             "rows_per_group",
             v.rows_per_group,
             "must be a power of two in 1..=32",
+        ));
+    }
+    if v.max_registers != 0 && !(v.max_registers % 8 == 0 && (32..=248).contains(&v.max_registers))
+    {
+        return Err(Error::invalid(
+            "max_registers",
+            v.max_registers,
+            "must be 0 (the compiler's choice) or a multiple of 8 in 32..=248",
         ));
     }
     if !ROWS_PER_SIMD.contains(&v.rows_per_simd) {

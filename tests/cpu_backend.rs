@@ -108,6 +108,7 @@ fn reduce_matches_reference_bit_for_bit() {
             x_stage: XStage::Global,
             tier: Tier::Exact,
             rows_per_simd: 1,
+            max_registers: 0,
         };
         let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
         let want = reference::reduce(&w, &x).unwrap();
@@ -179,6 +180,7 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
                 x_stage: XStage::Registers,
                 tier: Tier::Exact,
                 rows_per_simd: rps,
+                max_registers: 0,
             };
             let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
             let want = reference::reduce(&w, &x).unwrap();
@@ -199,4 +201,79 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
         let want = reference::gate_up(&w, &up, &x).unwrap();
         assert!(got.bits_eq(&want), "gate_up {g} {dtype} m={m} {variant}");
     }
+}
+
+/// The register budget of the M = 8 candidates (`catalog::budget_variants`): offered from
+/// 4096 rows only (the catalog's small matrices keep their space), bit for bit on the CPU
+/// and the Metal simulator (which ignore it), and on CUDA a `__maxnreg__` on the entry
+/// point and nothing else: the kernel symbol of a variant without a budget is what it was
+/// before the field existed, and the budget gives another.
+#[test]
+fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
+    use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+    use trellis::family::Family;
+    use trellis::kernel::{Dialect, KernelSpec};
+    let g = Geometry::new(4096, 256, 256, 2, 12, Code::OneMad).unwrap();
+    let problem = |m, rows| ReduceProblem {
+        geometry: Geometry::new(rows, 256, 256, 2, 12, Code::OneMad).unwrap(),
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m,
+    };
+    let budgeted = |p: &ReduceProblem| -> Vec<Variant> {
+        ReduceFamily::candidates(p, Tier::Exact, false)
+            .into_iter()
+            .filter(|v| v.max_registers > 0)
+            .collect()
+    };
+    assert_eq!(budgeted(&problem(8, 4096)).len(), 2);
+    assert!(budgeted(&problem(4, 4096)).is_empty());
+    assert!(budgeted(&problem(8, 130)).is_empty());
+    let variant = budgeted(&problem(8, 4096))[0];
+    assert_eq!(
+        variant.to_string(),
+        "inline shared_decode rpg=2 x=registers rps=4 regs=168 exact"
+    );
+
+    let w = random_matrix(g, 31);
+    let x = random_x(DType::Bf16, 8, 256, 32);
+    let want = reference::reduce(&w, &x).unwrap();
+    let got = ops::matvec_with(&CpuBackend::new().unwrap(), &w, &x, variant).unwrap();
+    assert!(got.bits_eq(&want), "cpu {variant}");
+    let got = ops::matvec_with(&MetalSimBackend::new().unwrap(), &w, &x, variant).unwrap();
+    assert!(got.bits_eq(&want), "metal-sim {variant}");
+    let up = random_matrix(
+        Geometry::new(4096, 256, 256, 3, 12, Code::OneMad).unwrap(),
+        33,
+    );
+    let got = ops::gate_up_with(
+        &CpuBackend::new().unwrap(),
+        &w,
+        &up,
+        &x,
+        Tail::Exact,
+        variant,
+    )
+    .unwrap();
+    assert!(
+        got.bits_eq(&reference::gate_up(&w, &up, &x).unwrap()),
+        "gate_up {variant}"
+    );
+
+    let kernel = |v: Variant| ReduceFamily::kernel(&problem(8, 4096), v);
+    let unbudgeted = Variant {
+        max_registers: 0,
+        ..variant
+    };
+    let cuda = kernel(variant).unit(Dialect::Cuda).unwrap();
+    assert!(cuda.contains("__maxnreg__(168)"), "{cuda}");
+    for d in [Dialect::Cpu, Dialect::Metal] {
+        assert!(!kernel(variant).unit(d).unwrap().contains("maxnreg"));
+    }
+    assert!(!kernel(unbudgeted)
+        .unit(Dialect::Cuda)
+        .unwrap()
+        .contains("maxnreg"));
+    assert_ne!(kernel(variant).id(), kernel(unbudgeted).id());
 }

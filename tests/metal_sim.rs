@@ -468,6 +468,7 @@ fn reduce_spec(c: &Case, repr: Representation, x_stage: XStage) -> Reduce {
             x_stage,
             tier: Tier::Exact,
             rows_per_simd: 1,
+            max_registers: 0,
         },
     }
 }

@@ -24,6 +24,7 @@ fn winner() -> Variant {
         x_stage: trellis::kernels::XStage::SharedF32,
         tier: Tier::Exact,
         rows_per_simd: 1,
+        max_registers: 0,
     }
 }
 

@@ -310,7 +310,9 @@ impl Family for GateUpFamily {
         }
     }
     fn candidates(p: &GateUpProblem, tier: Tier, quick: bool) -> Vec<Variant> {
-        crate::catalog::variants(tier, p.m, quick)
+        let mut out = crate::catalog::variants(tier, p.m, quick);
+        out.extend(crate::catalog::budget_variants(tier, p.m, p.gate.rows));
+        out
     }
     fn label(p: &GateUpProblem) -> &'static str {
         if p.gate.k == p.up.k {

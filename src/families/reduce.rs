@@ -236,7 +236,9 @@ impl Family for ReduceFamily {
         }
     }
     fn candidates(p: &ReduceProblem, tier: Tier, quick: bool) -> Vec<Variant> {
-        crate::catalog::variants(tier, p.m, quick)
+        let mut out = crate::catalog::variants(tier, p.m, quick);
+        out.extend(crate::catalog::budget_variants(tier, p.m, p.geometry.rows));
+        out
     }
     fn key_fields(p: &ReduceProblem) -> String {
         let g = &p.geometry;

@@ -725,6 +725,7 @@ mod tests {
             x_stage: XStage::Registers,
             tier: Tier::Exact,
             rows_per_simd,
+            max_registers: 0,
         };
         let space = [v(2, 1), v(4, 2), v(8, 4)];
         // The kernel takes rows_per_simd up to 8 and rows_per_group down to 2.

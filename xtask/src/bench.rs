@@ -173,6 +173,7 @@ pub fn seed_structure() -> Variant {
         x_stage: XStage::Registers,
         tier: Tier::Exact,
         rows_per_simd: 1,
+        max_registers: 0,
     }
 }
 
@@ -190,9 +191,16 @@ fn register_candidates() -> Vec<Variant> {
                 x_stage: XStage::Registers,
                 tier: Tier::Exact,
                 rows_per_simd,
+                max_registers: 0,
             });
         }
     }
+    // Under the M = 8 register budget (the candidates').
+    out.push(Variant {
+        rows_per_simd: 4,
+        max_registers: 168,
+        ..out[0]
+    });
     out
 }
 
@@ -546,7 +554,11 @@ pub fn run_mma(out: &Path) -> Result<()> {
                 ..v(1, 8, 16, Global)
             });
         }
-        vs.retain(|v| only_variant.as_ref().is_none_or(|o| o.contains(&v.to_string())));
+        vs.retain(|v| {
+            only_variant
+                .as_ref()
+                .is_none_or(|o| o.contains(&v.to_string()))
+        });
         vs
     };
     let limits = b.limits();
