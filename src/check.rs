@@ -131,11 +131,38 @@ impl RealSums {
     }
 }
 
-/// A fast `reduce` result against SPEC 7 (v2); finite where `y*` is finite.
+/// The smallest magnitude that rounds to infinity in `dtype` (round to nearest even):
+/// the largest finite value plus half its ulp (f16: 65520).
+pub fn overflow_threshold(dtype: DType) -> f64 {
+    let mant = match dtype {
+        DType::Bf16 => 7,
+        DType::F16 => 10,
+        DType::F32 => 23,
+    };
+    let max_exp = if dtype == DType::F16 { 15 } else { 127 };
+    (2.0 - 2f64.powi(-mant - 1)) * 2f64.powi(max_exp)
+}
+
+/// Whether a non-finite output is the right one: infinity of `want`'s sign where a value
+/// within `bound` of `want` rounds to infinity in `dtype`. SPEC 7 forbids overflow where
+/// the real result is in range ("f16 activations: up to their own range"); beyond the
+/// range, infinity is the dtype's rounding of the real result (the exact tier gives it
+/// too), and no finite output is within the bound.
+fn right_overflow(dtype: DType, got: f32, want: f64, bound: f64) -> bool {
+    got.is_infinite()
+        && (got > 0.0) == (want > 0.0)
+        && want.abs() + bound >= overflow_threshold(dtype)
+}
+
+/// A fast `reduce` result against SPEC 7 (v2); finite where `y*` is finite and in the
+/// activation dtype's range.
 pub fn fast_reduce(got: &Activations, real: &RealSums) -> Result<String, String> {
     let mut worst = 0f64;
     for (i, &y) in got.data.iter().enumerate() {
         let (want, bound) = (real.y[i], real.bound(got.dtype, i));
+        if right_overflow(got.dtype, y, want, bound) {
+            continue;
+        }
         let err = (y as f64 - want).abs();
         if !y.is_finite() || err > bound {
             return Err(format!(
@@ -174,6 +201,9 @@ pub fn fast_gate_up(
             + 1.1 * (g.bound(t, i) + ulp(t, gs)) * us.abs()
             + silu.abs() * (u.bound(t, i) + ulp(t, us))
             + tail;
+        if right_overflow(t, mid, want, bound) {
+            continue;
+        }
         let err = (mid as f64 - want).abs();
         if !mid.is_finite() || err > bound {
             return Err(format!(
@@ -212,5 +242,37 @@ mod tests {
         let mut inf = exact;
         inf.data[0] = f32::INFINITY;
         assert!(fast_reduce(&inf, &real).is_err());
+    }
+
+    /// Beyond the dtype's range the right output is infinity of the real result's sign
+    /// (what rounding gives, and the exact tier): f16 activations whose products pass
+    /// 65520. Inside it, infinity is still wrong, and NaN always is.
+    #[test]
+    fn fast_bound_takes_infinity_only_beyond_the_dtype_range() {
+        assert_eq!(overflow_threshold(DType::F16), 65520.0);
+        assert_eq!(
+            overflow_threshold(DType::Bf16),
+            f64::from(half::bf16::MAX) + 2f64.powi(127 - 8)
+        );
+        assert_eq!(
+            overflow_threshold(DType::F32),
+            f64::from(f32::MAX) + 2f64.powi(127 - 24)
+        );
+        let out = |v: f32| Activations::from_f32(DType::F16, 1, 1, vec![v]).unwrap();
+        let real = |y: f64| RealSums {
+            y: vec![y],
+            abs: vec![y.abs()],
+            cols: 256,
+        };
+        assert!(fast_reduce(&out(f32::INFINITY), &real(1.2e5)).is_ok());
+        assert!(fast_reduce(&out(f32::NEG_INFINITY), &real(-1.2e5)).is_ok());
+        assert!(fast_reduce(&out(f32::NEG_INFINITY), &real(1.2e5)).is_err());
+        assert!(fast_reduce(&out(f32::NAN), &real(1.2e5)).is_err());
+        // 60000 is in range (its bound, about 240, does not reach 65520).
+        assert!(fast_reduce(&out(f32::INFINITY), &real(6.0e4)).is_err());
+        assert!(fast_reduce(&out(60000.0), &real(6.0e4)).is_ok());
+        let (g, u) = (real(600.0), real(200.0));
+        assert!(fast_gate_up(&out(f32::INFINITY), &g, &u, false).is_ok());
+        assert!(fast_gate_up(&out(f32::INFINITY), &real(60.0), &u, false).is_err());
     }
 }

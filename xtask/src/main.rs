@@ -2,6 +2,7 @@
 
 #[cfg(feature = "cuda")]
 mod bench;
+mod random;
 mod render;
 mod swiglu;
 mod tune;
@@ -35,6 +36,14 @@ enum Cmd {
         /// Also write the report here.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Instead of the catalog: this many random problems through the library facade
+        /// (`ops::matvec`, `ops::gate_up`, exact and fast, the selector's variants),
+        /// against the CPU reference.
+        #[arg(long)]
+        random: Option<usize>,
+        /// Seed of the random problems.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// Write every specialization's Metal, CUDA and C++ source.
     Render {
@@ -130,12 +139,18 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             quick,
             vectors,
             out,
+            random,
+            seed,
         } => {
             let name = backend.unwrap_or_else(|| trellis::backend::default_name().to_string());
-            let (text, ok) = AnyBackend::open(&name)?.visit(verify::Job {
-                quick,
-                vectors: &vectors,
-            })?;
+            let backend = AnyBackend::open(&name)?;
+            let (text, ok) = match random {
+                Some(n) => backend.visit(random::Job { n, seed }),
+                None => backend.visit(verify::Job {
+                    quick,
+                    vectors: &vectors,
+                })?,
+            };
             print!("{text}");
             if let Some(p) = out {
                 std::fs::write(&p, &text).map_err(|e| trellis::Error::file(&p, e))?;

@@ -1,0 +1,265 @@
+//! `cargo xtask verify --random N`: random problems through the library facade
+//! (`ops::matvec`, `ops::gate_up`, exact and fast), each with the variant the selector
+//! picks on this backend (a tuned winner from the nearest bucket, or the default where
+//! that does not fit), checked against the CPU reference: SPEC 5 bits for exact, the
+//! SPEC 7 (v2) bound for fast. Random geometry over the SPEC ranges (every code, k 1-8,
+//! L k+1..16, T, odd row counts), every activation and scale dtype, activations with
+//! outliers up to 2^15, and a share of the tuned preset shapes so the table's winners run.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::fmt::Write;
+use trellis::check::{self, RealSums};
+use trellis::kernel::Backend;
+use trellis::kernels::{Tail, Tier};
+use trellis::{ops, reference, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
+
+/// `verify --random` on whichever backend was opened.
+pub struct Job {
+    pub n: usize,
+    pub seed: u64,
+}
+
+impl trellis::backend::BackendVisitor for Job {
+    type Out = (String, bool);
+    fn visit<B: Backend>(self, b: &B) -> Self::Out {
+        run(b, self.n, self.seed)
+    }
+}
+
+/// One random case.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub gate: Geometry,
+    /// The up projection (`gate_up` only): same rows, cols and T.
+    pub up: Option<Geometry>,
+    pub scale: ScaleDType,
+    pub act: DType,
+    pub m: usize,
+    pub tier: Tier,
+    pub tail: Tail,
+    pub seed: u64,
+}
+
+impl std::fmt::Display for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = &self.gate;
+        match &self.up {
+            None => write!(f, "reduce {g}")?,
+            Some(u) => write!(
+                f,
+                "gate_up {g} up k{} L{} {} tail {}",
+                u.k, u.l, u.code, self.tail
+            )?,
+        }
+        write!(
+            f,
+            " M={} {} scales {} {} seed {}",
+            self.m, self.act, self.scale, self.tier, self.seed
+        )
+    }
+}
+
+/// Shapes the H200 table was tuned at (Qwen3-14B and Llama-3-8B MLPs).
+const PRESETS: [(usize, usize); 4] = [(17408, 5120), (5120, 17408), (14336, 4096), (4096, 14336)];
+
+/// `n` cases from `seed`; `native_tail`: whether fast `gate_up` may ask for the
+/// backend's own SwiGLU arithmetic (GPU backends only).
+pub fn cases(n: usize, seed: u64, native_tail: bool) -> Vec<Case> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n)
+        .map(|i| {
+            let code = Code::ALL[rng.random_range(0..Code::ALL.len())];
+            let k = rng.random_range(1..=8u32);
+            let l = rng.random_range(k + 1..=16u32);
+            let (rows, cols, t) = if i % 4 == 3 {
+                let (r, c) = PRESETS[rng.random_range(0..PRESETS.len())];
+                (r, c, 256)
+            } else {
+                let t = 32 * rng.random_range(1..=8usize);
+                let cols = t * rng.random_range(1..=(6144 / t));
+                (rng.random_range(1..=700usize), cols, t)
+            };
+            let gate = Geometry::new(rows, cols, t, k, l, code).expect("in SPEC ranges");
+            let up = rng.random_bool(0.4).then(|| {
+                let ku = (k + rng.random_range(0..=1u32)).min(8);
+                let lu = rng.random_range(ku + 1..=16u32);
+                let cu = Code::ALL[rng.random_range(0..Code::ALL.len())];
+                Geometry::new(rows, cols, t, ku, lu, cu).expect("in SPEC ranges")
+            });
+            let tier = if rng.random_bool(0.5) {
+                Tier::Exact
+            } else {
+                Tier::Fast
+            };
+            let m_max = if tier == Tier::Fast { 16 } else { 8 };
+            let tail = if tier == Tier::Fast && native_tail && rng.random_bool(0.3) {
+                Tail::Native
+            } else {
+                Tail::Exact
+            };
+            Case {
+                gate,
+                up,
+                scale: [ScaleDType::F16, ScaleDType::F32][rng.random_range(0..2)],
+                act: [DType::Bf16, DType::F16, DType::F32][rng.random_range(0..3)],
+                m: rng.random_range(1..=m_max),
+                tier,
+                tail,
+                seed: rng.random(),
+            }
+        })
+        .collect()
+}
+
+fn matrix(g: Geometry, scale: ScaleDType, seed: u64) -> QuantizedMatrix {
+    let mut w = check::random_matrix(g, seed);
+    w.scale_dtype = scale; // the random scales are f16 values, exact in f32 too
+    w
+}
+
+/// Run one case on `b`: `Ok` with what was checked, `Err` with what went wrong.
+pub fn run_case<B: Backend>(b: &B, c: &Case) -> Result<String, String> {
+    let e = |e: trellis::Error| e.to_string();
+    let w = matrix(c.gate, c.scale, c.seed);
+    let x = check::random_activations_with_outliers(c.act, c.m, c.gate.cols, c.seed + 1);
+    match (c.up, c.tier) {
+        (None, Tier::Exact) => {
+            let y = ops::matvec(b, &w, &x, Tier::Exact).map_err(e)?;
+            let want = reference::reduce(&w, &x).map_err(e)?;
+            y.bits_eq(&want)
+                .then(|| "SPEC 5 bits".to_string())
+                .ok_or_else(|| first_difference(&y.data, &want.data, y.cols))
+        }
+        (None, Tier::Fast) => {
+            let y = ops::matvec(b, &w, &x, Tier::Fast).map_err(e)?;
+            check::fast_reduce(&y, &RealSums::of(&w, &x).map_err(e)?)
+        }
+        (Some(ug), tier) => {
+            let u = matrix(ug, c.scale, c.seed + 2);
+            let mid = ops::gate_up(b, &w, &u, &x, c.tail, tier).map_err(e)?;
+            if tier == Tier::Exact {
+                let want = reference::gate_up(&w, &u, &x).map_err(e)?;
+                mid.bits_eq(&want)
+                    .then(|| "SPEC 5/6 bits".to_string())
+                    .ok_or_else(|| first_difference(&mid.data, &want.data, mid.cols))
+            } else {
+                let (gs, us) = (
+                    RealSums::of(&w, &x).map_err(e)?,
+                    RealSums::of(&u, &x).map_err(e)?,
+                );
+                check::fast_gate_up(&mid, &gs, &us, c.tail == Tail::Native)
+            }
+        }
+    }
+}
+
+fn first_difference(got: &[f32], want: &[f32], cols: usize) -> String {
+    match got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a.to_bits() != b.to_bits())
+    {
+        Some(i) => format!(
+            "bits differ first at [{}, {}]: {:e} against {:e}",
+            i / cols,
+            i % cols,
+            got[i],
+            want[i]
+        ),
+        None => "bits differ".to_string(),
+    }
+}
+
+/// Run `n` cases from `seed` on `b`; the report and whether every case passed.
+pub fn run<B: Backend>(b: &B, n: usize, seed: u64) -> (String, bool) {
+    let started = std::time::Instant::now();
+    let native = b.name() != "cpu" && b.name() != "reference";
+    let cases = cases(n, seed, native);
+    let bar = crate::progress_bar(cases.len() as u64, "verify --random");
+    let mut failed = Vec::new();
+    let mut by = std::collections::BTreeMap::<String, (usize, usize)>::new();
+    for c in &cases {
+        let r = run_case(b, c);
+        let kind = format!(
+            "{} {}",
+            if c.up.is_some() { "gate_up" } else { "reduce" },
+            c.tier
+        );
+        let e = by.entry(kind).or_default();
+        e.0 += 1;
+        e.1 += usize::from(r.is_ok());
+        if let Err(why) = r {
+            failed.push(format!("{c}: {why}"));
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# cargo xtask verify --random {n} --seed {seed} --backend {} ({})\n",
+        b.name(),
+        b.device_id()
+    );
+    let _ = writeln!(s, "| facade call | tier | cases | passed | failed |");
+    let _ = writeln!(s, "|---|---|---:|---:|---:|");
+    for (kind, (n, ok)) in &by {
+        let (call, tier) = kind.split_once(' ').unwrap_or((kind, ""));
+        let _ = writeln!(s, "| {call} | {tier} | {n} | {ok} | {} |", n - ok);
+    }
+    let _ = writeln!(
+        s,
+        "\n{} cases, {} failed ({:.1} s)",
+        cases.len(),
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for f in &failed {
+        let _ = writeln!(s, "failed: {f}");
+    }
+    (s, failed.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_are_in_spec_ranges_deterministic_and_cover_the_space() {
+        let a = cases(400, 7, true);
+        let b = cases(400, 7, true);
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        for c in &a {
+            c.gate.validate().unwrap();
+            if let Some(u) = c.up {
+                u.validate().unwrap();
+                assert_eq!((u.rows, u.cols, u.t), (c.gate.rows, c.gate.cols, c.gate.t));
+            }
+            assert!(c.m >= 1 && c.m <= if c.tier == Tier::Fast { 16 } else { 8 });
+            assert!(c.tail == Tail::Exact || c.tier == Tier::Fast);
+        }
+        for code in Code::ALL {
+            assert!(a.iter().any(|c| c.gate.code == code), "{code}");
+        }
+        assert!(a.iter().any(|c| c.up.is_some() && c.tier == Tier::Fast));
+        assert!(a.iter().any(|c| c.gate.rows == 17408));
+        assert!(a.iter().any(|c| c.m > 8));
+        assert!(cases(50, 7, false).iter().all(|c| c.tail == Tail::Exact));
+    }
+
+    /// A few small cases on the CPU backend, end to end (the GPU runs are device calls).
+    #[test]
+    fn small_cases_pass_on_the_cpu() {
+        let b = trellis::backend::CpuBackend::new().unwrap();
+        let small: Vec<Case> = cases(200, 3, false)
+            .into_iter()
+            .filter(|c| c.gate.rows * c.gate.cols <= 64 * 1024)
+            .take(4)
+            .collect();
+        assert_eq!(small.len(), 4);
+        for c in &small {
+            run_case(&b, c).unwrap_or_else(|e| panic!("{c}: {e}"));
+        }
+    }
+}
