@@ -335,3 +335,84 @@ fn reduce_mma_bf16_operands_are_checked() {
         assert!(e.contains("operands = bf16") && e.contains(why), "{e}");
     }
 }
+
+/// SPEC 7: activations of magnitude up to 2^15 and sums past 2^20 stay finite in bf16 and
+/// f32 (every x at +-2^15, not one column in 37, and row scales of 1: the real sums reach
+/// about 2^24), for the fast tier's every operand path (1mad's f16 and bf16 operands,
+/// 3inst/mcg's f16 halves, x staged or not), `reduce` and `gate_up` (whose product of two
+/// such sums reaches about 2^48), through the facade's default variants and forced ones.
+#[test]
+fn fast_tier_stays_finite_with_every_activation_at_2_15() {
+    use trellis::families::gate_up_mma::GateUpMmaFamily;
+    use trellis::kernels::Tail;
+    use trellis::ops;
+    let b = CpuBackend::new().expect("cpu backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(0x2f15);
+    for (i, code) in [Code::OneMad, Code::ThreeInst, Code::Mcg]
+        .into_iter()
+        .enumerate()
+    {
+        let g = Geometry::new(16, 1024, 256, 2 + i as u32, 12, code).unwrap();
+        let mut w = check::random_matrix(g, 40 + i as u64);
+        w.scales.iter_mut().for_each(|s| *s = 1.0);
+        let mut u = check::random_matrix(g, 50 + i as u64);
+        u.scales.iter_mut().for_each(|s| *s = 1.0);
+        for act in [DType::Bf16, DType::F32] {
+            let data = (0..3 * 1024)
+                .map(|_| {
+                    if rng.random_bool(0.5) {
+                        32768.0
+                    } else {
+                        -32768.0
+                    }
+                })
+                .collect();
+            let x = Activations::from_f32(act, 3, 1024, data).unwrap();
+            let real = RealSums::of(&w, &x).unwrap();
+            assert!(
+                real.y.iter().any(|y| y.abs() > 2f64.powi(20)),
+                "{code} {act}: the sums do not reach 2^20"
+            );
+            let y = ops::matvec(&b, &w, &x, Tier::Fast).unwrap();
+            check::fast_reduce(&y, &real).unwrap_or_else(|e| panic!("{code} {act}: {e}"));
+            // Forced: x staged, and (1mad, bf16 x) bf16 operands.
+            let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+            let host = trellis::families::reduce_mma::ReduceMmaHost {
+                w: w.clone(),
+                x: x.clone(),
+            };
+            let dev = ReduceMmaFamily::upload(&b, &p, &host).unwrap();
+            let mut forced = vec![MmaVariant::unsplit(1, 4, 16, MmaXStage::Shared)];
+            if code == Code::OneMad && act == DType::Bf16 {
+                forced.push(MmaVariant {
+                    operands: MmaOperands::Bf16,
+                    ..MmaVariant::unsplit(1, 4, 16, MmaXStage::Global)
+                });
+            }
+            for v in forced {
+                let y = &family::run::<ReduceMmaFamily, _>(&b, &p, v, &dev).unwrap()[0];
+                check::fast_reduce(y, &real).unwrap_or_else(|e| panic!("{code} {act} {v}: {e}"));
+            }
+            let mid = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
+            assert!(
+                mid.data.iter().all(|v| v.is_finite()),
+                "{code} {act}: gate_up"
+            );
+            let p = GateUpMmaFamily::problem_of(&w, &u, &x, Tail::Exact).unwrap();
+            let host = trellis::families::gate_up_mma::GateUpMmaHost {
+                gate: w.clone(),
+                up: u.clone(),
+                x: x.clone(),
+            };
+            let want = GateUpMmaFamily::expected(&p, &host).unwrap();
+            GateUpMmaFamily::check(
+                &p,
+                &GateUpMmaFamily::default_variant(&p, Tier::Fast),
+                &host,
+                &want,
+                &[mid],
+            )
+            .unwrap_or_else(|e| panic!("{code} {act} gate_up: {e}"));
+        }
+    }
+}
