@@ -39,7 +39,7 @@ enum Cmd {
         /// Instead of the catalog: this many random problems through the library facade
         /// (`ops::matvec`, `ops::gate_up`, exact and fast, the selector's variants),
         /// against the CPU reference.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "quick")]
         random: Option<usize>,
         /// Seed of the random problems.
         #[arg(long, default_value_t = 1)]
