@@ -245,7 +245,8 @@ pub struct Variant {
     pub max_registers: u32,
 }
 
-fn is_zero(v: &u32) -> bool {
+/// serde: a `u32` field left out of the tables at 0.
+pub(crate) fn is_zero(v: &u32) -> bool {
     *v == 0
 }
 

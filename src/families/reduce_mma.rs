@@ -27,7 +27,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem, Grid};
-use crate::kernels::{Proj, Tier, MAX_SHARED_BYTES};
+use crate::kernels::{is_zero, Proj, Tier, MAX_SHARED_BYTES};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
 use std::cell::OnceCell;
@@ -108,10 +108,6 @@ impl MmaOperands {
             MmaOperands::Bf16 => "bf16",
         }
     }
-}
-
-fn is_zero(v: &u32) -> bool {
-    *v == 0
 }
 
 fn one() -> u32 {

@@ -178,9 +178,10 @@ pub fn seed_structure() -> Variant {
 }
 
 /// The x-in-registers candidates timed next to the table's choice (inline decode, 1, 2
-/// or 4 rows per simdgroup, 4 or 8 simdgroups per group): the best of them shows what
-/// the table could hold where a key is missing.
-fn register_candidates() -> Vec<Variant> {
+/// or 4 rows per simdgroup, 4 or 8 simdgroups per group, and the tuner's register-budget
+/// candidates where it offers them): the best of them shows what the table could hold
+/// where a key is missing.
+fn register_candidates(p: &ReduceProblem) -> Vec<Variant> {
     let mut out = Vec::new();
     for rows_per_simd in ROWS_PER_SIMD {
         for rows_per_group in [4, 8] {
@@ -195,12 +196,11 @@ fn register_candidates() -> Vec<Variant> {
             });
         }
     }
-    // Under the M = 8 register budget (the candidates').
-    out.push(Variant {
-        rows_per_simd: 4,
-        max_registers: 168,
-        ..out[0]
-    });
+    out.extend(trellis::catalog::budget_variants(
+        Tier::Exact,
+        p.m,
+        p.geometry.rows,
+    ));
     out
 }
 
@@ -238,7 +238,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     );
     let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).\n", harness::today(), copy);
     let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12; exact rows run the SIMT families (`reduce`, `gate_up`), fast rows the matrix-unit families the fast tier runs (`reduce_mma`, `gate_up_mma`), each with the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 (f32 compute) on dense weights of the same shape, at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened, the best measured; the log names it).\n", o.min_reps, o.batch, o.working_set >> 20);
-    let _ = writeln!(s, "Seed structure: the seed's reduce (one simdgroup per row, shared value table, x and code words in registers), rendered from our templates as `{}`; best registers: the fastest of {} x-in-registers candidates; both timed in the same run (exact rows only).\n", seed_structure(), register_candidates().len());
+    let _ = writeln!(s, "Seed structure: the seed's reduce (one simdgroup per row, shared value table, x and code words in registers), rendered from our templates as `{}`; best registers: the fastest of the x-in-registers candidates (6, and at M = 8 the 2 under the register budget); both timed in the same run (exact rows only).\n", seed_structure());
     let _ = writeln!(s, "## reduce\n");
     let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | seed structure us | best registers us | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source |");
     let _ = writeln!(
@@ -280,7 +280,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                     // x-in-registers candidate.
                     let sel = selector.select::<ReduceFamily>("cuda", &info.id, &p, Tier::Exact);
                     let mut vs = vec![sel.variant, seed_structure()];
-                    vs.extend(register_candidates());
+                    vs.extend(register_candidates(&p));
                     let mut runs =
                         harness::bench::<ReduceFamily, _>(&b, &o, &p, &vs, 11)?.into_iter();
                     let Some(Ok((ts, check))) = runs.next() else {

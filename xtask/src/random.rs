@@ -126,10 +126,7 @@ pub fn run_case<B: Backend>(b: &B, c: &Case) -> Result<String, String> {
     match (c.up, c.tier) {
         (None, Tier::Exact) => {
             let y = ops::matvec(b, &w, &x, Tier::Exact).map_err(e)?;
-            let want = reference::reduce(&w, &x).map_err(e)?;
-            y.bits_eq(&want)
-                .then(|| "SPEC 5 bits".to_string())
-                .ok_or_else(|| first_difference(&y.data, &want.data, y.cols))
+            check::bits(&y, &reference::reduce(&w, &x).map_err(e)?)
         }
         (None, Tier::Fast) => {
             let y = ops::matvec(b, &w, &x, Tier::Fast).map_err(e)?;
@@ -139,10 +136,7 @@ pub fn run_case<B: Backend>(b: &B, c: &Case) -> Result<String, String> {
             let u = matrix(ug, c.scale, c.seed + 2);
             let mid = ops::gate_up(b, &w, &u, &x, c.tail, tier).map_err(e)?;
             if tier == Tier::Exact {
-                let want = reference::gate_up(&w, &u, &x).map_err(e)?;
-                mid.bits_eq(&want)
-                    .then(|| "SPEC 5/6 bits".to_string())
-                    .ok_or_else(|| first_difference(&mid.data, &want.data, mid.cols))
+                check::bits(&mid, &reference::gate_up(&w, &u, &x).map_err(e)?)
             } else {
                 let (gs, us) = (
                     RealSums::of(&w, &x).map_err(e)?,
@@ -151,23 +145,6 @@ pub fn run_case<B: Backend>(b: &B, c: &Case) -> Result<String, String> {
                 check::fast_gate_up(&mid, &gs, &us, c.tail == Tail::Native)
             }
         }
-    }
-}
-
-fn first_difference(got: &[f32], want: &[f32], cols: usize) -> String {
-    match got
-        .iter()
-        .zip(want)
-        .position(|(a, b)| a.to_bits() != b.to_bits())
-    {
-        Some(i) => format!(
-            "bits differ first at [{}, {}]: {:e} against {:e}",
-            i / cols,
-            i % cols,
-            got[i],
-            want[i]
-        ),
-        None => "bits differ".to_string(),
     }
 }
 
