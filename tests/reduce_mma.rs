@@ -81,6 +81,8 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                 } else {
                     MmaOperands::F16
                 },
+                // Paired state windows for codes of one k-slot, at every k and L.
+                paired_windows: !matches!(code, Code::ThreeInst | Code::Mcg) && ci % 3 != 1,
             };
             let dev = ReduceMmaFamily::upload(
                 &b,
@@ -135,6 +137,7 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
         k_split,
         max_registers: 48,
         operands: MmaOperands::F16,
+        paired_windows: false,
     };
     // Outside the family: a clear error, not a launch.
     for (bad, field) in [
@@ -240,6 +243,7 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
             k_split: 1,
             max_registers: 0,
             operands: MmaOperands::F16,
+            paired_windows: false,
         };
         let host = GateUpMmaHost { gate, up, x };
         let want = GateUpMmaFamily::expected(&p, &host).unwrap();
@@ -281,12 +285,105 @@ fn reduce_mma_split_k_stages_only_its_share_of_x() {
         k_split,
         max_registers: 48,
         operands: MmaOperands::F16,
+        paired_windows: false,
     };
     let e = ReduceMmaFamily::kernel(&p, v(1)).validate().unwrap_err();
     assert!(e.to_string().contains("threadgroup memory"), "{e}");
     let quarter = ReduceMmaFamily::kernel(&p, v(4));
     quarter.validate().unwrap();
     assert!(quarter.shared_bytes() < 48 * 1024);
+}
+
+/// Paired state windows (`MmaVariant::paired_windows`) cut the same states as single ones:
+/// the kernels' results are bit for bit those of the unpaired variant on the CPU and the
+/// Metal simulator, at the k and L where they save work and elsewhere; they are offered
+/// at the tuned sizes only where they save work, and 3inst/mcg reject them.
+#[test]
+fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
+    use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::families::reduce_mma::{paired_windows_fit, ReduceMmaProblem};
+    use trellis::kernel::{Dialect, KernelSpec as _};
+    use trellis::kernels::Proj;
+    let cpu = CpuBackend::new().expect("cpu backend");
+    let sim = MetalSimBackend::new().expect("metal-sim backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    let base = MmaVariant {
+        k_split: 2,
+        ..MmaVariant::unsplit(1, 2, 16, MmaXStage::Shared)
+    };
+    let paired = MmaVariant {
+        paired_windows: true,
+        ..base
+    };
+    assert_eq!(paired.to_string(), "mma rt=1 cs=2 mt=16 x=shared ks=2 pw");
+    for (k, l, code, m) in [
+        (2, 16, Code::OneMad, 1),
+        (4, 12, Code::OneMad, 5),
+        (2, 12, Code::Mul1, 16),
+        (4, 16, Code::Lut, 3),
+        (3, 16, Code::OneMad, 2), // no pairs at k 3: correct all the same
+        (1, 16, Code::Mul1, 8),
+    ] {
+        let g = Geometry::new(48, 768, 256, k, l, code).unwrap();
+        assert_eq!(paired_windows_fit(Proj::of(&g)), k != 3, "{g}");
+        let w = check::random_matrix(g, rng.random());
+        let x = outliers(DType::Bf16, m, 768, &mut rng);
+        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+        let real = RealSums::of(&w, &x).unwrap();
+        let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
+        for name in ["cpu", "metal-sim"] {
+            let run = |v| {
+                if name == "cpu" {
+                    let d = ReduceMmaFamily::upload(&cpu, &p, &host).unwrap();
+                    family::run::<ReduceMmaFamily, _>(&cpu, &p, v, &d).unwrap()
+                } else {
+                    let d = ReduceMmaFamily::upload(&sim, &p, &host).unwrap();
+                    family::run::<ReduceMmaFamily, _>(&sim, &p, v, &d).unwrap()
+                }
+            };
+            let (want, got) = (run(base), run(paired));
+            assert!(
+                got[0].bits_eq(&want[0]),
+                "{name} {g} M={m}: paired windows differ"
+            );
+            check::fast_reduce(&got[0], &real).unwrap_or_else(|e| panic!("{name} {g}: {e}"));
+        }
+        let cuda = ReduceMmaFamily::kernel(&p, paired)
+            .unit(Dialect::Cuda)
+            .unwrap();
+        assert!(cuda.contains("TRELLIS_STATE_PAIRED(LANE("), "{g}");
+        let plain = ReduceMmaFamily::kernel(&p, base)
+            .unit(Dialect::Cuda)
+            .unwrap();
+        assert!(!plain.contains("TRELLIS_STATE_PAIRED"), "{g}");
+    }
+    // Offered at the tuned sizes where they save work (each candidate twice), not at the
+    // verify catalog's small sizes, not for 3inst.
+    let problem = |rows, k, code| ReduceMmaProblem {
+        geometry: Geometry::new(rows, 5120, 256, k, 16, code).unwrap(),
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+    };
+    let offered = |p: &ReduceMmaProblem| {
+        let all = ReduceMmaFamily::candidates(p, Tier::Fast, false);
+        let n = all.iter().filter(|v| v.paired_windows).count();
+        (n, all.len())
+    };
+    let (n, all) = offered(&problem(4096, 2, Code::OneMad));
+    assert!(n > 0 && 2 * n == all, "{n} of {all}");
+    assert_eq!(offered(&problem(4096, 3, Code::OneMad)).0, 0);
+    assert_eq!(offered(&problem(4096, 2, Code::ThreeInst)).0, 0);
+    assert_eq!(offered(&problem(256, 2, Code::OneMad)).0, 0);
+    let p3 = problem(256, 2, Code::ThreeInst);
+    let e = ReduceMmaFamily::kernel(&p3, paired)
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("paired_windows = true") && e.contains("one k-slot"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -307,6 +404,7 @@ fn reduce_mma_bf16_operands_are_checked() {
         k_split: 1,
         max_registers: 0,
         operands: MmaOperands::Bf16,
+        paired_windows: false,
     };
     ReduceMmaFamily::kernel(&p(Code::OneMad, DType::Bf16), v(MmaXStage::Global))
         .validate()
@@ -386,6 +484,7 @@ fn fast_tier_stays_finite_with_every_activation_at_2_15() {
             if code == Code::OneMad && act == DType::Bf16 {
                 forced.push(MmaVariant {
                     operands: MmaOperands::Bf16,
+                    paired_windows: false,
                     ..MmaVariant::unsplit(1, 4, 16, MmaXStage::Global)
                 });
             }

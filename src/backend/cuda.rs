@@ -142,8 +142,11 @@ impl CudaBackend {
 
     /// NVRTC flags: the device's own architecture (so NVRTC emits SASS, compiled in
     /// parallel, instead of PTX that the driver would JIT one by one at load), and no
-    /// contraction, flush-to-zero or approximate division (SPEC 5).
-    fn options(&self) -> Vec<String> {
+    /// contraction, flush-to-zero or approximate division (SPEC 5). Threadgroups of more
+    /// than 256 threads also get the register cap that lets them launch
+    /// ([`register_cap`]).
+    fn options(&self, threads: u32) -> Vec<String> {
+        let cap = register_cap(threads);
         [
             "--ftz=false",
             "--prec-div=true",
@@ -154,11 +157,12 @@ impl CudaBackend {
         .iter()
         .map(|s| s.to_string())
         .chain([format!("--gpu-architecture={}", self.arch)])
+        .chain((cap < 255).then(|| format!("--maxrregcount={cap}")))
         .collect()
     }
 
-    fn cubin(&self, symbol: &str, src: &str) -> Result<Vec<u8>> {
-        let opts = self.options();
+    fn cubin(&self, symbol: &str, src: &str, threads: u32) -> Result<Vec<u8>> {
+        let opts = self.options(threads);
         let key = fnv1a(format!("{opts:?}|{src}").as_bytes());
         let path = self.cache_dir.join(format!("{symbol}-{key:016x}.cubin"));
         if let Ok(bin) = std::fs::read(&path) {
@@ -188,7 +192,7 @@ impl CudaBackend {
         let rendered = (launch.render)(Dialect::Cuda)?;
         let symbol = launch.id.to_string();
         let src = cuda_unit(&symbol, &rendered, &launch.inputs, &launch.outputs);
-        let bin = self.cubin(&symbol, &src)?;
+        let bin = self.cubin(&symbol, &src, launch.grid.threads)?;
         self.load(launch.id, bin)
     }
 
@@ -223,6 +227,16 @@ impl CudaBackend {
         }
         Ok(())
     }
+}
+
+/// The most registers per thread with which a threadgroup of `threads` threads launches
+/// (64 K registers per threadgroup, allocated per warp in steps of 256, at most 255 per
+/// thread). Without the cap ptxas may take more (a fast kernel of k = 8 with f32 x at 16
+/// simdgroups did) and the launch fails with `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`; with it
+/// ptxas spills instead. Kernels under the cap compile as they would without it.
+pub fn register_cap(threads: u32) -> u32 {
+    let warps = threads.div_ceil(32).max(1);
+    (65536 / (warps * 32) / 8 * 8).min(255)
 }
 
 /// Most buffers a kernel binds (this crate's kernels take at most eight).
@@ -401,14 +415,14 @@ impl Backend for CudaBackend {
                 let r = (l.render)(Dialect::Cuda)?;
                 let symbol = l.id.to_string();
                 let src = cuda_unit(&symbol, &r, &l.inputs, &l.outputs);
-                todo.push((l.id, symbol, src));
+                todo.push((l.id, symbol, src, l.grid.threads));
             }
         }
         // NVRTC is thread-safe; compile in parallel, load on this thread. A failure is
         // left for the launch to report, so one bad specialization does not hide the rest.
         let bins: Vec<(KernelId, Result<Vec<u8>>)> = todo
             .par_iter()
-            .map(|(id, symbol, src)| (*id, self.cubin(symbol, src)))
+            .map(|(id, symbol, src, threads)| (*id, self.cubin(symbol, src, *threads)))
             .collect();
         for (id, bin) in bins {
             if let Ok(bin) = bin {
@@ -454,5 +468,24 @@ fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<Vec<u8>, St
         };
         let _ = result::destroy_program(prog);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::register_cap;
+
+    #[test]
+    fn register_cap_fits_64k_registers_per_threadgroup() {
+        assert_eq!(register_cap(32), 255);
+        assert_eq!(register_cap(256), 255);
+        assert_eq!(register_cap(384), 168);
+        assert_eq!(register_cap(512), 128);
+        assert_eq!(register_cap(1024), 64);
+        for threads in (32..=1024).step_by(32) {
+            let cap = register_cap(threads);
+            assert!(cap % 8 == 0 || cap == 255, "{threads}: {cap}");
+            assert!(cap.div_ceil(8) * 8 * threads <= 65536, "{threads}: {cap}");
+        }
     }
 }

@@ -36,10 +36,10 @@ use std::fmt;
 /// Largest M this family takes (two B operands per A).
 pub const MAX_M_MMA: u32 = 16;
 
-/// The tunable part of a `reduce_mma` kernel (fast tier only).
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+/// The tunable part of a `reduce_mma` kernel (fast tier only). `Hash` and `Debug` leave
+/// `paired_windows` out while it is off, as the tables do (serde), so the variants that
+/// existed before it keep their kernel symbols and their entries' space hashes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MmaVariant {
     /// 16-row tiles per threadgroup.
@@ -67,6 +67,49 @@ pub struct MmaVariant {
     /// The matrix unit's operand type.
     #[serde(default, skip_serializing_if = "MmaOperands::is_f16")]
     pub operands: MmaOperands,
+    /// One 32-bit window serves two states (codes of one k-slot per weight): the state at
+    /// bit P is its low L bits, the state at P + 32 - L its high L bits, where k divides
+    /// 32 - L (k 2 and 4 at L 12 and 16). Per weight that is 1.44 integer-ALU operations
+    /// instead of 1.88 (H200 SASS, 1mad k 2 L 16), for a few more live registers.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub paired_windows: bool,
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+
+impl std::hash::Hash for MmaVariant {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        // The fields in declaration order, as `derive(Hash)` would; `paired_windows` only when set.
+        self.row_tiles.hash(h);
+        self.col_split.hash(h);
+        self.m_tile.hash(h);
+        self.x_stage.hash(h);
+        self.k_split.hash(h);
+        self.max_registers.hash(h);
+        self.operands.hash(h);
+        if self.paired_windows {
+            self.paired_windows.hash(h);
+        }
+    }
+}
+
+impl fmt::Debug for MmaVariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("MmaVariant");
+        d.field("row_tiles", &self.row_tiles)
+            .field("col_split", &self.col_split)
+            .field("m_tile", &self.m_tile)
+            .field("x_stage", &self.x_stage)
+            .field("k_split", &self.k_split)
+            .field("max_registers", &self.max_registers)
+            .field("operands", &self.operands);
+        if self.paired_windows {
+            d.field("paired_windows", &self.paired_windows);
+        }
+        d.finish()
+    }
 }
 
 /// The operand type of the matrix unit (the accumulator is f32 either way).
@@ -174,6 +217,7 @@ impl MmaVariant {
             k_split: 1,
             max_registers: 0,
             operands: MmaOperands::F16,
+            paired_windows: false,
         }
     }
 }
@@ -211,6 +255,9 @@ impl fmt::Display for MmaVariant {
         }
         if !self.operands.is_f16() {
             write!(f, " ops={}", self.operands.name())?;
+        }
+        if self.paired_windows {
+            write!(f, " pw")?;
         }
         Ok(())
     }
@@ -306,6 +353,13 @@ fn operand_of(code: Code) -> &'static str {
     }
 }
 
+/// Whether paired state windows save work for `proj` (see [`MmaVariant::paired_windows`]):
+/// a code of one k-slot per weight, and a second state at the top of each window (L <= 16,
+/// k divides 32 - L). Elsewhere they are correct but save nothing.
+pub fn paired_windows_fit(proj: Proj) -> bool {
+    operand_of(proj.code) != "half_pair" && proj.l <= 16 && (32 - proj.l) % proj.k == 0
+}
+
 /// Whether a problem of activations `act` and these codes can take bf16 operands: bf16
 /// activations, and codes of one k-slot per weight (what `validate` asks of `operands =
 /// bf16`).
@@ -364,6 +418,15 @@ pub trait MmaLayout {
     /// The matrix-unit vocabulary of `dialect` (template: the header's first lines).
     fn matrix_units(&self, d: &Dialect) -> String {
         crate::codegen::matrix_units(*d)
+    }
+    /// The macro that cuts a state out of a lane's code words (`TRELLIS_STATE`, or its
+    /// paired form where the variant asks for it).
+    fn state_macro(&self) -> &'static str {
+        if self.dims().4.paired_windows {
+            "TRELLIS_STATE_PAIRED"
+        } else {
+            "TRELLIS_STATE"
+        }
     }
     /// Whether every step holds 4 live runs (no run is masked off).
     fn all_live(&self) -> bool {
@@ -553,6 +616,13 @@ pub trait MmaLayout {
             if let Some(why) = why {
                 return Err(Error::invalid("operands", "bf16", why));
             }
+        }
+        if v.paired_windows && self.projs().iter().any(|p| p.slots() != 1) {
+            return Err(Error::invalid(
+                "paired_windows",
+                true,
+                "is for codes of one k-slot per weight (1mad, mul1, lut); 3inst and mcg cut their windows with MMA_STATE",
+            ));
         }
         if v.k_split > 1 && self.is_gate_up() {
             return Err(Error::invalid(
@@ -823,6 +893,19 @@ impl Family for ReduceMmaFamily {
             quick,
             bf16_ok,
         ));
+        // Each shape again with paired windows where they save work, from 4096 rows (the
+        // tuned sizes): the verify catalog's small problems, and so the family's source
+        // hash, stay as they were; `tests/reduce_mma.rs` checks the paired kernels' bits.
+        if !quick && p.geometry.rows >= 4096 && paired_windows_fit(Proj::of(&p.geometry)) {
+            let paired: Vec<MmaVariant> = out
+                .iter()
+                .map(|v| MmaVariant {
+                    paired_windows: true,
+                    ..*v
+                })
+                .collect();
+            out.extend(paired);
+        }
         out
     }
     fn key_fields(p: &ReduceMmaProblem) -> String {
