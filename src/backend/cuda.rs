@@ -142,11 +142,11 @@ impl CudaBackend {
 
     /// NVRTC flags: the device's own architecture (so NVRTC emits SASS, compiled in
     /// parallel, instead of PTX that the driver would JIT one by one at load), and no
-    /// contraction, flush-to-zero or approximate division (SPEC 5). Threadgroups of more
-    /// than 256 threads also get the register cap that lets them launch
-    /// ([`register_cap`]).
-    fn options(&self, threads: u32) -> Vec<String> {
-        let cap = register_cap(threads);
+    /// contraction, flush-to-zero or approximate division (SPEC 5). `cap`: a register
+    /// budget for the whole unit ([`register_cap`]), only for a kernel that did not fit its
+    /// threadgroup without one (ptxas takes a cap as its target, so kernels that fit
+    /// compile without).
+    fn options(&self, cap: Option<u32>) -> Vec<String> {
         [
             "--ftz=false",
             "--prec-div=true",
@@ -157,12 +157,12 @@ impl CudaBackend {
         .iter()
         .map(|s| s.to_string())
         .chain([format!("--gpu-architecture={}", self.arch)])
-        .chain((cap < 255).then(|| format!("--maxrregcount={cap}")))
+        .chain(cap.map(|c| format!("--maxrregcount={c}")))
         .collect()
     }
 
-    fn cubin(&self, symbol: &str, src: &str, threads: u32) -> Result<Vec<u8>> {
-        let opts = self.options(threads);
+    fn cubin(&self, symbol: &str, src: &str, cap: Option<u32>) -> Result<Vec<u8>> {
+        let opts = self.options(cap);
         let key = fnv1a(format!("{opts:?}|{src}").as_bytes());
         let path = self.cache_dir.join(format!("{symbol}-{key:016x}.cubin"));
         if let Ok(bin) = std::fs::read(&path) {
@@ -192,8 +192,39 @@ impl CudaBackend {
         let rendered = (launch.render)(Dialect::Cuda)?;
         let symbol = launch.id.to_string();
         let src = cuda_unit(&symbol, &rendered, &launch.inputs, &launch.outputs);
-        let bin = self.cubin(&symbol, &src, launch.grid.threads)?;
-        self.load(launch.id, bin)
+        let bin = self.cubin(&symbol, &src, None)?;
+        self.load_fitting(launch.id, &symbol, &src, launch.grid.threads, bin)
+    }
+
+    /// Load a compiled kernel; if ptxas gave it more registers than a threadgroup of
+    /// `threads` threads has (the launch would fail with `LAUNCH_OUT_OF_RESOURCES`),
+    /// compile it again under [`register_cap`] (spilling instead) and load that.
+    fn load_fitting(
+        &self,
+        id: KernelId,
+        symbol: &str,
+        src: &str,
+        threads: u32,
+        bin: Vec<u8>,
+    ) -> Result<CudaFunction> {
+        let f = self.load(id, bin)?;
+        if f.max_threads_per_block().map_err(driver_err)? >= threads as i32 {
+            return Ok(f);
+        }
+        let bin = self.cubin(symbol, src, Some(register_cap(threads)))?;
+        let f = self.load(id, bin)?;
+        let fits = f.max_threads_per_block().map_err(driver_err)?;
+        if fits < threads as i32 {
+            return Err(Error::Compile {
+                kernel: symbol.into(),
+                backend: "cuda".into(),
+                log: format!(
+                    "launches at most {fits} threads per threadgroup even under a cap of {} registers; the variant asks for {threads}",
+                    register_cap(threads)
+                ),
+            });
+        }
+        Ok(f)
     }
 
     fn load(&self, id: KernelId, cubin: Vec<u8>) -> Result<CudaFunction> {
@@ -231,9 +262,11 @@ impl CudaBackend {
 
 /// The most registers per thread with which a threadgroup of `threads` threads launches
 /// (64 K registers per threadgroup, allocated per warp in steps of 256, at most 255 per
-/// thread). Without the cap ptxas may take more (a fast kernel of k = 8 with f32 x at 16
-/// simdgroups did) and the launch fails with `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`; with it
-/// ptxas spills instead. Kernels under the cap compile as they would without it.
+/// thread). ptxas may take more (a fast kernel of k = 8 with f32 x at 16 simdgroups did),
+/// and such a launch fails with `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`; compiled again under
+/// the cap, it spills instead. Only those kernels get it: ptxas aims at a cap it is given
+/// (a 16-simdgroup `reduce_mma` that takes 62 registers without one takes 91 under 128,
+/// one threadgroup per SM instead of two), so a cap for all would change tuned kernels.
 pub fn register_cap(threads: u32) -> u32 {
     let warps = threads.div_ceil(32).max(1);
     (65536 / (warps * 32) / 8 * 8).min(255)
@@ -420,13 +453,13 @@ impl Backend for CudaBackend {
         }
         // NVRTC is thread-safe; compile in parallel, load on this thread. A failure is
         // left for the launch to report, so one bad specialization does not hide the rest.
-        let bins: Vec<(KernelId, Result<Vec<u8>>)> = todo
+        let bins: Vec<Result<Vec<u8>>> = todo
             .par_iter()
-            .map(|(id, symbol, src, threads)| (*id, self.cubin(symbol, src, *threads)))
+            .map(|(_, symbol, src, _)| self.cubin(symbol, src, None))
             .collect();
-        for (id, bin) in bins {
+        for ((id, symbol, src, threads), bin) in todo.iter().zip(bins) {
             if let Ok(bin) = bin {
-                let _ = self.load(id, bin);
+                let _ = self.load_fitting(*id, symbol, src, *threads, bin);
             }
         }
         Ok(())
