@@ -20,6 +20,8 @@
 //! FMA-heavy pipes together. 3inst/mcg cut a window that lies inside one word with a
 //! multiply by a power of two and one shift (`MMA_STATE`, `templates/mma.h`), moving
 //! half of their window work from the ALU pipe, which bound them, to the FMA pipe.
+//! Paired state windows (`MmaVariant::paired_windows`) take 1mad's loop at k 2 L 16 to 5.0
+//! (one window, masked and shifted, for two states), for 56 registers instead of 48.
 
 use crate::check::{self, RealSums};
 use crate::codes::Code;
