@@ -355,6 +355,18 @@ fn operand_of(code: Code) -> &'static str {
     }
 }
 
+/// Append to `variants` each of them again with paired state windows.
+pub fn add_paired_twins(variants: &mut Vec<MmaVariant>) {
+    let paired: Vec<MmaVariant> = variants
+        .iter()
+        .map(|v| MmaVariant {
+            paired_windows: true,
+            ..*v
+        })
+        .collect();
+    variants.extend(paired);
+}
+
 /// Whether paired state windows save work for `proj` (see [`MmaVariant::paired_windows`]):
 /// a code of one k-slot per weight, and a second state at the top of each window (L <= 16,
 /// k divides 32 - L). Elsewhere they are correct but save nothing.
@@ -899,14 +911,7 @@ impl Family for ReduceMmaFamily {
         // tuned sizes): the verify catalog's small problems, and so the family's source
         // hash, stay as they were; `tests/reduce_mma.rs` checks the paired kernels' bits.
         if !quick && p.geometry.rows >= 4096 && paired_windows_fit(Proj::of(&p.geometry)) {
-            let paired: Vec<MmaVariant> = out
-                .iter()
-                .map(|v| MmaVariant {
-                    paired_windows: true,
-                    ..*v
-                })
-                .collect();
-            out.extend(paired);
+            add_paired_twins(&mut out);
         }
         out
     }

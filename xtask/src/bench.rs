@@ -481,8 +481,10 @@ fn mma_row<V: std::fmt::Display + Copy>(
 pub fn run_mma(out: &Path) -> Result<()> {
     use trellis::families::gate_up_mma::GateUpMmaProblem;
     use trellis::families::reduce_mma::{
-        register_budget, MmaOperands, MmaVariant, ReduceMmaProblem,
+        add_paired_twins, paired_windows_fit, register_budget, MmaOperands, MmaVariant,
+        ReduceMmaProblem,
     };
+    use trellis::kernels::Proj;
     let b = CudaBackend::new(0)?;
     let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
     let o = TuneOptions::for_backend("cuda", Tier::Fast);
@@ -505,7 +507,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
     // A few launch shapes per problem, x from device memory or staged; those that do not
     // fit the device (staged x of many samples) are left out.
     let only_variant = list_of("MMA_VARIANT");
-    let shapes = |m: u32, k: u32| {
+    let shapes = |m: u32, k: u32, pairs: bool| {
         let mut vs = Vec::new();
         for x in [Global, Shared, SharedDup] {
             vs.extend([
@@ -554,6 +556,10 @@ pub fn run_mma(out: &Path) -> Result<()> {
                 ..v(1, 8, 16, Global)
             });
         }
+        // Each shape again with paired state windows where they save work.
+        if pairs {
+            add_paired_twins(&mut vs);
+        }
         vs.retain(|v| {
             only_variant
                 .as_ref()
@@ -591,12 +597,10 @@ pub fn run_mma(out: &Path) -> Result<()> {
                         act: DType::Bf16,
                         m,
                     };
-                    let vs: Vec<_> = shapes(m, k)
-                        .into_iter()
-                        .filter(|v| {
-                            trellis::family::fits::<ReduceMmaFamily>(&p, *v, &limits).is_ok()
-                        })
-                        .collect();
+                    let mut vs = shapes(m, k, paired_windows_fit(Proj::of(&p.geometry)));
+                    vs.retain(|v| {
+                        trellis::family::fits::<ReduceMmaFamily>(&p, *v, &limits).is_ok()
+                    });
                     problems.push((p, vs));
                 }
             }
@@ -615,7 +619,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
                     m,
                     tail: Tail::Exact,
                 };
-                let vs: Vec<_> = shapes(m, ku)
+                let vs: Vec<_> = shapes(m, ku, false)
                     .into_iter()
                     .filter(|v| v.max_registers == 0)
                     .filter(|v| trellis::family::fits::<GateUpMmaFamily>(&p, *v, &limits).is_ok())
