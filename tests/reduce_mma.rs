@@ -384,6 +384,46 @@ fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
         e.contains("paired_windows = true") && e.contains("one k-slot"),
         "{e}"
     );
+
+    // gate_up_mma: the same bits with pairs; offered where both projections pair.
+    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost, GateUpMmaProblem};
+    use trellis::kernels::Tail;
+    let geometry = |rows, k| Geometry::new(rows, 768, 256, k, 12, Code::OneMad).unwrap();
+    let gate = check::random_matrix(geometry(40, 2), 91);
+    let up = check::random_matrix(geometry(40, 4), 92);
+    let x = outliers(DType::Bf16, 3, 768, &mut rng);
+    let p = GateUpMmaFamily::problem_of(&gate, &up, &x, Tail::Exact).unwrap();
+    let host = GateUpMmaHost { gate, up, x };
+    let d = GateUpMmaFamily::upload(&cpu, &p, &host).unwrap();
+    let plain = MmaVariant::unsplit(1, 2, 16, MmaXStage::Shared);
+    let want = family::run::<GateUpMmaFamily, _>(&cpu, &p, plain, &d).unwrap();
+    let got = family::run::<GateUpMmaFamily, _>(
+        &cpu,
+        &p,
+        MmaVariant {
+            paired_windows: true,
+            ..plain
+        },
+        &d,
+    )
+    .unwrap();
+    assert!(
+        got[0].bits_eq(&want[0]),
+        "gate_up_mma: paired windows differ"
+    );
+    let offered = |kg, ku| {
+        let q = GateUpMmaProblem {
+            gate: Geometry::new(4096, 5120, 256, kg, 16, Code::OneMad).unwrap(),
+            up: Geometry::new(4096, 5120, 256, ku, 16, Code::OneMad).unwrap(),
+            ..p
+        };
+        GateUpMmaFamily::candidates(&q, Tier::Fast, false)
+            .iter()
+            .filter(|v| v.paired_windows)
+            .count()
+    };
+    assert!(offered(2, 2) > 0 && offered(4, 4) > 0);
+    assert_eq!(offered(3, 4), 0, "the k 3 projection does not pair");
 }
 
 #[test]

@@ -5,7 +5,9 @@
 //! tail (`exact` or the backend's `native` exp). Checked with `check::fast_gate_up`
 //! (SPEC 7 v2); listed as `gate_up_mma_mixed` when the two k differ.
 
-use super::reduce_mma::{MmaLayout, MmaProj, MmaVariant, MAX_M_MMA};
+use super::reduce_mma::{
+    add_paired_twins, paired_windows_fit, MmaLayout, MmaProj, MmaVariant, MAX_M_MMA,
+};
 use super::DeviceMatrix;
 use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
@@ -195,6 +197,12 @@ impl Family for GateUpMmaFamily {
                 .map(|v| MmaVariant { col_split: 2, ..*v })
                 .collect();
             out.extend(fewer);
+        }
+        // Paired state windows where both projections' pairs save work, at the tuned sizes
+        // (as `reduce_mma` offers them).
+        let fit = |g: &crate::Geometry| paired_windows_fit(Proj::of(g));
+        if !quick && p.gate.rows >= 4096 && fit(&p.gate) && fit(&p.up) {
+            add_paired_twins(&mut out);
         }
         out
     }
