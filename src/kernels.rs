@@ -241,45 +241,54 @@ pub struct Variant {
     /// rows per simdgroup the k 2 and 4 kernels take 200-202 registers (their code words
     /// as 8- and 16-byte loads) where k 3 takes 168: 8 instead of 12 warps per SM. The
     /// other dialects ignore it.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub max_registers: u32,
 }
 
-/// serde: a `u32` field left out of the tables at 0.
-pub(crate) fn is_zero(v: &u32) -> bool {
-    *v == 0
+/// Whether a field holds its type's default (serde leaves such fields out of the tables).
+pub(crate) fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
-impl std::hash::Hash for Variant {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        // The fields in declaration order, as `derive(Hash)` would, budget only when set.
-        self.repr.hash(h);
-        self.m_strategy.hash(h);
-        self.rows_per_group.hash(h);
-        self.x_stage.hash(h);
-        self.tier.hash(h);
-        self.rows_per_simd.hash(h);
-        if self.max_registers != 0 {
-            self.max_registers.hash(h);
+/// `Hash` and `Debug` as `derive` writes them, except that the last field is left out
+/// while it holds its default, as serde leaves it out of the tables: a field added at its
+/// default keeps every existing variant's kernel symbol and tuning space hash, so only the
+/// entries whose space it widens go stale. `hash_debug_skipping_default!(Type { a, b } +
+/// last)`.
+macro_rules! hash_debug_skipping_default {
+    ($ty:ident { $($field:ident),* } + $last:ident) => {
+        impl std::hash::Hash for $ty {
+            fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+                $(std::hash::Hash::hash(&self.$field, h);)*
+                if !$crate::kernels::is_default(&self.$last) {
+                    std::hash::Hash::hash(&self.$last, h);
+                }
+            }
         }
-    }
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let mut d = f.debug_struct(stringify!($ty));
+                $(d.field(stringify!($field), &self.$field);)*
+                if !$crate::kernels::is_default(&self.$last) {
+                    d.field(stringify!($last), &self.$last);
+                }
+                d.finish()
+            }
+        }
+    };
 }
+pub(crate) use hash_debug_skipping_default;
 
-impl fmt::Debug for Variant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("Variant");
-        d.field("repr", &self.repr)
-            .field("m_strategy", &self.m_strategy)
-            .field("rows_per_group", &self.rows_per_group)
-            .field("x_stage", &self.x_stage)
-            .field("tier", &self.tier)
-            .field("rows_per_simd", &self.rows_per_simd);
-        if self.max_registers != 0 {
-            d.field("max_registers", &self.max_registers);
-        }
-        d.finish()
-    }
-}
+hash_debug_skipping_default!(
+    Variant {
+        repr,
+        m_strategy,
+        rows_per_group,
+        x_stage,
+        tier,
+        rows_per_simd
+    } + max_registers
+);
 
 /// Allowed `rows_per_simd`.
 pub const ROWS_PER_SIMD: [u32; 3] = [1, 2, 4];

@@ -29,7 +29,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem, Grid};
-use crate::kernels::{is_zero, Proj, Tier, MAX_SHARED_BYTES};
+use crate::kernels::{is_default, Proj, Tier, MAX_SHARED_BYTES};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
 use std::cell::OnceCell;
@@ -64,7 +64,7 @@ pub struct MmaVariant {
     /// Registers per thread the CUDA compiler may use (0: its own choice). Just above 48
     /// an 8-simdgroup threadgroup loses a fifth of its residency (5 -> 4 per SM); a budget
     /// trades a few spills for the occupancy. The other dialects ignore it.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub max_registers: u32,
     /// The matrix unit's operand type.
     #[serde(default, skip_serializing_if = "MmaOperands::is_f16")]
@@ -73,46 +73,21 @@ pub struct MmaVariant {
     /// bit P is its low L bits, the state at P + 32 - L its high L bits, where k divides
     /// 32 - L (k 2 and 4 at L 12 and 16). Per weight that is 1.44 integer-ALU operations
     /// instead of 1.88 (H200 SASS, 1mad k 2 L 16), for a few more live registers.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "is_default")]
     pub paired_windows: bool,
 }
 
-fn is_false(v: &bool) -> bool {
-    !*v
-}
-
-impl std::hash::Hash for MmaVariant {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        // The fields in declaration order, as `derive(Hash)` would; `paired_windows` only when set.
-        self.row_tiles.hash(h);
-        self.col_split.hash(h);
-        self.m_tile.hash(h);
-        self.x_stage.hash(h);
-        self.k_split.hash(h);
-        self.max_registers.hash(h);
-        self.operands.hash(h);
-        if self.paired_windows {
-            self.paired_windows.hash(h);
-        }
-    }
-}
-
-impl fmt::Debug for MmaVariant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("MmaVariant");
-        d.field("row_tiles", &self.row_tiles)
-            .field("col_split", &self.col_split)
-            .field("m_tile", &self.m_tile)
-            .field("x_stage", &self.x_stage)
-            .field("k_split", &self.k_split)
-            .field("max_registers", &self.max_registers)
-            .field("operands", &self.operands);
-        if self.paired_windows {
-            d.field("paired_windows", &self.paired_windows);
-        }
-        d.finish()
-    }
-}
+crate::kernels::hash_debug_skipping_default!(
+    MmaVariant {
+        row_tiles,
+        col_split,
+        m_tile,
+        x_stage,
+        k_split,
+        max_registers,
+        operands
+    } + paired_windows
+);
 
 /// The operand type of the matrix unit (the accumulator is f32 either way).
 #[derive(

@@ -37,6 +37,19 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// A median no measurement gives: planted in a table, it shows whether a rerun kept the
+/// entry or measured it again.
+const MARKER_US: f64 = 987654.0;
+
+/// `table` (the text of the table at `out`) with its first median replaced by the marker.
+fn with_marker(table: &str, out: &Path) -> String {
+    table.replacen(
+        &format!("median_us = {}", median_us(out)),
+        &format!("median_us = {MARKER_US:.1}"),
+        1,
+    )
+}
+
 fn median_us(out: &Path) -> f64 {
     let t = trellis::tune::Table::parse(&std::fs::read_to_string(out).unwrap()).unwrap();
     assert_eq!(t.entries.len(), 1);
@@ -64,11 +77,7 @@ fn per_key_lines_resume_fresh_and_real_bandwidth() {
 
     // Plant a marker time: a rerun resumes (keeps it), --fresh measures again.
     let text_before = std::fs::read_to_string(&out).unwrap();
-    let planted = text_before.replacen(
-        &format!("median_us = {}", median_us(&out)),
-        "median_us = 987654.0",
-        1,
-    );
+    let planted = with_marker(&text_before, &out);
     assert_ne!(planted, text_before);
     std::fs::write(&out, planted).unwrap();
     let resumed = tune(&out, &[]);
@@ -78,7 +87,7 @@ fn per_key_lines_resume_fresh_and_real_bandwidth() {
         "{}",
         text(&resumed.stderr)
     );
-    assert_eq!(median_us(&out), 987654.0);
+    assert_eq!(median_us(&out), MARKER_US);
     let fresh = tune(&out, &["--fresh"]);
     assert!(fresh.status.success(), "{}", text(&fresh.stderr));
     assert!(
@@ -86,7 +95,7 @@ fn per_key_lines_resume_fresh_and_real_bandwidth() {
         "{}",
         text(&fresh.stderr)
     );
-    assert_ne!(median_us(&out), 987654.0);
+    assert_ne!(median_us(&out), MARKER_US);
 }
 
 #[test]
@@ -100,11 +109,7 @@ fn an_entry_of_another_candidate_space_is_measured_again_and_stamp_fills_old_tab
         .find(|l| l.starts_with("space_hash = "))
         .expect("a tuned entry records its candidate space")
         .to_string();
-    let marked = tuned.replacen(
-        &format!("median_us = {}", median_us(&out)),
-        "median_us = 987654.0",
-        1,
-    );
+    let marked = with_marker(&tuned, &out);
     // Candidates changed since (another space hash): measured again, sources alike.
     std::fs::write(
         &out,
@@ -112,7 +117,7 @@ fn an_entry_of_another_candidate_space_is_measured_again_and_stamp_fills_old_tab
     )
     .unwrap();
     assert!(tune(&out, &[]).status.success());
-    assert_ne!(median_us(&out), 987654.0);
+    assert_ne!(median_us(&out), MARKER_US);
     // A table from before entries recorded it: --stamp adds it without measuring.
     std::fs::write(&out, marked.replace(&format!("{line}\n"), "")).unwrap();
     let stamped = tune(&out, &["--stamp"]);
@@ -122,7 +127,7 @@ fn an_entry_of_another_candidate_space_is_measured_again_and_stamp_fills_old_tab
         "{}",
         text(&stamped.stderr)
     );
-    assert_eq!(median_us(&out), 987654.0);
+    assert_eq!(median_us(&out), MARKER_US);
     assert!(std::fs::read_to_string(&out).unwrap().contains(&line));
 }
 
