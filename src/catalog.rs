@@ -66,6 +66,13 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     out
 }
 
+/// Rows from which candidates meant for the tuned sizes are offered (register budgets,
+/// paired state windows): the verify catalog's matrices are all smaller, so such a
+/// candidate leaves the families' source hashes as they were and re-tunes only the
+/// entries whose space it widens; `tests/cpu_backend.rs` and `tests/reduce_mma.rs` check
+/// those kernels' bits instead.
+pub const TUNED_ROWS: usize = 4096;
+
 /// Candidates under a register budget, for a problem of `rows` rows and M = `m`, on top of
 /// [`variants`]: at M = 8 with 4 rows per simdgroup the CUDA kernels of k 2 and 4 take
 /// 200-202 registers (k 3: 168), 8 warps per SM instead of 12, so 5120 x 17408 needs 1.21
@@ -75,7 +82,7 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
 /// catalog's small matrices (and so the families' source hashes) are left as they were,
 /// and `tests/cpu_backend.rs` checks the budgeted kernels bit for bit.
 pub fn budget_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
-    if m < 8 || rows < 4096 {
+    if m < 8 || rows < TUNED_ROWS {
         return Vec::new();
     }
     [2u32, 4]
@@ -141,4 +148,20 @@ pub fn verify_cases(quick: bool) -> Vec<Case> {
         ]);
     }
     cases
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{verify_cases, TUNED_ROWS};
+
+    /// Candidates offered from `TUNED_ROWS` stay out of the verify catalog (and so out of
+    /// the families' source hashes) only while every verify matrix is smaller.
+    #[test]
+    fn verify_matrices_are_below_the_tuned_sizes() {
+        for quick in [true, false] {
+            for c in verify_cases(quick) {
+                assert!(c.rows < TUNED_ROWS, "{c:?}");
+            }
+        }
+    }
 }

@@ -201,7 +201,7 @@ impl Family for GateUpMmaFamily {
         // Paired state windows where both projections' pairs save work, at the tuned sizes
         // (as `reduce_mma` offers them).
         let fit = |g: &crate::Geometry| paired_windows_fit(Proj::of(g));
-        if !quick && p.gate.rows >= 4096 && fit(&p.gate) && fit(&p.up) {
+        if !quick && p.gate.rows >= crate::catalog::TUNED_ROWS && fit(&p.gate) && fit(&p.up) {
             add_paired_twins(&mut out);
         }
         out

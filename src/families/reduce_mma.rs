@@ -882,10 +882,11 @@ impl Family for ReduceMmaFamily {
             quick,
             bf16_ok,
         ));
-        // Each shape again with paired windows where they save work, from 4096 rows (the
-        // tuned sizes): the verify catalog's small problems, and so the family's source
-        // hash, stay as they were; `tests/reduce_mma.rs` checks the paired kernels' bits.
-        if !quick && p.geometry.rows >= 4096 && paired_windows_fit(Proj::of(&p.geometry)) {
+        // Each shape again with paired windows where they save work, at the tuned sizes.
+        if !quick
+            && p.geometry.rows >= crate::catalog::TUNED_ROWS
+            && paired_windows_fit(Proj::of(&p.geometry))
+        {
             add_paired_twins(&mut out);
         }
         out
