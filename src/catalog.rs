@@ -22,7 +22,7 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     // With x in registers a group stages nothing; on the H200 4 simdgroups beat 8 in all
     // but one prototype case, so 2 is offered too (a winner at a bound of the space
     // means the space should widen).
-    let reg_rpgs: &[u32] = if quick { &[4] } else { &[2, 4, 8] };
+    let reg_rpgs: &[u32] = if quick { &[4] } else { &[1, 2, 4, 8] };
     // Quick: one rows-per-simdgroup value per representation, so the three of them and
     // the three representations are each covered once with x in registers.
     let reg_rps = |repr: Representation| -> &'static [u32] {

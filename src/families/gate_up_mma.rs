@@ -189,19 +189,31 @@ impl Family for GateUpMmaFamily {
         let bf16_ok = super::reduce_mma::bf16_operands_fit(p.act, &[p.gate.code, p.up.code]);
         let mut out = super::reduce_mma::candidates_for(p.m, tier, quick, bf16_ok);
         // Two projections per tile: 61 of the 90 H200 winners took the fewest simdgroups
-        // offered (4), and 2 also runs.
+        // offered (4), and 2 also runs; at M = 16 three keys then took 2, so 1 joins there
+        // at the tuned sizes.
         if !quick {
+            let fewest = if p.m > 8 && p.gate.rows >= crate::catalog::TUNED_ROWS {
+                1
+            } else {
+                2
+            };
             let fewer: Vec<MmaVariant> = out
                 .iter()
                 .filter(|v| v.row_tiles == 1 && v.col_split == 4)
-                .map(|v| MmaVariant { col_split: 2, ..*v })
+                .flat_map(|v| {
+                    [2, 1]
+                        .into_iter()
+                        .filter(move |&c| c >= fewest)
+                        .map(move |col_split| MmaVariant { col_split, ..*v })
+                })
                 .collect();
             out.extend(fewer);
         }
-        // Paired state windows where both projections' pairs save work, at the tuned sizes
-        // (as `reduce_mma` offers them).
+        // Paired state windows where either projection's pairs save work (the other's
+        // windows in the paired form cost as many operations), at the tuned sizes (as
+        // `reduce_mma` offers them).
         let fit = |g: &crate::Geometry| paired_windows_fit(Proj::of(g));
-        if !quick && p.gate.rows >= crate::catalog::TUNED_ROWS && fit(&p.gate) && fit(&p.up) {
+        if !quick && p.gate.rows >= crate::catalog::TUNED_ROWS && (fit(&p.gate) || fit(&p.up)) {
             add_paired_twins(&mut out);
         }
         out

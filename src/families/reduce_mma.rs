@@ -671,9 +671,37 @@ impl ReduceMma {
 /// one tile per threadgroup, 8 simdgroups splitting the columns, 16 for few row tiles
 /// (up to M = 8).
 pub(crate) fn default_for(rows: usize, m: u32) -> MmaVariant {
-    let few_tiles = rows.div_ceil(16) < 512;
-    let col_split = if m <= 8 && few_tiles { 16 } else { 8 };
+    let col_split = if m <= 8 && few_tiles(rows) { 16 } else { 8 };
     MmaVariant::unsplit(1, col_split, 16, MmaXStage::Global)
+}
+
+/// Whether `rows` make too few 16-row tiles to fill the H200 with one per threadgroup
+/// (5120 rows: 320 tiles for 132 SMs), where splitting the columns across threadgroups
+/// pays.
+fn few_tiles(rows: usize) -> bool {
+    rows.div_ceil(16) < 512
+}
+
+/// Widen the space past the edges the H200 winners sat at (`tuning/reports/nvidia-h200-
+/// tune.md`), at the tuned sizes up to M = 8: 4 simdgroups per one-tile group, the fewest
+/// offered, won 36 keys, so each such candidate comes again with 2; 4 column splits, the
+/// most offered, won 20 keys at 5120 x 17408, so where tiles are few each candidate of 4
+/// comes again with 8.
+fn widen_edges(rows: usize, variants: &mut Vec<MmaVariant>) {
+    let fewer_simdgroups: Vec<MmaVariant> = variants
+        .iter()
+        .filter(|v| v.row_tiles == 1 && v.col_split == 4)
+        .map(|v| MmaVariant { col_split: 2, ..*v })
+        .collect();
+    variants.extend(fewer_simdgroups);
+    if few_tiles(rows) {
+        let more_splits: Vec<MmaVariant> = variants
+            .iter()
+            .filter(|v| v.k_split == 4)
+            .map(|v| MmaVariant { k_split: 8, ..*v })
+            .collect();
+        variants.extend(more_splits);
+    }
 }
 
 /// Candidates that buy residency (`reduce_mma` only): a register budget, and split-K
@@ -882,6 +910,9 @@ impl Family for ReduceMmaFamily {
             quick,
             bf16_ok,
         ));
+        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.m <= 8 {
+            widen_edges(p.geometry.rows, &mut out);
+        }
         // Each shape again with paired windows where they save work, at the tuned sizes.
         if !quick
             && p.geometry.rows >= crate::catalog::TUNED_ROWS

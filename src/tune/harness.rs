@@ -37,6 +37,10 @@ pub struct TuneOptions {
     pub candidate_timeout: Duration,
     /// Re-measure problems the table already has.
     pub fresh: bool,
+    /// A candidate whose first round of samples has a median over `prune` times the best
+    /// median so far stops there: it cannot win, and the tuner's time goes to the close
+    /// ones (the default is always measured in full: the winner must beat its spread).
+    pub prune: f64,
 }
 
 impl TuneOptions {
@@ -54,6 +58,7 @@ impl TuneOptions {
             batch: if gpu { 10 } else { 1 },
             candidate_timeout: Duration::from_secs(if gpu { 20 } else { 120 }),
             fresh: false,
+            prune: 1.3,
         }
     }
 }
@@ -253,12 +258,14 @@ pub fn stamp<F: Family>(
 
 /// Time `run` (which enqueues one launch on copy `i`) until the median is stable: at
 /// least `min_reps` samples, then rounds of `min_reps` more until the median of all
-/// samples moves by under 1% in a round, `max_reps` samples or `time_cap`. A sample is
-/// the mean time per launch of `o.batch` back-to-back launches on rotating copies.
+/// samples moves by under 1% in a round, `max_reps` samples or `time_cap`; or after the
+/// first round when its median is over `cutoff` (µs). A sample is the mean time per
+/// launch of `o.batch` back-to-back launches on rotating copies.
 pub fn measure<B: Backend>(
     b: &B,
     o: &TuneOptions,
     copies: usize,
+    cutoff: Option<f64>,
     mut run: impl FnMut(usize) -> Result<()>,
 ) -> Result<Stats> {
     for i in 0..3 {
@@ -276,12 +283,26 @@ pub fn measure<B: Backend>(
             samples.push(ms * 1e3 / o.batch as f64);
         }
         let median = Stats::of(samples.clone()).median;
-        let stable = ((median - last_median) / median).abs() < 0.01;
-        if stable || samples.len() >= o.max_reps || started.elapsed() > o.time_cap {
+        if round_ends_timing(o, median, last_median, samples.len(), started.elapsed(), cutoff) {
             return Ok(Stats::of(samples));
         }
         last_median = median;
     }
+}
+
+/// [`measure`]'s stopping rule after a round: the median moved by under 1 %, the samples
+/// or the time are spent, or the median is past the cutoff.
+fn round_ends_timing(
+    o: &TuneOptions,
+    median: f64,
+    last_median: f64,
+    samples: usize,
+    elapsed: Duration,
+    cutoff: Option<f64>,
+) -> bool {
+    let stable = ((median - last_median) / median).abs() < 0.01;
+    let hopeless = cutoff.is_some_and(|c| median > c);
+    stable || hopeless || samples >= o.max_reps || elapsed > o.time_cap
 }
 
 /// One problem's data on the device, `copies` times, with its reference result.
@@ -356,13 +377,14 @@ fn verify_candidate<F: Family, B: Backend>(
 }
 
 /// Time a verified candidate: outputs allocated and arguments bound per copy before
-/// the timed region, which only enqueues.
+/// the timed region, which only enqueues. `cutoff`: see [`measure`].
 fn time_candidate<F: Family, B: Backend>(
     b: &B,
     o: &TuneOptions,
     p: &F::Problem,
     v: F::Variant,
     inst: &Instance<F, B>,
+    cutoff: Option<f64>,
 ) -> Result<Stats> {
     let k = F::kernel(p, v);
     let render = |d: Dialect| k.render(d);
@@ -379,7 +401,7 @@ fn time_candidate<F: Family, B: Backend>(
         let mut refs: Vec<&mut B::Tensor> = out.iter_mut().collect();
         bound.push(b.bind(&compiled, &launch, &inputs, &mut refs)?);
     }
-    measure(b, o, bound.len(), |i| b.run(&mut bound[i]))
+    measure(b, o, bound.len(), cutoff, |i| b.run(&mut bound[i]))
 }
 
 /// The winner: the fastest by median, unless its median is within the default's
@@ -465,7 +487,7 @@ pub fn bench<F: Family, B: Backend>(
                 .map_err(|e| e.to_string())
                 .and_then(|got| F::check(p, &v, &inst.host, &inst.want, &got));
             Ok(match checked {
-                Ok(detail) => Ok((time_candidate::<F, B>(b, o, p, v, &inst)?, detail)),
+                Ok(detail) => Ok((time_candidate::<F, B>(b, o, p, v, &inst, None)?, detail)),
                 Err(why) => Err(why),
             })
         })
@@ -482,6 +504,7 @@ pub fn tune_problem<F: Family, B: Backend>(
 ) -> Result<Entry> {
     let key = F::key(p, o.tier);
     let inst = Instance::<F, B>::prepare(b, p, o, seed)?;
+    let default = F::default_variant(p, o.tier);
     let (cands, mut rejected) = candidates::<F>(p, o, &b.limits());
     family::precompile::<F, B>(b, &[(p.clone(), cands.clone())])?;
     let mut timed = Vec::new();
@@ -495,9 +518,15 @@ pub fn tune_problem<F: Family, B: Backend>(
             j.begin(&id)?;
         }
         inject_fault(&id);
+        let best = timed
+            .iter()
+            .map(|(_, s): &(F::Variant, Stats)| s.median)
+            .min_by(f64::total_cmp);
+        let cutoff = best.filter(|_| v != default).map(|m| m * o.prune);
         let outcome =
             verify_candidate::<F, B>(b, p, v, &inst, o.candidate_timeout).and_then(|()| {
-                time_candidate::<F, B>(b, o, p, v, &inst).map_err(|e| format!("timing failed: {e}"))
+                time_candidate::<F, B>(b, o, p, v, &inst, cutoff)
+                    .map_err(|e| format!("timing failed: {e}"))
             });
         match outcome {
             Ok(stats) => timed.push((v, stats)),
@@ -507,7 +536,6 @@ pub fn tune_problem<F: Family, B: Backend>(
             j.end()?;
         }
     }
-    let default = F::default_variant(p, o.tier);
     let (winner, stats) = choose(default, &timed).ok_or_else(|| {
         Error::backend(
             b.name(),
@@ -714,6 +742,21 @@ mod tests {
         let timed = [(1, stats(7.0, 6.9, 7.1)), (2, stats(6.0, 5.9, 6.1))];
         assert_eq!(choose(0, &timed).unwrap().0, 2);
         assert!(choose::<u32>(0, &[]).is_none());
+    }
+
+    #[test]
+    fn timing_stops_when_stable_spent_or_hopeless() {
+        let o = TuneOptions::for_backend("cuda", Tier::Fast);
+        let t = Duration::from_millis(10);
+        // First round (no previous median): goes on, unless past the cutoff.
+        assert!(!round_ends_timing(&o, 10.0, f64::NAN, 10, t, None));
+        assert!(!round_ends_timing(&o, 10.0, f64::NAN, 10, t, Some(13.0)));
+        assert!(round_ends_timing(&o, 14.0, f64::NAN, 10, t, Some(13.0)));
+        // Stable to 1 %, or samples or time spent.
+        assert!(round_ends_timing(&o, 10.0, 10.05, 20, t, None));
+        assert!(!round_ends_timing(&o, 10.0, 10.5, 20, t, None));
+        assert!(round_ends_timing(&o, 10.0, 10.5, o.max_reps, t, None));
+        assert!(round_ends_timing(&o, 10.0, 10.5, 20, o.time_cap * 2, None));
     }
 
     #[test]

@@ -123,7 +123,7 @@ fn cublas(
     for id in std::iter::once(-1).chain(0..=23).chain(99..=115) {
         // SAFETY: every id listed is a discriminant of `cublasGemmAlgo_t` (cublas_api.h).
         let algo: sys::cublasGemmAlgo_t = unsafe { std::mem::transmute::<i32, _>(id) };
-        if let Ok(s) = measure(b, &screen, copies / calls, |i| gemm(algo, i)) {
+        if let Ok(s) = measure(b, &screen, copies / calls, None, |i| gemm(algo, i)) {
             if best.is_none_or(|(t, _, _)| s.median < t) {
                 best = Some((s.median, id, algo));
             }
@@ -147,7 +147,7 @@ fn cublas(
         }
         None => None,
     };
-    let stats = measure(b, o, copies / calls, |i| {
+    let stats = measure(b, o, copies / calls, None, |i| {
         gemm(algo, i)?;
         match bound.as_mut() {
             Some(bd) => b.run(bd),

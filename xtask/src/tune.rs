@@ -59,6 +59,10 @@ pub struct TuneArgs {
     /// Re-measure problems the table already has.
     #[arg(long)]
     pub fresh: bool,
+    /// Stop timing a candidate after its first round when its median is over this many
+    /// times the best so far (it cannot win); a large value times every one in full.
+    #[arg(long, default_value_t = 1.3)]
+    pub prune: f64,
     /// Measure nothing: record the candidate-space hash of the --out table's entries that
     /// lack one (tables written before entries recorded it) for the problems of the
     /// space given, where their sources are current. Needs no device.
@@ -143,6 +147,14 @@ fn options(a: &TuneArgs, backend: &str) -> Result<TuneOptions> {
         o.candidate_timeout = parse_duration("candidate-timeout", t)?;
     }
     o.fresh = a.fresh;
+    if a.prune.is_nan() || a.prune < 1.0 {
+        return Err(Error::invalid(
+            "prune",
+            a.prune,
+            "expected a ratio of at least 1 (a candidate slower than the best by that much stops)",
+        ));
+    }
+    o.prune = a.prune;
     Ok(o)
 }
 
