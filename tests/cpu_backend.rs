@@ -151,7 +151,7 @@ fn expand_matches_reference_dequantize() {
 /// x loaded per run into registers, several rows per simdgroup (issue 10): bit for bit,
 /// with row counts that leave the last simdgroup's row set partly outside the matrix (37)
 /// or not (40), k that makes the code words vector-aligned (2, 4, 8) and not (3, 5),
-/// every dtype.
+/// every dtype, one to eight simdgroups per group.
 #[test]
 fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
     let b = CpuBackend::new().unwrap();
@@ -162,7 +162,7 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
         (40,   3, 12, Code::OneMad,    256, DType::Bf16, 1, 4,  4,   sd),
         (37,   2, 12, Code::OneMad,    128, DType::Bf16, 4, 2,  8,   sd),
         (37,   4, 16, Code::ThreeInst, 64,  DType::F16,  3, 4,  2,   ps),
-        (37,   5, 13, Code::Mul1,      160, DType::F32,  2, 1,  4,   sd),
+        (37,   5, 13, Code::Mul1,      160, DType::F32,  2, 1,  1,   sd),
         (40,   8, 12, Code::Lut,       256, DType::Bf16, 8, 2,  4,   sd),
     ];
     for (rows, k, l, code, t, dtype, m, rps, rpg, ms) in cases {

@@ -557,3 +557,35 @@ fn fast_tier_stays_finite_with_every_activation_at_2_15() {
         }
     }
 }
+
+/// The space widened past the H200 winners' edges (`widen_edges`): 2 simdgroups per tile
+/// at the tuned sizes up to M = 8, 8 column splits where 16-row tiles are few; the
+/// verify catalog's small problems keep their space. (The kernels of both shapes are
+/// checked against SPEC 7 above: `col_split = 2` with up to 17 splits.)
+#[test]
+fn reduce_mma_space_widens_past_the_tuned_edges_at_the_tuned_sizes() {
+    let problem = |rows, m| trellis::families::reduce_mma::ReduceMmaProblem {
+        geometry: Geometry::new(rows, 5120, 256, 2, 12, Code::OneMad).unwrap(),
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m,
+    };
+    let count = |rows, m, f: fn(&MmaVariant) -> bool| {
+        ReduceMmaFamily::candidates(&problem(rows, m), Tier::Fast, false)
+            .iter()
+            .filter(|v| f(v))
+            .count()
+    };
+    let two_simdgroups: fn(&MmaVariant) -> bool = |v| v.row_tiles == 1 && v.col_split == 2;
+    let eight_splits: fn(&MmaVariant) -> bool = |v| v.k_split == 8;
+    // 5120 rows: 320 tiles, few; 17408 rows: 1088.
+    assert!(count(5120, 1, two_simdgroups) > 0 && count(5120, 8, eight_splits) > 0);
+    assert!(count(17408, 4, two_simdgroups) > 0);
+    assert_eq!(count(17408, 4, eight_splits), 0, "many tiles: no 8 splits");
+    assert_eq!(count(256, 1, two_simdgroups), 0, "below the tuned sizes");
+    assert_eq!(count(256, 1, eight_splits), 0, "below the tuned sizes");
+    // Each twin is its own candidate: no duplicates.
+    let all = ReduceMmaFamily::candidates(&problem(5120, 2), Tier::Fast, false);
+    let unique: std::collections::HashSet<_> = all.iter().collect();
+    assert_eq!(unique.len(), all.len());
+}

@@ -283,7 +283,14 @@ pub fn measure<B: Backend>(
             samples.push(ms * 1e3 / o.batch as f64);
         }
         let median = Stats::of(samples.clone()).median;
-        if round_ends_timing(o, median, last_median, samples.len(), started.elapsed(), cutoff) {
+        if round_ends_timing(
+            o,
+            median,
+            last_median,
+            samples.len(),
+            started.elapsed(),
+            cutoff,
+        ) {
             return Ok(Stats::of(samples));
         }
         last_median = median;
