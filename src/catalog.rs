@@ -19,9 +19,10 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
     // slower than x in registers everywhere on the H200 (tuning/reports); kept in the
     // space at their old best shape (16 simdgroups) so the tuner keeps checking that.
     let rpgs: &[u32] = if quick { &[4] } else { &[16] };
-    // With x in registers a group stages nothing; on the H200 4 simdgroups beat 8 in all
-    // but one prototype case, so 2 is offered too (a winner at a bound of the space
-    // means the space should widen).
+    // With x in registers a group stages nothing, so its size only sets the scheduling
+    // grain: on the H200 4 simdgroups beat 8 in all but one prototype case; 2 then won 34
+    // keys at the edge of the space, so 1 joined (it won 17, each within 0.8 %: the edge
+    // is flat).
     let reg_rpgs: &[u32] = if quick { &[4] } else { &[1, 2, 4, 8] };
     // Quick: one rows-per-simdgroup value per representation, so the three of them and
     // the three representations are each covered once with x in registers.

@@ -190,7 +190,7 @@ impl Family for GateUpMmaFamily {
         let mut out = super::reduce_mma::candidates_for(p.m, tier, quick, bf16_ok);
         // Two projections per tile: 61 of the 90 H200 winners took the fewest simdgroups
         // offered (4), and 2 also runs; at M = 16 three keys then took 2, so 1 joins there
-        // at the tuned sizes.
+        // at the tuned sizes (it won none of the 30 M = 16 keys).
         if !quick {
             let fewest = if p.m > 8 && p.gate.rows >= crate::catalog::TUNED_ROWS {
                 1

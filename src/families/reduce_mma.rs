@@ -686,7 +686,8 @@ fn few_tiles(rows: usize) -> bool {
 /// tune.md`), at the tuned sizes up to M = 8: 4 simdgroups per one-tile group, the fewest
 /// offered, won 36 keys, so each such candidate comes again with 2; 4 column splits, the
 /// most offered, won 20 keys at 5120 x 17408, so where tiles are few each candidate of 4
-/// comes again with 8.
+/// comes again with 8. (Re-tuned: 8 splits won 28 keys by 2-3 %, 2 simdgroups 3 M = 8 keys
+/// by 7-10 %; `prototypes/next/widen2.patch` is the next doubling.)
 fn widen_edges(rows: usize, variants: &mut Vec<MmaVariant>) {
     let fewer_simdgroups: Vec<MmaVariant> = variants
         .iter()
