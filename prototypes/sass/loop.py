@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Opcode histogram of the SASS loop containing the most HMMA (or lines a..b). Usage: loop.py file.sass [weights_per_iter]"""
-import re, sys, collections
+"""Opcode histogram of the SASS loop containing the most HMMA (LOOP_OP=IDP: the most IDP,
+for the SIMT kernels). Usage: loop.py file.sass [weights_per_iter]"""
+import os, re, sys, collections
+KEY = os.environ.get("LOOP_OP", "HMMA")
 lines = open(sys.argv[1]).read().splitlines()
 ins = []  # (lineno, opcode, text)
 for i, l in enumerate(lines):
@@ -22,10 +24,10 @@ for idx, (addr, op, body) in enumerate(ins):
             if m: start = int(m.group(1), 16); break
         if start < addr:
             body_ins = [x for x in ins if start <= x[0] <= addr]
-            h = sum(1 for x in body_ins if x[1].startswith("HMMA"))
+            h = sum(1 for x in body_ins if x[1].startswith(KEY))
             if best is None or h > best[0]: best = (h, body_ins)
 h, body = best
 c = collections.Counter(x[1].split(".")[0] for x in body)
 w = float(sys.argv[2]) if len(sys.argv) > 2 else None
-print(f"loop: {len(body)} instr, {h} HMMA" + (f", {len(body)/w:.2f} instr/weight" if w else ""))
+print(f"loop: {len(body)} instr, {h} {KEY}" + (f", {len(body)/w:.2f} instr/weight" if w else ""))
 print(" ".join(f"{k}:{v}" for k, v in c.most_common()))

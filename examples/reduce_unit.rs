@@ -1,0 +1,45 @@
+//! Print the CUDA unit of one exact `reduce` specialization (x in registers, inline
+//! decode), for reading its SASS without a GPU (`prototypes/sass/`):
+//!
+//! ```text
+//! cargo run --release --example reduce_unit -- 17408 5120 3 1mad 12 1 1 4 > u.cu
+//! ```
+//!
+//! Arguments (defaults in brackets): rows [17408], cols [5120], k [3], code [1mad], L [12],
+//! M [1], rows_per_group [1], rows_per_simd [4], max_registers [0]. bf16 activations, f16
+//! scales, T = 256, shared decode of the M samples.
+use trellis::families::reduce::Reduce;
+use trellis::kernel::{Dialect, KernelSpec};
+use trellis::kernels::{MStrategy, Proj, Representation, Tier, Variant, XStage};
+use trellis::{Code, DType, ScaleDType};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
+    let num = |i: usize, default: &str| arg(i, default).parse::<u32>();
+    let kernel = Reduce {
+        rows: num(0, "17408")? as usize,
+        cols: num(1, "5120")? as usize,
+        t: 256,
+        proj: Proj {
+            k: num(2, "3")?,
+            l: num(4, "12")?,
+            code: arg(3, "1mad").parse::<Code>()?,
+        },
+        m: num(5, "1")?,
+        act: DType::Bf16,
+        scale: ScaleDType::F16,
+        variant: Variant {
+            repr: Representation::Inline,
+            m_strategy: MStrategy::SharedDecode,
+            rows_per_group: num(6, "1")?,
+            x_stage: XStage::Registers,
+            tier: Tier::Exact,
+            rows_per_simd: num(7, "4")?,
+            max_registers: num(8, "0")?,
+        },
+    };
+    kernel.validate()?;
+    print!("{}", kernel.unit(Dialect::Cuda)?);
+    Ok(())
+}
