@@ -4,7 +4,8 @@
 //! before timing it (mismatches, compile failures, hangs and crashes are rejected with
 //! their reason); time survivors with everything prepared ahead (outputs allocated,
 //! arguments bound and checked: the timed region only enqueues the kernel) until the
-//! median is stable; keep the fastest unless it is within the default's spread.
+//! median is stable (one over `prune` times the best so far stops after its first round);
+//! keep the fastest unless it is within the default's spread.
 
 use super::table::{DeviceRecord, Entry, StatsRecord, Table};
 use super::TuneKey;
