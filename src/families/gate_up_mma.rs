@@ -192,22 +192,12 @@ impl Family for GateUpMmaFamily {
         // offered (4), and 2 also runs; at M = 16 three keys then took 2, so 1 joins there
         // at the tuned sizes (it won none of the 30 M = 16 keys).
         if !quick {
-            let fewest = if p.m > 8 && p.gate.rows >= crate::catalog::TUNED_ROWS {
-                1
+            let fewer: &[u32] = if p.m > 8 && p.gate.rows >= crate::catalog::TUNED_ROWS {
+                &[2, 1]
             } else {
-                2
+                &[2]
             };
-            let fewer: Vec<MmaVariant> = out
-                .iter()
-                .filter(|v| v.row_tiles == 1 && v.col_split == 4)
-                .flat_map(|v| {
-                    [2, 1]
-                        .into_iter()
-                        .filter(move |&c| c >= fewest)
-                        .map(move |col_split| MmaVariant { col_split, ..*v })
-                })
-                .collect();
-            out.extend(fewer);
+            super::reduce_mma::add_col_split_twins(&mut out, 4, fewer);
         }
         // Paired state windows where either projection's pairs save work (the other's
         // windows in the paired form cost as many operations), at the tuned sizes (as

@@ -689,12 +689,7 @@ fn few_tiles(rows: usize) -> bool {
 /// comes again with 8. (Re-tuned: 8 splits won 28 keys by 2-3 %, 2 simdgroups 3 M = 8 keys
 /// by 7-10 %; `prototypes/next/widen2.patch` is the next doubling.)
 fn widen_edges(rows: usize, variants: &mut Vec<MmaVariant>) {
-    let fewer_simdgroups: Vec<MmaVariant> = variants
-        .iter()
-        .filter(|v| v.row_tiles == 1 && v.col_split == 4)
-        .map(|v| MmaVariant { col_split: 2, ..*v })
-        .collect();
-    variants.extend(fewer_simdgroups);
+    add_col_split_twins(variants, 4, &[2]);
     if few_tiles(rows) {
         let more_splits: Vec<MmaVariant> = variants
             .iter()
@@ -703,6 +698,20 @@ fn widen_edges(rows: usize, variants: &mut Vec<MmaVariant>) {
             .collect();
         variants.extend(more_splits);
     }
+}
+
+/// Append each one-tile candidate of `from` simdgroups per tile again with each count of
+/// `to` (the twins of one candidate together, in `to`'s order).
+pub(crate) fn add_col_split_twins(variants: &mut Vec<MmaVariant>, from: u32, to: &[u32]) {
+    let twins: Vec<MmaVariant> = variants
+        .iter()
+        .filter(|v| v.row_tiles == 1 && v.col_split == from)
+        .flat_map(|v| {
+            to.iter()
+                .map(move |&col_split| MmaVariant { col_split, ..*v })
+        })
+        .collect();
+    variants.extend(twins);
 }
 
 /// Candidates that buy residency (`reduce_mma` only): a register budget, and split-K
