@@ -6,18 +6,19 @@
 //! ```
 //!
 //! Arguments (defaults in brackets): rows [17408], cols [5120], k [3], code [1mad], L [12],
-//! M [1], rows_per_group [1], rows_per_simd [4], max_registers [0]. bf16 activations, f16
-//! scales, T = 256, shared decode of the M samples.
+//! M [1], rows_per_group [1], rows_per_simd [4], max_registers [0], folded scales (0, 1)
+//! [1: where `RowScales::of` folds]. bf16 activations, f16 scales, T = 256, shared decode
+//! of the M samples.
 use trellis::families::reduce::Reduce;
 use trellis::kernel::{Dialect, KernelSpec};
-use trellis::kernels::{MStrategy, Proj, Representation, Tier, Variant, XStage};
+use trellis::kernels::{MStrategy, Proj, Representation, RowScales, Tier, Variant, XStage};
 use trellis::{Code, DType, ScaleDType};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
     let num = |i: usize, default: &str| arg(i, default).parse::<u32>();
-    let kernel = Reduce {
+    let mut kernel = Reduce {
         rows: num(0, "17408")? as usize,
         cols: num(1, "5120")? as usize,
         t: 256,
@@ -28,7 +29,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         m: num(5, "1")?,
         act: DType::Bf16,
-        scale: ScaleDType::F16,
+        // f16 scales folded with 1mad's divisor where the code is 1mad (RowScales::of).
+        scale: RowScales::Stored(ScaleDType::F16),
         variant: Variant {
             repr: Representation::Inline,
             m_strategy: MStrategy::SharedDecode,
@@ -39,6 +41,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             max_registers: num(8, "0")?,
         },
     };
+    if num(9, "1")? == 1 {
+        kernel.scale = RowScales::of(
+            kernel.proj.code,
+            ScaleDType::F16,
+            DType::Bf16.into(),
+            Representation::Inline,
+        );
+    }
     kernel.validate()?;
     print!("{}", kernel.unit(Dialect::Cuda)?);
     Ok(())

@@ -173,6 +173,29 @@ pub fn onemad_quotient(a: f32) -> f32 {
     a.mul_add(hi, a * lo)
 }
 
+/// `1mad` with the row scale folded into the division: for bf16 weights (`round_T` to
+/// bf16) and an f16 row scale `s`, `round_bf16(y * S)` equals SPEC 4's `round_bf16(RN(RN(y
+/// / c) * s))` for every centred byte sum `y` when `S = RN(s / c)`, except where `s` is a
+/// normal f16 whose 10-bit mantissa is one of these three: there `S` is its f32 neighbour
+/// one ulp nearer zero (every exponent alike, since powers of two commute with both
+/// roundings). The two f32 products differ often; rounding to bf16 hides it. Exhaustive
+/// test below: every f16 bit pattern against all 1021 byte sums. (f16 weights: 60 scales
+/// have no such constant; f32 weights keep every bit; f32 scales are not tabulated.)
+pub const MAD_FOLD_MANTISSAS: [u16; 3] = [0x02F, 0x179, 0x311];
+
+/// The per-row constant of [`MAD_FOLD_MANTISSAS`]: a kernel's bf16 `1mad` weight is then
+/// `round_bf16(y * S)`, one multiply per weight instead of the division's multiply and
+/// fma and the scale's multiply. Computed on the host (IEEE division), uploaded as f32.
+pub fn onemad_folded_scale(s: f16) -> f32 {
+    let q = s.to_f32() / MAD_DIVISOR;
+    let (exponent, mantissa) = ((s.to_bits() >> 10) & 0x1F, s.to_bits() & 0x3FF);
+    if (1..=30).contains(&exponent) && MAD_FOLD_MANTISSAS.contains(&mantissa) {
+        f32::from_bits(q.to_bits() - 1)
+    } else {
+        q
+    }
+}
+
 /// The numeric constants a kernel template needs, as literal text for the dialects.
 #[derive(Clone, Debug)]
 pub struct CodeConstants {
@@ -274,6 +297,37 @@ mod tests {
             let y = f32::from_bits(0x4B40_0000 - 510 + s) - 12_582_912.0;
             assert_eq!(y, s as f32 - 510.0);
         }
+    }
+
+    #[test]
+    fn folded_scale_gives_the_spec_bf16_weight_for_every_f16_scale_and_byte_sum() {
+        use crate::dtype::DType;
+        let mut nudged = 0;
+        for bits in 0..=u16::MAX {
+            let s = f16::from_bits(bits);
+            let folded = onemad_folded_scale(s);
+            if folded.to_bits() != (s.to_f32() / MAD_DIVISOR).to_bits() {
+                nudged += 1;
+            }
+            for y in -MAD_CENTER..=MAD_CENTER {
+                let spec = DType::Bf16.round((y as f32 / MAD_DIVISOR) * s.to_f32());
+                let got = DType::Bf16.round(y as f32 * folded);
+                assert_eq!(got.to_bits(), spec.to_bits(), "scale {bits:#06x}, y = {y}");
+            }
+        }
+        // 3 mantissas x 30 exponents x 2 signs; without the nudge 360 weights differ.
+        assert_eq!(nudged, 180);
+        let plain = |bits: u16| f16::from_bits(bits).to_f32() / MAD_DIVISOR;
+        let off = (0..=u16::MAX)
+            .filter(|&bits| {
+                (-MAD_CENTER..=MAD_CENTER).any(|y| {
+                    let s = f16::from_bits(bits).to_f32();
+                    DType::Bf16.round((y as f32 / MAD_DIVISOR) * s).to_bits()
+                        != DType::Bf16.round(y as f32 * plain(bits)).to_bits()
+                })
+            })
+            .count();
+        assert_eq!(off, 180, "the nudge is needed exactly where it is applied");
     }
 
     #[test]

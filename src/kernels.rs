@@ -290,6 +290,46 @@ hash_debug_skipping_default!(
     } + max_registers
 );
 
+/// How a SIMT kernel receives a matrix's row scales: as stored, or, for `1mad` with f16
+/// scales decoded inline into bf16 weights, folded with the code's divisor on the host
+/// ([`crate::codes::onemad_folded_scale`], f32): the weight is then `round_bf16(y * S)`
+/// for the centred byte sum `y`, one multiply per weight where the division and the scale
+/// take three, with SPEC 4's bits (exhaustive test in `src/codes.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RowScales {
+    Stored(crate::ScaleDType),
+    FoldedOneMad,
+}
+
+impl RowScales {
+    /// The scales a kernel of this code, stored scale dtype, activation dtype and value
+    /// representation reads.
+    pub fn of(code: Code, stored: crate::ScaleDType, act: Elem, repr: Representation) -> Self {
+        let folds = code == Code::OneMad
+            && stored == crate::ScaleDType::F16
+            && act == Elem::Bf16
+            && repr == Representation::Inline;
+        if folds {
+            RowScales::FoldedOneMad
+        } else {
+            RowScales::Stored(stored)
+        }
+    }
+    /// Whether the weights take the folded form (templates).
+    pub fn is_folded(&self) -> bool {
+        *self == RowScales::FoldedOneMad
+    }
+}
+
+impl From<RowScales> for Elem {
+    fn from(s: RowScales) -> Self {
+        match s {
+            RowScales::Stored(d) => d.into(),
+            RowScales::FoldedOneMad => Elem::F32,
+        }
+    }
+}
+
 /// Allowed `rows_per_simd`.
 pub const ROWS_PER_SIMD: [u32; 3] = [1, 2, 4];
 
@@ -385,6 +425,11 @@ impl Code {
     /// For templates.
     pub fn is_lut(&self) -> bool {
         *self == Code::Lut
+    }
+    /// Whether the value is one f16 rounding of exact arithmetic on f16 operands: the sum
+    /// of a masked word's halves (`3inst`, `mcg`) or an fma of the byte sum (`mul1`).
+    pub fn is_f16_valued(&self) -> bool {
+        matches!(self, Code::ThreeInst | Code::Mcg | Code::Mul1)
     }
 }
 

@@ -277,3 +277,89 @@ fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
         .contains("maxnreg"));
     assert_ne!(kernel(variant).id(), kernel(unbudgeted).id());
 }
+
+/// `1mad` with f16 scales and bf16 weights reads its row scales folded with the divisor
+/// (`RowScales::FoldedOneMad`, `codes::onemad_folded_scale`): bit for bit on the CPU and
+/// the Metal simulator, for rows whose scales sit at the three mantissas that take the
+/// one-ulp nudge (several exponents, both signs), zeros and a subnormal; other codes,
+/// dtypes and representations read the scales as stored.
+#[test]
+fn folded_onemad_scales_match_reference_bit_for_bit() {
+    use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+    use trellis::family::Family;
+    use trellis::kernels::RowScales;
+    let g = Geometry::new(40, 1280, 256, 3, 12, Code::OneMad).unwrap();
+    let mut w = random_matrix(g, 41);
+    let special: [u16; 12] = [
+        0x1C2F, 0x2179, 0x2311, 0x9C2F, 0xA179, 0xA311, 0x042F, 0x7511, 0x0000, 0x8000, 0x0001,
+        0x3C00,
+    ];
+    for (r, s) in w.scales.iter_mut().enumerate().step_by(3) {
+        *s = half::f16::from_bits(special[(r / 3) % special.len()]).to_f32();
+    }
+    let up = random_matrix(
+        Geometry::new(40, 1280, 256, 4, 12, Code::OneMad).unwrap(),
+        42,
+    );
+    let cpu = CpuBackend::new().unwrap();
+    let sim = MetalSimBackend::new().unwrap();
+    let registers = |rows_per_simd| Variant {
+        x_stage: XStage::Registers,
+        rows_per_simd,
+        ..Variant::default()
+    };
+    for (dtype, m) in [(DType::Bf16, 1), (DType::Bf16, 3), (DType::F16, 2)] {
+        let x = random_x(dtype, m, g.cols, 43);
+        let want = reference::reduce(&w, &x).unwrap();
+        let want_gate_up = reference::gate_up(&w, &up, &x).unwrap();
+        for variant in [
+            registers(4),
+            registers(1),
+            Variant::default(),
+            Variant {
+                repr: Representation::GlobalTable,
+                ..Variant::default()
+            },
+        ] {
+            let p = ReduceProblem {
+                geometry: g,
+                scale: ScaleDType::F16,
+                act: dtype,
+                m: m as u32,
+            };
+            let folded = ReduceFamily::kernel(&p, variant).scale == RowScales::FoldedOneMad;
+            assert_eq!(
+                folded,
+                dtype == DType::Bf16 && variant.repr == Representation::Inline,
+                "{dtype} {variant}"
+            );
+            let got = ops::matvec_with(&cpu, &w, &x, variant).unwrap();
+            assert!(got.bits_eq(&want), "cpu {dtype} m={m} {variant}");
+            let got = ops::matvec_with(&sim, &w, &x, variant).unwrap();
+            assert!(got.bits_eq(&want), "metal-sim {dtype} m={m} {variant}");
+            let got = ops::gate_up_with(&cpu, &w, &up, &x, Tail::Exact, variant).unwrap();
+            assert!(
+                got.bits_eq(&want_gate_up),
+                "gate_up cpu {dtype} m={m} {variant}"
+            );
+        }
+    }
+    // Other codes and f32 scales read the scales as stored.
+    let stored = |code, scale| {
+        RowScales::of(
+            code,
+            scale,
+            trellis::kernel::Elem::Bf16,
+            Representation::Inline,
+        )
+    };
+    assert_eq!(
+        stored(Code::ThreeInst, ScaleDType::F16),
+        RowScales::Stored(ScaleDType::F16)
+    );
+    assert_eq!(
+        stored(Code::OneMad, ScaleDType::F32),
+        RowScales::Stored(ScaleDType::F32)
+    );
+}

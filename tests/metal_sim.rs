@@ -460,7 +460,7 @@ fn reduce_spec(c: &Case, repr: Representation, x_stage: XStage) -> Reduce {
         proj: Proj::of(&c.w.geometry),
         m: 2,
         act: DType::F32,
-        scale: ScaleDType::F16,
+        scale: trellis::kernels::RowScales::Stored(ScaleDType::F16),
         variant: Variant {
             repr,
             m_strategy: MStrategy::SharedDecode,

@@ -7,7 +7,9 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::family::Family;
 use crate::kernel::Backend;
-use crate::kernels::{check_common, grid, MStrategy, Proj, Tier, Variant, XLayout, XStage};
+use crate::kernels::{
+    check_common, grid, MStrategy, Proj, RowScales, Tier, Variant, XLayout, XStage,
+};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
 use std::fmt;
@@ -33,7 +35,8 @@ pub struct Expand {
     pub t: usize,
     pub proj: Proj,
     pub act: DType,
-    pub scale: ScaleDType,
+    /// The row scales as stored (`expand` writes the weights: nothing to fold).
+    pub scale: RowScales,
     pub variant: Variant,
 }
 
@@ -115,7 +118,7 @@ impl Family for ExpandFamily {
             t: g.t,
             proj: Proj::of(g),
             act: p.act,
-            scale: p.scale,
+            scale: RowScales::Stored(p.scale),
             variant,
         }
     }

@@ -6,8 +6,8 @@ use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
-use crate::kernel::Backend;
-use crate::kernels::{check_common, grid, Proj, Tail, Tier, Variant, XLayout, MAX_M};
+use crate::kernel::{Backend, DeviceTensor as _};
+use crate::kernels::{check_common, grid, Proj, RowScales, Tail, Tier, Variant, XLayout, MAX_M};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
 use std::cell::OnceCell;
@@ -40,8 +40,10 @@ pub struct GateUp {
     pub up: Proj,
     pub m: u32,
     pub act: DType,
-    pub gate_scale: ScaleDType,
-    pub up_scale: ScaleDType,
+    /// The row scales each projection's kernel reads (stored, or folded with `1mad`'s
+    /// divisor).
+    pub gate_scale: RowScales,
+    pub up_scale: RowScales,
     pub tail: Tail,
     pub variant: Variant,
 }
@@ -294,8 +296,8 @@ impl Family for GateUpFamily {
             up: Proj::of(&p.up),
             m: p.m,
             act: p.act,
-            gate_scale: p.gate_scale,
-            up_scale: p.up_scale,
+            gate_scale: RowScales::of(g.code, p.gate_scale, p.act.into(), variant.repr),
+            up_scale: RowScales::of(p.up.code, p.up_scale, p.act.into(), variant.repr),
             tail: p.tail,
             variant,
         }
@@ -394,10 +396,10 @@ impl Family for GateUpFamily {
         vec![
             &d.x,
             &d.gate.codes,
-            &d.gate.scales,
+            d.gate.row_scales(d.x.elem(), v.repr),
             d.gate.table(v.repr),
             &d.up.codes,
-            &d.up.scales,
+            d.up.row_scales(d.x.elem(), v.repr),
             d.up.table(v.repr),
         ]
     }

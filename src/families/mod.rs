@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::family::{Family, FamilyVisitor};
 use crate::geometry::Geometry;
 use crate::kernel::{Backend, Elem};
-use crate::kernels::{Proj, Representation};
+use crate::kernels::{Proj, Representation, RowScales};
 use crate::matrix::{Activations, QuantizedMatrix};
 
 /// Visit every registered family. Adding a family is its module, its template, and
@@ -53,6 +53,9 @@ pub struct DeviceMatrix<B: Backend> {
     pub scale_dtype: ScaleDType,
     pub codes: B::Tensor,
     pub scales: B::Tensor,
+    /// `1mad` with f16 scales: the scales folded with the divisor (f32,
+    /// [`crate::kernels::RowScales::FoldedOneMad`]).
+    folded: Option<B::Tensor>,
     table: B::Tensor,
     placeholder: B::Tensor,
 }
@@ -71,11 +74,25 @@ impl<B: Backend> DeviceMatrix<B> {
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
+        let folded = match (g.code, w.scale_dtype) {
+            (crate::Code::OneMad, ScaleDType::F16) => {
+                let folded: Vec<u8> = w
+                    .scales
+                    .iter()
+                    .flat_map(|&s| {
+                        crate::codes::onemad_folded_scale(half::f16::from_f32(s)).to_le_bytes()
+                    })
+                    .collect();
+                Some(b.upload(Elem::F32, &[g.rows], &folded)?)
+            }
+            _ => None,
+        };
         Ok(DeviceMatrix {
             geometry: g,
             scale_dtype: w.scale_dtype,
             codes: b.upload(Elem::U32, &g.codes_shape(), &codes)?,
             scales: b.upload(w.scale_dtype.into(), &[g.rows], &scales)?,
+            folded,
             table: b.upload(Elem::F32, &[g.states()], &table)?,
             placeholder: b.upload(Elem::F32, &[1], &[0; 4])?,
         })
@@ -84,6 +101,18 @@ impl<B: Backend> DeviceMatrix<B> {
     /// The coding of this matrix.
     pub fn proj(&self) -> Proj {
         Proj::of(&self.geometry)
+    }
+
+    /// The row scales a kernel of activation dtype `act` and representation `repr`
+    /// reads ([`RowScales::of`]).
+    pub fn row_scales(&self, act: Elem, repr: Representation) -> &B::Tensor {
+        match (
+            RowScales::of(self.geometry.code, self.scale_dtype, act, repr),
+            &self.folded,
+        ) {
+            (RowScales::FoldedOneMad, Some(folded)) => folded,
+            _ => &self.scales,
+        }
     }
 
     /// The table argument a kernel in representation `repr` expects.

@@ -5,8 +5,8 @@ use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
-use crate::kernel::Backend;
-use crate::kernels::{check_common, grid, Proj, Tier, Variant, XLayout, MAX_M};
+use crate::kernel::{Backend, DeviceTensor as _};
+use crate::kernels::{check_common, grid, Proj, RowScales, Tier, Variant, XLayout, MAX_M};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
 use std::cell::OnceCell;
@@ -35,7 +35,8 @@ pub struct Reduce {
     pub proj: Proj,
     pub m: u32,
     pub act: DType,
-    pub scale: ScaleDType,
+    /// The row scales it reads (stored, or folded with `1mad`'s divisor).
+    pub scale: RowScales,
     pub variant: Variant,
 }
 
@@ -222,7 +223,7 @@ impl Family for ReduceFamily {
             proj: Proj::of(g),
             m: p.m,
             act: p.act,
-            scale: p.scale,
+            scale: RowScales::of(g.code, p.scale, p.act.into(), variant.repr),
             variant,
         }
     }
@@ -293,7 +294,12 @@ impl Family for ReduceFamily {
         })
     }
     fn inputs<'d, B: Backend>(d: &'d ReduceDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
-        vec![&d.x, &d.w.codes, &d.w.scales, d.w.table(v.repr)]
+        vec![
+            &d.x,
+            &d.w.codes,
+            d.w.row_scales(d.x.elem(), v.repr),
+            d.w.table(v.repr),
+        ]
     }
     fn problem(s: &ProblemSpec) -> Result<ReduceProblem> {
         ReduceProblem::from_spec(s, MAX_M)

@@ -230,6 +230,11 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         .iter()
         .filter_map(|m| m.parse().ok())
         .collect();
+    // One key's kernels alone (e.g. under ncu): TRELLIS_BENCH_K=3 TRELLIS_BENCH_M=1.
+    let ks: Vec<u32> = list("TRELLIS_BENCH_K", &["2", "3", "4"])
+        .iter()
+        .filter_map(|k| k.parse().ok())
+        .collect();
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -249,7 +254,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         let shapes = preset(&p_name)
             .ok_or_else(|| Error::invalid("preset", &p_name, "qwen3-14b or llama-3-8b"))?;
         for shape in shapes {
-            for k in [2u32, 3, 4] {
+            for &k in &ks {
                 for &m in &ms {
                     let g = Geometry::new(shape.rows, shape.cols, 256, k, 12, Code::OneMad)?;
                     let p = ReduceProblem {
