@@ -100,6 +100,36 @@ pub fn budget_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
         .collect()
 }
 
+/// Rows from which 3 rows per simdgroup are offered ([`three_row_variants`]).
+pub const BALANCE_ROWS: usize = 8192;
+
+/// Candidates of 3 rows per simdgroup, for a problem of `rows` rows, on top of
+/// [`variants`]. The exact kernels at the tuned sizes run one wave of simdgroups, issue-
+/// bound, so a wave is as long as its busiest scheduler: at 17408 rows the H200's 528
+/// schedulers get 8 or 9 sets of 4 rows (8.24 on average, 8 % lost) but 11 sets of 3
+/// (33 rows each). Measured (`prototypes/results/rps3-bench.md`): 2-4 % faster than the
+/// table's winners at 17408 x 5120, M 1 and 2; 12-15 % slower at 5120 rows, where too few
+/// simdgroups exist. Offered from [`BALANCE_ROWS`], so the verify catalog (and the families'
+/// source hashes) stay as they were; `tests/cpu_backend.rs` checks these kernels' bits.
+/// Not yet at M = 8, whose winners hold 4 rows under a register budget (not measured).
+pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
+    if rows < BALANCE_ROWS || m > 4 {
+        return Vec::new();
+    }
+    [1u32, 2, 4]
+        .into_iter()
+        .map(|rows_per_group| Variant {
+            repr: Representation::Inline,
+            m_strategy: MStrategy::SharedDecode,
+            rows_per_group,
+            x_stage: XStage::Registers,
+            tier,
+            rows_per_simd: 3,
+            max_registers: 0,
+        })
+        .collect()
+}
+
 /// One verify case: a gate (or the only) matrix, an up matrix, their shared shape, the
 /// activation dtype and M.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -164,6 +164,11 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
         (37,   4, 16, Code::ThreeInst, 64,  DType::F16,  3, 4,  2,   ps),
         (37,   5, 13, Code::Mul1,      160, DType::F32,  2, 1,  1,   sd),
         (40,   8, 12, Code::Lut,       256, DType::Bf16, 8, 2,  4,   sd),
+        // 3 rows per simdgroup (`catalog::three_row_variants`): 40 and 37 rows leave the
+        // last set short by 2 and 1.
+        (40,   3, 12, Code::OneMad,    256, DType::Bf16, 2, 3,  4,   sd),
+        (37,   4, 16, Code::ThreeInst, 64,  DType::F16,  1, 3,  1,   sd),
+        (37,   2, 12, Code::Mcg,       128, DType::F32,  3, 3,  2,   sd),
     ];
     for (rows, k, l, code, t, dtype, m, rps, rpg, ms) in cases {
         let g = Geometry::new(rows, 1280, t, k, l, code).unwrap();
@@ -362,4 +367,24 @@ fn folded_onemad_scales_match_reference_bit_for_bit() {
         stored(Code::OneMad, ScaleDType::F32),
         RowScales::Stored(ScaleDType::F32)
     );
+}
+
+/// 3 rows per simdgroup is offered from `catalog::BALANCE_ROWS` rows only (the verify
+/// catalog's matrices are smaller, so the families' source hashes stay as they were).
+#[test]
+fn three_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
+    use trellis::catalog::{three_row_variants, BALANCE_ROWS};
+    assert!(three_row_variants(Tier::Exact, 1, BALANCE_ROWS - 1).is_empty());
+    let offered = three_row_variants(Tier::Exact, 4, 17408);
+    assert_eq!(offered.len(), 3);
+    assert!(three_row_variants(Tier::Exact, 8, 17408).is_empty());
+    assert!(offered
+        .iter()
+        .all(|v| v.rows_per_simd == 3 && v.x_stage == XStage::Registers));
+    let max = trellis::catalog::verify_cases(false)
+        .iter()
+        .map(|c| c.rows)
+        .max()
+        .unwrap();
+    assert!(max < BALANCE_ROWS, "a verify case of {max} rows");
 }

@@ -562,3 +562,19 @@ fn planted_defects_fail_verification() {
         }
     }
 }
+
+/// 3 rows per simdgroup (`catalog::three_row_variants`, offered only at the tuned sizes,
+/// so the verify catalog never renders it): the Metal body runs bit for bit, 37 rows
+/// leaving the last row set one row short.
+#[test]
+fn three_rows_per_simdgroup_run_bit_for_bit() {
+    let b = backend();
+    let c = case();
+    for rows_per_group in [1, 4] {
+        let mut s = reduce_spec(&c, Representation::Inline, XStage::Registers);
+        s.variant.rows_per_simd = 3;
+        s.variant.rows_per_group = rows_per_group;
+        let got = run_planted(&b, &c, &s, "", &|body| body.to_string()).unwrap();
+        assert_eq!(verify::first_mismatch(&got, &c.y), None, "{}", s.variant);
+    }
+}

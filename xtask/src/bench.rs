@@ -179,7 +179,7 @@ pub fn seed_structure() -> Variant {
 
 /// The x-in-registers candidates timed next to the table's choice (inline decode, 1, 2
 /// or 4 rows per simdgroup, 4 or 8 simdgroups per group, and the tuner's register-budget
-/// candidates where it offers them): the best of them shows what the table could hold
+/// and 3-row candidates where it offers them): the best of them shows what the table could hold
 /// where a key is missing.
 fn register_candidates(p: &ReduceProblem) -> Vec<Variant> {
     let mut out = Vec::new();
@@ -197,6 +197,11 @@ fn register_candidates(p: &ReduceProblem) -> Vec<Variant> {
         }
     }
     out.extend(trellis::catalog::budget_variants(
+        Tier::Exact,
+        p.m,
+        p.geometry.rows,
+    ));
+    out.extend(trellis::catalog::three_row_variants(
         Tier::Exact,
         p.m,
         p.geometry.rows,
