@@ -1,0 +1,74 @@
+//! The shipped H200 table's exact choices, run on the CPU at shapes the table was not
+//! measured at: the selector picks an entry by bucket, so a winner tuned at 17408 x 5120
+//! (3 rows per simdgroup, one simdgroup per group, a register budget, folded 1mad scales)
+//! runs on whatever shape of its key comes. The CPU dialect renders the same kernel body
+//! as CUDA, so each choice must fit (or give way to the default) and keep SPEC 5's bits.
+
+use trellis::backend::{Backend, CpuBackend};
+use trellis::families::gate_up::GateUpFamily;
+use trellis::families::reduce::ReduceFamily;
+use trellis::kernels::{Tail, Tier};
+use trellis::tune::{fit, Selector, Source};
+use trellis::{check, ops, reference, Code, DType, Geometry};
+
+/// (rows, cols, k, L, code, M): row counts that leave partial row sets for 2, 3 and 4 rows
+/// per simdgroup, both codes and L of the table, every M it holds. Small shapes take the
+/// entries of the 4096 x 16384 bucket; tall ones (8195 x 256) those of 16384 x 4096,
+/// where the 3-row winners are.
+const CASES: [(usize, usize, u32, u32, Code, usize); 8] = [
+    (37, 512, 3, 12, Code::OneMad, 1),
+    (130, 768, 2, 16, Code::OneMad, 2),
+    (259, 512, 4, 12, Code::ThreeInst, 4),
+    (100, 1024, 3, 16, Code::ThreeInst, 1),
+    (41, 256, 3, 12, Code::OneMad, 8),
+    (67, 512, 2, 12, Code::OneMad, 4),
+    (8195, 256, 3, 12, Code::OneMad, 1),
+    (8194, 256, 2, 16, Code::ThreeInst, 2),
+];
+
+#[test]
+fn the_h200_tables_exact_choices_keep_the_bits_on_the_cpu() {
+    let cpu = CpuBackend::new().unwrap();
+    let selector = Selector::from_env();
+    let mut from_table = 0;
+    let mut variants = std::collections::BTreeSet::new();
+    for (i, &(rows, cols, k, l, code, m)) in CASES.iter().enumerate() {
+        let g = Geometry::new(rows, cols, 256, k, l, code).unwrap();
+        let w = check::random_matrix(g, 100 + i as u64);
+        let x = check::random_activations_with_outliers(DType::Bf16, m, cols, 200 + i as u64);
+
+        let p = ops::reduce_problem(&w, &x).unwrap();
+        let s = selector.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact);
+        let s = fit::<ReduceFamily>(s, &p, Tier::Exact, &cpu.limits());
+        variants.insert(s.variant);
+        from_table += usize::from(matches!(s.source, Source::Nearest { .. }));
+        let got = ops::matvec_with(&cpu, &w, &x, s.variant).unwrap();
+        let want = reference::reduce(&w, &x).unwrap();
+        assert!(
+            got.bits_eq(&want),
+            "reduce {p}: {} ({})",
+            s.variant,
+            s.source
+        );
+
+        let ug = Geometry::new(rows, cols, 256, k, l, code).unwrap();
+        let u = check::random_matrix(ug, 300 + i as u64);
+        let p = ops::gate_up_problem(&w, &u, &x, Tail::Exact).unwrap();
+        let s = selector.select::<GateUpFamily>("cuda", "nvidia-h200", &p, Tier::Exact);
+        let s = fit::<GateUpFamily>(s, &p, Tier::Exact, &cpu.limits());
+        variants.insert(s.variant);
+        from_table += usize::from(matches!(s.source, Source::Nearest { .. }));
+        let got = ops::gate_up_with(&cpu, &w, &u, &x, Tail::Exact, s.variant).unwrap();
+        let want = reference::gate_up(&w, &u, &x).unwrap();
+        assert!(
+            got.bits_eq(&want),
+            "gate_up {p}: {} ({})",
+            s.variant,
+            s.source
+        );
+    }
+    // Every case has a key the table holds (at another bucket), and its choice fits.
+    assert_eq!(from_table, 2 * CASES.len());
+    let three_rows = variants.iter().filter(|v| v.rows_per_simd == 3).count();
+    assert!(variants.len() >= 4 && three_rows >= 1, "{variants:?}");
+}
