@@ -58,6 +58,13 @@ pub trait Family: 'static {
     /// The problems the verify catalog covers (and whose renders the staleness hash of
     /// tables covers).
     fn catalog(quick: bool) -> Vec<Self::Problem>;
+    /// The part of the family's kernels a problem's come from, named (its codes): a
+    /// table entry goes stale when the catalog's kernels of that part change
+    /// ([`crate::tune::source_hash_of`]), so a change to one code's decode leaves the
+    /// other codes' entries current. `None`: the whole family.
+    fn source_slice(_p: &Self::Problem) -> Option<String> {
+        None
+    }
 
     /// Random host data for a problem (every code bit pattern is valid).
     fn random_host(p: &Self::Problem, seed: u64) -> Result<Self::Host>;

@@ -1,5 +1,6 @@
 //! The tuning tables shipped in `tuning/` are current: every entry's `source_hash` is
-//! the hash of what its family compiles today on the table's dialect, and its
+//! the hash of what its family compiles today on the table's dialect for its problem's
+//! codes (`tune::source_hash_of`), and its
 //! `space_hash` the hash of the candidates its problem is tuned over today. Editing a
 //! family's template (or the prelude of a dialect) stales that family's entries on that
 //! dialect; changing the candidates of a problem stales its entries only. This test names
@@ -27,7 +28,6 @@ struct Stale<'a> {
 
 impl FamilyVisitor for Stale<'_> {
     fn visit<F: Family>(&mut self) {
-        let current = trellis::tune::source_hash::<F>(self.dialect);
         let problems = F::problems(&self.space).expect("the checked space is valid");
         let mut by_key = HashMap::new();
         for tier in [Tier::Exact, Tier::Fast] {
@@ -42,11 +42,6 @@ impl FamilyVisitor for Stale<'_> {
             }
             self.checked += 1;
             let name = format!("{} [{} {} {}]", e.family, e.key, e.tier, e.bucket);
-            if e.source_hash != current {
-                self.stale
-                    .push(format!("{name}: its family's sources changed"));
-                continue;
-            }
             let key = e.key().expect("entry key").to_string();
             let Some(p) = by_key.get(&(key, e.shape.clone())) else {
                 self.stale.push(format!(
@@ -55,6 +50,11 @@ impl FamilyVisitor for Stale<'_> {
                 ));
                 continue;
             };
+            if e.source_hash != trellis::tune::source_hash_of::<F>(self.dialect, p) {
+                self.stale
+                    .push(format!("{name}: its kernels' sources changed"));
+                continue;
+            }
             let tier: Tier = e.tier.parse().expect("entry tier");
             let quick = TuneOptions::for_backend(&self.table.device.backend, tier).quick;
             let space = trellis::tune::space_hash::<F>(p, tier, quick);
@@ -123,4 +123,53 @@ fn shipped_tables_are_current() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// An entry's source hash is that of its codes' part of the family's catalog: problems
+/// of one code share it whatever their shape, M or k; another code's differs; a slice
+/// the catalog has no problem of falls back to the whole family's hash.
+#[test]
+fn source_hashes_follow_the_codes_and_fall_back_to_the_family() {
+    use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
+    use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+    use trellis::kernels::Tail;
+    use trellis::tune::{source_hash, source_hash_of};
+    use trellis::{Geometry, ScaleDType};
+    let d = Dialect::Cuda;
+    let reduce = |rows, k, code, m| ReduceProblem {
+        geometry: Geometry::new(rows, 5120, 256, k, 12, code).unwrap(),
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m,
+    };
+    let onemad = source_hash_of::<ReduceFamily>(d, &reduce(17408, 3, Code::OneMad, 1));
+    assert_eq!(
+        onemad,
+        source_hash_of::<ReduceFamily>(d, &reduce(64, 2, Code::OneMad, 8))
+    );
+    let threeinst = source_hash_of::<ReduceFamily>(d, &reduce(17408, 3, Code::ThreeInst, 1));
+    assert_ne!(onemad, threeinst);
+    let whole = source_hash::<ReduceFamily>(d);
+    assert!(onemad != whole && threeinst != whole);
+
+    let gate_up = |gate: Code, up: Code| GateUpProblem {
+        gate: Geometry::new(64, 512, 256, 3, 12, gate).unwrap(),
+        up: Geometry::new(64, 512, 256, 4, 12, up).unwrap(),
+        gate_scale: ScaleDType::F16,
+        up_scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+        tail: Tail::Exact,
+    };
+    let same = source_hash_of::<GateUpFamily>(d, &gate_up(Code::OneMad, Code::OneMad));
+    assert_ne!(same, source_hash::<GateUpFamily>(d));
+    // The catalog pairs no two codes: such a problem takes the family's hash.
+    let mixed = gate_up(Code::OneMad, Code::ThreeInst);
+    assert!(GateUpFamily::catalog(false)
+        .iter()
+        .all(|q| GateUpFamily::source_slice(q) != GateUpFamily::source_slice(&mixed)));
+    assert_eq!(
+        source_hash_of::<GateUpFamily>(d, &mixed),
+        source_hash::<GateUpFamily>(d)
+    );
 }

@@ -79,7 +79,10 @@ fn entry(rows: u64, cols: u64, v: &Variant) -> Entry {
         tier: "exact".into(),
         bucket: format!("{rows}x{cols}"),
         shape: format!("{rows}x{cols}"),
-        source_hash: trellis::tune::source_hash::<ReduceFamily>(Dialect::Cuda),
+        source_hash: trellis::tune::source_hash_of::<ReduceFamily>(
+            Dialect::Cuda,
+            &problem(4096, 4096),
+        ),
         space_hash: None,
         winner: record(v),
         stats: stats(10.0),
@@ -96,7 +99,8 @@ fn entry(rows: u64, cols: u64, v: &Variant) -> Entry {
 /// A current table for `id` with one entry, bucket 4096x4096.
 fn table(id: &str, backend: &str) -> Table {
     let mut e = entry(4096, 4096, &winner());
-    e.source_hash = trellis::tune::source_hash::<ReduceFamily>(dialect_of(backend));
+    e.source_hash =
+        trellis::tune::source_hash_of::<ReduceFamily>(dialect_of(backend), &problem(4096, 4096));
     Table {
         device: device(id, backend),
         entries: vec![e],

@@ -144,6 +144,12 @@ impl fmt::Display for GateUpProblem {
 }
 
 impl GateUpProblem {
+    /// The source slice of its tuning entries ([`Family::source_slice`]): its codes
+    /// (one name when both projections share it).
+    pub fn source_slice(&self) -> Option<String> {
+        let (g, u) = (self.gate.code.to_string(), self.up.code.to_string());
+        Some(if g == u { g } else { format!("{g}+{u}") })
+    }
     /// The problem flags describe (`trellis select`; up takes `ku`, else `k`), for a
     /// family taking M up to `max_m`.
     pub fn from_spec(s: &ProblemSpec, max_m: u32) -> Result<Self> {
@@ -334,6 +340,9 @@ impl Family for GateUpFamily {
     }
     fn shape(p: &GateUpProblem) -> (usize, usize) {
         (p.gate.rows, p.gate.cols)
+    }
+    fn source_slice(p: &GateUpProblem) -> Option<String> {
+        p.source_slice()
     }
     fn catalog(quick: bool) -> Vec<GateUpProblem> {
         let mut out = Vec::new();

@@ -228,6 +228,9 @@ impl Family for GateUpMmaFamily {
     fn shape(p: &GateUpMmaProblem) -> (usize, usize) {
         (p.gate.rows, p.gate.cols)
     }
+    fn source_slice(p: &GateUpMmaProblem) -> Option<String> {
+        p.source_slice()
+    }
     fn catalog(quick: bool) -> Vec<GateUpMmaProblem> {
         let mut out = Vec::new();
         for (i, c) in crate::catalog::verify_cases(quick).into_iter().enumerate() {

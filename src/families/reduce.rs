@@ -102,6 +102,10 @@ impl fmt::Display for ReduceProblem {
 }
 
 impl ReduceProblem {
+    /// The source slice of its tuning entries ([`Family::source_slice`]): its code.
+    pub fn source_slice(&self) -> Option<String> {
+        Some(self.geometry.code.to_string())
+    }
     /// The problem flags describe (`trellis select`), for a family taking M up to `max_m`.
     pub fn from_spec(s: &ProblemSpec, max_m: u32) -> Result<Self> {
         if let Some(ku) = s.ku.filter(|&ku| ku != s.k) {
@@ -252,6 +256,9 @@ impl Family for ReduceFamily {
     }
     fn shape(p: &ReduceProblem) -> (usize, usize) {
         (p.geometry.rows, p.geometry.cols)
+    }
+    fn source_slice(p: &ReduceProblem) -> Option<String> {
+        p.source_slice()
     }
     fn catalog(quick: bool) -> Vec<ReduceProblem> {
         crate::catalog::verify_cases(quick)

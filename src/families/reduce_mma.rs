@@ -939,6 +939,9 @@ impl Family for ReduceMmaFamily {
     fn shape(p: &ReduceMmaProblem) -> (usize, usize) {
         (p.geometry.rows, p.geometry.cols)
     }
+    fn source_slice(p: &ReduceMmaProblem) -> Option<String> {
+        p.source_slice()
+    }
     fn catalog(quick: bool) -> Vec<ReduceMmaProblem> {
         let cases = crate::catalog::verify_cases(quick);
         let mut out: Vec<ReduceMmaProblem> = cases

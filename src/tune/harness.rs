@@ -226,32 +226,44 @@ impl Stats {
     }
 }
 
-/// Record the candidate-space hash ([`super::space_hash`]) of `table`'s entries that lack
-/// one, for the problems given, without measuring: for tables written before entries
-/// recorded it. Only an entry whose sources are current on `dialect` is stamped (its
-/// space is then the one measured, as long as no candidate changed since; stamp before
-/// changing any). Returns how many were stamped.
+/// Bring `table`'s entries for the problems given up to the hashes entries record today,
+/// without measuring, where what they were measured on is provably unchanged:
+///
+/// - an entry that records its family's whole source hash ([`super::source_hash`], what
+///   entries recorded before families had source slices) while that hash is current
+///   gets its problem's slice hash ([`super::source_hash_of`]);
+/// - an entry without a candidate-space hash ([`super::space_hash`], tables written
+///   before entries recorded it) whose sources are current gets it (its space is then
+///   the one measured, as long as no candidate changed since: stamp before changing any).
+///
+/// Returns how many entries changed.
 pub fn stamp<F: Family>(
     o: &TuneOptions,
     dialect: Dialect,
     problems: &[F::Problem],
     table: &mut Table,
 ) -> usize {
-    let hash = super::source_hash::<F>(dialect);
+    let whole = super::source_hash::<F>(dialect);
     let mut stamped = 0;
     for p in problems {
+        let hash = super::source_hash_of::<F>(dialect, p);
         let key = F::key(p, o.tier);
         let (rows, cols) = F::shape(p);
         let shape = format!("{rows}x{cols}");
         for e in &mut table.entries {
-            if e.space_hash.is_none()
-                && e.source_hash == hash
-                && e.shape == shape
-                && e.key().ok().as_ref() == Some(&key)
-            {
-                e.space_hash = Some(super::space_hash::<F>(p, o.tier, o.quick));
-                stamped += 1;
+            if e.shape != shape || e.key().ok().as_ref() != Some(&key) {
+                continue;
             }
+            let mut changed = false;
+            if e.source_hash == whole && whole != hash {
+                e.source_hash = hash.clone();
+                changed = true;
+            }
+            if e.space_hash.is_none() && e.source_hash == hash {
+                e.space_hash = Some(super::space_hash::<F>(p, o.tier, o.quick));
+                changed = true;
+            }
+            stamped += usize::from(changed);
         }
     }
     stamped
@@ -589,7 +601,7 @@ fn entry<F: Family>(
         tier: key.tier.name().into(),
         bucket: key.bucket.to_string(),
         shape: format!("{rows}x{cols}"),
-        source_hash: super::source_hash::<F>(dialect),
+        source_hash: super::source_hash_of::<F>(dialect, p),
         space_hash: Some(super::space_hash::<F>(p, key.tier, quick)),
         winner: record(&winner),
         stats: stats.record(),
@@ -671,8 +683,8 @@ pub fn tune<F: Family, B: Backend>(
     progress: &mut dyn FnMut(Event<'_>),
 ) -> Result<usize> {
     let started = Instant::now();
-    let hash = super::source_hash::<F>(b.dialect());
     for (i, p) in problems.iter().enumerate() {
+        let hash = super::source_hash_of::<F>(b.dialect(), p);
         let key = F::key(p, o.tier);
         let same = |e: &Entry| e.key().ok().as_ref() == Some(&key);
         let space = super::space_hash::<F>(p, o.tier, o.quick);

@@ -142,19 +142,45 @@ pub struct Selector {
 
 /// Hash of everything family `F` compiles on `dialect`: the complete units (prelude,
 /// entry point, header, body) of every candidate of every problem of its catalog, both
-/// tiers. A table entry records it; an entry whose family now hashes differently is
-/// stale. Computed once per process and family.
+/// tiers. Computed once per process and family.
 pub fn source_hash<F: Family>(dialect: Dialect) -> String {
+    catalog_hash::<F>(dialect, None).unwrap_or_default()
+}
+
+/// The source hash a table entry for problem `p` records: that of the catalog problems
+/// of `p`'s [`Family::source_slice`] (its codes), or of the whole family where the
+/// family has no slices or the catalog has no problem of that slice (never a hash of
+/// nothing, which no change would move). An entry whose hash differs from today's is
+/// stale.
+pub fn source_hash_of<F: Family>(dialect: Dialect, p: &F::Problem) -> String {
+    F::source_slice(p)
+        .and_then(|slice| catalog_hash::<F>(dialect, Some(&slice)))
+        .unwrap_or_else(|| source_hash::<F>(dialect))
+}
+
+/// The hash of the catalog units of `slice` (every problem for `None`); `None` when no
+/// catalog problem is of that slice. Memoized per family, dialect and slice.
+fn catalog_hash<F: Family>(dialect: Dialect, slice: Option<&str>) -> Option<String> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
-    static MEMO: OnceLock<Mutex<HashMap<(std::any::TypeId, Dialect), String>>> = OnceLock::new();
+    type Memo = HashMap<(std::any::TypeId, Dialect, Option<String>), Option<String>>;
+    static MEMO: OnceLock<Mutex<Memo>> = OnceLock::new();
     let memo = MEMO.get_or_init(Default::default);
-    let id = (std::any::TypeId::of::<F>(), dialect);
+    let id = (
+        std::any::TypeId::of::<F>(),
+        dialect,
+        slice.map(str::to_string),
+    );
     if let Some(h) = memo.lock().expect("hash memo").get(&id) {
         return h.clone();
     }
     let mut h = crate::kernel::Fnv1a::default();
+    let mut any = false;
     for p in F::catalog(false) {
+        if slice.is_some() && F::source_slice(&p).as_deref() != slice {
+            continue;
+        }
+        any = true;
         for tier in [Tier::Exact, Tier::Fast] {
             for v in F::candidates(&p, tier, false) {
                 let k = F::kernel(&p, v);
@@ -166,7 +192,7 @@ pub fn source_hash<F: Family>(dialect: Dialect) -> String {
             }
         }
     }
-    let hex = format!("{:016x}", std::hash::Hasher::finish(&h));
+    let hex = any.then(|| format!("{:016x}", std::hash::Hasher::finish(&h)));
     memo.lock().expect("hash memo").insert(id, hex.clone());
     hex
 }
@@ -312,7 +338,11 @@ impl Selector {
         let Some(((name, t), via_family)) = table else {
             return default(format!("no {backend} table for device {device}"));
         };
-        let current = t.device.dialect().map(source_hash::<F>).unwrap_or_default();
+        let current = t
+            .device
+            .dialect()
+            .map(|d| source_hash_of::<F>(d, p))
+            .unwrap_or_default();
         let keyed = t
             .entries
             .iter()

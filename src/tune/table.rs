@@ -1,9 +1,10 @@
 //! The tuning table file: `tuning/<device-id>.toml`, human-readable and diff-friendly.
 //! Unknown fields are errors (a typo must not silently change a choice). Each entry
-//! records the hash of what its family compiles on the table's dialect
-//! ([`super::source_hash`]), so editing one family's template stales only its entries,
-//! and the hash of its problem's candidates ([`super::space_hash`]), so widening the
-//! space at some shapes stales only theirs.
+//! records the hash of what its family compiles on the table's dialect for its codes
+//! ([`super::source_hash_of`]), so editing one family's template stales only its entries,
+//! and of those only the codes whose kernels changed, and the hash of its problem's
+//! candidates ([`super::space_hash`]), so widening the space at some shapes stales only
+//! theirs.
 
 use super::{Bucket, TuneKey};
 use crate::error::{Error, Result};
@@ -69,7 +70,8 @@ pub struct Entry {
     pub bucket: String,
     /// The shape measured (a representative of the bucket).
     pub shape: String,
-    /// Hash of the family's compiled sources on the table's dialect when measured.
+    /// Hash of the family's compiled sources for the problem's codes on the table's
+    /// dialect when measured ([`super::source_hash_of`]).
     pub source_hash: String,
     /// Hash of the candidate space measured ([`super::space_hash`]); absent in tables
     /// written before it was recorded (`cargo xtask tune --stamp` adds it).
