@@ -88,15 +88,7 @@ pub fn budget_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
     }
     [2u32, 4]
         .into_iter()
-        .map(|rows_per_group| Variant {
-            repr: Representation::Inline,
-            m_strategy: MStrategy::SharedDecode,
-            rows_per_group,
-            x_stage: XStage::Registers,
-            tier,
-            rows_per_simd: 4,
-            max_registers: 168,
-        })
+        .map(|rows_per_group| inline_registers(tier, rows_per_group, 4, 168))
         .collect()
 }
 
@@ -118,16 +110,27 @@ pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
     }
     [1u32, 2, 4]
         .into_iter()
-        .map(|rows_per_group| Variant {
-            repr: Representation::Inline,
-            m_strategy: MStrategy::SharedDecode,
-            rows_per_group,
-            x_stage: XStage::Registers,
-            tier,
-            rows_per_simd: 3,
-            max_registers: 0,
-        })
+        .map(|rows_per_group| inline_registers(tier, rows_per_group, 3, 0))
         .collect()
+}
+
+/// The shape of the tuned sizes' extra candidates: inline decode shared by the samples, x
+/// in registers, with these rows per group and simdgroup and register budget.
+pub fn inline_registers(
+    tier: Tier,
+    rows_per_group: u32,
+    rows_per_simd: u32,
+    max_registers: u32,
+) -> Variant {
+    Variant {
+        repr: Representation::Inline,
+        m_strategy: MStrategy::SharedDecode,
+        rows_per_group,
+        x_stage: XStage::Registers,
+        tier,
+        rows_per_simd,
+        max_registers,
+    }
 }
 
 /// One verify case: a gate (or the only) matrix, an up matrix, their shared shape, the

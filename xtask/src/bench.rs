@@ -185,15 +185,12 @@ fn register_candidates(p: &ReduceProblem) -> Vec<Variant> {
     let mut out = Vec::new();
     for rows_per_simd in ROWS_PER_SIMD {
         for rows_per_group in [4, 8] {
-            out.push(Variant {
-                repr: Representation::Inline,
-                m_strategy: MStrategy::SharedDecode,
+            out.push(trellis::catalog::inline_registers(
+                Tier::Exact,
                 rows_per_group,
-                x_stage: XStage::Registers,
-                tier: Tier::Exact,
                 rows_per_simd,
-                max_registers: 0,
-            });
+                0,
+            ));
         }
     }
     out.extend(trellis::catalog::budget_variants(

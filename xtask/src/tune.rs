@@ -63,9 +63,10 @@ pub struct TuneArgs {
     /// times the best so far (it cannot win); a large value times every one in full.
     #[arg(long, default_value_t = 1.3)]
     pub prune: f64,
-    /// Measure nothing: record the candidate-space hash of the --out table's entries that
-    /// lack one (tables written before entries recorded it) for the problems of the
-    /// space given, where their sources are current. Needs no device.
+    /// Measure nothing: bring the --out table's entries for the problems of the space
+    /// given up to today's hashes where their sources are current: the candidate-space
+    /// hash where an entry lacks one, and the per-code source hash where it records its
+    /// family's whole one (older tables). Needs no device.
     #[arg(long, requires = "out", conflicts_with = "fresh")]
     pub stamp: bool,
     /// Output table (default: tuning/local/DEVICE-ID.toml, which git ignores and the build
