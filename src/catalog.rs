@@ -75,21 +75,28 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
 pub const TUNED_ROWS: usize = 4096;
 
 /// Candidates under a register budget, for a problem of `rows` rows and M = `m`, on top of
-/// [`variants`]: at M = 8 with 4 rows per simdgroup the CUDA kernels of k 2 and 4 take
-/// 200-202 registers (k 3: 168), 8 warps per SM instead of 12, so 5120 x 17408 needs 1.21
-/// waves of simdgroups on the H200 instead of 0.81; 168 holds 12 (a few spills outside
-/// the loop; measured: 117-120 -> 99 us there, 2-8 % at 17408 x 5120). Offered from 4096
-/// rows, where thousands of simdgroups make residency decide the waves; the verify
-/// catalog's small matrices (and so the families' source hashes) are left as they were,
-/// and `tests/cpu_backend.rs` checks the budgeted kernels bit for bit.
-pub fn budget_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
+/// [`variants`], one per rows per group (2, 4) and entry of `rows_per_simd`. At M = 8 with
+/// 4 rows per simdgroup the CUDA `reduce` kernels of k 2 and 4 take 200-202 registers
+/// (k 3: 168), 8 warps per SM instead of 12, so 5120 x 17408 needs 1.21 waves of
+/// simdgroups on the H200 instead of 0.81; 168 holds 12 (a few spills outside the loop;
+/// measured: 117-120 -> 99 us there, 2-8 % at 17408 x 5120). `gate_up` holds two
+/// projections' accumulators, so its 2 rows per simdgroup are `reduce`'s 4: with the
+/// folded 1mad bias its M = 8 kernels there take 174 registers, 2 groups of 4 simdgroups
+/// per SM instead of 3. Offered from 4096 rows, where thousands of simdgroups make
+/// residency decide the waves; the verify catalog's small matrices (and so the families'
+/// source hashes) are left as they were, and `tests/cpu_backend.rs` checks the budgeted
+/// kernels bit for bit.
+pub fn budget_variants(tier: Tier, m: u32, rows: usize, rows_per_simd: &[u32]) -> Vec<Variant> {
     if m < 8 || rows < TUNED_ROWS {
         return Vec::new();
     }
-    [2u32, 4]
-        .into_iter()
-        .map(|rows_per_group| inline_registers(tier, rows_per_group, 4, 168))
-        .collect()
+    let mut out = Vec::new();
+    for &rps in rows_per_simd {
+        for rows_per_group in [2u32, 4] {
+            out.push(inline_registers(tier, rows_per_group, rps, 168));
+        }
+    }
+    out
 }
 
 /// Rows from which 3 rows per simdgroup are offered ([`three_row_variants`]).

@@ -173,27 +173,71 @@ pub fn onemad_quotient(a: f32) -> f32 {
     a.mul_add(hi, a * lo)
 }
 
-/// `1mad` with the row scale folded into the division: for bf16 weights (`round_T` to
-/// bf16) and an f16 row scale `s`, `round_bf16(y * S)` equals SPEC 4's `round_bf16(RN(RN(y
-/// / c) * s))` for every centred byte sum `y` when `S = RN(s / c)`, except where `s` is a
-/// normal f16 whose 10-bit mantissa is one of these three: there `S` is its f32 neighbour
-/// one ulp nearer zero (every exponent alike, since powers of two commute with both
-/// roundings). The two f32 products differ often; rounding to bf16 hides it. Exhaustive
-/// test below: every f16 bit pattern against all 1021 byte sums. (f16 weights: 60 scales
-/// have no such constant; f32 weights keep every bit; f32 scales are not tabulated.)
-pub const MAD_FOLD_MANTISSAS: [u16; 3] = [0x02F, 0x179, 0x311];
+/// `1mad`'s byte sum as the kernels read it: `dp4a` adds the four bytes onto the bits of
+/// `MAD_BIAS - MAD_CENTER`, so the f32 they spell is `MAD_BIAS + y` for the centred sum
+/// `y`, exactly (one binade, ulp 1, for every `y` in -510..=510).
+pub const MAD_BIAS: f32 = 12582912.0;
 
-/// The per-row constant of [`MAD_FOLD_MANTISSAS`]: a kernel's bf16 `1mad` weight is then
-/// `round_bf16(y * S)`, one multiply per weight instead of the division's multiply and
-/// fma and the scale's multiply. Computed on the host (IEEE division), uploaded as f32.
+/// `1mad` with the row scale folded into the division, for bf16 weights (`round_T` to
+/// bf16) and a finite f16 row scale `s`: an f32 `S` near `s / c` such that
+///
+/// - `round_bf16(RN(y * S))` is SPEC 4's `round_bf16(RN(RN(y / c) * s))` for every centred
+///   byte sum `y`, and
+/// - `MAD_BIAS * S` is exact in f32,
+///
+/// so a kernel takes the weight from the biased byte sum `D = MAD_BIAS + y` in one fma,
+/// `round_bf16(fma(D, S, -(MAD_BIAS * S)))`, where the SPEC order spends a centring add,
+/// the division's multiply and fma and the scale's multiply. `S` is the first of `RN(s /
+/// c)`, its f32 neighbours one ulp below and above, two below and above, ... that meets
+/// both; the exhaustive test below checks all 65536 f16 bit patterns against all 1021
+/// byte sums (every one lies within 3 ulps). Normal scales share `S`'s significand per
+/// 10-bit mantissa (powers of two commute with every rounding here), so the search runs
+/// once per mantissa and per subnormal, 2047 in all, on first use. (f16 weights: 60
+/// scales have no `S` even without the second condition; f32 weights keep every bit; f32
+/// scales are not tabulated; non-finite scales are rejected by `QuantizedMatrix::new`.)
 pub fn onemad_folded_scale(s: f16) -> f32 {
-    let q = s.to_f32() / MAD_DIVISOR;
-    let (exponent, mantissa) = ((s.to_bits() >> 10) & 0x1F, s.to_bits() & 0x3FF);
-    if (1..=30).contains(&exponent) && MAD_FOLD_MANTISSAS.contains(&mantissa) {
-        f32::from_bits(q.to_bits() - 1)
-    } else {
-        q
+    use std::sync::OnceLock;
+    static CLASSES: OnceLock<Vec<f32>> = OnceLock::new();
+    if !s.is_finite() {
+        return s.to_f32() / MAD_DIVISOR;
     }
+    let classes = CLASSES.get_or_init(|| {
+        // 0..1024: normal mantissas at exponent 15 (1.m); 1024..2048: subnormals (and 0).
+        (0..2048u16)
+            .map(|i| {
+                let bits = if i < 1024 { 0x3C00 | i } else { i - 1024 };
+                fold_search(f16::from_bits(bits).to_f32())
+            })
+            .collect()
+    });
+    let (exponent, mantissa) = (((s.to_bits() >> 10) & 0x1F) as i32, s.to_bits() & 0x3FF);
+    let magnitude = if exponent == 0 {
+        classes[1024 + mantissa as usize]
+    } else {
+        classes[mantissa as usize] * 2f32.powi(exponent - 15)
+    };
+    if s.is_sign_negative() {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+/// The search of [`onemad_folded_scale`] for one finite, non-negative scale. Every f16
+/// has a candidate within 3 ulps (exhaustive test); the loop looks 16 ulps either way.
+fn fold_search(s: f32) -> f32 {
+    let near = (s / MAD_DIVISOR).to_bits() as i64;
+    let spec = |y: i32| crate::dtype::DType::Bf16.round((y as f32 / MAD_DIVISOR) * s);
+    (0..=32i64)
+        .map(|i| near + if i % 2 == 1 { -(i + 1) / 2 } else { i / 2 })
+        .map(|bits| f32::from_bits(bits as u32))
+        .find(|&c| {
+            (MAD_BIAS * c) as f64 == MAD_BIAS as f64 * c as f64
+                && (-MAD_CENTER..=MAD_CENTER).all(|y| {
+                    crate::dtype::DType::Bf16.round(y as f32 * c).to_bits() == spec(y).to_bits()
+                })
+        })
+        .unwrap_or(s / MAD_DIVISOR)
 }
 
 /// The numeric constants a kernel template needs, as literal text for the dialects.
@@ -302,32 +346,37 @@ mod tests {
     #[test]
     fn folded_scale_gives_the_spec_bf16_weight_for_every_f16_scale_and_byte_sum() {
         use crate::dtype::DType;
-        let mut nudged = 0;
+        let mut moved = 0;
         for bits in 0..=u16::MAX {
             let s = f16::from_bits(bits);
-            let folded = onemad_folded_scale(s);
-            if folded.to_bits() != (s.to_f32() / MAD_DIVISOR).to_bits() {
-                nudged += 1;
+            if !s.is_finite() {
+                continue;
             }
+            let folded = onemad_folded_scale(s);
+            let near = (s.to_f32() / MAD_DIVISOR).to_bits() as i64;
+            let ulps = (folded.to_bits() as i64 - near).abs();
+            assert!(ulps <= 3, "scale {bits:#06x}: {ulps} ulps from s / c");
+            moved += (ulps != 0) as u32;
+            // The bias product is exact, so the kernels' fma is RN(y * S).
+            let bias = MAD_BIAS * folded;
+            assert_eq!(
+                bias as f64,
+                MAD_BIAS as f64 * folded as f64,
+                "scale {bits:#06x}"
+            );
             for y in -MAD_CENTER..=MAD_CENTER {
                 let spec = DType::Bf16.round((y as f32 / MAD_DIVISOR) * s.to_f32());
-                let got = DType::Bf16.round(y as f32 * folded);
-                assert_eq!(got.to_bits(), spec.to_bits(), "scale {bits:#06x}, y = {y}");
+                let biased = MAD_BIAS + y as f32;
+                let got = DType::Bf16.round(biased.mul_add(folded, -bias));
+                // A zero weight may come out +0 where SPEC's is -0 (y = 0 under a negative
+                // scale; a zero scale): no sum started at +0 can show a zero's sign, since
+                // +0 + -0 is +0 and an exact cancellation gives +0.
+                let same = got.to_bits() == spec.to_bits() || (got == 0.0 && spec == 0.0);
+                assert!(same, "scale {bits:#06x}, y = {y}: {got:e} against {spec:e}");
             }
         }
-        // 3 mantissas x 30 exponents x 2 signs; without the nudge 360 weights differ.
-        assert_eq!(nudged, 180);
-        let plain = |bits: u16| f16::from_bits(bits).to_f32() / MAD_DIVISOR;
-        let off = (0..=u16::MAX)
-            .filter(|&bits| {
-                (-MAD_CENTER..=MAD_CENTER).any(|y| {
-                    let s = f16::from_bits(bits).to_f32();
-                    DType::Bf16.round((y as f32 / MAD_DIVISOR) * s).to_bits()
-                        != DType::Bf16.round(y as f32 * plain(bits)).to_bits()
-                })
-            })
-            .count();
-        assert_eq!(off, 180, "the nudge is needed exactly where it is applied");
+        // Most scales need a neighbour of s / c: the bias product wants low zero bits.
+        assert_eq!(moved, 41530);
     }
 
     #[test]

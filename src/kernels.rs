@@ -292,9 +292,10 @@ hash_debug_skipping_default!(
 
 /// How a SIMT kernel receives a matrix's row scales: as stored, or, for `1mad` with f16
 /// scales decoded inline into bf16 weights, folded with the code's divisor on the host
-/// ([`crate::codes::onemad_folded_scale`], f32): the weight is then `round_bf16(y * S)`
-/// for the centred byte sum `y`, one multiply per weight where the division and the scale
-/// take three, with SPEC 4's bits (exhaustive test in `src/codes.rs`).
+/// ([`crate::codes::onemad_folded_scale`], f32): the weight is then one fma of the biased
+/// byte sum, `round_bf16(fma(1.5 * 2^23 + y, S, -(1.5 * 2^23) * S))`, where the SPEC
+/// order spends a centring add, the division's multiply and fma and the scale's multiply,
+/// with SPEC 4's bits (exhaustive test in `src/codes.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowScales {
     Stored(crate::ScaleDType),

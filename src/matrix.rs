@@ -45,6 +45,16 @@ impl QuantizedMatrix {
                 expected: vec![geometry.rows],
             });
         }
+        // A non-finite scale makes every weight of its row inf or NaN: no decode of it is
+        // meaningful (and the folded 1mad weights, `codes::onemad_folded_scale`, need
+        // finite ones).
+        if let Some(r) = scales.iter().position(|s| !s.is_finite()) {
+            return Err(Error::invalid(
+                format!("scales[{r}]"),
+                scales[r],
+                "row scales must be finite",
+            ));
+        }
         match (geometry.code, &lut) {
             (Code::Lut, None) => {
                 return Err(Error::invalid(
@@ -146,5 +156,31 @@ impl Activations {
             && self.rows == other.rows
             && self.cols == other.cols
             && self.to_bytes() == other.to_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_scales_are_rejected_with_their_row() {
+        let g = Geometry::new(3, 64, 32, 2, 6, Code::OneMad).unwrap();
+        let codes = vec![0u32; g.codes_shape().iter().product()];
+        for bad in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            let err = QuantizedMatrix::new(
+                g,
+                codes.clone(),
+                vec![0.5, bad, 0.25],
+                ScaleDType::F16,
+                None,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("scales[1]") && err.contains("finite"), "{err}");
+        }
+        assert!(
+            QuantizedMatrix::new(g, codes, vec![0.5, -0.0, 0.25], ScaleDType::F16, None).is_ok()
+        );
     }
 }

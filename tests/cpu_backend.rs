@@ -216,6 +216,7 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
 #[test]
 fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
     use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
     use trellis::families::reduce::{ReduceFamily, ReduceProblem};
     use trellis::family::Family;
     use trellis::kernel::{Dialect, KernelSpec};
@@ -252,19 +253,37 @@ fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
         Geometry::new(4096, 256, 256, 3, 12, Code::OneMad).unwrap(),
         33,
     );
-    let got = ops::gate_up_with(
-        &CpuBackend::new().unwrap(),
-        &w,
-        &up,
-        &x,
-        Tail::Exact,
-        variant,
-    )
-    .unwrap();
-    assert!(
-        got.bits_eq(&reference::gate_up(&w, &up, &x).unwrap()),
-        "gate_up {variant}"
+    // `gate_up` holds two projections per row, so it also takes the budget at 2 rows per
+    // simdgroup.
+    let gate_up_problem = GateUpProblem {
+        gate: problem(8, 4096).geometry,
+        up: up.geometry,
+        gate_scale: ScaleDType::F16,
+        up_scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 8,
+        tail: Tail::Exact,
+    };
+    let gate_up_budgeted: Vec<Variant> =
+        GateUpFamily::candidates(&gate_up_problem, Tier::Exact, false)
+            .into_iter()
+            .filter(|v| v.max_registers > 0)
+            .collect();
+    assert_eq!(
+        gate_up_budgeted
+            .iter()
+            .map(|v| v.rows_per_simd)
+            .collect::<Vec<_>>(),
+        [4, 4, 2, 2]
     );
+    for v in [variant, gate_up_budgeted[2]] {
+        let got =
+            ops::gate_up_with(&CpuBackend::new().unwrap(), &w, &up, &x, Tail::Exact, v).unwrap();
+        assert!(
+            got.bits_eq(&reference::gate_up(&w, &up, &x).unwrap()),
+            "gate_up {v}"
+        );
+    }
 
     let kernel = |v: Variant| ReduceFamily::kernel(&problem(8, 4096), v);
     let unbudgeted = Variant {
@@ -284,10 +303,11 @@ fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
 }
 
 /// `1mad` with f16 scales and bf16 weights reads its row scales folded with the divisor
-/// (`RowScales::FoldedOneMad`, `codes::onemad_folded_scale`): bit for bit on the CPU and
-/// the Metal simulator, for rows whose scales sit at the three mantissas that take the
-/// one-ulp nudge (several exponents, both signs), zeros and a subnormal; other codes,
-/// dtypes and representations read the scales as stored.
+/// (`RowScales::FoldedOneMad`, `codes::onemad_folded_scale`) and takes each weight in one
+/// fma of the biased byte sum: bit for bit on the CPU and the Metal simulator, for rows
+/// with scales of several exponents and both signs, zeros (whose zero weights may carry
+/// the other sign, which no sum shows) and a subnormal; other codes, dtypes and
+/// representations read the scales as stored.
 #[test]
 fn folded_onemad_scales_match_reference_bit_for_bit() {
     use trellis::backend::metal_sim::MetalSimBackend;

@@ -319,7 +319,13 @@ impl Family for GateUpFamily {
     }
     fn candidates(p: &GateUpProblem, tier: Tier, quick: bool) -> Vec<Variant> {
         let mut out = crate::catalog::variants(tier, p.m, quick);
-        out.extend(crate::catalog::budget_variants(tier, p.m, p.gate.rows));
+        out.extend(crate::catalog::budget_variants(
+            tier,
+            p.m,
+            p.gate.rows,
+            &[4, 2],
+        ));
+        out.extend(crate::catalog::three_row_variants(tier, p.m, p.gate.rows));
         out
     }
     fn label(p: &GateUpProblem) -> &'static str {

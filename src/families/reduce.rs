@@ -242,7 +242,12 @@ impl Family for ReduceFamily {
     }
     fn candidates(p: &ReduceProblem, tier: Tier, quick: bool) -> Vec<Variant> {
         let mut out = crate::catalog::variants(tier, p.m, quick);
-        out.extend(crate::catalog::budget_variants(tier, p.m, p.geometry.rows));
+        out.extend(crate::catalog::budget_variants(
+            tier,
+            p.m,
+            p.geometry.rows,
+            &[4],
+        ));
         out.extend(crate::catalog::three_row_variants(
             tier,
             p.m,

@@ -684,17 +684,17 @@ fn few_tiles(rows: usize) -> bool {
 
 /// Widen the space past the edges the H200 winners sat at (`tuning/reports/nvidia-h200-
 /// tune.md`), at the tuned sizes up to M = 8: 4 simdgroups per one-tile group, the fewest
-/// offered, won 36 keys, so each such candidate comes again with 2; 4 column splits, the
-/// most offered, won 20 keys at 5120 x 17408, so where tiles are few each candidate of 4
-/// comes again with 8. (Re-tuned: 8 splits won 28 keys by 2-3 %, 2 simdgroups 3 M = 8 keys
-/// by 7-10 %; `prototypes/next/widen2.patch` is the next doubling.)
+/// offered, won 36 keys, so each such candidate comes again with 2 and (where 2 then won
+/// 3 M = 8 keys by 7-10 %) 1; 4 column splits, the most offered, won 20 keys at 5120 x
+/// 17408, so where tiles are few each candidate of 4 comes again with 8 and (8 then won
+/// 28 keys by 2-3 %) 16.
 fn widen_edges(rows: usize, variants: &mut Vec<MmaVariant>) {
-    add_col_split_twins(variants, 4, &[2]);
+    add_col_split_twins(variants, 4, &[2, 1]);
     if few_tiles(rows) {
         let more_splits: Vec<MmaVariant> = variants
             .iter()
             .filter(|v| v.k_split == 4)
-            .map(|v| MmaVariant { k_split: 8, ..*v })
+            .flat_map(|v| [8, 16].map(|k_split| MmaVariant { k_split, ..*v }))
             .collect();
         variants.extend(more_splits);
     }

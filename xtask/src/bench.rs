@@ -197,6 +197,7 @@ fn register_candidates(p: &ReduceProblem) -> Vec<Variant> {
         Tier::Exact,
         p.m,
         p.geometry.rows,
+        &[4],
     ));
     out.extend(trellis::catalog::three_row_variants(
         Tier::Exact,
