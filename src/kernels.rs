@@ -234,8 +234,8 @@ pub struct Variant {
     /// Where x is read from.
     pub x_stage: XStage,
     pub tier: Tier,
-    /// Rows per simdgroup (1, 2 or 4): each lane holds its lane of every one of them, so
-    /// one x load serves them all.
+    /// Rows per simdgroup (1..=[`MAX_ROWS_PER_SIMD`]; the general space offers 1, 2 and 4):
+    /// each lane holds its lane of every one of them, so one x load serves them all.
     pub rows_per_simd: u32,
     /// Registers per thread the CUDA compiler may use (0: its own choice). At M = 8 and 4
     /// rows per simdgroup the k 2 and 4 kernels take 200-202 registers (their code words
@@ -334,6 +334,13 @@ impl From<RowScales> for Elem {
 /// `rows_per_simd` of the verify catalog and the general tuning space; 3 is valid too,
 /// offered at large row counts only ([`crate::catalog::three_row_variants`]).
 pub const ROWS_PER_SIMD: [u32; 3] = [1, 2, 4];
+
+/// The most rows one simdgroup may hold. Each row costs a lane its k + 1 code words and
+/// two accumulators per sample in registers; past a few rows that is the compiler's
+/// problem (and the tuner's), not a correctness one. Wide sets trade simdgroups for
+/// independent work within one: at M = 1 the k 3 loop runs 8.06 instructions per weight
+/// at 3 rows and 7.53 at 11 (`prototypes/results/wide-rows-sass.md`).
+pub const MAX_ROWS_PER_SIMD: u32 = 16;
 
 impl Default for Variant {
     /// The built-in default: what runs when no tuning table has an entry (or a table's
@@ -478,11 +485,11 @@ pub(crate) fn check_common(
             "must be 0 (the compiler's choice) or a multiple of 8 in 32..=248",
         ));
     }
-    if !(1..=4).contains(&v.rows_per_simd) {
+    if !(1..=MAX_ROWS_PER_SIMD).contains(&v.rows_per_simd) {
         return Err(Error::invalid(
             "rows_per_simd",
             v.rows_per_simd,
-            "must be 1, 2, 3 or 4",
+            format!("must be in 1..={MAX_ROWS_PER_SIMD}"),
         ));
     }
     if shared > MAX_SHARED_BYTES {

@@ -169,6 +169,10 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
         (40,   3, 12, Code::OneMad,    256, DType::Bf16, 2, 3,  4,   sd),
         (37,   4, 16, Code::ThreeInst, 64,  DType::F16,  1, 3,  1,   sd),
         (37,   2, 12, Code::Mcg,       128, DType::F32,  3, 3,  2,   sd),
+        // Wide row sets (up to `MAX_ROWS_PER_SIMD`; the Metal simulator runs 16): 37 rows
+        // are 3 sets of 11 and 4 rows, or 7 sets of 5 and 2.
+        (37,   3, 12, Code::OneMad,    256, DType::Bf16, 1, 11, 1,   sd),
+        (37,   2, 12, Code::OneMad,    128, DType::F32,  2, 5,  4,   sd),
     ];
     for (rows, k, l, code, t, dtype, m, rps, rpg, ms) in cases {
         let g = Geometry::new(rows, 1280, t, k, l, code).unwrap();
@@ -177,6 +181,9 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
         for repr in Representation::ALL {
             if repr == Representation::SharedTable && l > 13 {
                 continue; // a 2^L table does not fit threadgroup memory
+            }
+            if rps > 4 && repr != Representation::Inline {
+                continue; // wide sets are a shape of the inline decode (and slow to build)
             }
             let variant = Variant {
                 repr,
@@ -190,6 +197,9 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
             let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
             let want = reference::reduce(&w, &x).unwrap();
             assert!(got.bits_eq(&want), "{g} {dtype} m={m} {variant}");
+        }
+        if rps > 8 {
+            continue; // `gate_up`'s wide sets: the 5-row case (a build of 11 x 2 rows is slow)
         }
         let up = random_matrix(
             Geometry::new(rows, 1280, t, 3, 12, Code::OneMad).unwrap(),
@@ -205,6 +215,30 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
         let got = ops::gate_up_with(&b, &w, &up, &x, Tail::Exact, variant).unwrap();
         let want = reference::gate_up(&w, &up, &x).unwrap();
         assert!(got.bits_eq(&want), "gate_up {g} {dtype} m={m} {variant}");
+    }
+}
+
+/// `rows_per_simd` outside 1..=`MAX_ROWS_PER_SIMD` is an error that names the field and
+/// the value, before anything is rendered.
+#[test]
+fn rows_per_simd_out_of_range_is_an_error() {
+    let b = CpuBackend::new().unwrap();
+    let g = Geometry::new(40, 256, 256, 2, 12, Code::OneMad).unwrap();
+    let w = random_matrix(g, 3);
+    let x = random_x(DType::Bf16, 1, g.cols, 4);
+    for rps in [0, trellis::kernels::MAX_ROWS_PER_SIMD + 1] {
+        let variant = Variant {
+            x_stage: XStage::Registers,
+            rows_per_simd: rps,
+            ..Variant::default()
+        };
+        let e = ops::matvec_with(&b, &w, &x, variant)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rows_per_simd") && e.contains(&rps.to_string()),
+            "{e}"
+        );
     }
 }
 

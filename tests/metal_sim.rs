@@ -564,15 +564,16 @@ fn planted_defects_fail_verification() {
 }
 
 /// 3 rows per simdgroup (`catalog::three_row_variants`, offered only at the tuned sizes,
-/// so the verify catalog never renders it): the Metal body runs bit for bit, 37 rows
-/// leaving the last row set one row short.
+/// so the verify catalog never renders it) and wide row sets up to `MAX_ROWS_PER_SIMD`:
+/// the Metal body runs bit for bit, 37 rows leaving the last row set short (by 2 of 3, 7
+/// of 11, 11 of 16).
 #[test]
-fn three_rows_per_simdgroup_run_bit_for_bit() {
+fn three_and_wide_rows_per_simdgroup_run_bit_for_bit() {
     let b = backend();
     let c = case();
-    for rows_per_group in [1, 4] {
+    for (rows_per_simd, rows_per_group) in [(3, 1), (3, 4), (11, 1), (16, 2)] {
         let mut s = reduce_spec(&c, Representation::Inline, XStage::Registers);
-        s.variant.rows_per_simd = 3;
+        s.variant.rows_per_simd = rows_per_simd;
         s.variant.rows_per_group = rows_per_group;
         let got = run_planted(&b, &c, &s, "", &|body| body.to_string()).unwrap();
         assert_eq!(verify::first_mismatch(&got, &c.y), None, "{}", s.variant);
