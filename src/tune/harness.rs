@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::family::{self, Family};
 use crate::kernel::{Backend, Dialect, KernelSpec};
 use crate::kernels::Tier;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 /// How to tune.
@@ -42,6 +43,10 @@ pub struct TuneOptions {
     /// median so far stops there: it cannot win, and the tuner's time goes to the close
     /// ones (the default is always measured in full: the winner must beat its spread).
     pub prune: f64,
+    /// Append one tab-separated line per candidate to this file ([`Trace`]): every
+    /// candidate's time, where a table entry keeps only the winner's, the runner-up's and
+    /// the default's.
+    pub trace: Option<std::path::PathBuf>,
 }
 
 impl TuneOptions {
@@ -60,6 +65,7 @@ impl TuneOptions {
             candidate_timeout: Duration::from_secs(if gpu { 20 } else { 120 }),
             fresh: false,
             prune: 1.3,
+            trace: None,
         }
     }
 }
@@ -514,6 +520,50 @@ pub fn bench<F: Family, B: Backend>(
         .collect()
 }
 
+/// `--trace`: one tab-separated line per candidate (key, variant, outcome, median, p10 and
+/// p90 in us, samples), appended, under a header line when the file starts empty. A pruned
+/// candidate's times are those of its first round.
+pub struct Trace {
+    path: std::path::PathBuf,
+}
+
+impl Trace {
+    fn open(path: &std::path::Path) -> Result<Trace> {
+        let empty = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
+        let t = Trace {
+            path: path.to_path_buf(),
+        };
+        if empty {
+            t.append("key\tvariant\toutcome\tmedian_us\tp10_us\tp90_us\tsamples\n")?;
+        }
+        Ok(t)
+    }
+
+    fn line(
+        &self,
+        key: &TuneKey,
+        v: &impl fmt::Display,
+        outcome: &str,
+        s: Option<&Stats>,
+    ) -> Result<()> {
+        let times = s.map_or_else(
+            || "\t\t\t".to_string(),
+            |s| format!("{:.3}\t{:.3}\t{:.3}\t{}", s.median, s.p10, s.p90, s.samples),
+        );
+        self.append(&format!("{key}\t{v}\t{outcome}\t{times}\n"))
+    }
+
+    fn append(&self, text: &str) -> Result<()> {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| Error::file(&self.path, e))
+    }
+}
+
 /// Tune one problem of family `F` on `b`.
 pub fn tune_problem<F: Family, B: Backend>(
     b: &B,
@@ -527,10 +577,14 @@ pub fn tune_problem<F: Family, B: Backend>(
     let default = F::default_variant(p, o.tier);
     let (cands, mut rejected) = candidates::<F>(p, o, &b.limits());
     family::precompile::<F, B>(b, &[(p.clone(), cands.clone())])?;
+    let trace = o.trace.as_deref().map(Trace::open).transpose()?;
     let mut timed = Vec::new();
     for &v in &cands {
         let id = format!("[{key}] {v}");
         if let Some(why) = journal.and_then(|j| j.disqualified(&id)) {
+            if let Some(t) = &trace {
+                t.line(&key, &v, &format!("rejected: {why}"), None)?;
+            }
             rejected.push(format!("{v}: {why}"));
             continue;
         }
@@ -548,9 +602,19 @@ pub fn tune_problem<F: Family, B: Backend>(
                 time_candidate::<F, B>(b, o, p, v, &inst, cutoff)
                     .map_err(|e| format!("timing failed: {e}"))
             });
+        let why = |w: &str| w.lines().next().unwrap_or_default().to_string();
+        if let Some(t) = &trace {
+            match &outcome {
+                Ok(stats) if cutoff.is_some_and(|c| stats.median > c) => {
+                    t.line(&key, &v, "pruned", Some(stats))?
+                }
+                Ok(stats) => t.line(&key, &v, "timed", Some(stats))?,
+                Err(w) => t.line(&key, &v, &format!("rejected: {}", why(w)), None)?,
+            }
+        }
         match outcome {
             Ok(stats) => timed.push((v, stats)),
-            Err(why) => rejected.push(format!("{v}: {}", why.lines().next().unwrap_or_default())),
+            Err(w) => rejected.push(format!("{v}: {}", why(&w))),
         }
         if let Some(j) = journal {
             j.end()?;

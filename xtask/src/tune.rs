@@ -63,6 +63,10 @@ pub struct TuneArgs {
     /// times the best so far (it cannot win); a large value times every one in full.
     #[arg(long, default_value_t = 1.3)]
     pub prune: f64,
+    /// Append every candidate's outcome and time to this file, one tab-separated line each
+    /// (the table keeps only the winner's, the runner-up's and the default's).
+    #[arg(long)]
+    pub trace: Option<std::path::PathBuf>,
     /// Measure nothing: bring the --out table's entries for the problems of the space
     /// given up to today's hashes where their sources are current: the candidate-space
     /// hash where an entry lacks one, and the per-code source hash where it records its
@@ -156,6 +160,7 @@ fn options(a: &TuneArgs, backend: &str) -> Result<TuneOptions> {
         ));
     }
     o.prune = a.prune;
+    o.trace = a.trace.clone();
     Ok(o)
 }
 

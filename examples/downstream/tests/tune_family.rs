@@ -19,21 +19,12 @@ fn options() -> TuneOptions {
     o
 }
 
-fn tune<F: Family<Problem = Problem>>(b: &CpuBackend, p: Problem) -> Table {
+fn tune<F: Family<Problem = Problem>>(b: &CpuBackend, p: Problem, o: &TuneOptions) -> Table {
     let mut table = Table {
         device: harness::header(b, "downstream test".into()),
         entries: Vec::new(),
     };
-    harness::tune::<F, _>(
-        b,
-        &options(),
-        &[p],
-        &mut table,
-        None,
-        &mut |_| Ok(()),
-        &mut |_| {},
-    )
-    .unwrap();
+    harness::tune::<F, _>(b, o, &[p], &mut table, None, &mut |_| Ok(()), &mut |_| {}).unwrap();
     table
 }
 
@@ -52,7 +43,7 @@ fn the_downstream_family_verifies_tunes_and_is_selected() {
         cols: 2048,
         act: DType::Bf16,
     };
-    let table = tune::<ScaleRowsFamily>(&b, p);
+    let table = tune::<ScaleRowsFamily>(&b, p, &options());
     assert_eq!(table.entries.len(), 1);
     let e = &table.entries[0];
     assert!(e.rejected.is_empty(), "{:?}", e.rejected);
@@ -156,7 +147,34 @@ fn a_wrong_candidate_is_rejected_and_never_chosen() {
         cols: 512,
         act: DType::F32,
     };
-    let table = tune::<Planted>(&b, p);
+    // With a trace: one line per candidate, the wrong one rejected with its reason.
+    let trace = std::env::temp_dir().join(format!("trellis-trace-{}.tsv", std::process::id()));
+    let _ = std::fs::remove_file(&trace);
+    let o = TuneOptions {
+        trace: Some(trace.clone()),
+        ..options()
+    };
+    let table = tune::<Planted>(&b, p, &o);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let _ = std::fs::remove_file(&trace);
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(lines[0][..3], ["key", "variant", "outcome"]);
+    let candidates = Planted::candidates(&p, Tier::Exact, false);
+    assert_eq!(lines.len(), 1 + candidates.len(), "{text}");
+    for (line, v) in lines[1..].iter().zip(&candidates) {
+        assert_eq!(line.len(), 7, "{line:?}");
+        assert_eq!(line[1], v.to_string());
+        if v.rows_per_group == 2 {
+            assert!(
+                line[2].starts_with("rejected: ") && line[3].is_empty(),
+                "{line:?}"
+            );
+        } else {
+            assert!(["timed", "pruned"].contains(&line[2]), "{line:?}");
+            let median: f64 = line[3].parse().unwrap();
+            assert!(median > 0.0, "{line:?}");
+        }
+    }
     let e = &table.entries[0];
     assert_eq!(e.rejected.len(), 1, "{:?}", e.rejected);
     assert!(e.rejected[0].starts_with("rpg=2:"), "{:?}", e.rejected);
