@@ -603,21 +603,22 @@ pub fn tune_problem<F: Family, B: Backend>(
                     .map_err(|e| format!("timing failed: {e}"))
             });
         let why = |w: &str| w.lines().next().unwrap_or_default().to_string();
-        if let Some(t) = &trace {
-            match &outcome {
-                Ok(stats) if cutoff.is_some_and(|c| stats.median > c) => {
-                    t.line(&key, &v, "pruned", Some(stats))?
-                }
-                Ok(stats) => t.line(&key, &v, "timed", Some(stats))?,
-                Err(w) => t.line(&key, &v, &format!("rejected: {}", why(w)), None)?,
+        let traced = match &outcome {
+            Ok(stats) if cutoff.is_some_and(|c| stats.median > c) => {
+                ("pruned".into(), Some(*stats))
             }
-        }
+            Ok(stats) => ("timed".into(), Some(*stats)),
+            Err(w) => (format!("rejected: {}", why(w)), None),
+        };
         match outcome {
             Ok(stats) => timed.push((v, stats)),
             Err(w) => rejected.push(format!("{v}: {}", why(&w))),
         }
         if let Some(j) = journal {
             j.end()?;
+        }
+        if let Some(t) = &trace {
+            t.line(&key, &v, &traced.0, traced.1.as_ref())?;
         }
     }
     let (winner, stats) = choose(default, &timed).ok_or_else(|| {
