@@ -107,9 +107,10 @@ pub const BALANCE_ROWS: usize = 8192;
 /// long as its busiest scheduler: at 17408 rows the H200's 528 schedulers get 8 or 9 sets
 /// of 4 rows (8.24 on average, 8 % lost) but 11 sets of 3 (33 rows each). (At 56-64
 /// registers per thread 9 of the 11 are resident at once; a 40-register budget that makes
-/// all resident spills and lost every key: `prototypes/results/one-wave-regs40.md`.) Measured (`prototypes/results/rps3-bench.md`): 2-4 % faster than the
-/// table's winners at 17408 x 5120, M 1 and 2; 10-16 % slower at 5120 rows, where too few
-/// simdgroups exist. Offered from [`BALANCE_ROWS`], so the verify catalog (and the families'
+/// all resident spills and lost every key: `prototypes/results/one-wave-regs40.md`.)
+/// Measured (`prototypes/results/rps3-bench.md`): 2-4 % faster than the table's winners
+/// at 17408 x 5120, M 1 and 2; 10-16 % slower at 5120 rows, where too few simdgroups
+/// exist. Offered from [`BALANCE_ROWS`], so the verify catalog (and the families'
 /// source hashes) stay as they were; `tests/cpu_backend.rs` checks these kernels' bits.
 /// Not yet at M = 8, whose winners hold 4 rows under a register budget (not measured).
 pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
