@@ -306,15 +306,16 @@ impl RowScales {
     /// The scales a kernel of this code, stored scale dtype, activation dtype and value
     /// representation reads.
     pub fn of(code: Code, stored: crate::ScaleDType, act: Elem, repr: Representation) -> Self {
-        let folds = code == Code::OneMad
-            && stored == crate::ScaleDType::F16
-            && act == Elem::Bf16
-            && repr == Representation::Inline;
-        if folds {
+        if Self::foldable(code, stored) && act == Elem::Bf16 && repr == Representation::Inline {
             RowScales::FoldedOneMad
         } else {
             RowScales::Stored(stored)
         }
+    }
+    /// Whether a matrix of this code and stored scale dtype has folded scales for some
+    /// kernel (bf16 weights decoded inline): `1mad` with f16 scales.
+    pub fn foldable(code: Code, stored: crate::ScaleDType) -> bool {
+        code == Code::OneMad && stored == crate::ScaleDType::F16
     }
     /// Whether the weights take the folded form (templates).
     pub fn is_folded(&self) -> bool {

@@ -74,18 +74,17 @@ impl<B: Backend> DeviceMatrix<B> {
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
-        let folded = match (g.code, w.scale_dtype) {
-            (crate::Code::OneMad, ScaleDType::F16) => {
-                let folded: Vec<u8> = w
-                    .scales
-                    .iter()
-                    .flat_map(|&s| {
-                        crate::codes::onemad_folded_scale(half::f16::from_f32(s)).to_le_bytes()
-                    })
-                    .collect();
-                Some(b.upload(Elem::F32, &[g.rows], &folded)?)
-            }
-            _ => None,
+        let folded = if RowScales::foldable(g.code, w.scale_dtype) {
+            let folded: Vec<u8> = w
+                .scales
+                .iter()
+                .flat_map(|&s| {
+                    crate::codes::onemad_folded_scale(half::f16::from_f32(s)).to_le_bytes()
+                })
+                .collect();
+            Some(b.upload(Elem::F32, &[g.rows], &folded)?)
+        } else {
+            None
         };
         Ok(DeviceMatrix {
             geometry: g,

@@ -102,6 +102,15 @@ impl fmt::Display for ReduceProblem {
 }
 
 impl ReduceProblem {
+    /// The candidates offered on top of the catalog's only at the tuned sizes (register
+    /// budgets at M = 8, 3 rows per simdgroup): part of [`ReduceFamily`]'s space, and
+    /// what `cargo xtask bench` times next to the table's choice.
+    pub fn tuned_size_candidates(&self, tier: Tier) -> Vec<Variant> {
+        let rows = self.geometry.rows;
+        let mut out = crate::catalog::budget_variants(tier, self.m, rows, &[4]);
+        out.extend(crate::catalog::three_row_variants(tier, self.m, rows));
+        out
+    }
     /// The source slice of its tuning entries ([`Family::source_slice`]): its code.
     pub fn source_slice(&self) -> Option<String> {
         Some(self.geometry.code.to_string())
@@ -242,17 +251,7 @@ impl Family for ReduceFamily {
     }
     fn candidates(p: &ReduceProblem, tier: Tier, quick: bool) -> Vec<Variant> {
         let mut out = crate::catalog::variants(tier, p.m, quick);
-        out.extend(crate::catalog::budget_variants(
-            tier,
-            p.m,
-            p.geometry.rows,
-            &[4],
-        ));
-        out.extend(crate::catalog::three_row_variants(
-            tier,
-            p.m,
-            p.geometry.rows,
-        ));
+        out.extend(p.tuned_size_candidates(tier));
         out
     }
     fn key_fields(p: &ReduceProblem) -> String {

@@ -193,17 +193,7 @@ fn register_candidates(p: &ReduceProblem) -> Vec<Variant> {
             ));
         }
     }
-    out.extend(trellis::catalog::budget_variants(
-        Tier::Exact,
-        p.m,
-        p.geometry.rows,
-        &[4],
-    ));
-    out.extend(trellis::catalog::three_row_variants(
-        Tier::Exact,
-        p.m,
-        p.geometry.rows,
-    ));
+    out.extend(p.tuned_size_candidates(Tier::Exact));
     out
 }
 
