@@ -123,6 +123,24 @@ pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
         .collect()
 }
 
+/// Candidates of 5-12 rows per simdgroup at M = 1 and 2, for a problem of `rows` rows, on
+/// top of [`variants`]. A wide set shares each x value among more rows (the k 3 M 1 loop:
+/// 8.06 instructions per weight at 3 rows, 7.39-7.78 at 5-12) and needs fewer simdgroups, so
+/// the whole grid can be resident at once (3 rows at 56-64 registers leave a second
+/// wave); which width balances the schedulers depends on the row count and the GPU (at
+/// 17408 rows on the H200's 528 schedulers, 11: exactly 3 sets each), so the tuner picks.
+/// The risk it measures: 3-5 simdgroups per scheduler must hide the loads' latency. At
+/// M = 4 the wide sets take 128-255 registers and no longer fit at once.
+/// `prototypes/results/wide-rows-sass.md` has the SASS counts.
+pub fn wide_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
+    if rows < BALANCE_ROWS || m > 2 {
+        return Vec::new();
+    }
+    (5..=12)
+        .map(|rows_per_simd| inline_registers(tier, 1, rows_per_simd, 0))
+        .collect()
+}
+
 /// The shape of the tuned sizes' extra candidates: inline decode shared by the samples, x
 /// in registers, with these rows per group and simdgroup and register budget.
 pub fn inline_registers(

@@ -565,6 +565,24 @@ pub trait XLayout {
     fn rows_whole(&self, rows: &usize) -> bool {
         rows % self.tuned().rows_per_simd as usize == 0
     }
+    /// Whether the SIMT loop takes its state windows with `TRELLIS_STATE_MUL`
+    /// (`templates/decode.inc`): on CUDA, up to M = 4 per slice. Read in the SASS of the
+    /// H200 table's exact winners (`prototypes/results/mul-windows-sass.md`): at M 1-4 the
+    /// integer ALU pipe is the busier, 0.75-0.95 of the issue slots in cycles (k 3 M 1: 0.94
+    /// -> 0.79 with the multiply, the FMA pipe 0.51 -> 0.66); at M = 8 the FMAs of the
+    /// samples already load the FMA pipe (0.64-0.66), which the multiply would make the
+    /// busier (about 0.73).
+    fn state_mul(&self, d: &Dialect) -> bool {
+        d.is_cuda() && self.mb() <= 4
+    }
+    /// The state-window macro of the SIMT loops (see [`XLayout::state_mul`]).
+    fn state_macro(&self, d: &Dialect) -> &'static str {
+        if self.state_mul(d) {
+            "TRELLIS_STATE_MUL"
+        } else {
+            "TRELLIS_STATE"
+        }
+    }
     /// Words per vector load of a run's code words of `p` (1: scalar loads); vectors go
     /// with x in registers.
     fn code_vec(&self, p: &Proj) -> u32 {
