@@ -18,19 +18,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
     let num = |i: usize, default: &str| arg(i, default).parse::<u32>();
-    let mut kernel = Reduce {
+    let code = arg(3, "1mad").parse::<Code>()?;
+    // f16 scales, folded with 1mad's divisor where `RowScales::of` folds (unless arg 9 is 0).
+    let scale = if num(9, "1")? == 1 {
+        RowScales::of(
+            code,
+            ScaleDType::F16,
+            DType::Bf16.into(),
+            Representation::Inline,
+        )
+    } else {
+        RowScales::Stored(ScaleDType::F16)
+    };
+    let kernel = Reduce {
         rows: num(0, "17408")? as usize,
         cols: num(1, "5120")? as usize,
         t: 256,
         proj: Proj {
             k: num(2, "3")?,
             l: num(4, "12")?,
-            code: arg(3, "1mad").parse::<Code>()?,
+            code,
         },
         m: num(5, "1")?,
         act: DType::Bf16,
-        // f16 scales folded with 1mad's divisor where the code is 1mad (RowScales::of).
-        scale: RowScales::Stored(ScaleDType::F16),
+        scale,
         variant: Variant {
             repr: Representation::Inline,
             m_strategy: MStrategy::SharedDecode,
@@ -41,14 +52,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             max_registers: num(8, "0")?,
         },
     };
-    if num(9, "1")? == 1 {
-        kernel.scale = RowScales::of(
-            kernel.proj.code,
-            ScaleDType::F16,
-            DType::Bf16.into(),
-            Representation::Inline,
-        );
-    }
     kernel.validate()?;
     print!("{}", kernel.unit(Dialect::Cuda)?);
     Ok(())

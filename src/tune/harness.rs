@@ -597,28 +597,27 @@ pub fn tune_problem<F: Family, B: Backend>(
             .map(|(_, s): &(F::Variant, Stats)| s.median)
             .min_by(f64::total_cmp);
         let cutoff = best.filter(|_| v != default).map(|m| m * o.prune);
-        let outcome =
-            verify_candidate::<F, B>(b, p, v, &inst, o.candidate_timeout).and_then(|()| {
+        let outcome = verify_candidate::<F, B>(b, p, v, &inst, o.candidate_timeout)
+            .and_then(|()| {
                 time_candidate::<F, B>(b, o, p, v, &inst, cutoff)
                     .map_err(|e| format!("timing failed: {e}"))
-            });
-        let why = |w: &str| w.lines().next().unwrap_or_default().to_string();
-        let traced = match &outcome {
-            Ok(stats) if cutoff.is_some_and(|c| stats.median > c) => {
-                ("pruned".into(), Some(*stats))
-            }
-            Ok(stats) => ("timed".into(), Some(*stats)),
-            Err(w) => (format!("rejected: {}", why(w)), None),
-        };
-        match outcome {
-            Ok(stats) => timed.push((v, stats)),
-            Err(w) => rejected.push(format!("{v}: {}", why(&w))),
-        }
+            })
+            .map_err(|w| w.lines().next().unwrap_or_default().to_string());
         if let Some(j) = journal {
             j.end()?;
         }
         if let Some(t) = &trace {
-            t.line(&key, &v, &traced.0, traced.1.as_ref())?;
+            match &outcome {
+                Ok(s) if cutoff.is_some_and(|c| s.median > c) => {
+                    t.line(&key, &v, "pruned", Some(s))
+                }
+                Ok(s) => t.line(&key, &v, "timed", Some(s)),
+                Err(why) => t.line(&key, &v, &format!("rejected: {why}"), None),
+            }?;
+        }
+        match outcome {
+            Ok(stats) => timed.push((v, stats)),
+            Err(why) => rejected.push(format!("{v}: {why}")),
         }
     }
     let (winner, stats) = choose(default, &timed).ok_or_else(|| {
