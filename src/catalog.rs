@@ -105,9 +105,8 @@ pub const BALANCE_ROWS: usize = 8192;
 /// Candidates of 3 rows per simdgroup, for a problem of `rows` rows, on top of
 /// [`variants`]. The exact kernels at the tuned sizes are issue-bound, so a launch is as
 /// long as its busiest scheduler: at 17408 rows the H200's 528 schedulers get 8 or 9 sets
-/// of 4 rows (8.24 on average, 8 % lost) but 11 sets of 3 (33 rows each). (At 56-64
-/// registers per thread 9 of the 11 are resident at once; a 40-register budget that makes
-/// all resident spills and lost every key: `prototypes/results/one-wave-regs40.md`.)
+/// of 4 rows (8.24 on average, 8 % lost) but 11 sets of 3 (33 rows each). (At 48 registers
+/// per thread, k 3, 10 of the 11 are resident at once: [`one_wave_variants`].)
 /// Measured (`prototypes/results/rps3-bench.md`): 2-4 % faster than the table's winners
 /// at 17408 x 5120, M 1 and 2; 10-16 % slower at 5120 rows, where too few simdgroups
 /// exist. Offered from [`BALANCE_ROWS`], so the verify catalog (and the families'
@@ -123,22 +122,33 @@ pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
         .collect()
 }
 
-/// Candidates of 5-12 rows per simdgroup at M = 1 and 2, for a problem of `rows` rows, on
-/// top of [`variants`]. A wide set shares each x value among more rows (the k 3 M 1 loop:
-/// 8.06 instructions per weight at 3 rows, 7.39-7.78 at 5-12) and needs fewer simdgroups, so
-/// the whole grid can be resident at once (3 rows at 56-64 registers leave a second
-/// wave); which width balances the schedulers depends on the row count and the GPU (at
-/// 17408 rows on the H200's 528 schedulers, 11: exactly 3 sets each), so the tuner picks.
-/// The risk it measures: 3-5 simdgroups per scheduler must hide the loads' latency. At
-/// M = 4 the wide sets take 128-255 registers and no longer fit at once.
-/// `prototypes/results/wide-rows-sass.md` has the SASS counts.
-pub fn wide_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
-    if rows < BALANCE_ROWS || m > 2 {
+/// `reduce`'s 3 rows per simdgroup at M = 1 under a 40-register budget, from
+/// [`BALANCE_ROWS`] rows: every set resident at once (51 simdgroups per H200 SM against the
+/// 44 that 17408 rows ask for; at 48 registers 42 fit, and the last sets run as a thin
+/// second wave). Before the row-set loads the 3-row kernels took 56-64 registers and this
+/// budget spilled in the loop (8.06 -> 8.68 instructions per weight) and lost every key
+/// (`prototypes/results/one-wave-regs40.md`); now it spills 28 bytes at k 3, loop 7.77 ->
+/// 7.93 (68-100 bytes at k 2 / 4). Not for `gate_up`, whose rows hold two projections.
+pub fn one_wave_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
+    if rows < BALANCE_ROWS || m != 1 {
         return Vec::new();
     }
-    (5..=12)
-        .map(|rows_per_simd| inline_registers(tier, 1, rows_per_simd, 0))
-        .collect()
+    vec![inline_registers(tier, 1, 3, 40)]
+}
+
+/// One candidate of 8 rows per simdgroup at every M, from [`TUNED_ROWS`] rows: the probe
+/// past the tuned winners' edge (`rows_per_simd` 4, the largest [`variants`] offers, whose
+/// double the kernels take: `kernels::MAX_ROWS_PER_SIMD`), so that the tuner measures
+/// the next width instead of reporting the winners at a bound. Expected to lose: 5-12 rows
+/// at M <= 2 were 3-9 % behind 3 rows at 17408 x 5120 (`xtask tune --trace`, seventh
+/// session: too few simdgroups per scheduler to hide the loads), and at M = 8 the
+/// accumulators and x of 8 rows take all 255 registers and spill (2 simdgroups per
+/// scheduler on the H200).
+pub fn edge_probe_variants(tier: Tier, rows: usize) -> Vec<Variant> {
+    if rows < TUNED_ROWS {
+        return Vec::new();
+    }
+    vec![inline_registers(tier, 1, 8, 0)]
 }
 
 /// The shape of the tuned sizes' extra candidates: inline decode shared by the samples, x

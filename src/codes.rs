@@ -177,6 +177,10 @@ pub fn onemad_quotient(a: f32) -> f32 {
 /// `MAD_BIAS - MAD_CENTER`, so the f32 they spell is `MAD_BIAS + y` for the centred sum
 /// `y`, exactly (one binade, ulp 1, for every `y` in -510..=510).
 pub const MAD_BIAS: f32 = 12582912.0;
+/// [`MAD_BIAS`]'s bits (the kernels spell the f32 from them).
+pub const MAD_BIAS_BITS: u32 = MAD_BIAS.to_bits();
+/// What `dp4a` adds `1mad`'s byte sum onto: the bits of `MAD_BIAS - MAD_CENTER`.
+pub const MAD_BIAS_ACC: u32 = MAD_BIAS_BITS - MAD_CENTER as u32;
 
 /// `1mad` with the row scale folded into the division, for bf16 weights (`round_T` to
 /// bf16) and a finite f16 row scale `s`: an f32 `S` near `s / c` such that

@@ -340,7 +340,9 @@ pub const ROWS_PER_SIMD: [u32; 3] = [1, 2, 4];
 /// two accumulators per sample in registers; past a few rows that is the compiler's
 /// problem (and the tuner's), not a correctness one. Wide sets trade simdgroups for
 /// independent work within one: at M = 1 the k 3 loop runs 8.06 instructions per weight
-/// at 3 rows and 7.53 at 11 (`prototypes/results/wide-rows-sass.md`).
+/// at 3 rows and 7.53 at 11 (`prototypes/results/wide-rows-sass.md`), but on the H200 5-12
+/// rows ran 3-9 % behind 3 (too few simdgroups per scheduler to hide the loads); the tuner
+/// keeps one 8-row probe ([`crate::catalog::edge_probe_variants`]).
 pub const MAX_ROWS_PER_SIMD: u32 = 16;
 
 impl Default for Variant {
@@ -564,6 +566,11 @@ pub trait XLayout {
     /// Whether `rows` is a multiple of rows per simdgroup (no row set is cut short).
     fn rows_whole(&self, rows: &usize) -> bool {
         rows % self.tuned().rows_per_simd as usize == 0
+    }
+    /// Whether `rows` holds at least one whole row set (so the last set can be moved back
+    /// to end at the last row instead of clamping its reads: `row_set` in decode.inc).
+    fn rows_fill_a_set(&self, rows: &usize) -> bool {
+        *rows >= self.tuned().rows_per_simd as usize
     }
     /// Whether the SIMT loop takes its state windows with `TRELLIS_STATE_MUL`
     /// (`templates/decode.inc`): on CUDA, up to M = 4 per slice. Read in the SASS of the

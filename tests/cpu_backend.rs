@@ -149,8 +149,8 @@ fn expand_matches_reference_dequantize() {
 }
 
 /// x loaded per run into registers, several rows per simdgroup (issue 10): bit for bit,
-/// with row counts that leave the last simdgroup's row set partly outside the matrix (37)
-/// or not (40), k that makes the code words vector-aligned (2, 4, 8) and not (3, 5),
+/// with row counts that leave the last simdgroup's row set partly outside the matrix (37),
+/// or not (40), or fill no whole set (2, 4), k that makes the code words vector-aligned (2, 4, 8) and not (3, 5),
 /// every dtype, one to eight simdgroups per group.
 #[test]
 fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
@@ -173,6 +173,11 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
         // are 3 sets of 11 and 4 rows, or 7 sets of 5 and 2.
         (37,   3, 12, Code::OneMad,    256, DType::Bf16, 1, 11, 1,   sd),
         (37,   2, 12, Code::OneMad,    128, DType::F32,  2, 5,  4,   sd),
+        // Fewer rows than one set (reads clamped to the last row; a short last set of
+        // more rows is moved back to end at the last row instead): 2 rows in a set of 3,
+        // 4 in a set of 5.
+        (2,    3, 12, Code::OneMad,    256, DType::Bf16, 1, 3,  1,   sd),
+        (4,    2, 12, Code::OneMad,    128, DType::F32,  2, 5,  2,   sd),
     ];
     for (rows, k, l, code, t, dtype, m, rps, rpg, ms) in cases {
         let g = Geometry::new(rows, 1280, t, k, l, code).unwrap();
@@ -244,9 +249,11 @@ fn rows_per_simd_out_of_range_is_an_error() {
 
 /// The register budget of the M = 8 candidates (`catalog::budget_variants`): offered from
 /// 4096 rows only (the catalog's small matrices keep their space), bit for bit on the CPU
-/// and the Metal simulator (which ignore it), and on CUDA a `__maxnreg__` on the entry
-/// point and nothing else: the kernel symbol of a variant without a budget is what it was
-/// before the field existed, and the budget gives another.
+/// and the Metal simulator (which ignore it as such), and on CUDA a `__maxnreg__` on the
+/// entry point; in every dialect, code words loaded one at a time keep a wrap test per
+/// word under it (`decode::load_runs`; `gate_up` below has k 3). The kernel symbol of a
+/// variant without a budget is what it was before the field existed, and the budget gives
+/// another.
 #[test]
 fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
     use trellis::backend::metal_sim::MetalSimBackend;
@@ -310,13 +317,21 @@ fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
             .collect::<Vec<_>>(),
         [4, 4, 2, 2]
     );
+    let mid = reference::gate_up(&w, &up, &x).unwrap();
     for v in [variant, gate_up_budgeted[2]] {
         let got =
             ops::gate_up_with(&CpuBackend::new().unwrap(), &w, &up, &x, Tail::Exact, v).unwrap();
-        assert!(
-            got.bits_eq(&reference::gate_up(&w, &up, &x).unwrap()),
-            "gate_up {v}"
-        );
+        assert!(got.bits_eq(&mid), "cpu gate_up {v}");
+        let got = ops::gate_up_with(
+            &MetalSimBackend::new().unwrap(),
+            &w,
+            &up,
+            &x,
+            Tail::Exact,
+            v,
+        )
+        .unwrap();
+        assert!(got.bits_eq(&mid), "metal-sim gate_up {v}");
     }
 
     let kernel = |v: Variant| ReduceFamily::kernel(&problem(8, 4096), v);
@@ -423,14 +438,24 @@ fn folded_onemad_scales_match_reference_bit_for_bit() {
     );
 }
 
-/// 3 rows per simdgroup is offered from `catalog::BALANCE_ROWS` rows only (the verify
-/// catalog's matrices are smaller, so the families' source hashes stay as they were).
+/// 3 rows per simdgroup is offered from `catalog::BALANCE_ROWS` rows only, the 8-row probe
+/// from `catalog::TUNED_ROWS` (the verify catalog's matrices are smaller, so the families'
+/// source hashes stay as they were).
 #[test]
-fn three_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
-    use trellis::catalog::{three_row_variants, BALANCE_ROWS};
+fn three_and_eight_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
+    use trellis::catalog::{
+        edge_probe_variants, one_wave_variants, three_row_variants, BALANCE_ROWS, TUNED_ROWS,
+    };
     assert!(three_row_variants(Tier::Exact, 1, BALANCE_ROWS - 1).is_empty());
+    assert!(edge_probe_variants(Tier::Exact, TUNED_ROWS - 1).is_empty());
+    let probe = edge_probe_variants(Tier::Exact, TUNED_ROWS);
+    assert!(probe.len() == 1 && probe[0].rows_per_simd == 8);
     let offered = three_row_variants(Tier::Exact, 4, 17408);
     assert_eq!(offered.len(), 3);
+    let one_wave = one_wave_variants(Tier::Exact, 1, 17408);
+    assert!(one_wave.len() == 1 && one_wave[0].max_registers == 40);
+    assert!(one_wave_variants(Tier::Exact, 2, 17408).is_empty());
+    assert!(one_wave_variants(Tier::Exact, 1, BALANCE_ROWS - 1).is_empty());
     assert!(three_row_variants(Tier::Exact, 8, 17408).is_empty());
     assert!(offered
         .iter()
@@ -440,5 +465,5 @@ fn three_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
         .map(|c| c.rows)
         .max()
         .unwrap();
-    assert!(max < BALANCE_ROWS, "a verify case of {max} rows");
+    assert!(max < TUNED_ROWS, "a verify case of {max} rows");
 }

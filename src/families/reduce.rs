@@ -103,13 +103,15 @@ impl fmt::Display for ReduceProblem {
 
 impl ReduceProblem {
     /// The candidates offered on top of the catalog's only at the tuned sizes (register
-    /// budgets at M = 8, 3 rows per simdgroup, 5-12 rows at M <= 2): part of [`ReduceFamily`]'s space, and
-    /// what `cargo xtask bench` times next to the table's choice.
+    /// budgets at M = 8, 3 rows per simdgroup, at M = 1 also under a 40-register budget,
+    /// the 8-row probe): part of [`ReduceFamily`]'s space, and what `cargo xtask bench`
+    /// times next to the table's choice.
     pub fn tuned_size_candidates(&self, tier: Tier) -> Vec<Variant> {
         let rows = self.geometry.rows;
         let mut out = crate::catalog::budget_variants(tier, self.m, rows, &[4]);
         out.extend(crate::catalog::three_row_variants(tier, self.m, rows));
-        out.extend(crate::catalog::wide_row_variants(tier, self.m, rows));
+        out.extend(crate::catalog::one_wave_variants(tier, self.m, rows));
+        out.extend(crate::catalog::edge_probe_variants(tier, rows));
         out
     }
     /// The source slice of its tuning entries ([`Family::source_slice`]): its code.

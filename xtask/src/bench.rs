@@ -178,9 +178,9 @@ pub fn seed_structure() -> Variant {
 }
 
 /// The x-in-registers candidates timed next to the table's choice (inline decode, 1, 2
-/// or 4 rows per simdgroup, 4 or 8 simdgroups per group, and the tuner's register-budget
-/// and 3-row candidates where it offers them): the best of them shows what the table could hold
-/// where a key is missing.
+/// or 4 rows per simdgroup, 4 or 8 simdgroups per group, and the tuner's tuned-size
+/// candidates where it offers them: `ReduceProblem::tuned_size_candidates`): the best of
+/// them shows what the table could hold where a key is missing.
 fn register_candidates(p: &ReduceProblem) -> Vec<Variant> {
     let mut out = Vec::new();
     for rows_per_simd in ROWS_PER_SIMD {
@@ -236,7 +236,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     );
     let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).\n", harness::today(), copy);
     let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12; exact rows run the SIMT families (`reduce`, `gate_up`), fast rows the matrix-unit families the fast tier runs (`reduce_mma`, `gate_up_mma`), each with the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 (f32 compute) on dense weights of the same shape, at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened, the best measured; the log names it).\n", o.min_reps, o.batch, o.working_set >> 20);
-    let _ = writeln!(s, "Seed structure: the seed's reduce (one simdgroup per row, shared value table, x and code words in registers), rendered from our templates as `{}`; best registers: the fastest of the x-in-registers candidates (6, and at M = 8 the 2 under the register budget); both timed in the same run (exact rows only).\n", seed_structure());
+    let _ = writeln!(s, "Seed structure: the seed's reduce (one simdgroup per row, shared value table, x and code words in registers), rendered from our templates as `{}`; best registers: the fastest of the x-in-registers candidates (6, and the tuner's tuned-size ones for the shape: 3 rows per simdgroup, at M = 1 also under 40 registers, the 8-row probe, at M = 8 the 2 under the register budget); both timed in the same run (exact rows only).\n", seed_structure());
     let _ = writeln!(s, "## reduce\n");
     let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | seed structure us | best registers us | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source |");
     let _ = writeln!(
