@@ -1,7 +1,8 @@
 //! The tuning tables shipped in `tuning/` are current: every entry's `source_hash` is
 //! the hash of what its family compiles today on the table's dialect for its problem's
 //! codes (`tune::source_hash_of`), and its
-//! `space_hash` the hash of the candidates its problem is tuned over today. Editing a
+//! `space_hash` the hash of the candidates its problem is tuned over today, with their units
+//! at that problem (`tune::space_hash`). Editing a
 //! family's template (or the prelude of a dialect) stales that family's entries on that
 //! dialect; changing the candidates of a problem stales its entries only. This test names
 //! them; refresh them with `cargo xtask tune` (it re-measures exactly the stale entries
@@ -57,7 +58,7 @@ impl FamilyVisitor for Stale<'_> {
             }
             let tier: Tier = e.tier.parse().expect("entry tier");
             let quick = TuneOptions::for_backend(&self.table.device.backend, tier).quick;
-            let space = trellis::tune::space_hash::<F>(p, tier, quick);
+            let space = trellis::tune::space_hash::<F>(p, tier, quick, self.dialect);
             match &e.space_hash {
                 None => self.stale.push(format!(
                     "{name}: no space_hash (written before entries recorded it: `cargo xtask tune --stamp`)"

@@ -306,22 +306,34 @@ fn source_hashes_differ_by_family_and_dialect() {
     assert_ne!(r, trellis::tune::source_hash::<GateUpFamily>(Dialect::Cuda));
 }
 
-/// A problem's candidate-space hash follows its candidates: the quick space and another
-/// M (other candidates) hash differently.
+/// A problem's candidate-space hash follows its candidates and their units at the
+/// problem, as the dialect compiles them: the quick space and another M (other
+/// candidates) hash differently, and so do the same candidates on another dialect or at
+/// an M whose candidate list is the same but whose units are not. So a template branch
+/// that only tuned shapes take (the M = 8 register budget's loads, say) stales the
+/// entries it changes, which the catalog's source hash cannot see.
 #[test]
-fn space_hashes_follow_the_candidates() {
-    let (p, q) = (
-        problem(4096, 4096),
-        ReduceProblem {
-            m: 8,
-            ..problem(4096, 4096)
-        },
-    );
-    let h =
-        |p: &ReduceProblem, quick| trellis::tune::space_hash::<ReduceFamily>(p, Tier::Exact, quick);
-    assert_eq!(h(&p, false), h(&p, false));
-    assert_ne!(h(&p, false), h(&p, true));
-    assert_ne!(h(&p, false), h(&q, false));
+fn space_hashes_follow_the_candidates_and_their_units() {
+    let at = |m| ReduceProblem {
+        m,
+        ..problem(4096, 4096)
+    };
+    let h = |p: &ReduceProblem, quick, d| {
+        trellis::tune::space_hash::<ReduceFamily>(p, Tier::Exact, quick, d)
+    };
+    let cuda = Dialect::Cuda;
+    assert_eq!(h(&at(1), false, cuda), h(&at(1), false, cuda));
+    assert_ne!(h(&at(1), false, cuda), h(&at(1), true, cuda));
+    assert_ne!(h(&at(1), false, cuda), h(&at(8), false, cuda));
+    assert_ne!(h(&at(1), false, cuda), h(&at(1), false, Dialect::Cpu));
+    let list = |m| {
+        ReduceFamily::candidates(&at(m), Tier::Exact, false)
+            .iter()
+            .map(|v| format!("{v:?}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(list(2), list(4));
+    assert_ne!(h(&at(2), false, cuda), h(&at(4), false, cuda));
 }
 
 #[test]

@@ -240,7 +240,7 @@ impl Stats {
 ///   gets its problem's slice hash ([`super::source_hash_of`]);
 /// - an entry without a candidate-space hash ([`super::space_hash`], tables written
 ///   before entries recorded it) whose sources are current gets it (its space is then
-///   the one measured, as long as no candidate changed since: stamp before changing any).
+///   the one measured, as long as no candidate or unit changed since: stamp before changing any).
 ///
 /// Returns how many entries changed.
 pub fn stamp<F: Family>(
@@ -266,7 +266,7 @@ pub fn stamp<F: Family>(
                 changed = true;
             }
             if e.space_hash.is_none() && e.source_hash == hash {
-                e.space_hash = Some(super::space_hash::<F>(p, o.tier, o.quick));
+                e.space_hash = Some(super::space_hash::<F>(p, o.tier, o.quick, dialect));
                 changed = true;
             }
             stamped += usize::from(changed);
@@ -666,7 +666,7 @@ fn entry<F: Family>(
         bucket: key.bucket.to_string(),
         shape: format!("{rows}x{cols}"),
         source_hash: super::source_hash_of::<F>(dialect, p),
-        space_hash: Some(super::space_hash::<F>(p, key.tier, quick)),
+        space_hash: Some(super::space_hash::<F>(p, key.tier, quick, dialect)),
         winner: record(&winner),
         stats: stats.record(),
         default: default_stats.map(|s| s.record()),
@@ -751,7 +751,7 @@ pub fn tune<F: Family, B: Backend>(
         let hash = super::source_hash_of::<F>(b.dialect(), p);
         let key = F::key(p, o.tier);
         let same = |e: &Entry| e.key().ok().as_ref() == Some(&key);
-        let space = super::space_hash::<F>(p, o.tier, o.quick);
+        let space = super::space_hash::<F>(p, o.tier, o.quick, b.dialect());
         let cached = !o.fresh
             && table
                 .entries

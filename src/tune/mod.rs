@@ -197,17 +197,24 @@ fn catalog_hash<F: Family>(dialect: Dialect, slice: Option<&str>) -> Option<Stri
     hex
 }
 
-/// Hash of the candidate space a problem is tuned over: the built-in default and
-/// [`Family::candidates`] (before any device's limits), in order. The family's
-/// [`source_hash`] covers its catalog's small problems only, so a candidate offered only
-/// at a tuned shape (a split that fits 17408 columns, say) leaves it unchanged; an entry
-/// records this hash too, and one measured over another space is stale for
-/// `cargo xtask tune` and the `tables_current` test though its sources are current.
-pub fn space_hash<F: Family>(p: &F::Problem, tier: Tier, quick: bool) -> String {
+/// Hash of the candidate space a problem is tuned over, as `dialect` compiles it: the
+/// built-in default and [`Family::candidates`] (before any device's limits), in order,
+/// each with its complete unit at this problem. The family's [`source_hash`] covers its
+/// catalog's small problems only, so a candidate offered only at a tuned shape (a split
+/// that fits 17408 columns, say), or a template branch only such shapes take (the M = 8
+/// register budget's loads), leaves it unchanged; an entry records this hash too, and one
+/// measured over other candidates or other units is stale for `cargo xtask tune` and the
+/// `tables_current` test though its sources are current.
+pub fn space_hash<F: Family>(p: &F::Problem, tier: Tier, quick: bool, dialect: Dialect) -> String {
     let mut h = crate::kernel::Fnv1a::default();
     let default = F::default_variant(p, tier);
     for v in std::iter::once(default).chain(F::candidates(p, tier, quick)) {
         std::hash::Hasher::write(&mut h, format!("{v:?}\n").as_bytes());
+        let k = F::kernel(p, v);
+        if k.validate().is_ok() {
+            let unit = k.unit(dialect).unwrap_or_else(|e| e.to_string());
+            std::hash::Hasher::write(&mut h, unit.as_bytes());
+        }
     }
     format!("{:016x}", std::hash::Hasher::finish(&h))
 }

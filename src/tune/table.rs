@@ -3,8 +3,8 @@
 //! records the hash of what its family compiles on the table's dialect for its codes
 //! ([`super::source_hash_of`]), so editing one family's template stales only its entries,
 //! and of those only the codes whose kernels changed, and the hash of its problem's
-//! candidates ([`super::space_hash`]), so widening the space at some shapes stales only
-//! theirs.
+//! candidates with their units at that problem ([`super::space_hash`]), so widening the
+//! space at some shapes, or a template branch only they take, stales only theirs.
 
 use super::{Bucket, TuneKey};
 use crate::error::{Error, Result};
@@ -73,7 +73,7 @@ pub struct Entry {
     /// Hash of the family's compiled sources for the problem's codes on the table's
     /// dialect when measured ([`super::source_hash_of`]).
     pub source_hash: String,
-    /// Hash of the candidate space measured ([`super::space_hash`]); absent in tables
+    /// Hash of the candidates measured and their units ([`super::space_hash`]); absent in tables
     /// written before it was recorded (`cargo xtask tune --stamp` adds it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space_hash: Option<String>,
