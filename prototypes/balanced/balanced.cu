@@ -58,6 +58,8 @@ int main() {
   CK(cudaMemcpy(ds, hs.data(), R * 4, cudaMemcpyHostToDevice));
 
   std::vector<Config> cs = {{"unit rps3 (table winner)", nullptr, 5803}};
+  cs.push_back({"solo3 (unit, simdgroup id 0)", reduce_solo3, 5803});
+  cs.push_back({"solo4", reduce_solo4, 4352});
   const uint Ws[] = {4352, 4752, 5016, 5280, 5544, 5802};
   for (uint W : Ws) cs.push_back({"balanced4", reduce_balanced4, W});
   for (uint W : Ws) cs.push_back({"balanced31", reduce_balanced31, W});

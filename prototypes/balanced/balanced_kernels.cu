@@ -85,3 +85,19 @@ extern "C" __global__ void __maxnreg__(48) reduce_balanced31_r48(uint W, const b
                                                                  const float* __restrict__ scales, bf16_t* __restrict__ y) {
   balanced<true>(W, x, codes, scales, y);
 }
+
+// The unit's own structure with the simdgroup id known to be 0 (a group of one warp): 3
+// rows at 40 registers where the unit takes 48 (`../next/one-simdgroup.patch` does this in
+// the templates), so all 11 sets per scheduler are resident; and 4 rows at 48.
+extern "C" __global__ void reduce_solo3(uint W, const bf16_t* __restrict__ x, const uint32_t* __restrict__ codes,
+                                        const float* __restrict__ scales, bf16_t* __restrict__ y) {
+  const uint w = blockIdx.x;
+  if (w >= W) return;
+  rows_body<3>(w * 3u < 17405u ? w * 3u : 17405u, x, codes, scales, y);
+}
+extern "C" __global__ void reduce_solo4(uint W, const bf16_t* __restrict__ x, const uint32_t* __restrict__ codes,
+                                        const float* __restrict__ scales, bf16_t* __restrict__ y) {
+  const uint w = blockIdx.x;
+  if (w >= W) return;
+  rows_body<4>(w * 4u, x, codes, scales, y);
+}
