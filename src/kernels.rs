@@ -590,6 +590,14 @@ pub trait XLayout {
             "TRELLIS_STATE"
         }
     }
+    /// Whether each of a run's k + 1 scalar code words keeps its own wrap test (`load_runs`
+    /// in decode.inc; otherwise only word k can wrap): under the M = 8 register budget.
+    /// Without the tests ptxas issues those loads earlier, and `gate_up` with a k 3
+    /// projection spilled 12 bytes at 168 registers (2-8 % slower on the H200); M = 1's
+    /// 40-register candidate was measured without them.
+    fn wrap_each_word(&self, p: &Proj) -> bool {
+        self.code_vec(p) == 1 && self.tuned().max_registers > 0 && self.samples() > 1
+    }
     /// Words per vector load of a run's code words of `p` (1: scalar loads); vectors go
     /// with x in registers.
     fn code_vec(&self, p: &Proj) -> u32 {
