@@ -128,7 +128,8 @@ pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
 /// second wave). Before the row-set loads the 3-row kernels took 56-64 registers and this
 /// budget spilled in the loop (8.06 -> 8.68 instructions per weight) and lost every key
 /// (`prototypes/results/one-wave-regs40.md`); now it spills 28 bytes at k 3, loop 7.77 ->
-/// 7.93 (68-100 bytes at k 2 / 4). Not for `gate_up`, whose rows hold two projections.
+/// 7.93 (68-100 bytes at k 2 / 4), and it lost all 12 keys again, 2-20 % behind (H200,
+/// eighth session). Not for `gate_up`, whose rows hold two projections.
 pub fn one_wave_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
     if rows < BALANCE_ROWS || m != 1 {
         return Vec::new();
@@ -139,11 +140,11 @@ pub fn one_wave_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
 /// One candidate of 8 rows per simdgroup at every M, from [`TUNED_ROWS`] rows: the probe
 /// past the tuned winners' edge (`rows_per_simd` 4, the largest [`variants`] offers, whose
 /// double the kernels take: `kernels::MAX_ROWS_PER_SIMD`), so that the tuner measures
-/// the next width instead of reporting the winners at a bound. Expected to lose: 5-12 rows
-/// at M <= 2 were 3-9 % behind 3 rows at 17408 x 5120 (`xtask tune --trace`, seventh
-/// session: too few simdgroups per scheduler to hide the loads), and at M = 8 the
-/// accumulators and x of 8 rows take all 255 registers and spill (2 simdgroups per
-/// scheduler on the H200).
+/// the next width instead of reporting the winners at a bound. It lost all 96 keys on the
+/// H200 (eighth session: 58 pruned after the first round, the rest 7-30 % behind), as
+/// 5-12 rows at M <= 2 had (3-9 % behind 3 rows: too few simdgroups per scheduler to hide
+/// the loads); at M = 8 the accumulators and x of 8 rows take all 255 registers and spill
+/// (2 simdgroups per scheduler).
 pub fn edge_probe_variants(tier: Tier, rows: usize) -> Vec<Variant> {
     if rows < TUNED_ROWS {
         return Vec::new();
