@@ -2,8 +2,10 @@
 // 10's goal key). NVRTC-compatible (no host code), so `prototypes/sass/sass.py` reads its
 // registers and SASS here; `balanced.cu` adds the timing harness for nvcc on the device.
 //
-// Why: the table's winner (`unit_k3_rps3.cu`, rendered by `cargo run --release --example
-// reduce_unit -- 17408 5120 3 1mad 12 1 1 3 0`) runs 5803 warps of 3 rows at 48
+// Why: the table's winner (`unit_k3_rps3.cu`, not kept in git: render it with `cargo run
+// --release --example reduce_unit -- 17408 5120 3 1mad 12 1 1 3 0 >
+// prototypes/balanced/unit_k3_rps3.cu`; `run.sh` names its kernel `UNIT_KERNEL`) runs
+// 5803 warps of 3 rows at 48
 // registers: 42 warps per SM are resident, 44 are needed, so the last warps run nearly
 // alone (ncu: 39 % of the SM's warp slots active on average, 77.7 % issue). 4 rows per warp
 // fit one wave (56 registers, 4352 warps) but give the 528 schedulers 8 or 9 sets: 36 rows

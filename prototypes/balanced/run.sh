@@ -1,8 +1,11 @@
 #!/bin/bash
 # One device call (from the repository root of the device copy): build and run the
 # balanced-row-set prototype, then ncu of the unit and the best balanced kernel.
+# The unit is rendered on the host and carried (README.md): not kept in git.
 cd prototypes/balanced
-nvcc -O3 -arch=sm_90 -fmad=false -std=c++17 -Xptxas -v -o bal balanced.cu > $OUT/ptxas.txt 2>&1 || { cat $OUT/ptxas.txt; exit 1; }
+[ -f unit_k3_rps3.cu ] || { echo "unit_k3_rps3.cu missing: render it with examples/reduce_unit and carry it"; exit 1; }
+UNIT=$(grep -o 'reduce_[0-9a-f]\{16\}' unit_k3_rps3.cu | head -1)
+nvcc -O3 -arch=sm_90 -fmad=false -std=c++17 -Xptxas -v -DUNIT_KERNEL=$UNIT -o bal balanced.cu > $OUT/ptxas.txt 2>&1 || { cat $OUT/ptxas.txt; exit 1; }
 ./bal | tee $OUT/balanced.md
 M=gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
 timeout 120 ncu --clock-control none --metrics $M -k 'regex:reduce_' -c 10 ./bal > $OUT/ncu.txt 2>&1

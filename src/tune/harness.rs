@@ -240,7 +240,8 @@ impl Stats {
 ///   gets its problem's slice hash ([`super::source_hash_of`]);
 /// - an entry without a candidate-space hash ([`super::space_hash`], tables written
 ///   before entries recorded it) whose sources are current gets it (its space is then
-///   the one measured, as long as no candidate or unit changed since: stamp before changing any).
+///   the one measured, as long as no candidate or unit changed since: stamp before
+///   changing any).
 ///
 /// Returns how many entries changed.
 pub fn stamp<F: Family>(

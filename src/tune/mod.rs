@@ -183,18 +183,28 @@ fn catalog_hash<F: Family>(dialect: Dialect, slice: Option<&str>) -> Option<Stri
         any = true;
         for tier in [Tier::Exact, Tier::Fast] {
             for v in F::candidates(&p, tier, false) {
-                let k = F::kernel(&p, v);
-                if k.validate().is_err() {
-                    continue;
-                }
-                let unit = k.unit(dialect).unwrap_or_else(|e| e.to_string());
-                std::hash::Hasher::write(&mut h, unit.as_bytes());
+                hash_unit::<F>(&mut h, &p, v, dialect);
             }
         }
     }
     let hex = any.then(|| format!("{:016x}", std::hash::Hasher::finish(&h)));
     memo.lock().expect("hash memo").insert(id, hex.clone());
     hex
+}
+
+/// Add the complete unit of `v` at `p` on `dialect` to `h` (a render error's text in its
+/// place); nothing for a variant that does not fit `p`.
+fn hash_unit<F: Family>(
+    h: &mut crate::kernel::Fnv1a,
+    p: &F::Problem,
+    v: F::Variant,
+    dialect: Dialect,
+) {
+    let k = F::kernel(p, v);
+    if k.validate().is_ok() {
+        let unit = k.unit(dialect).unwrap_or_else(|e| e.to_string());
+        std::hash::Hasher::write(h, unit.as_bytes());
+    }
 }
 
 /// Hash of the candidate space a problem is tuned over, as `dialect` compiles it: the
@@ -210,11 +220,7 @@ pub fn space_hash<F: Family>(p: &F::Problem, tier: Tier, quick: bool, dialect: D
     let default = F::default_variant(p, tier);
     for v in std::iter::once(default).chain(F::candidates(p, tier, quick)) {
         std::hash::Hasher::write(&mut h, format!("{v:?}\n").as_bytes());
-        let k = F::kernel(p, v);
-        if k.validate().is_ok() {
-            let unit = k.unit(dialect).unwrap_or_else(|e| e.to_string());
-            std::hash::Hasher::write(&mut h, unit.as_bytes());
-        }
+        hash_unit::<F>(&mut h, p, v, dialect);
     }
     format!("{:016x}", std::hash::Hasher::finish(&h))
 }
