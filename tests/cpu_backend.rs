@@ -150,8 +150,8 @@ fn expand_matches_reference_dequantize() {
 
 /// x loaded per run into registers, several rows per simdgroup (issue 10): bit for bit,
 /// with row counts that leave the last simdgroup's row set partly outside the matrix (37),
-/// or not (40), or fill no whole set (2, 4), k that makes the code words vector-aligned (2, 4, 8) and not (3, 5),
-/// every dtype, one to eight simdgroups per group.
+/// or not (40), or fill no whole set (2, 4), k that makes the code words vector-aligned
+/// (2, 4, 8) and not (3, 5), every dtype, one to eight simdgroups per group.
 #[test]
 fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
     let b = CpuBackend::new().unwrap();

@@ -1,10 +1,10 @@
 //! The tuning tables shipped in `tuning/` are current: every entry's `source_hash` is
 //! the hash of what its family compiles today on the table's dialect for its problem's
-//! codes (`tune::source_hash_of`), and its
-//! `space_hash` the hash of the candidates its problem is tuned over today, with their units
-//! at that problem (`tune::space_hash`). Editing a
-//! family's template (or the prelude of a dialect) stales that family's entries on that
-//! dialect; changing the candidates of a problem stales its entries only. This test names
+//! codes (`tune::source_hash_of`), and its `space_hash` the hash of the candidates its
+//! problem is tuned over today, with their units at that problem (`tune::space_hash`).
+//! Editing a family's template (or the prelude of a dialect) stales that family's entries
+//! on that dialect; changing the candidates of a problem, or their units there, stales its
+//! entries only. This test names
 //! them; refresh them with `cargo xtask tune` (it re-measures exactly the stale entries
 //! of the space it is given) on the device the table was measured on (README, "Tuning
 //! tables").
