@@ -106,7 +106,7 @@ pub const BALANCE_ROWS: usize = 8192;
 /// [`variants`]. The exact kernels at the tuned sizes are issue-bound, so a launch is as
 /// long as its busiest scheduler: at 17408 rows the H200's 528 schedulers get 8 or 9 sets
 /// of 4 rows (8.24 on average, 8 % lost) but 11 sets of 3 (33 rows each). (At 48 registers
-/// per thread, k 3, 10 of the 11 are resident at once: [`one_wave_variants`].)
+/// per thread, 42 of the 44 sets per SM are resident at once: [`one_wave_variants`].)
 /// Measured (`prototypes/results/rps3-bench.md`): 2-4 % faster than the table's winners
 /// at 17408 x 5120, M 1 and 2; 10-16 % slower at 5120 rows, where too few simdgroups
 /// exist. Offered from [`BALANCE_ROWS`], so the verify catalog (and the families'
@@ -122,19 +122,21 @@ pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
         .collect()
 }
 
-/// `reduce`'s 3 rows per simdgroup at M = 1 under a 40-register budget, from
-/// [`BALANCE_ROWS`] rows: every set resident at once (51 simdgroups per H200 SM against the
-/// 44 that 17408 rows ask for; at 48 registers 42 fit, and the last sets run as a thin
-/// second wave). Before the row-set loads the 3-row kernels took 56-64 registers and this
-/// budget spilled in the loop (8.06 -> 8.68 instructions per weight) and lost every key
-/// (`prototypes/results/one-wave-regs40.md`); now it spills 28 bytes at k 3, loop 7.77 ->
-/// 7.93 (68-100 bytes at k 2 / 4), and it lost all 12 keys again, 2-20 % behind (H200,
-/// eighth session). Not for `gate_up`, whose rows hold two projections.
+/// `reduce`'s 3 rows per simdgroup at M = 1 under a 40-register budget, in groups of 2
+/// simdgroups, from [`BALANCE_ROWS`] rows: every set resident at once (48 simdgroups per
+/// H200 SM against the 44 that 17408 rows ask for; at 48 registers 42 fit, and the last
+/// sets run as a thin second wave). Groups of one simdgroup cannot be one wave there: an
+/// SM holds at most 32 groups. With the simdgroup id uniform (ninth session) k 3 takes 40
+/// registers unbudgeted and won its keys at 2 simdgroups per group (31.0 -> 29.2 us); this
+/// budget is for k 2 and 4, which then take 48, and spill under it in the loop (40-48 bytes,
+/// loop 7.53-7.66 -> 7.90 instructions per weight in the SASS). Before, at one simdgroup
+/// per group, it lost every key (2-20 % behind). Not for `gate_up`, whose rows hold two
+/// projections.
 pub fn one_wave_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
     if rows < BALANCE_ROWS || m != 1 {
         return Vec::new();
     }
-    vec![inline_registers(tier, 1, 3, 40)]
+    vec![inline_registers(tier, 2, 3, 40)]
 }
 
 /// One candidate of 8 rows per simdgroup at every M, from [`TUNED_ROWS`] rows: the probe
