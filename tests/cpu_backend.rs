@@ -454,7 +454,10 @@ fn three_and_eight_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
     assert_eq!(offered.len(), 3);
     let one_wave = one_wave_variants(Tier::Exact, 1, 17408);
     assert!(one_wave.len() == 1 && one_wave[0].max_registers == 40);
-    assert_eq!(one_wave[0].rows_per_group, 2, "one wave needs groups of 2 or more");
+    assert_eq!(
+        one_wave[0].rows_per_group, 2,
+        "one wave needs groups of 2 or more"
+    );
     assert!(one_wave_variants(Tier::Exact, 2, 17408).is_empty());
     assert!(one_wave_variants(Tier::Exact, 1, BALANCE_ROWS - 1).is_empty());
     assert!(three_row_variants(Tier::Exact, 8, 17408).is_empty());
