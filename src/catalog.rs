@@ -106,7 +106,8 @@ pub const BALANCE_ROWS: usize = 8192;
 /// [`variants`]. The exact kernels at the tuned sizes are issue-bound, so a launch is as
 /// long as its busiest scheduler: at 17408 rows the H200's 528 schedulers get 8 or 9 sets
 /// of 4 rows (8.24 on average, 8 % lost) but 11 sets of 3 (33 rows each). (At 48 registers
-/// per thread, 42 of the 44 sets per SM are resident at once: [`one_wave_variants`].)
+/// per thread 42 of the 44 sets per SM are resident at once; at 40, in groups of 2 or more
+/// simdgroups, all of them: k 3 with the uniform simdgroup id, [`one_wave_variants`].)
 /// Measured (`prototypes/results/rps3-bench.md`): 2-4 % faster than the table's winners
 /// at 17408 x 5120, M 1 and 2; 10-16 % slower at 5120 rows, where too few simdgroups
 /// exist. Offered from [`BALANCE_ROWS`], so the verify catalog (and the families'
