@@ -7,8 +7,8 @@
 //!
 //! Arguments (defaults in brackets): rows [17408], cols [5120], k [3], code [1mad], L [12],
 //! M [1], rows_per_group [1], rows_per_simd [4], max_registers [0], folded scales (0, 1)
-//! [1: where `RowScales::of` folds]. bf16 activations, f16 scales, T = 256, shared decode
-//! of the M samples.
+//! [1: where `RowScales::of` folds], scalar code words (0, 1) [0]. bf16 activations, f16
+//! scales, T = 256, shared decode of the M samples.
 use trellis::families::reduce::Reduce;
 use trellis::kernel::{Dialect, KernelSpec};
 use trellis::kernels::{MStrategy, Proj, Representation, RowScales, Tier, Variant, XStage};
@@ -50,6 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             tier: Tier::Exact,
             rows_per_simd: num(7, "4")?,
             max_registers: num(8, "0")?,
+            scalar_words: num(10, "0")? == 1,
         },
     };
     kernel.validate()?;

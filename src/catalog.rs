@@ -58,6 +58,7 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
                             tier,
                             rows_per_simd,
                             max_registers: 0,
+                            scalar_words: false,
                         });
                     }
                 }
@@ -171,6 +172,7 @@ pub fn inline_registers(
         tier,
         rows_per_simd,
         max_registers,
+        scalar_words: false,
     }
 }
 

@@ -221,9 +221,10 @@ impl XStage {
 
 /// The tunable part of a specialization: same output bits (within a tier), different speed.
 ///
-/// `Hash` and `Debug` leave `max_registers` out at 0, as the tables do (serde): a variant
-/// without a budget keeps the kernel symbol and the tuning space hashes it had before the
-/// field existed, so adding a field re-tunes only the entries whose space it widens.
+/// `Hash` and `Debug` leave `max_registers` and `scalar_words` out at their defaults, as the
+/// tables do (serde): a variant without them keeps the kernel symbol and the tuning space
+/// hashes it had before the fields existed, so adding a field re-tunes only the entries
+/// whose space it widens.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
@@ -243,6 +244,14 @@ pub struct Variant {
     /// other dialects ignore it.
     #[serde(default, skip_serializing_if = "is_default")]
     pub max_registers: u32,
+    /// Load a run's code words one word at a time where k allows vector loads (k a
+    /// multiple of 2, x in registers). The vectors take fewer load instructions but aligned
+    /// register tuples: in the H200 SASS at 3 rows per simdgroup, M 1, k 2 and 4 take 48
+    /// registers with them and 40 without (loop +0.03 / +0.09 instructions per weight),
+    /// and 40 is what holds 17408 rows of 3-row sets in one wave. Rejected where the words
+    /// load one at a time anyway.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub scalar_words: bool,
 }
 
 /// Whether a field holds its type's default (serde leaves such fields out of the tables).
@@ -250,28 +259,32 @@ pub(crate) fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
 
-/// `Hash` and `Debug` as `derive` writes them, except that the last field is left out
-/// while it holds its default, as serde leaves it out of the tables: a field added at its
-/// default keeps every existing variant's kernel symbol and tuning space hash, so only the
-/// entries whose space it widens go stale. `hash_debug_skipping_default!(Type { a, b } +
-/// last)`.
+/// `Hash` and `Debug` as `derive` writes them, except that the last fields are left out
+/// while they hold their defaults, as serde leaves them out of the tables: a field added at
+/// its default keeps every existing variant's kernel symbol and tuning space hash, so only
+/// the entries whose space it widens go stale. `hash_debug_skipping_default!(Type { a, b }
+/// + last, later)`.
 macro_rules! hash_debug_skipping_default {
-    ($ty:ident { $($field:ident),* } + $last:ident) => {
+    ($ty:ident { $($field:ident),* } + $($last:ident),+) => {
         impl std::hash::Hash for $ty {
             fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
                 $(std::hash::Hash::hash(&self.$field, h);)*
-                if !$crate::kernels::is_default(&self.$last) {
-                    std::hash::Hash::hash(&self.$last, h);
-                }
+                $(
+                    if !$crate::kernels::is_default(&self.$last) {
+                        std::hash::Hash::hash(&self.$last, h);
+                    }
+                )+
             }
         }
         impl std::fmt::Debug for $ty {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 let mut d = f.debug_struct(stringify!($ty));
                 $(d.field(stringify!($field), &self.$field);)*
-                if !$crate::kernels::is_default(&self.$last) {
-                    d.field(stringify!($last), &self.$last);
-                }
+                $(
+                    if !$crate::kernels::is_default(&self.$last) {
+                        d.field(stringify!($last), &self.$last);
+                    }
+                )+
                 d.finish()
             }
         }
@@ -287,7 +300,8 @@ hash_debug_skipping_default!(
         x_stage,
         tier,
         rows_per_simd
-    } + max_registers
+    } + max_registers,
+    scalar_words
 );
 
 /// How a SIMT kernel receives a matrix's row scales: as stored, or, for `1mad` with f16
@@ -360,6 +374,7 @@ impl Default for Variant {
             tier: Tier::Exact,
             rows_per_simd: 2,
             max_registers: 0,
+            scalar_words: false,
         }
     }
 }
@@ -376,6 +391,9 @@ impl fmt::Display for Variant {
         }
         if self.max_registers > 0 {
             write!(f, " regs={}", self.max_registers)?;
+        }
+        if self.scalar_words {
+            write!(f, " words=1")?;
         }
         write!(f, " {}", self.tier)
     }
@@ -486,6 +504,15 @@ pub(crate) fn check_common(
             "max_registers",
             v.max_registers,
             "must be 0 (the compiler's choice) or a multiple of 8 in 32..=248",
+        ));
+    }
+    if v.scalar_words && !(v.x_stage.is_registers() && projs.iter().any(|(_, p)| p.code_vec() > 1))
+    {
+        return Err(Error::invalid(
+            "scalar_words",
+            v.scalar_words,
+            "the code words load one at a time anyway (vector loads need x in registers and \
+             k a multiple of 2)",
         ));
     }
     if !(1..=MAX_ROWS_PER_SIMD).contains(&v.rows_per_simd) {
@@ -599,9 +626,9 @@ pub trait XLayout {
         self.code_vec(p) == 1 && self.tuned().max_registers > 0 && self.samples() > 1
     }
     /// Words per vector load of a run's code words of `p` (1: scalar loads); vectors go
-    /// with x in registers.
+    /// with x in registers, unless the variant asks for scalar words.
     fn code_vec(&self, p: &Proj) -> u32 {
-        if self.tuned().x_stage.is_registers() {
+        if self.tuned().x_stage.is_registers() && !self.tuned().scalar_words {
             p.code_vec()
         } else {
             1

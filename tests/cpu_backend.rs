@@ -109,6 +109,7 @@ fn reduce_matches_reference_bit_for_bit() {
             tier: Tier::Exact,
             rows_per_simd: 1,
             max_registers: 0,
+            scalar_words: false,
         };
         let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
         let want = reference::reduce(&w, &x).unwrap();
@@ -198,6 +199,7 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
                 tier: Tier::Exact,
                 rows_per_simd: rps,
                 max_registers: 0,
+                scalar_words: false,
             };
             let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
             let want = reference::reduce(&w, &x).unwrap();
@@ -470,4 +472,99 @@ fn three_and_eight_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
         .max()
         .unwrap();
     assert!(max < TUNED_ROWS, "a verify case of {max} rows");
+}
+
+/// `scalar_words` loads a run's code words one at a time where k allows vector loads (k 2
+/// and 4 here; a `gate_up` with one such projection): bit for bit on the CPU and the Metal
+/// simulator at M 1, 2 and 8, and in the CUDA unit no vector load of code words is left.
+/// Where the words load one at a time anyway (odd k, x not in registers) it is an error
+/// naming the field. At its default the field is left out of the tables and of the
+/// variant's `Debug` (so of every existing kernel symbol).
+#[test]
+fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
+    use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+    use trellis::family::Family;
+    use trellis::kernel::{Dialect, KernelSpec};
+    let cpu = CpuBackend::new().unwrap();
+    let sim = MetalSimBackend::new().unwrap();
+    let scalar = |rps, m_rows: u32| Variant {
+        x_stage: XStage::Registers,
+        rows_per_group: 2,
+        rows_per_simd: rps,
+        scalar_words: true,
+        max_registers: if m_rows == 8 { 168 } else { 0 },
+        ..Variant::default()
+    };
+    for (k, m, rps) in [(2, 1, 3), (4, 2, 3), (4, 8, 4), (2, 8, 4)] {
+        let g = Geometry::new(101, 512, 256, k, 12, Code::OneMad).unwrap();
+        let w = random_matrix(g, 41 + k as u64);
+        let x = random_x(DType::Bf16, m, 512, 43);
+        let v = scalar(rps, m as u32);
+        let want = reference::reduce(&w, &x).unwrap();
+        assert!(
+            ops::matvec_with(&cpu, &w, &x, v).unwrap().bits_eq(&want),
+            "cpu {g} {v}"
+        );
+        assert!(
+            ops::matvec_with(&sim, &w, &x, v).unwrap().bits_eq(&want),
+            "sim {g} {v}"
+        );
+    }
+    // gate_up, k 3 gate (scalar anyway) and k 4 up (vector loads unless scalar_words).
+    let gate = random_matrix(
+        Geometry::new(67, 512, 256, 3, 12, Code::OneMad).unwrap(),
+        45,
+    );
+    let up = random_matrix(
+        Geometry::new(67, 512, 256, 4, 12, Code::ThreeInst).unwrap(),
+        46,
+    );
+    let x = random_x(DType::Bf16, 2, 512, 47);
+    let want = reference::gate_up(&gate, &up, &x).unwrap();
+    let v = scalar(2, 2);
+    let got = ops::gate_up_with(&cpu, &gate, &up, &x, Tail::Exact, v).unwrap();
+    assert!(got.bits_eq(&want), "cpu gate_up {v}");
+
+    let problem = |k| ReduceProblem {
+        geometry: Geometry::new(4096, 256, 256, k, 12, Code::OneMad).unwrap(),
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+    };
+    let vector = Variant {
+        scalar_words: false,
+        ..scalar(3, 1)
+    };
+    let unit = |v| {
+        ReduceFamily::kernel(&problem(4), v)
+            .unit(Dialect::Cuda)
+            .unwrap()
+    };
+    assert!(unit(vector).contains("load_words<4u>(&w[r]"));
+    assert!(!unit(scalar(3, 1)).contains("load_words<4u>(&w[r]"));
+    assert_eq!(
+        scalar(3, 1).to_string(),
+        "inline shared_decode rpg=2 x=registers rps=3 words=1 exact"
+    );
+    assert!(!format!("{vector:?}").contains("scalar_words"));
+    assert!(format!("{:?}", scalar(3, 1)).contains("scalar_words: true"));
+    assert!(!toml::to_string(&vector).unwrap().contains("scalar_words"));
+    let read: Variant = toml::from_str(&toml::to_string(&scalar(3, 1)).unwrap()).unwrap();
+    assert_eq!(read, scalar(3, 1));
+
+    // Where nothing would change: an error naming the field, before anything renders.
+    let g3 = Geometry::new(40, 256, 256, 3, 12, Code::OneMad).unwrap();
+    let g2 = Geometry::new(40, 256, 256, 2, 12, Code::OneMad).unwrap();
+    let global = Variant {
+        x_stage: XStage::Global,
+        rows_per_simd: 1,
+        ..scalar(1, 1)
+    };
+    for (g, v) in [(g3, scalar(3, 1)), (g2, global)] {
+        let w = random_matrix(g, 48);
+        let x = random_x(DType::Bf16, 1, 256, 49);
+        let e = ops::matvec_with(&cpu, &w, &x, v).unwrap_err().to_string();
+        assert!(e.contains("scalar_words") && e.contains("true"), "{e}");
+    }
 }

@@ -469,6 +469,7 @@ fn reduce_spec(c: &Case, repr: Representation, x_stage: XStage) -> Reduce {
             tier: Tier::Exact,
             rows_per_simd: 1,
             max_registers: 0,
+            scalar_words: false,
         },
     }
 }

@@ -32,6 +32,7 @@ fn cuda_unit(m: u32) -> String {
             tier: Tier::Exact,
             rows_per_simd: 2,
             max_registers: 0,
+            scalar_words: false,
         },
     };
     kernel.unit(Dialect::Cuda).unwrap()

@@ -25,6 +25,7 @@ fn winner() -> Variant {
         tier: Tier::Exact,
         rows_per_simd: 1,
         max_registers: 0,
+        scalar_words: false,
     }
 }
 

@@ -174,6 +174,7 @@ pub fn seed_structure() -> Variant {
         tier: Tier::Exact,
         rows_per_simd: 1,
         max_registers: 0,
+        scalar_words: false,
     }
 }
 
