@@ -568,3 +568,72 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
         assert!(e.contains("scalar_words") && e.contains("true"), "{e}");
     }
 }
+
+/// The CUDA `reduce` and `gate_up` units tell ptxas their simdgroup id is warp-uniform
+/// (`decode::uniform_simdgroup`): 0 in groups of one simdgroup, lane 0's by shuffle in
+/// larger ones; the CPU and Metal units keep their shims' id. The bits are the other
+/// tests' (the CPU runs every group size).
+#[test]
+fn cuda_units_define_a_uniform_simdgroup_id() {
+    use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
+    use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+    use trellis::family::Family;
+    use trellis::kernel::{Dialect, KernelSpec};
+    let g = Geometry::new(4096, 256, 256, 2, 12, Code::OneMad).unwrap();
+    let reduce = ReduceProblem {
+        geometry: g,
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+    };
+    let gate_up = GateUpProblem {
+        gate: g,
+        up: g,
+        gate_scale: ScaleDType::F16,
+        up_scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+        tail: Tail::Exact,
+    };
+    let zero = "#define SIMDGROUP_ID 0u";
+    let shuffle = "#define SIMDGROUP_ID __shfl_sync(0xffffffffu, threadIdx.x >> 5, 0)";
+    for rpg in [1, 2, 4] {
+        let v = Variant {
+            rows_per_group: rpg,
+            ..Variant::default()
+        };
+        let units = [
+            (
+                ReduceFamily::kernel(&reduce, v)
+                    .unit(Dialect::Cuda)
+                    .unwrap(),
+                ReduceFamily::kernel(&reduce, v)
+                    .unit(Dialect::Metal)
+                    .unwrap(),
+            ),
+            (
+                GateUpFamily::kernel(&gate_up, v)
+                    .unit(Dialect::Cuda)
+                    .unwrap(),
+                GateUpFamily::kernel(&gate_up, v)
+                    .unit(Dialect::Cpu)
+                    .unwrap(),
+            ),
+        ];
+        for (cuda, other) in units {
+            let (want, not) = if rpg == 1 {
+                (zero, shuffle)
+            } else {
+                (shuffle, zero)
+            };
+            assert!(
+                cuda.contains(want) && !cuda.contains(not),
+                "rpg {rpg}:\n{cuda}"
+            );
+            assert!(
+                !other.contains(zero) && !other.contains(shuffle),
+                "rpg {rpg}:\n{other}"
+            );
+        }
+    }
+}
