@@ -10,9 +10,10 @@
 //! [1mad], L [12], M [1], rows_per_group [4], rows_per_simd [3], max_registers [0], scalar
 //! code words (0, 1) [0]. bf16 activations, f16 scales folded where `RowScales::of` folds,
 //! T = 256, shared decode of the M samples.
+use trellis::catalog::inline_registers;
 use trellis::families::gate_up::GateUp;
 use trellis::kernel::{Dialect, KernelSpec};
-use trellis::kernels::{MStrategy, Proj, Representation, RowScales, Tail, Tier, Variant, XStage};
+use trellis::kernels::{Proj, Representation, RowScales, Tail, Tier, Variant};
 use trellis::{Code, DType, ScaleDType};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -47,14 +48,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         up_scale: scale,
         tail: Tail::Exact,
         variant: Variant {
-            repr: Representation::Inline,
-            m_strategy: MStrategy::SharedDecode,
-            rows_per_group: num(7, "4")?,
-            x_stage: XStage::Registers,
-            tier: Tier::Exact,
-            rows_per_simd: num(8, "3")?,
-            max_registers: num(9, "0")?,
             scalar_words: num(10, "0")? == 1,
+            ..inline_registers(Tier::Exact, num(7, "4")?, num(8, "3")?, num(9, "0")?)
         },
     };
     kernel.validate()?;

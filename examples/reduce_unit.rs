@@ -9,9 +9,10 @@
 //! M [1], rows_per_group [1], rows_per_simd [4], max_registers [0], folded scales (0, 1)
 //! [1: where `RowScales::of` folds], scalar code words (0, 1) [0]. bf16 activations, f16
 //! scales, T = 256, shared decode of the M samples.
+use trellis::catalog::inline_registers;
 use trellis::families::reduce::Reduce;
 use trellis::kernel::{Dialect, KernelSpec};
-use trellis::kernels::{MStrategy, Proj, Representation, RowScales, Tier, Variant, XStage};
+use trellis::kernels::{Proj, Representation, RowScales, Tier, Variant};
 use trellis::{Code, DType, ScaleDType};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -43,14 +44,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         act: DType::Bf16,
         scale,
         variant: Variant {
-            repr: Representation::Inline,
-            m_strategy: MStrategy::SharedDecode,
-            rows_per_group: num(6, "1")?,
-            x_stage: XStage::Registers,
-            tier: Tier::Exact,
-            rows_per_simd: num(7, "4")?,
-            max_registers: num(8, "0")?,
             scalar_words: num(10, "0")? == 1,
+            ..inline_registers(Tier::Exact, num(6, "1")?, num(7, "4")?, num(8, "0")?)
         },
     };
     kernel.validate()?;

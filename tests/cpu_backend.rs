@@ -488,12 +488,12 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
     use trellis::kernel::{Dialect, KernelSpec};
     let cpu = CpuBackend::new().unwrap();
     let sim = MetalSimBackend::new().unwrap();
-    let scalar = |rps, m_rows: u32| Variant {
+    let scalar = |rps, m: u32| Variant {
         x_stage: XStage::Registers,
         rows_per_group: 2,
         rows_per_simd: rps,
         scalar_words: true,
-        max_registers: if m_rows == 8 { 168 } else { 0 },
+        max_registers: if m == 8 { 168 } else { 0 },
         ..Variant::default()
     };
     for (k, m, rps) in [(2, 1, 3), (4, 2, 3), (4, 8, 4), (2, 8, 4)] {
@@ -602,25 +602,16 @@ fn cuda_units_define_a_uniform_simdgroup_id() {
             rows_per_group: rpg,
             ..Variant::default()
         };
+        let (r, g) = (
+            ReduceFamily::kernel(&reduce, v),
+            GateUpFamily::kernel(&gate_up, v),
+        );
         let units = [
-            (
-                ReduceFamily::kernel(&reduce, v)
-                    .unit(Dialect::Cuda)
-                    .unwrap(),
-                ReduceFamily::kernel(&reduce, v)
-                    .unit(Dialect::Metal)
-                    .unwrap(),
-            ),
-            (
-                GateUpFamily::kernel(&gate_up, v)
-                    .unit(Dialect::Cuda)
-                    .unwrap(),
-                GateUpFamily::kernel(&gate_up, v)
-                    .unit(Dialect::Cpu)
-                    .unwrap(),
-            ),
+            (r.unit(Dialect::Cuda), r.unit(Dialect::Metal)),
+            (g.unit(Dialect::Cuda), g.unit(Dialect::Cpu)),
         ];
         for (cuda, other) in units {
+            let (cuda, other) = (cuda.unwrap(), other.unwrap());
             let (want, not) = if rpg == 1 {
                 (zero, shuffle)
             } else {
