@@ -141,6 +141,33 @@ pub fn one_wave_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
     vec![inline_registers(tier, 2, 3, 40)]
 }
 
+/// Twins with scalar code words ([`Variant::scalar_words`]) of the tuned-size candidates
+/// whose registers they lower, for a problem of `rows` rows and M = `m` whose k allows
+/// vector loads (`vector_words`): with the 3-row sets from [`BALANCE_ROWS`] rows, with the
+/// M = 8 budgets from [`TUNED_ROWS`]. In the H200 SASS: M 1, 3
+/// rows: 48 -> 40 registers (k 2 / 4), so groups of 2 hold all 5803 sets of 17408 rows in
+/// one wave, as k 3 does (+0.03 / +0.09 instructions per weight); M 2, 3 rows: 64 -> 56;
+/// M 8, 4 rows: k 4 186 -> 144 (no budget needed), k 2 203 -> 195 (so also under the
+/// 168-register budget). M 4 keeps its registers (80 / 96), so it is not offered there.
+/// Measured (tuned on the H200, tenth session): won 11 of its 32 keys, 1mad M 1 k 2 / 4
+/// at 17408 x 5120 by 2-3 % (29.6 / 30.3 -> 28.7 / 29.4 us) and M 8 k 4 by 6-8 %.
+pub fn scalar_word_variants(tier: Tier, m: u32, rows: usize, vector_words: bool) -> Vec<Variant> {
+    let shapes: &[(u32, u32, u32)] = match m {
+        _ if !vector_words => &[],
+        1 if rows >= BALANCE_ROWS => &[(2, 3, 0), (4, 3, 0)],
+        2 if rows >= BALANCE_ROWS => &[(1, 3, 0), (2, 3, 0), (4, 3, 0)],
+        8 if rows >= TUNED_ROWS => &[(2, 4, 0), (4, 4, 0), (2, 4, 168), (4, 4, 168)],
+        _ => &[],
+    };
+    shapes
+        .iter()
+        .map(|&(rpg, rps, regs)| Variant {
+            scalar_words: true,
+            ..inline_registers(tier, rpg, rps, regs)
+        })
+        .collect()
+}
+
 /// One candidate of 8 rows per simdgroup at every M, from [`TUNED_ROWS`] rows: the probe
 /// past the tuned winners' edge (`rows_per_simd` 4, the largest [`variants`] offers, whose
 /// double the kernels take: `kernels::MAX_ROWS_PER_SIMD`), so that the tuner measures

@@ -273,7 +273,7 @@ fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
     let budgeted = |p: &ReduceProblem| -> Vec<Variant> {
         ReduceFamily::candidates(p, Tier::Exact, false)
             .into_iter()
-            .filter(|v| v.max_registers > 0)
+            .filter(|v| v.max_registers > 0 && !v.scalar_words)
             .collect()
     };
     assert_eq!(budgeted(&problem(8, 4096)).len(), 2);
@@ -552,6 +552,18 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
     assert!(!toml::to_string(&vector).unwrap().contains("scalar_words"));
     let read: Variant = toml::from_str(&toml::to_string(&scalar(3, 1)).unwrap()).unwrap();
     assert_eq!(read, scalar(3, 1));
+
+    // Offered at the tuned sizes where k allows vector loads: M 1 / 2 with the 3-row sets,
+    // M 8 with the budgets; not at M 4 (same registers) nor for odd k.
+    use trellis::catalog::{scalar_word_variants as offered, BALANCE_ROWS, TUNED_ROWS};
+    assert_eq!(offered(Tier::Exact, 1, BALANCE_ROWS, true).len(), 2);
+    assert_eq!(offered(Tier::Exact, 2, BALANCE_ROWS, true).len(), 3);
+    assert_eq!(offered(Tier::Exact, 8, TUNED_ROWS, true).len(), 4);
+    assert!(offered(Tier::Exact, 1, BALANCE_ROWS - 1, true).is_empty());
+    assert!(offered(Tier::Exact, 4, BALANCE_ROWS, true).is_empty());
+    assert!(offered(Tier::Exact, 1, BALANCE_ROWS, false).is_empty());
+    let odd = ReduceFamily::candidates(&problem(3), Tier::Exact, false);
+    assert!(odd.iter().all(|v| !v.scalar_words));
 
     // Where nothing would change: an error naming the field, before anything renders.
     let g3 = Geometry::new(40, 256, 256, 3, 12, Code::OneMad).unwrap();

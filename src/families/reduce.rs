@@ -104,14 +104,20 @@ impl fmt::Display for ReduceProblem {
 impl ReduceProblem {
     /// The candidates offered on top of the catalog's only at the tuned sizes (register
     /// budgets at M = 8, 3 rows per simdgroup, at M = 1 also under a 40-register budget,
-    /// the 8-row probe): part of [`ReduceFamily`]'s space, and what `cargo xtask bench`
-    /// times next to the table's choice.
+    /// the 8-row probe, scalar code words at M = 1, 2 and 8): part of [`ReduceFamily`]'s
+    /// space, and what `cargo xtask bench` times next to the table's choice.
     pub fn tuned_size_candidates(&self, tier: Tier) -> Vec<Variant> {
         let rows = self.geometry.rows;
         let mut out = crate::catalog::budget_variants(tier, self.m, rows, &[4]);
         out.extend(crate::catalog::three_row_variants(tier, self.m, rows));
         out.extend(crate::catalog::one_wave_variants(tier, self.m, rows));
         out.extend(crate::catalog::edge_probe_variants(tier, rows));
+        out.extend(crate::catalog::scalar_word_variants(
+            tier,
+            self.m,
+            rows,
+            Proj::of(&self.geometry).code_vec() > 1,
+        ));
         out
     }
     /// The source slice of its tuning entries ([`Family::source_slice`]): its code.
