@@ -8,7 +8,8 @@
 //!
 //! Arguments (defaults in brackets): rows [17408], cols [5120], gate k [3], up k [4], code
 //! [1mad], L [12], M [1], rows_per_group [4], rows_per_simd [3], max_registers [0], scalar
-//! code words (0, 1) [0]. bf16 activations, f16 scales folded where `RowScales::of` folds,
+//! code words (0, 1) [0], next run's code words prefetched (0, 1) [0], evict-first code
+//! words (0, 1) [0]. bf16 activations, f16 scales folded where `RowScales::of` folds,
 //! T = 256, shared decode of the M samples.
 use trellis::catalog::inline_registers;
 use trellis::families::gate_up::GateUp;
@@ -49,6 +50,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tail: Tail::Exact,
         variant: Variant {
             scalar_words: num(10, "0")? == 1,
+            prefetch_words: num(11, "0")? == 1,
+            stream_words: num(12, "0")? == 1,
             ..inline_registers(Tier::Exact, num(7, "4")?, num(8, "3")?, num(9, "0")?)
         },
     };

@@ -59,6 +59,8 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
                             rows_per_simd,
                             max_registers: 0,
                             scalar_words: false,
+                            prefetch_words: false,
+                            stream_words: false,
                         });
                     }
                 }
@@ -168,6 +170,36 @@ pub fn scalar_word_variants(tier: Tier, m: u32, rows: usize, vector_words: bool)
         .collect()
 }
 
+/// Twins of the tuned sizes' candidates with their code words prefetched to L2 one run
+/// ahead ([`Variant::prefetch_words`]), loaded evict-first ([`Variant::stream_words`]), or
+/// both, for a problem of `rows` rows and M = `m`: at 2 rows per simdgroup from
+/// [`TUNED_ROWS`] to [`BALANCE_ROWS`] rows at M = 1, 2 and 4, where 4-5 simdgroups per H200
+/// scheduler leave the loop waiting on its code words (5120 x 17408 k 3 M 1: 71 % issue at
+/// 1.5 eligible warps, long-scoreboard stalls first, in ncu), and at 3 rows from
+/// [`BALANCE_ROWS`] at M = 4. Prototype (tenth session, every candidate tuned with the
+/// loads changed for all of them): the prefetch 4-6 % at 5120 x 17408 M 1 k 2 / 4 (1 % at
+/// k 3), evict-first 1-5 % on most M 1 / 4 keys of both Qwen shapes (3 % worse at 5120 x
+/// 17408 M 1 k 2); the goal key (17408 x 5120 k 3 M 1) gained from neither.
+pub fn code_load_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
+    let shapes: Vec<Variant> = match m {
+        1 | 2 | 4 if (TUNED_ROWS..BALANCE_ROWS).contains(&rows) => [1u32, 2, 4]
+            .into_iter()
+            .map(|rpg| inline_registers(tier, rpg, 2, 0))
+            .collect(),
+        4 if rows >= BALANCE_ROWS => three_row_variants(tier, m, rows),
+        _ => Vec::new(),
+    };
+    let mut out = Vec::new();
+    for (prefetch_words, stream_words) in [(true, false), (false, true), (true, true)] {
+        out.extend(shapes.iter().map(|v| Variant {
+            prefetch_words,
+            stream_words,
+            ..*v
+        }));
+    }
+    out
+}
+
 /// One candidate of 8 rows per simdgroup at every M, from [`TUNED_ROWS`] rows: the probe
 /// past the tuned winners' edge (`rows_per_simd` 4, the largest [`variants`] offers, whose
 /// double the kernels take: `kernels::MAX_ROWS_PER_SIMD`), so that the tuner measures
@@ -200,6 +232,8 @@ pub fn inline_registers(
         rows_per_simd,
         max_registers,
         scalar_words: false,
+        prefetch_words: false,
+        stream_words: false,
     }
 }
 

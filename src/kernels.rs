@@ -221,8 +221,8 @@ impl XStage {
 
 /// The tunable part of a specialization: same output bits (within a tier), different speed.
 ///
-/// `Hash` and `Debug` leave `max_registers` and `scalar_words` out at their defaults, as the
-/// tables do (serde): a variant without them keeps the kernel symbol and the tuning space
+/// `Hash` and `Debug` leave `max_registers`, `scalar_words`, `prefetch_words` and
+/// `stream_words` out at their defaults, as the tables do (serde): a variant without them keeps the kernel symbol and the tuning space
 /// hashes it had before the fields existed, so adding a field re-tunes only the entries
 /// whose space it widens.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -252,6 +252,17 @@ pub struct Variant {
     /// load one at a time anyway.
     #[serde(default, skip_serializing_if = "is_default")]
     pub scalar_words: bool,
+    /// Ask L2 for the lane's code words of its next run while this one decodes (CUDA
+    /// `prefetch.global.L2`, one per row and run). Where few simdgroups share a scheduler
+    /// (5120 rows: 4 per H200 scheduler) the loop waits on its code words from DRAM: ncu
+    /// of 5120 x 17408 k 3 M 1 reads 71 % issue at 1.5 eligible warps, long-scoreboard
+    /// stalls first. The other dialects ignore it.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub prefetch_words: bool,
+    /// Load the code words evict-first (CUDA `ld.global.cs`): each is read once, x is read
+    /// by every simdgroup of the SM. The other dialects ignore it.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub stream_words: bool,
 }
 
 /// Whether a field holds its type's default (serde leaves such fields out of the tables).
@@ -301,7 +312,9 @@ hash_debug_skipping_default!(
         tier,
         rows_per_simd
     } + max_registers,
-    scalar_words
+    scalar_words,
+    prefetch_words,
+    stream_words
 );
 
 /// How a SIMT kernel receives a matrix's row scales: as stored, or, for `1mad` with f16
@@ -375,6 +388,8 @@ impl Default for Variant {
             rows_per_simd: 2,
             max_registers: 0,
             scalar_words: false,
+            prefetch_words: false,
+            stream_words: false,
         }
     }
 }
@@ -394,6 +409,12 @@ impl fmt::Display for Variant {
         }
         if self.scalar_words {
             write!(f, " words=1")?;
+        }
+        if self.prefetch_words {
+            write!(f, " prefetch")?;
+        }
+        if self.stream_words {
+            write!(f, " stream")?;
         }
         write!(f, " {}", self.tier)
     }
@@ -624,6 +645,29 @@ pub trait XLayout {
     /// 40-register candidate was measured without them.
     fn wrap_each_word(&self, p: &Proj) -> bool {
         self.code_vec(p) == 1 && self.tuned().max_registers > 0 && self.samples() > 1
+    }
+    /// Whether the SIMT loop asks L2 for the next run's code words ([`Variant::prefetch_words`]).
+    fn prefetch_words(&self, d: &Dialect) -> bool {
+        d.is_cuda() && self.tuned().prefetch_words
+    }
+    /// What a code-word load is wrapped in (`load_runs` in decode.inc): `__ldcs(&` and `)`
+    /// for evict-first loads ([`Variant::stream_words`], CUDA), nothing otherwise (the
+    /// unit's text, so its kernel symbol, stays as it was).
+    fn word_load(&self, d: &Dialect) -> (&'static str, &'static str) {
+        if d.is_cuda() && self.tuned().stream_words {
+            ("__ldcs(&", ")")
+        } else {
+            ("", "")
+        }
+    }
+    /// The vector load of code words: `load_words`, or its evict-first twin
+    /// `load_words_cs` (`dialect/cuda.h`).
+    fn load_words_fn(&self, d: &Dialect) -> &'static str {
+        if d.is_cuda() && self.tuned().stream_words {
+            "load_words_cs"
+        } else {
+            "load_words"
+        }
     }
     /// Words per vector load of a run's code words of `p` (1: scalar loads); vectors go
     /// with x in registers, unless the variant asks for scalar words.

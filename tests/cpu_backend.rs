@@ -110,6 +110,8 @@ fn reduce_matches_reference_bit_for_bit() {
             rows_per_simd: 1,
             max_registers: 0,
             scalar_words: false,
+            prefetch_words: false,
+            stream_words: false,
         };
         let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
         let want = reference::reduce(&w, &x).unwrap();
@@ -200,6 +202,8 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
                 rows_per_simd: rps,
                 max_registers: 0,
                 scalar_words: false,
+                prefetch_words: false,
+                stream_words: false,
             };
             let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
             let want = reference::reduce(&w, &x).unwrap();
@@ -579,6 +583,118 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
         let e = ops::matvec_with(&cpu, &w, &x, v).unwrap_err().to_string();
         assert!(e.contains("scalar_words") && e.contains("true"), "{e}");
     }
+}
+
+/// `prefetch_words` and `stream_words` change only the CUDA unit's code-word loads (an L2
+/// prefetch of the next run's words, evict-first loads): the CPU and Metal units are the
+/// plain variant's, text for text, and compute its bits (CPU and the Metal simulator,
+/// `reduce` at k 2 and 3, `gate_up` mixed). The CUDA unit carries each only when asked,
+/// with the prefetch address one run on (32 k words where T divides 1024, the block
+/// arithmetic otherwise). At their defaults the fields are left out of the tables and of
+/// `Debug` (so of every existing kernel symbol).
+#[test]
+fn prefetched_and_streamed_code_words_change_only_the_cuda_loads() {
+    use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+    use trellis::family::Family;
+    use trellis::kernel::{Dialect, KernelSpec};
+    let cpu = CpuBackend::new().unwrap();
+    let sim = MetalSimBackend::new().unwrap();
+    let plain = |rps| Variant {
+        x_stage: XStage::Registers,
+        rows_per_group: 2,
+        rows_per_simd: rps,
+        ..Variant::default()
+    };
+    let loads = |v: Variant, prefetch_words, stream_words| Variant {
+        prefetch_words,
+        stream_words,
+        ..v
+    };
+    for (k, m, rps) in [(2, 1, 2), (3, 4, 3)] {
+        let g = Geometry::new(77, 1536, 256, k, 12, Code::OneMad).unwrap();
+        let w = random_matrix(g, 51 + k as u64);
+        let x = random_x(DType::Bf16, m, 1536, 53);
+        let want = reference::reduce(&w, &x).unwrap();
+        for (p, st) in [(true, false), (false, true), (true, true)] {
+            let v = loads(plain(rps), p, st);
+            assert!(
+                ops::matvec_with(&cpu, &w, &x, v).unwrap().bits_eq(&want),
+                "cpu {g} {v}"
+            );
+            assert!(
+                ops::matvec_with(&sim, &w, &x, v).unwrap().bits_eq(&want),
+                "sim {g} {v}"
+            );
+        }
+    }
+    let gate = random_matrix(
+        Geometry::new(45, 1024, 256, 3, 12, Code::OneMad).unwrap(),
+        55,
+    );
+    let up = random_matrix(
+        Geometry::new(45, 1024, 256, 4, 12, Code::ThreeInst).unwrap(),
+        56,
+    );
+    let x = random_x(DType::Bf16, 2, 1024, 57);
+    let want = reference::gate_up(&gate, &up, &x).unwrap();
+    let v = loads(plain(2), true, true);
+    let got = ops::gate_up_with(&cpu, &gate, &up, &x, Tail::Exact, v).unwrap();
+    assert!(got.bits_eq(&want), "cpu gate_up {v}");
+
+    let unit = |k, t, v, d| {
+        let problem = ReduceProblem {
+            geometry: Geometry::new(4096, 3072, t, k, 12, Code::OneMad).unwrap(),
+            scale: ScaleDType::F16,
+            act: DType::Bf16,
+            m: 1,
+        };
+        let kernel = ReduceFamily::kernel(&problem, v);
+        // The symbol hashes the variant; the text around it is what must not change.
+        kernel.unit(d).unwrap().replace(&kernel.symbol(), "reduce")
+    };
+    for d in [Dialect::Cpu, Dialect::Metal] {
+        for k in [3, 4] {
+            assert_eq!(
+                unit(k, 256, loads(plain(2), true, true), d),
+                unit(k, 256, plain(2), d)
+            );
+        }
+    }
+    let cuda = |k, t, p, st| unit(k, t, loads(plain(2), p, st), Dialect::Cuda);
+    assert!(!cuda(3, 256, false, false).contains("prefetch"));
+    assert!(!cuda(3, 256, false, false).contains("__ldcs"));
+    assert!(cuda(3, 256, true, false).contains("prefetch_l2(w_blk + w_0 + 96u)"));
+    assert!(cuda(3, 96, true, false).contains("(bn - blk) * 9u"));
+    assert!(cuda(3, 256, false, true).contains("= __ldcs(&w_blk[w_0 + i]);"));
+    assert!(cuda(4, 256, false, true).contains("load_words_cs<4u>(&w[r]"));
+    assert!(!cuda(4, 256, true, false).contains("load_words_cs"));
+
+    let both = loads(plain(2), true, true);
+    assert_eq!(
+        both.to_string(),
+        "inline shared_decode rpg=2 x=registers rps=2 prefetch stream exact"
+    );
+    assert!(!format!("{:?}", plain(2)).contains("words"));
+    assert!(format!("{both:?}").contains("prefetch_words: true, stream_words: true"));
+    assert!(!toml::to_string(&plain(2)).unwrap().contains("words"));
+    let read: Variant = toml::from_str(&toml::to_string(&both).unwrap()).unwrap();
+    assert_eq!(read, both);
+
+    // Offered as three twins each of 2-row sets from TUNED_ROWS to BALANCE_ROWS at M 1, 2
+    // and 4, and of the 3-row sets from BALANCE_ROWS at M 4.
+    use trellis::catalog::{code_load_variants as offered, BALANCE_ROWS, TUNED_ROWS};
+    for m in [1, 2, 4] {
+        let v = offered(Tier::Exact, m, TUNED_ROWS);
+        assert_eq!(v.len(), 9);
+        assert!(v
+            .iter()
+            .all(|v| v.rows_per_simd == 2 && (v.prefetch_words || v.stream_words)));
+    }
+    assert_eq!(offered(Tier::Exact, 4, BALANCE_ROWS).len(), 9);
+    assert!(offered(Tier::Exact, 1, BALANCE_ROWS).is_empty());
+    assert!(offered(Tier::Exact, 8, TUNED_ROWS).is_empty());
+    assert!(offered(Tier::Exact, 1, TUNED_ROWS - 1).is_empty());
 }
 
 /// The CUDA `reduce` and `gate_up` units tell ptxas their simdgroup id is warp-uniform

@@ -470,6 +470,8 @@ fn reduce_spec(c: &Case, repr: Representation, x_stage: XStage) -> Reduce {
             rows_per_simd: 1,
             max_registers: 0,
             scalar_words: false,
+            prefetch_words: false,
+            stream_words: false,
         },
     }
 }

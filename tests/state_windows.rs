@@ -33,6 +33,8 @@ fn cuda_unit(m: u32) -> String {
             rows_per_simd: 2,
             max_registers: 0,
             scalar_words: false,
+            prefetch_words: false,
+            stream_words: false,
         },
     };
     kernel.unit(Dialect::Cuda).unwrap()

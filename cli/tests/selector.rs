@@ -26,6 +26,8 @@ fn winner() -> Variant {
         rows_per_simd: 1,
         max_registers: 0,
         scalar_words: false,
+        prefetch_words: false,
+        stream_words: false,
     }
 }
 

@@ -855,6 +855,8 @@ mod tests {
             rows_per_simd,
             max_registers: 0,
             scalar_words: false,
+            prefetch_words: false,
+            stream_words: false,
         };
         let space = [v(2, 1), v(4, 2), v(8, 4)];
         // The kernel takes rows_per_simd up to 8 and rows_per_group down to 2.

@@ -175,6 +175,8 @@ pub fn seed_structure() -> Variant {
         rows_per_simd: 1,
         max_registers: 0,
         scalar_words: false,
+        prefetch_words: false,
+        stream_words: false,
     }
 }
 
@@ -244,10 +246,15 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         s,
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|"
     );
+    // One shape of a preset alone: TRELLIS_BENCH_SHAPES=5120x17408 (rows x cols).
+    let only: Vec<String> = list("TRELLIS_BENCH_SHAPES", &[]);
     for p_name in list("TRELLIS_BENCH_PRESETS", &["qwen3-14b", "llama-3-8b"]) {
         let shapes = preset(&p_name)
             .ok_or_else(|| Error::invalid("preset", &p_name, "qwen3-14b or llama-3-8b"))?;
         for shape in shapes {
+            if !only.is_empty() && !only.contains(&format!("{}x{}", shape.rows, shape.cols)) {
+                continue;
+            }
             for &k in &ks {
                 for &m in &ms {
                     let g = Geometry::new(shape.rows, shape.cols, 256, k, 12, Code::OneMad)?;
