@@ -151,8 +151,10 @@ pub fn one_wave_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
 /// one wave, as k 3 does (+0.03 / +0.09 instructions per weight); M 2, 3 rows: 64 -> 56;
 /// M 8, 4 rows: k 4 186 -> 144 (no budget needed), k 2 203 -> 195 (so also under the
 /// 168-register budget). M 4 keeps its registers (80 / 96), so it is not offered there.
-/// Measured (tuned on the H200, tenth session): won 11 of its 32 keys, 1mad M 1 k 2 / 4
-/// at 17408 x 5120 by 2-3 % (29.6 / 30.3 -> 28.7 / 29.4 us) and M 8 k 4 by 6-8 %.
+/// Measured (tuned on the H200, tenth session): in `reduce` won 11 of its 32 keys, 1mad
+/// M 1 k 2 / 4 at 17408 x 5120 by 2-3 % (29.6 / 30.3 -> 28.7 / 29.4 us) and M 8 k 4 by
+/// 6-8 %; in `gate_up` (M 1 and 2 only: its M 8 sets of 2 rows keep their registers) 12 of
+/// 32, by at most 2.3 % (M 1, 3 rows: 3/4 64 -> 56 registers, 4/4 72 -> 56 in the SASS).
 pub fn scalar_word_variants(tier: Tier, m: u32, rows: usize, vector_words: bool) -> Vec<Variant> {
     let shapes: &[(u32, u32, u32)] = match m {
         _ if !vector_words => &[],

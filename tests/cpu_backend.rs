@@ -568,6 +568,27 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
     assert!(offered(Tier::Exact, 1, BALANCE_ROWS, false).is_empty());
     let odd = ReduceFamily::candidates(&problem(3), Tier::Exact, false);
     assert!(odd.iter().all(|v| !v.scalar_words));
+    // gate_up: where either projection loads vectors, at M 1 and 2 (not at M 8).
+    use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
+    let pair = |gk, uk, m| GateUpProblem {
+        gate: Geometry::new(BALANCE_ROWS, 256, 256, gk, 12, Code::OneMad).unwrap(),
+        up: Geometry::new(BALANCE_ROWS, 256, 256, uk, 12, Code::OneMad).unwrap(),
+        gate_scale: ScaleDType::F16,
+        up_scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m,
+        tail: Tail::Exact,
+    };
+    let scalar_count = |gk, uk, m| {
+        GateUpFamily::candidates(&pair(gk, uk, m), Tier::Exact, false)
+            .iter()
+            .filter(|v| v.scalar_words)
+            .count()
+    };
+    assert_eq!(scalar_count(3, 4, 1), 2);
+    assert_eq!(scalar_count(4, 4, 2), 3);
+    assert_eq!(scalar_count(3, 3, 1), 0);
+    assert_eq!(scalar_count(3, 4, 8), 0);
 
     // Where nothing would change: an error naming the field, before anything renders.
     let g3 = Geometry::new(40, 256, 256, 3, 12, Code::OneMad).unwrap();

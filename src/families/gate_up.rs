@@ -326,6 +326,16 @@ impl Family for GateUpFamily {
             &[4, 2],
         ));
         out.extend(crate::catalog::three_row_variants(tier, p.m, p.gate.rows));
+        // Scalar code words at M 1 and 2 only: at M 8 its 2-row sets keep their registers.
+        if p.m <= 2 {
+            let vector_words = [&p.gate, &p.up].iter().any(|g| Proj::of(g).code_vec() > 1);
+            out.extend(crate::catalog::scalar_word_variants(
+                tier,
+                p.m,
+                p.gate.rows,
+                vector_words,
+            ));
+        }
         out
     }
     fn label(p: &GateUpProblem) -> &'static str {
