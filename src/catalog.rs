@@ -183,7 +183,7 @@ pub fn scalar_word_variants(tier: Tier, m: u32, rows: usize, vector_words: bool)
 /// k 3), evict-first 1-5 % on most M 1 / 4 keys of both Qwen shapes (3 % worse at 5120 x
 /// 17408 M 1 k 2); the goal key (17408 x 5120 k 3 M 1) gained from neither.
 pub fn code_load_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
-    let shapes: Vec<Variant> = match m {
+    let sets: Vec<Variant> = match m {
         1 | 2 | 4 if (TUNED_ROWS..BALANCE_ROWS).contains(&rows) => [1u32, 2, 4]
             .into_iter()
             .map(|rpg| inline_registers(tier, rpg, 2, 0))
@@ -193,7 +193,7 @@ pub fn code_load_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
     };
     let mut out = Vec::new();
     for (prefetch_words, stream_words) in [(true, false), (false, true), (true, true)] {
-        out.extend(shapes.iter().map(|v| Variant {
+        out.extend(sets.iter().map(|v| Variant {
             prefetch_words,
             stream_words,
             ..*v
