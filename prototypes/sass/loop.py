@@ -15,13 +15,18 @@ best = None
 for idx, (addr, op, body) in enumerate(ins):
     if op == "BRA":
         t = re.search(r"\.L_x_(\d+)", body)
-        if not t: continue
-        lab = ".L_x_%s:" % t.group(1)
-        li = next((j for j, l in enumerate(lines) if l.strip() == lab), None)
-        # address of first instruction after label
-        for l in lines[li+1:]:
-            m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", l)
-            if m: start = int(m.group(1), 16); break
+        a = re.search(r"\b0x([0-9a-f]+)", body)  # cuobjdump -sass names the address
+        if t:
+            lab = ".L_x_%s:" % t.group(1)
+            li = next((j for j, l in enumerate(lines) if l.strip() == lab), None)
+            # address of first instruction after label
+            for l in lines[li+1:]:
+                m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", l)
+                if m: start = int(m.group(1), 16); break
+        elif a:
+            start = int(a.group(1), 16)
+        else:
+            continue
         if start < addr:
             body_ins = [x for x in ins if start <= x[0] <= addr]
             h = sum(1 for x in body_ins if x[1].startswith(KEY))
