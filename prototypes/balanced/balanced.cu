@@ -1,4 +1,5 @@
-// Timing harness for `balanced_kernels.cu` (nvcc on the device; `run.sh`). Random code
+// Timing harness for `balanced_kernels.cu` (nvcc on the device; `run.sh`): the ninth
+// session's balanced sets and the tenth's graded ones against the table's winner. Random code
 // words, x and row scales at 17408 x 5120; every kernel's y must equal the unit's (the
 // table's winner) bit for bit, then each is timed over 10 copies of the code words (334
 // MB; L2 is 60 MB): 15 rounds, each kernel 20 launches per round, rounds interleaved so
@@ -25,8 +26,9 @@ typedef void (*Balanced)(uint, const bf16_t*, const uint32_t*, const float*, bf1
 
 struct Config {
   const char* name;
-  Balanced f;  // null: the unit, 5803 warps
-  uint W;
+  Balanced f;  // null: the unit (2902 groups of 2 warps: the table's `rpg=2 rps=3`)
+  uint W;      // the kernel's first argument: warps (balanced, solo) or 2-row sets (graded)
+  uint groups, threads;
 };
 
 int main() {
@@ -57,23 +59,25 @@ int main() {
   CK(cudaMemcpy(dx, hx.data(), 5120 * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(ds, hs.data(), R * 4, cudaMemcpyHostToDevice));
 
-  std::vector<Config> cs = {{"unit rps3 (table winner)", nullptr, 5803}};
-  cs.push_back({"solo3 (unit, simdgroup id 0)", reduce_solo3, 5803});
-  cs.push_back({"solo4", reduce_solo4, 4352});
-  const uint Ws[] = {4352, 4752, 5016, 5280, 5544, 5802};
-  for (uint W : Ws) cs.push_back({"balanced4", reduce_balanced4, W});
-  for (uint W : Ws) cs.push_back({"balanced31", reduce_balanced31, W});
-  for (uint W : Ws) cs.push_back({"balanced31_r48", reduce_balanced31_r48, W});
+  std::vector<Config> cs = {{"unit rpg2 rps3 (table winner)", nullptr, 5803, 2902, 64}};
+  cs.push_back({"solo3 (unit, simdgroup id 0)", reduce_solo3, 5803, 5803, 32});
+  cs.push_back({"solo4", reduce_solo4, 4352, 4352, 32});
+  const uint Ws[] = {4352, 5016, 5802};
+  for (uint W : Ws) cs.push_back({"balanced4", reduce_balanced4, W, W, 32});
+  // Graded: G2 2-row sets (G2 = 1 mod 3: about 0, 1, 2, 3 per scheduler), last or first.
+  const uint G2s[] = {1, 529, 1057, 1585};
+  for (uint G2 : G2s) cs.push_back({"graded_last", reduce_graded_last, G2, ((17408 - 2 * G2) / 3 + G2 + 1) / 2, 64});
+  for (uint G2 : G2s) cs.push_back({"graded_first", reduce_graded_first, G2, ((17408 - 2 * G2) / 3 + G2 + 1) / 2, 64});
 
   auto launch = [&](const Config& c, const uint32_t* codes, bf16_t* y) {
     if (!c.f)
-      UNIT_KERNEL<<<5803, 32>>>(dx, codes, ds, nullptr, y);
+      UNIT_KERNEL<<<c.groups, c.threads>>>(dx, codes, ds, nullptr, y);
     else {
       uint W = c.W;
       const bf16_t* xp = dx;
       const float* sp = ds;
       void* args[] = {&W, &xp, &codes, &sp, &y};
-      cudaLaunchKernel((const void*)c.f, dim3(W), dim3(32), args, 0, 0);
+      cudaLaunchKernel((const void*)c.f, dim3(c.groups), dim3(c.threads), args, 0, 0);
     }
   };
   // The reference output, then every kernel's bits against it.
@@ -93,7 +97,8 @@ int main() {
     const void* fp = c.f ? (const void*)c.f : (const void*)UNIT_KERNEL;
     CK(cudaFuncGetAttributes(&a, fp));
     int per_sm = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fp, 32, 0));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fp, c.threads, 0));
+    per_sm *= c.threads / 32;
     printf("%-26s W %4u  regs %2d  local %3zu B  warps/SM %2d  rows differing %u\n", c.name, c.W, a.numRegs,
            a.localSizeBytes, per_sm, bad);
   }

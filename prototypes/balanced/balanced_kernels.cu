@@ -103,3 +103,32 @@ extern "C" __global__ void reduce_solo4(uint W, const bf16_t* __restrict__ x, co
   if (w >= W) return;
   rows_body<4>(w * 4u, x, codes, scales, y);
 }
+
+// Graded row sets (tenth session, prepared): groups of 2 warps like the table's winner
+// (`rpg=2 rps=3`, 40 registers, every set resident at once), where the last G2 warps take
+// 2 rows and the others 3 (G2 = 1 mod 3, so 3 G3 + 2 G2 = 17408). Blocks start in index
+// order, so the last ones are the youngest warps on their schedulers, which the issue
+// order serves last: with less work they should shorten the tail where a scheduler's
+// last warps run nearly alone. `graded<false>` puts the 2-row sets first (the control).
+template <bool LAST>
+__device__ __forceinline__ void graded(uint G2, const bf16_t* __restrict__ x, const uint32_t* __restrict__ codes,
+                                       const float* __restrict__ scales, bf16_t* __restrict__ y) {
+  const uint w = blockIdx.x * 2u + SIMDGROUP_ID;
+  const uint G3 = (17408u - 2u * G2) / 3u;
+  if (w >= G3 + G2) return;
+  if (LAST) {
+    if (w < G3) rows_body<3>(3u * w, x, codes, scales, y);
+    else rows_body<2>(3u * G3 + 2u * (w - G3), x, codes, scales, y);
+  } else {
+    if (w < G2) rows_body<2>(2u * w, x, codes, scales, y);
+    else rows_body<3>(2u * G2 + 3u * (w - G2), x, codes, scales, y);
+  }
+}
+extern "C" __global__ void reduce_graded_last(uint G2, const bf16_t* __restrict__ x, const uint32_t* __restrict__ codes,
+                                              const float* __restrict__ scales, bf16_t* __restrict__ y) {
+  graded<true>(G2, x, codes, scales, y);
+}
+extern "C" __global__ void reduce_graded_first(uint G2, const bf16_t* __restrict__ x, const uint32_t* __restrict__ codes,
+                                               const float* __restrict__ scales, bf16_t* __restrict__ y) {
+  graded<false>(G2, x, codes, scales, y);
+}
