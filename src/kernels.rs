@@ -222,9 +222,9 @@ impl XStage {
 /// The tunable part of a specialization: same output bits (within a tier), different speed.
 ///
 /// `Hash` and `Debug` leave `max_registers`, `scalar_words`, `prefetch_words` and
-/// `stream_words` out at their defaults, as the tables do (serde): a variant without them keeps the kernel symbol and the tuning space
-/// hashes it had before the fields existed, so adding a field re-tunes only the entries
-/// whose space it widens.
+/// `stream_words` out at their defaults, as the tables do (serde): a variant without them
+/// keeps the kernel symbol and the tuning space hashes it had before the fields existed,
+/// so adding a field re-tunes only the entries whose space it widens.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
@@ -650,20 +650,24 @@ pub trait XLayout {
     fn prefetch_words(&self, d: &Dialect) -> bool {
         d.is_cuda() && self.tuned().prefetch_words
     }
+    /// Whether the SIMT loop loads its code words evict-first ([`Variant::stream_words`]).
+    fn stream_words(&self, d: &Dialect) -> bool {
+        d.is_cuda() && self.tuned().stream_words
+    }
     /// What a code-word load is wrapped in (`load_runs` in decode.inc): `__ldcs(&` and `)`
-    /// for evict-first loads ([`Variant::stream_words`], CUDA), nothing otherwise (the
-    /// unit's text, so its kernel symbol, stays as it was).
+    /// for evict-first loads, nothing otherwise (the unit's text, so its kernel symbol,
+    /// stays as it was).
     fn word_load(&self, d: &Dialect) -> (&'static str, &'static str) {
-        if d.is_cuda() && self.tuned().stream_words {
+        if self.stream_words(d) {
             ("__ldcs(&", ")")
         } else {
             ("", "")
         }
     }
     /// The vector load of code words: `load_words`, or its evict-first twin
-    /// `load_words_cs` (`dialect/cuda.h`).
+    /// `load_words_cs` (`decode::code_loads`).
     fn load_words_fn(&self, d: &Dialect) -> &'static str {
-        if d.is_cuda() && self.tuned().stream_words {
+        if self.stream_words(d) {
             "load_words_cs"
         } else {
             "load_words"

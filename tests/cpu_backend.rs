@@ -43,6 +43,42 @@ fn random_x(dtype: DType, m: usize, cols: usize, seed: u64) -> Activations {
     .unwrap()
 }
 
+/// `reduce` of `w` and `x` with variant `v` on the CPU and the Metal simulator, each bit
+/// for bit against the reference.
+fn assert_reduce_bits_cpu_and_sim(w: &QuantizedMatrix, x: &Activations, v: Variant) {
+    let cpu = CpuBackend::new().unwrap();
+    let sim = trellis::backend::metal_sim::MetalSimBackend::new().unwrap();
+    let want = reference::reduce(w, x).unwrap();
+    let g = w.geometry;
+    assert!(
+        ops::matvec_with(&cpu, w, x, v).unwrap().bits_eq(&want),
+        "cpu {g} {v}"
+    );
+    assert!(
+        ops::matvec_with(&sim, w, x, v).unwrap().bits_eq(&want),
+        "sim {g} {v}"
+    );
+}
+
+/// `gate_up` of a k 3 1mad gate (scalar code words anyway) and a k 4 3inst up (vector
+/// loads unless the variant says otherwise), M = 2, with variant `v` on the CPU, bit for
+/// bit against the reference.
+fn assert_mixed_gate_up_bits_cpu(rows: usize, cols: usize, seed: u64, v: Variant) {
+    let gate = random_matrix(
+        Geometry::new(rows, cols, 256, 3, 12, Code::OneMad).unwrap(),
+        seed,
+    );
+    let up = random_matrix(
+        Geometry::new(rows, cols, 256, 4, 12, Code::ThreeInst).unwrap(),
+        seed + 1,
+    );
+    let x = random_x(DType::Bf16, 2, cols, seed + 2);
+    let want = reference::gate_up(&gate, &up, &x).unwrap();
+    let cpu = CpuBackend::new().unwrap();
+    let got = ops::gate_up_with(&cpu, &gate, &up, &x, Tail::Exact, v).unwrap();
+    assert!(got.bits_eq(&want), "cpu gate_up {v}");
+}
+
 #[test]
 fn reduce_matches_reference_bit_for_bit() {
     let b = CpuBackend::new().unwrap();
@@ -486,12 +522,10 @@ fn three_and_eight_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
 /// variant's `Debug` (so of every existing kernel symbol).
 #[test]
 fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
-    use trellis::backend::metal_sim::MetalSimBackend;
     use trellis::families::reduce::{ReduceFamily, ReduceProblem};
     use trellis::family::Family;
     use trellis::kernel::{Dialect, KernelSpec};
     let cpu = CpuBackend::new().unwrap();
-    let sim = MetalSimBackend::new().unwrap();
     let scalar = |rps, m: u32| Variant {
         x_stage: XStage::Registers,
         rows_per_group: 2,
@@ -504,31 +538,9 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
         let g = Geometry::new(101, 512, 256, k, 12, Code::OneMad).unwrap();
         let w = random_matrix(g, 41 + k as u64);
         let x = random_x(DType::Bf16, m, 512, 43);
-        let v = scalar(rps, m as u32);
-        let want = reference::reduce(&w, &x).unwrap();
-        assert!(
-            ops::matvec_with(&cpu, &w, &x, v).unwrap().bits_eq(&want),
-            "cpu {g} {v}"
-        );
-        assert!(
-            ops::matvec_with(&sim, &w, &x, v).unwrap().bits_eq(&want),
-            "sim {g} {v}"
-        );
+        assert_reduce_bits_cpu_and_sim(&w, &x, scalar(rps, m as u32));
     }
-    // gate_up, k 3 gate (scalar anyway) and k 4 up (vector loads unless scalar_words).
-    let gate = random_matrix(
-        Geometry::new(67, 512, 256, 3, 12, Code::OneMad).unwrap(),
-        45,
-    );
-    let up = random_matrix(
-        Geometry::new(67, 512, 256, 4, 12, Code::ThreeInst).unwrap(),
-        46,
-    );
-    let x = random_x(DType::Bf16, 2, 512, 47);
-    let want = reference::gate_up(&gate, &up, &x).unwrap();
-    let v = scalar(2, 2);
-    let got = ops::gate_up_with(&cpu, &gate, &up, &x, Tail::Exact, v).unwrap();
-    assert!(got.bits_eq(&want), "cpu gate_up {v}");
+    assert_mixed_gate_up_bits_cpu(67, 512, 45, scalar(2, 2));
 
     let problem = |k| ReduceProblem {
         geometry: Geometry::new(4096, 256, 256, k, 12, Code::OneMad).unwrap(),
@@ -615,12 +627,9 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
 /// `Debug` (so of every existing kernel symbol).
 #[test]
 fn prefetched_and_streamed_code_words_change_only_the_cuda_loads() {
-    use trellis::backend::metal_sim::MetalSimBackend;
     use trellis::families::reduce::{ReduceFamily, ReduceProblem};
     use trellis::family::Family;
     use trellis::kernel::{Dialect, KernelSpec};
-    let cpu = CpuBackend::new().unwrap();
-    let sim = MetalSimBackend::new().unwrap();
     let plain = |rps| Variant {
         x_stage: XStage::Registers,
         rows_per_group: 2,
@@ -636,32 +645,11 @@ fn prefetched_and_streamed_code_words_change_only_the_cuda_loads() {
         let g = Geometry::new(77, 1536, 256, k, 12, Code::OneMad).unwrap();
         let w = random_matrix(g, 51 + k as u64);
         let x = random_x(DType::Bf16, m, 1536, 53);
-        let want = reference::reduce(&w, &x).unwrap();
         for (p, st) in [(true, false), (false, true), (true, true)] {
-            let v = loads(plain(rps), p, st);
-            assert!(
-                ops::matvec_with(&cpu, &w, &x, v).unwrap().bits_eq(&want),
-                "cpu {g} {v}"
-            );
-            assert!(
-                ops::matvec_with(&sim, &w, &x, v).unwrap().bits_eq(&want),
-                "sim {g} {v}"
-            );
+            assert_reduce_bits_cpu_and_sim(&w, &x, loads(plain(rps), p, st));
         }
     }
-    let gate = random_matrix(
-        Geometry::new(45, 1024, 256, 3, 12, Code::OneMad).unwrap(),
-        55,
-    );
-    let up = random_matrix(
-        Geometry::new(45, 1024, 256, 4, 12, Code::ThreeInst).unwrap(),
-        56,
-    );
-    let x = random_x(DType::Bf16, 2, 1024, 57);
-    let want = reference::gate_up(&gate, &up, &x).unwrap();
-    let v = loads(plain(2), true, true);
-    let got = ops::gate_up_with(&cpu, &gate, &up, &x, Tail::Exact, v).unwrap();
-    assert!(got.bits_eq(&want), "cpu gate_up {v}");
+    assert_mixed_gate_up_bits_cpu(45, 1024, 55, loads(plain(2), true, true));
 
     let unit = |k, t, v, d| {
         let problem = ReduceProblem {
