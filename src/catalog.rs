@@ -126,6 +126,21 @@ pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
         .collect()
 }
 
+/// `reduce`'s 3 rows per simdgroup at M = 8, from [`BALANCE_ROWS`] rows, unbudgeted: in
+/// the H200 SASS (17408 x 5120, groups of 2) they take 136-148 registers (13-14 simdgroups
+/// per SM; the 4-row winners under the 168 budget: 12) at 17.1-17.3 instructions per
+/// weight (4 rows: 16.5-17.6), and give the busiest scheduler 33 rows instead of 36.
+/// Not for `gate_up`, whose rows hold two projections' accumulators.
+pub fn three_row_m8_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
+    if rows < BALANCE_ROWS || m != 8 {
+        return Vec::new();
+    }
+    [1u32, 2, 4]
+        .into_iter()
+        .map(|rows_per_group| inline_registers(tier, rows_per_group, 3, 0))
+        .collect()
+}
+
 /// `reduce`'s 3 rows per simdgroup at M = 1 under a 40-register budget, in groups of 2
 /// simdgroups, from [`BALANCE_ROWS`] rows: every set resident at once (48 simdgroups per
 /// H200 SM against the 44 that 17408 rows ask for; at 48 registers 42 fit, and the last

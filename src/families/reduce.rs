@@ -112,6 +112,7 @@ impl ReduceProblem {
         let mut out = crate::catalog::budget_variants(tier, self.m, rows, &[4]);
         out.extend(crate::catalog::three_row_variants(tier, self.m, rows));
         out.extend(crate::catalog::one_wave_variants(tier, self.m, rows));
+        out.extend(crate::catalog::three_row_m8_variants(tier, self.m, rows));
         out.extend(crate::catalog::edge_probe_variants(tier, rows));
         out.extend(crate::catalog::scalar_word_variants(
             tier,
