@@ -115,7 +115,7 @@ pub const BALANCE_ROWS: usize = 8192;
 /// at 17408 x 5120, M 1 and 2; 10-16 % slower at 5120 rows, where too few simdgroups
 /// exist. Offered from [`BALANCE_ROWS`], so the verify catalog (and the families'
 /// source hashes) stay as they were; `tests/cpu_backend.rs` checks these kernels' bits.
-/// Not yet at M = 8, whose winners hold 4 rows under a register budget (not measured).
+/// M = 8 has its own ([`three_row_m8_variants`], `reduce` only).
 pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
     if rows < BALANCE_ROWS || m > 4 {
         return Vec::new();
@@ -126,13 +126,16 @@ pub fn three_row_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
         .collect()
 }
 
-/// `reduce`'s 3 rows per simdgroup at M = 8, from [`BALANCE_ROWS`] rows, unbudgeted: in
+/// `reduce`'s 3 rows per simdgroup at M = 8, from [`TUNED_ROWS`] rows, unbudgeted: in
 /// the H200 SASS (17408 x 5120, groups of 2) they take 136-148 registers (13-14 simdgroups
 /// per SM; the 4-row winners under the 168 budget: 12) at 17.1-17.3 instructions per
 /// weight (4 rows: 16.5-17.6), and give the busiest scheduler 33 rows instead of 36.
+/// Measured (tuned on the H200, eleventh session): from 8192 rows they won 8 of 12 keys
+/// (3inst 5-8 %, 1mad k 2 2-4 %). At 5120 rows the busiest scheduler gets 12 rows either
+/// way (4 sets of 3 or 3 of 4), with more simdgroups to choose from at 3.
 /// Not for `gate_up`, whose rows hold two projections' accumulators.
 pub fn three_row_m8_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
-    if rows < BALANCE_ROWS || m != 8 {
+    if rows < TUNED_ROWS || m != 8 {
         return Vec::new();
     }
     [1u32, 2, 4]
@@ -161,7 +164,7 @@ pub fn one_wave_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
 /// Twins with scalar code words ([`Variant::scalar_words`]) of the tuned-size candidates
 /// whose registers they lower, for a problem of `rows` rows and M = `m` whose k allows
 /// vector loads (`vector_words`): with the 3-row sets from [`BALANCE_ROWS`] rows, with the
-/// M = 8 budgets from [`TUNED_ROWS`]. In the H200 SASS: M 1, 3
+/// M = 8 budgets and 3-row sets from [`TUNED_ROWS`]. In the H200 SASS: M 1, 3
 /// rows: 48 -> 40 registers (k 2 / 4), so groups of 2 hold all 5803 sets of 17408 rows in
 /// one wave, as k 3 does (+0.03 / +0.09 instructions per weight); M 2, 3 rows: 64 -> 56;
 /// M 8, 4 rows: k 4 186 -> 144 (no budget needed), k 2 203 -> 195 (so also under the
@@ -175,7 +178,15 @@ pub fn scalar_word_variants(tier: Tier, m: u32, rows: usize, vector_words: bool)
         _ if !vector_words => &[],
         1 if rows >= BALANCE_ROWS => &[(2, 3, 0), (4, 3, 0)],
         2 if rows >= BALANCE_ROWS => &[(1, 3, 0), (2, 3, 0), (4, 3, 0)],
-        8 if rows >= TUNED_ROWS => &[(2, 4, 0), (4, 4, 0), (2, 4, 168), (4, 4, 168)],
+        8 if rows >= TUNED_ROWS => &[
+            (2, 4, 0),
+            (4, 4, 0),
+            (2, 4, 168),
+            (4, 4, 168),
+            (1, 3, 0),
+            (2, 3, 0),
+            (4, 3, 0),
+        ],
         _ => &[],
     };
     shapes
@@ -192,8 +203,9 @@ pub fn scalar_word_variants(tier: Tier, m: u32, rows: usize, vector_words: bool)
 /// both, for a problem of `rows` rows and M = `m`: at 2 rows per simdgroup from
 /// [`TUNED_ROWS`] to [`BALANCE_ROWS`] rows at M = 1, 2 and 4, where 4-5 simdgroups per H200
 /// scheduler leave the loop waiting on its code words (5120 x 17408 k 3 M 1: 71 % issue at
-/// 1.5 eligible warps, long-scoreboard stalls first, in ncu), and at 3 rows from
-/// [`BALANCE_ROWS`] at M = 4. Prototype (tenth session, every candidate tuned with the
+/// 1.5 eligible warps, long-scoreboard stalls first, in ncu), at 3 rows from
+/// [`BALANCE_ROWS`] at M = 4, and at M = 8 below [`BALANCE_ROWS`] rows with the 3-row sets
+/// and the 4-row budgets (5120 x 17408: 2-3 simdgroups per scheduler). Prototype (tenth session, every candidate tuned with the
 /// loads changed for all of them): the prefetch 4-6 % at 5120 x 17408 M 1 k 2 / 4 (1 % at
 /// k 3), evict-first 1-5 % on most M 1 / 4 keys of both Qwen shapes (3 % worse at 5120 x
 /// 17408 M 1 k 2); the goal key (17408 x 5120 k 3 M 1) gained from neither.
@@ -204,6 +216,11 @@ pub fn code_load_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
             .map(|rpg| inline_registers(tier, rpg, 2, 0))
             .collect(),
         4 if rows >= BALANCE_ROWS => three_row_variants(tier, m, rows),
+        8 if (TUNED_ROWS..BALANCE_ROWS).contains(&rows) => {
+            let mut sets = three_row_m8_variants(tier, m, rows);
+            sets.extend(budget_variants(tier, m, rows, &[4]));
+            sets
+        }
         _ => Vec::new(),
     };
     let mut out = Vec::new();

@@ -314,6 +314,7 @@ fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
         ReduceFamily::candidates(p, Tier::Exact, false)
             .into_iter()
             .filter(|v| v.max_registers > 0 && !v.scalar_words)
+            .filter(|v| !v.prefetch_words && !v.stream_words)
             .collect()
     };
     assert_eq!(budgeted(&problem(8, 4096)).len(), 2);
@@ -534,7 +535,7 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
         max_registers: if m == 8 { 168 } else { 0 },
         ..Variant::default()
     };
-    for (k, m, rps) in [(2, 1, 3), (4, 2, 3), (4, 8, 4), (2, 8, 4)] {
+    for (k, m, rps) in [(2, 1, 3), (4, 2, 3), (4, 8, 4), (2, 8, 4), (2, 8, 3)] {
         let g = Geometry::new(101, 512, 256, k, 12, Code::OneMad).unwrap();
         let w = random_matrix(g, 41 + k as u64);
         let x = random_x(DType::Bf16, m, 512, 43);
@@ -570,11 +571,13 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
     assert_eq!(read, scalar(3, 1));
 
     // Offered at the tuned sizes where k allows vector loads: M 1 / 2 with the 3-row sets,
-    // M 8 with the budgets; not at M 4 (same registers) nor for odd k.
+    // M 8 with the budgets and the 3-row sets; not at M 4 (same registers) nor for odd k.
     use trellis::catalog::{scalar_word_variants as offered, BALANCE_ROWS, TUNED_ROWS};
     assert_eq!(offered(Tier::Exact, 1, BALANCE_ROWS, true).len(), 2);
     assert_eq!(offered(Tier::Exact, 2, BALANCE_ROWS, true).len(), 3);
-    assert_eq!(offered(Tier::Exact, 8, TUNED_ROWS, true).len(), 4);
+    let m8 = offered(Tier::Exact, 8, TUNED_ROWS, true);
+    assert_eq!(m8.len(), 7);
+    assert_eq!(m8.iter().filter(|v| v.rows_per_simd == 3).count(), 3);
     assert!(offered(Tier::Exact, 1, BALANCE_ROWS - 1, true).is_empty());
     assert!(offered(Tier::Exact, 4, BALANCE_ROWS, true).is_empty());
     assert!(offered(Tier::Exact, 1, BALANCE_ROWS, false).is_empty());
@@ -641,7 +644,7 @@ fn prefetched_and_streamed_code_words_change_only_the_cuda_loads() {
         stream_words,
         ..v
     };
-    for (k, m, rps) in [(2, 1, 2), (3, 4, 3)] {
+    for (k, m, rps) in [(2, 1, 2), (3, 4, 3), (2, 8, 3)] {
         let g = Geometry::new(77, 1536, 256, k, 12, Code::OneMad).unwrap();
         let w = random_matrix(g, 51 + k as u64);
         let x = random_x(DType::Bf16, m, 1536, 53);
@@ -691,7 +694,8 @@ fn prefetched_and_streamed_code_words_change_only_the_cuda_loads() {
     assert_eq!(read, both);
 
     // Offered as three twins each of 2-row sets from TUNED_ROWS to BALANCE_ROWS at M 1, 2
-    // and 4, and of the 3-row sets from BALANCE_ROWS at M 4.
+    // and 4, of the 3-row sets from BALANCE_ROWS at M 4, and at M 8 below BALANCE_ROWS of
+    // the 3-row sets and the 4-row budgets.
     use trellis::catalog::{code_load_variants as offered, BALANCE_ROWS, TUNED_ROWS};
     for m in [1, 2, 4] {
         let v = offered(Tier::Exact, m, TUNED_ROWS);
@@ -702,7 +706,11 @@ fn prefetched_and_streamed_code_words_change_only_the_cuda_loads() {
     }
     assert_eq!(offered(Tier::Exact, 4, BALANCE_ROWS).len(), 9);
     assert!(offered(Tier::Exact, 1, BALANCE_ROWS).is_empty());
-    assert!(offered(Tier::Exact, 8, TUNED_ROWS).is_empty());
+    let m8 = offered(Tier::Exact, 8, TUNED_ROWS);
+    assert_eq!(m8.len(), 15);
+    assert_eq!(m8.iter().filter(|v| v.max_registers == 168).count(), 6);
+    assert!(m8.iter().all(|v| v.rows_per_simd >= 3));
+    assert!(offered(Tier::Exact, 8, BALANCE_ROWS).is_empty());
     assert!(offered(Tier::Exact, 1, TUNED_ROWS - 1).is_empty());
 }
 
