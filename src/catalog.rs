@@ -200,8 +200,8 @@ pub fn scalar_word_variants(tier: Tier, m: u32, rows: usize, vector_words: bool)
 
 /// Twins of the tuned sizes' candidates with their code words prefetched to L2 one run
 /// ahead ([`Variant::prefetch_words`]), loaded evict-first ([`Variant::stream_words`]), or
-/// both, for a problem of `rows` rows and M = `m`: at 2 rows per simdgroup from
-/// [`TUNED_ROWS`] to [`BALANCE_ROWS`] rows at M = 1, 2 and 4, where 4-5 simdgroups per H200
+/// both, for a problem of `rows` rows and M = `m`: at 2 rows per simdgroup (at M = 4 also
+/// 3 and 4) from [`TUNED_ROWS`] to [`BALANCE_ROWS`] rows at M = 1, 2 and 4, where 4-5 simdgroups per H200
 /// scheduler leave the loop waiting on its code words (5120 x 17408 k 3 M 1: 71 % issue at
 /// 1.5 eligible warps, long-scoreboard stalls first, in ncu), at 3 rows from
 /// [`BALANCE_ROWS`] at M = 4, and at M = 8 below [`BALANCE_ROWS`] rows with the 3-row sets
@@ -211,10 +211,14 @@ pub fn scalar_word_variants(tier: Tier, m: u32, rows: usize, vector_words: bool)
 /// 17408 M 1 k 2); the goal key (17408 x 5120 k 3 M 1) gained from neither.
 pub fn code_load_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
     let sets: Vec<Variant> = match m {
-        1 | 2 | 4 if (TUNED_ROWS..BALANCE_ROWS).contains(&rows) => [1u32, 2, 4]
-            .into_iter()
-            .map(|rpg| inline_registers(tier, rpg, 2, 0))
-            .collect(),
+        1 | 2 | 4 if (TUNED_ROWS..BALANCE_ROWS).contains(&rows) => {
+            let widths: &[u32] = if m == 4 { &[2, 3, 4] } else { &[2] };
+            let mut sets = Vec::new();
+            for &rps in widths {
+                sets.extend([1u32, 2, 4].map(|rpg| inline_registers(tier, rpg, rps, 0)));
+            }
+            sets
+        }
         4 if rows >= BALANCE_ROWS => three_row_variants(tier, m, rows),
         8 if (TUNED_ROWS..BALANCE_ROWS).contains(&rows) => {
             let mut sets = three_row_m8_variants(tier, m, rows);
