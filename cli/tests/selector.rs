@@ -335,8 +335,8 @@ fn space_hashes_follow_the_candidates_and_their_units() {
             .map(|v| format!("{v:?}"))
             .collect::<Vec<_>>()
     };
-    assert_eq!(list(2), list(4));
-    assert_ne!(h(&at(2), false, cuda), h(&at(4), false, cuda));
+    assert_eq!(list(3), list(5));
+    assert_ne!(h(&at(3), false, cuda), h(&at(5), false, cuda));
 }
 
 #[test]
