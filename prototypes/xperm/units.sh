@@ -17,6 +17,8 @@ render() {  # name, then reduce_unit's arguments
       -e 's/^DEVICE float xrun_at(const xrun<float>& r, uint j)/template <typename T> DEVICE void xrun_load_perm(xrun<T>\& r, const T* slice, uint l) {\n  const u32x4_t* q = reinterpret_cast<const u32x4_t*>(slice) + l;\n  UNROLL for (uint i = 0; i < 2u * sizeof(T); ++i) {\n    const u32x4_t v = q[32u * i];\n    r.w[4u * i] = v.x; r.w[4u * i + 1u] = v.y; r.w[4u * i + 2u] = v.z; r.w[4u * i + 3u] = v.w;\n  }\n}\n&/' \
       unit_$name.cu > perm_$name.cu
   grep -q xrun_load_perm\(xr perm_$name.cu || { echo "perm_$name.cu: the x load was not rewritten"; exit 1; }
+  # Each unit its own name for its constant table: the host links all eight units.
+  for f in unit perm; do sed -i "s/\btrellis_pow2\b/trellis_pow2_${f}_$name/g" ${f}_$name.cu; done
   # A host launcher per unit, so xperm.cu launches them without relocatable device code.
   for f in unit perm; do
     local k=$sym; [ $f = perm ] && k=${sym}_perm
