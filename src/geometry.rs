@@ -67,11 +67,13 @@ impl Geometry {
                 format!("must satisfy k = {} < L <= 16", self.k),
             ));
         }
-        // Guard the u32 indexing every kernel uses.
-        if (self.rows as u64) * (self.cols as u64) * (self.k as u64) / 32 >= u32::MAX as u64 {
+        // Guard the u32 indexing every kernel uses (in u128: the product of two usize
+        // fields read from a file must not wrap into a small, valid-looking size).
+        let elements = self.rows as u128 * self.cols as u128;
+        if elements * self.k as u128 / 32 >= u32::MAX as u128 {
             return Err(Error::invalid(
                 "rows*cols",
-                self.rows * self.cols,
+                elements,
                 "codes tensor exceeds 2^32 words",
             ));
         }
@@ -183,6 +185,25 @@ impl std::fmt::Display for Geometry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// rows x cols from a file can be any two usize: the size check must not wrap (2^32 x
+    /// 2^32 is 2^64, which wraps to 0 in usize and in u64).
+    #[test]
+    fn huge_products_are_rejected_not_wrapped() {
+        for (rows, cols) in [
+            (1usize << 32, 1usize << 32),
+            (1, 1usize << 62),
+            (usize::MAX, 32),
+        ] {
+            let err = Geometry::new(rows, cols, 32, 1, 2, Code::OneMad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("rows*cols") && err.contains("2^32 words"),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn rejects_each_field_by_name() {

@@ -79,6 +79,20 @@ impl QuantizedMatrix {
             }
             _ => {}
         }
+        // As with the scales: a non-finite table value makes every weight of its state
+        // inf or NaN.
+        let bad = lut
+            .iter()
+            .flatten()
+            .enumerate()
+            .find(|(_, v)| !v.is_finite());
+        if let Some((i, v)) = bad {
+            return Err(Error::invalid(
+                format!("lut[{i}]"),
+                v,
+                "table values must be finite",
+            ));
+        }
         Ok(QuantizedMatrix {
             geometry,
             codes,
@@ -182,5 +196,23 @@ mod tests {
         assert!(
             QuantizedMatrix::new(g, codes, vec![0.5, -0.0, 0.25], ScaleDType::F16, None).is_ok()
         );
+    }
+
+    #[test]
+    fn non_finite_lut_values_are_rejected_with_their_state() {
+        let g = Geometry::new(3, 64, 32, 2, 6, Code::Lut).unwrap();
+        let codes = vec![0u32; g.codes_shape().iter().product()];
+        let scales = vec![0.5; 3];
+        for bad in [f32::INFINITY, f32::NAN] {
+            let mut lut = vec![0.25f32; g.states()];
+            lut[17] = bad;
+            let err =
+                QuantizedMatrix::new(g, codes.clone(), scales.clone(), ScaleDType::F16, Some(lut))
+                    .unwrap_err()
+                    .to_string();
+            assert!(err.contains("lut[17]") && err.contains("finite"), "{err}");
+        }
+        let lut = vec![-0.0f32; g.states()];
+        assert!(QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, Some(lut)).is_ok());
     }
 }

@@ -10,14 +10,39 @@ use rayon::prelude::*;
 /// SPEC section 4: `w(r, c) = round_T(value(s) * f32(scales[r]))` for every row, `[R, C]`.
 pub fn dequantize(w: &QuantizedMatrix, dtype: DType) -> Vec<f32> {
     let g = &w.geometry;
-    let table = w.value_table();
     let mut out = vec![0.0f32; g.rows * g.cols];
-    out.par_chunks_mut(g.cols).enumerate().for_each(|(r, row)| {
-        for (c, v) in row.iter_mut().enumerate() {
-            *v = dtype.round(table[w.state(r, c) as usize] * w.scales[r]);
-        }
-    });
+    dequantize_into(w, dtype, &mut out);
     out
+}
+
+fn dequantize_into(w: &QuantizedMatrix, dtype: DType, out: &mut [f32]) {
+    let table = w.value_table();
+    out.par_chunks_mut(w.geometry.cols)
+        .enumerate()
+        .for_each(|(r, row)| {
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = dtype.round(table[w.state(r, c) as usize] * w.scales[r]);
+            }
+        });
+}
+
+/// `a * b` values of `fill`, or an error naming `what` when the count overflows or the
+/// memory cannot be had (a huge M or matrix through the reference is an error, not an
+/// allocation abort).
+fn filled<T: Clone>(a: usize, b: usize, fill: T, what: &str) -> Result<Vec<T>> {
+    let n = a
+        .checked_mul(b)
+        .ok_or_else(|| Error::invalid(what, format!("{a} x {b}"), "the element count overflows"))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| {
+        Error::invalid(
+            what,
+            format!("{a} x {b}"),
+            format!("the reference cannot allocate it: {e}"),
+        )
+    })?;
+    v.resize(n, fill);
+    Ok(v)
 }
 
 /// Check that `x` fits a matrix with `cols` input features.
@@ -39,8 +64,9 @@ pub fn check_activations(x: &Activations, cols: usize) -> Result<()> {
 pub fn reduce(w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
     check_activations(x, w.geometry.cols)?;
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
-    let dense = dequantize(w, x.dtype);
-    let mut y = vec![0.0f32; x.rows * rows];
+    let mut dense = filled(rows, cols, 0.0f32, "dequantized weights (rows x cols)")?;
+    dequantize_into(w, x.dtype, &mut dense);
+    let mut y = filled(x.rows, rows, 0.0f32, "y (M x rows)")?;
     // Every output on its own, so M = 1 uses every core too.
     y.par_iter_mut().enumerate().for_each(|(i, o)| {
         let (m, r) = (i / rows, i % rows);
@@ -111,7 +137,7 @@ pub fn real_sums(w: &QuantizedMatrix, x: &Activations) -> Result<(Vec<f64>, Vec<
     check_activations(x, w.geometry.cols)?;
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
     let table = w.value_table();
-    let mut out = vec![(0f64, 0f64); x.rows * rows];
+    let mut out = filled(x.rows, rows, (0f64, 0f64), "real sums (M x rows)")?;
     // Every output on its own, so M = 1 uses every core too.
     out.par_iter_mut().enumerate().for_each(|(i, (y, a))| {
         let (m, r) = (i / rows, i % rows);
@@ -153,6 +179,24 @@ pub fn check_pair(gate: &QuantizedMatrix, up: &QuantizedMatrix) -> Result<()> {
 mod tests {
     use super::*;
     use crate::codes::Code;
+
+    /// A count that overflows, or memory that cannot be had, is an error naming what was
+    /// asked for, not an allocation abort.
+    #[test]
+    fn oversized_outputs_are_errors() {
+        let err = filled(usize::MAX, 2, 0.0f32, "y (M x rows)")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("y (M x rows)") && err.contains("overflows"),
+            "{err}"
+        );
+        let err = filled(1 << 30, 1 << 30, 0u8, "y (M x rows)")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot allocate"), "{err}");
+        assert_eq!(filled(2, 3, 1u8, "y").unwrap(), vec![1u8; 6]);
+    }
     use crate::dtype::ScaleDType;
     use crate::geometry::Geometry;
 
