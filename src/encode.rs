@@ -117,6 +117,7 @@ pub fn tail_biting_path(values: &[f32], k: u32, l: u32, targets: &[f32]) -> Resu
             format!("must be 2^L = {}", 1 << l),
         ));
     }
+    check_backpointers(targets.len(), k, l)?;
     if targets.len() < 2 {
         return Err(Error::invalid(
             "targets length",
@@ -148,6 +149,28 @@ pub fn tail_biting_path(values: &[f32], k: u32, l: u32, targets: &[f32]) -> Resu
     Ok(states)
 }
 
+/// The most bytes of Viterbi backpointers one thread may hold: one per step and state
+/// group, `T * 2^(L - k)` (8 MiB at T = 256, L = 16, k = 1), allocated by every worker.
+pub const MAX_BACKPOINTER_BYTES: usize = 1 << 30;
+
+/// A block too long for its trellis is an error naming T, where the workers' tables would
+/// abort the process on allocation.
+fn check_backpointers(t: usize, k: u32, l: u32) -> Result<()> {
+    let bytes = t.checked_mul(1usize << (l - k));
+    if bytes.is_none_or(|b| b > MAX_BACKPOINTER_BYTES) {
+        return Err(Error::invalid(
+            "T",
+            t,
+            format!(
+                "the encoder's Viterbi keeps T x 2^(L - k) = {t} x 2^{} bytes per thread, \
+                 more than {MAX_BACKPOINTER_BYTES}; use a smaller T",
+                l - k
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// [`quantize`], optionally also returning the state of every weight, `[rows, cols]`.
 fn quantize_inner(
     dense: &[f32],
@@ -158,6 +181,7 @@ fn quantize_inner(
     on_rows: &(dyn Fn(usize) + Sync),
 ) -> Result<(Encoded, Vec<u32>)> {
     let g = Geometry::new(rows, cols, opts.t, opts.k, opts.l, opts.code)?;
+    check_backpointers(g.t, g.k, g.l)?;
     if dense.len() != rows * cols {
         return Err(Error::Shape {
             name: "dense".into(),
@@ -462,7 +486,7 @@ fn encode_block(values: &[f32], k: u32, l: u32, states: &mut [u32], s: &mut Scra
 
 /// Bound on code values and Viterbi targets: path costs stay far below [`EXCLUDED`].
 /// (`quantize` scales its targets to the table's rms, so weights need no bound.)
-const MAX_MAGNITUDE: f32 = 1e6;
+pub const MAX_MAGNITUDE: f32 = 1e6;
 
 /// Finite and at most [`MAX_MAGNITUDE`] in magnitude.
 fn in_range(v: f32) -> bool {
@@ -928,6 +952,19 @@ mod tests {
 
     /// The costs of every path of a tiny trellis, by enumeration: Viterbi finds the
     /// cheapest (unconstrained, and with the tail-biting restriction of pass 2).
+    /// A block whose Viterbi tables would not fit is an error naming T, before anything
+    /// is allocated.
+    #[test]
+    fn oversized_blocks_are_rejected() {
+        let values = gaussian_lut(16, 1);
+        let e = tail_biting_path(&values, 1, 16, &vec![0.0; 1 << 16])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("T = 65536") && e.contains("smaller T"), "{e}");
+        assert!(check_backpointers(usize::MAX, 1, 16).is_err());
+        assert!(check_backpointers(256, 1, 16).is_ok());
+    }
+
     #[test]
     fn viterbi_finds_the_cheapest_path() {
         for (k, l, t_len) in [(1u32, 3u32, 9usize), (2, 4, 7), (3, 5, 5), (1, 2, 10)] {

@@ -122,10 +122,20 @@ impl Geometry {
     pub fn from_metadata(s: &str) -> Result<Self> {
         let mut code = None;
         let (mut k, mut l, mut t, mut rows, mut cols) = (None, None, None, None, None);
+        let mut seen: Vec<&str> = Vec::new();
         for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part
                 .split_once('=')
                 .ok_or_else(|| Error::invalid("trellis metadata", part, "expected `key=value`"))?;
+            // A second value of a field would silently win over the first.
+            if seen.contains(&key.trim()) {
+                return Err(Error::invalid(
+                    key.trim(),
+                    value.trim(),
+                    format!("given twice in metadata `{s}`"),
+                ));
+            }
+            seen.push(key.trim());
             let num = |field: &str| -> Result<u64> {
                 value
                     .trim()
@@ -240,6 +250,14 @@ mod tests {
             ("code=1mad;k=x;L=12;T=256;rows=4;cols=256", "k = x"),
             ("code=1mad;k=3;L=12;T=256;rows=4;cols=256;q=1", "q"),
             ("garbage", "garbage"),
+            (
+                "code=1mad;k=2;L=12;T=256;rows=4;cols=256;code=3inst",
+                "code = 3inst: given twice",
+            ),
+            (
+                "code=1mad;k=2;L=12;L=10;T=256;rows=4;cols=256",
+                "L = 10: given twice",
+            ),
         ];
         for (s, needle) in cases {
             let msg = Geometry::from_metadata(s).unwrap_err().to_string();

@@ -10,7 +10,7 @@ use crate::families::expand::{ExpandFamily, ExpandProblem};
 use crate::families::gate_up::{GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::GateUpMmaFamily;
 use crate::families::reduce::{ReduceFamily, ReduceProblem};
-use crate::families::reduce_mma::ReduceMmaFamily;
+use crate::families::reduce_mma::{MmaOperands, MmaVariant, ReduceMmaFamily};
 use crate::family;
 use crate::kernel::Backend;
 use crate::kernels::{Tail, Tier, Variant, MAX_M};
@@ -35,6 +35,25 @@ fn check_finite(x: &Activations) -> Result<()> {
             format!("x[{}, {}]", i / x.cols.max(1), i % x.cols.max(1)),
             x.data[i],
             "activations must be finite",
+        )),
+    }
+}
+
+/// The f16 operands of the matrix-unit kernels hold |x| < 65520 (bf16 and f32
+/// activations are converted; f16 ones are in range by their type). SPEC 7 asks the fast
+/// tier to stay finite up to 2^15 and calls any overflow wrong, so a larger activation is
+/// an error naming it, where the kernel would write inf or NaN.
+fn check_f16_operand_range(x: &Activations, v: &MmaVariant) -> Result<()> {
+    if x.dtype == DType::F16 || v.operands != MmaOperands::F16 {
+        return Ok(());
+    }
+    match x.data.iter().position(|v| v.abs() >= 65520.0) {
+        None => Ok(()),
+        Some(i) => Err(Error::invalid(
+            format!("x[{}, {}]", i / x.cols.max(1), i % x.cols.max(1)),
+            x.data[i],
+            "the fast tier's f16 operands hold |x| < 65520 (SPEC 7 asks it for 2^15); \
+             run the exact tier for larger activations",
         )),
     }
 }
@@ -101,6 +120,7 @@ pub fn matvec<B: Backend>(
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
+        check_f16_operand_range(x, &v)?;
         let d = crate::families::reduce::ReduceDevice {
             w: DeviceMatrix::upload(b, w)?,
             x: upload_activations(b, x)?,
@@ -141,6 +161,7 @@ pub fn gate_up<B: Backend>(
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
+        check_f16_operand_range(x, &v)?;
         let d = crate::families::gate_up::GateUpDevice {
             gate: DeviceMatrix::upload(b, gate)?,
             up: DeviceMatrix::upload(b, up)?,

@@ -156,7 +156,7 @@ pub fn silu_f64(g: f64) -> f64 {
     g / (1.0 + (-g).exp())
 }
 
-/// Gate and up must agree on everything but k, code, scales and table.
+/// Gate and up must share rows, cols and T; each has its own k, L, code, scales and table.
 pub fn check_pair(gate: &QuantizedMatrix, up: &QuantizedMatrix) -> Result<()> {
     let (g, u) = (&gate.geometry, &up.geometry);
     for (field, a, b) in [

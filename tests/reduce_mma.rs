@@ -589,3 +589,37 @@ fn reduce_mma_space_widens_past_the_tuned_edges_at_the_tuned_sizes() {
     let unique: std::collections::HashSet<_> = all.iter().collect();
     assert_eq!(unique.len(), all.len());
 }
+
+/// Past 2^15 (SPEC 7's promise) the fast tier's f16 operands overflow at 65520: the facade
+/// names the activation instead of writing inf or NaN, in both calls, and takes f16
+/// activations (in range by their type) as they are.
+#[test]
+fn fast_tier_names_activations_past_its_f16_operands() {
+    use trellis::kernels::Tail;
+    use trellis::ops;
+    let b = CpuBackend::new().expect("cpu backend");
+    let g = Geometry::new(16, 256, 256, 2, 12, Code::ThreeInst).unwrap();
+    let w = check::random_matrix(g, 61);
+    let mut data = vec![1.0f32; 2 * 256];
+    data[256 + 7] = 70144.0;
+    for act in [DType::Bf16, DType::F32] {
+        let x = Activations::from_f32(act, 2, 256, data.clone()).unwrap();
+        let e = ops::matvec(&b, &w, &x, Tier::Fast).unwrap_err().to_string();
+        assert!(
+            e.contains("x[1, 7]") && e.contains("65520") && e.contains("exact"),
+            "{e}"
+        );
+        let e = ops::gate_up(&b, &w, &w, &x, Tail::Exact, Tier::Fast)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("x[1, 7]"), "{e}");
+        // The exact tier takes it.
+        let y = ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
+        assert!(y.data.iter().all(|v| v.is_finite()));
+    }
+    let mut data = vec![1.0f32; 2 * 256];
+    data[256 + 7] = 65504.0;
+    let x = Activations::from_f32(DType::F16, 2, 256, data).unwrap();
+    let y = ops::matvec(&b, &w, &x, Tier::Fast).unwrap();
+    assert!(y.data.iter().all(|v| v.is_finite()));
+}

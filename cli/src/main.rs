@@ -606,10 +606,18 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
                     ),
                 ));
             }
-            if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            let max = trellis::encode::MAX_MAGNITUDE;
+            if let Some(i) = values
+                .iter()
+                .position(|v| !(v.is_finite() && v.abs() <= max))
+            {
                 return Err(Error::file(
                     path,
-                    Error::invalid(format!("{name}[{i}]"), values[i], "must be finite"),
+                    Error::invalid(
+                        format!("{name}[{i}]"),
+                        values[i],
+                        format!("must be finite and at most {max:e} in magnitude"),
+                    ),
                 ));
             }
             println!("lut: tensor `{name}` of {}", path.display());

@@ -847,6 +847,10 @@ fn lut_must_have_two_to_the_l_f32_entries() {
     c.matvec(&["w.lut", "f16", "f32"]);
     base(None);
     c.matvec(&["w.lut"]);
+    let mut nan = vec![0.5f32; 1024];
+    nan[9] = f32::NAN;
+    base(Some((Dtype::F32, vec![1024], f32_bytes(&nan))));
+    c.matvec(&["lut[9]", "finite"]);
     base(Some((Dtype::F32, vec![1024], f32_bytes(&[0.5; 1024]))));
     ok(&[
         "matvec",
@@ -1124,6 +1128,29 @@ fn quantize_rejects_bad_inputs() {
             s(&lut),
         ],
         &["no f32 tensor"],
+    );
+    // A value past the encoder's bound is the table file's error, naming its entry.
+    let mut big = vec![0.1f32; 1024];
+    big[3] = 2e6;
+    write_raw(
+        &lut,
+        vec![("lut", Dtype::F32, vec![1024], f32_bytes(&big))],
+        &[],
+    );
+    q(
+        &[
+            "--k",
+            "2",
+            "--l",
+            "10",
+            "--t",
+            "128",
+            "--code",
+            "lut",
+            "--lut",
+            s(&lut),
+        ],
+        &[s(&lut), "lut[3]", "2000000", "magnitude"],
     );
     // Non-finite weights, and an unsupported dense dtype.
     let mut bad = vals.clone();
