@@ -484,8 +484,9 @@ fn encode_block(values: &[f32], k: u32, l: u32, states: &mut [u32], s: &mut Scra
     s.targets = targets;
 }
 
-/// Bound on code values and Viterbi targets: path costs stay far below the cost that marks an excluded start state.
-/// (`quantize` scales its targets to the table's rms, so weights need no bound.)
+/// Bound on code values and Viterbi targets: path costs stay far below the cost that
+/// marks an excluded start state. (`quantize` scales its targets to the table's rms, so
+/// weights need no bound.)
 pub const MAX_MAGNITUDE: f32 = 1e6;
 
 /// Finite and at most [`MAX_MAGNITUDE`] in magnitude.
