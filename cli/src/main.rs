@@ -832,18 +832,26 @@ fn select(a: SelectArgs) -> Result<()> {
             if self.out.is_some() || !trellis::families::is::<F>(self.name) {
                 return;
             }
-            self.out = Some(F::problem(&self.spec).map(|p| {
+            self.out = Some(F::problem(&self.spec).and_then(|p| {
+                // A family without variants in this tier has no answer for it.
+                if F::candidates(&p, self.tier, true).is_empty() {
+                    return Err(Error::invalid(
+                        "tier",
+                        self.tier,
+                        format!("family {} has no {} variants", F::NAME, self.tier),
+                    ));
+                }
                 let limits = trellis::backend::nominal_limits(self.backend);
                 let sel = self
                     .selector
                     .select::<F>(self.backend, self.device, &p, self.tier);
                 let sel = trellis::tune::fit::<F>(sel, &p, self.tier, &limits);
-                vec![
+                Ok(vec![
                     format!("key: {}", F::key(&p, self.tier)),
                     format!("device: {} ({})", self.device, self.backend),
                     format!("variant: {}", sel.variant),
                     format!("source: {}", sel.source),
-                ]
+                ])
             }));
         }
     }

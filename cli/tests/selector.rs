@@ -793,6 +793,12 @@ fn cli_select_rejects_bad_values() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     fails(&args, &["ku", "12"]);
     fails(&["select", "--device", "nvidia-h200"], &["--family"]);
+    // A family answers only for the tiers it has variants in.
+    let mut args = base("--tier", "exact");
+    let f = args.iter().position(|a| a == "--family").unwrap();
+    args[f + 1] = "reduce_mma".into();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fails(&args, &["tier = exact", "reduce_mma has no exact variants"]);
 }
 
 #[test]

@@ -598,12 +598,11 @@ pub fn tune_problem<F: Family, B: Backend>(
             .map(|(_, s): &(F::Variant, Stats)| s.median)
             .min_by(f64::total_cmp);
         let cutoff = best.filter(|_| v != default).map(|m| m * o.prune);
-        let outcome = verify_candidate::<F, B>(b, p, v, &inst, o.candidate_timeout)
-            .and_then(|()| {
+        let outcome =
+            verify_candidate::<F, B>(b, p, v, &inst, o.candidate_timeout).and_then(|()| {
                 time_candidate::<F, B>(b, o, p, v, &inst, cutoff)
                     .map_err(|e| format!("timing failed: {e}"))
-            })
-            .map_err(|w| w.lines().next().unwrap_or_default().to_string());
+            });
         if let Some(j) = journal {
             j.end()?;
         }
@@ -613,12 +612,22 @@ pub fn tune_problem<F: Family, B: Backend>(
                     t.line(&key, &v, "pruned", Some(s))
                 }
                 Ok(s) => t.line(&key, &v, "timed", Some(s)),
-                Err(why) => t.line(&key, &v, &format!("rejected: {why}"), None),
+                // The whole reason (a compiler's log runs over many lines) on one line.
+                Err(why) => {
+                    let why = why.lines().collect::<Vec<_>>().join(" | ");
+                    t.line(
+                        &key,
+                        &v,
+                        &format!("rejected: {}", why.replace('\t', " ")),
+                        None,
+                    )
+                }
             }?;
         }
         match outcome {
             Ok(stats) => timed.push((v, stats)),
-            Err(why) => rejected.push(format!("{v}: {why}")),
+            // The table keeps the first line: what failed, not the log.
+            Err(why) => rejected.push(format!("{v}: {}", why.lines().next().unwrap_or_default())),
         }
     }
     let (winner, stats) = choose(default, &timed).ok_or_else(|| {
@@ -735,9 +744,18 @@ pub enum Event<'a> {
     Warn(String),
 }
 
+/// What a [`tune`] run left: problems the budget did not reach, and problems that
+/// failed (every candidate rejected, or the problem could not be prepared; each was
+/// reported as an [`Event::Warn`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Untuned {
+    pub budget: usize,
+    pub failed: usize,
+}
+
 /// Tune family `F` on every problem, resuming from `table` (entries of the same key
 /// and sources are kept unless `o.fresh`), calling `save` after each problem so an
-/// interrupted run loses at most one. Returns how many problems the budget left untuned.
+/// interrupted run loses at most one. Returns the problems left untuned.
 pub fn tune<F: Family, B: Backend>(
     b: &B,
     o: &TuneOptions,
@@ -746,8 +764,9 @@ pub fn tune<F: Family, B: Backend>(
     journal: Option<&Journal>,
     save: &mut dyn FnMut(&Table) -> Result<()>,
     progress: &mut dyn FnMut(Event<'_>),
-) -> Result<usize> {
+) -> Result<Untuned> {
     let started = Instant::now();
+    let mut failed = 0;
     for (i, p) in problems.iter().enumerate() {
         let hash = super::source_hash_of::<F>(b.dialect(), p);
         let key = F::key(p, o.tier);
@@ -774,7 +793,10 @@ pub fn tune<F: Family, B: Backend>(
                 problems.len(),
                 F::NAME
             )));
-            return Ok(left);
+            return Ok(Untuned {
+                budget: left,
+                failed,
+            });
         }
         match tune_problem::<F, B>(b, o, journal, p, 7 + i as u64) {
             Ok(entry) => {
@@ -788,10 +810,13 @@ pub fn tune<F: Family, B: Backend>(
                 save(table)?;
             }
             // A problem whose every candidate failed keeps the built-in default; say so.
-            Err(e) => progress(Event::Warn(format!("[{key}] not tuned: {e}"))),
+            Err(e) => {
+                failed += 1;
+                progress(Event::Warn(format!("[{key}] not tuned: {e}")));
+            }
         }
     }
-    Ok(0)
+    Ok(Untuned { budget: 0, failed })
 }
 
 #[cfg(test)]

@@ -203,8 +203,32 @@ fn register_candidates(p: &ReduceProblem) -> Vec<Variant> {
 fn list(var: &str, default: &[&str]) -> Vec<String> {
     std::env::var(var)
         .ok()
-        .map(|v| v.split(',').map(str::to_string).collect())
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
         .unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect())
+}
+
+/// A list of numbers from environment variable `var` (or `default`): an item that does
+/// not parse is an error naming the variable, not a silently shorter run.
+fn numbers(var: &str, default: &[&str]) -> Result<Vec<u32>> {
+    list(var, default)
+        .iter()
+        .map(|n| {
+            n.parse()
+                .map_err(|_| Error::invalid(var, n, "expected comma-separated whole numbers"))
+        })
+        .collect()
+}
+
+/// `RxC` shapes from environment variable `var` (empty when unset).
+fn shape_list(var: &str) -> Result<Vec<(usize, usize)>> {
+    list(var, &[])
+        .iter()
+        .map(|s| {
+            s.split_once('x')
+                .and_then(|(r, c)| Some((r.parse().ok()?, c.parse().ok()?)))
+                .ok_or_else(|| Error::invalid(var, s, "expected comma-separated RxC shapes"))
+        })
+        .collect()
 }
 
 /// Run the benchmark and write the report.
@@ -222,15 +246,9 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     let o = TuneOptions::for_backend("cuda", Tier::Exact);
     let copy = copy_bandwidth(&b)?;
     let info = b.info().clone();
-    let ms: Vec<u32> = list("TRELLIS_BENCH_M", &["1", "2", "4", "8"])
-        .iter()
-        .filter_map(|m| m.parse().ok())
-        .collect();
+    let ms = numbers("TRELLIS_BENCH_M", &["1", "2", "4", "8"])?;
     // One key's kernels alone (e.g. under ncu): TRELLIS_BENCH_K=3 TRELLIS_BENCH_M=1.
-    let ks: Vec<u32> = list("TRELLIS_BENCH_K", &["2", "3", "4"])
-        .iter()
-        .filter_map(|k| k.parse().ok())
-        .collect();
+    let ks = numbers("TRELLIS_BENCH_K", &["2", "3", "4"])?;
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -247,12 +265,12 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|"
     );
     // One shape of a preset alone: TRELLIS_BENCH_SHAPES=5120x17408 (rows x cols).
-    let only: Vec<String> = list("TRELLIS_BENCH_SHAPES", &[]);
+    let only = shape_list("TRELLIS_BENCH_SHAPES")?;
     for p_name in list("TRELLIS_BENCH_PRESETS", &["qwen3-14b", "llama-3-8b"]) {
         let shapes = preset(&p_name)
             .ok_or_else(|| Error::invalid("preset", &p_name, "qwen3-14b or llama-3-8b"))?;
         for shape in shapes {
-            if !only.is_empty() && !only.contains(&format!("{}x{}", shape.rows, shape.cols)) {
+            if !only.is_empty() && !only.contains(&(shape.rows, shape.cols)) {
                 continue;
             }
             for &k in &ks {
@@ -386,8 +404,9 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
             }
         }
     }
-    std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
+    // Printed first: a report path that cannot be written must not lose the run.
     println!("{s}");
+    std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
     Ok(())
 }
 
@@ -500,7 +519,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
             .map(|s| s.split(',').map(str::to_string).collect::<Vec<_>>())
     };
     let only = list_of("MMA_ONLY");
-    let shapes_env = list_of("MMA_SHAPES");
+    let shapes_env = std::env::var_os("MMA_SHAPES");
     let info = b.info().clone();
     use trellis::families::reduce_mma::MmaXStage::{Global, Shared, SharedDup};
     let v = MmaVariant::unsplit;
@@ -576,14 +595,8 @@ pub fn run_mma(out: &Path) -> Result<()> {
     let limits = b.limits();
     let mut problems = Vec::new();
     let mut mats = vec![(17408usize, 5120usize), (5120, 17408)];
-    if let Some(list) = &shapes_env {
-        mats = list
-            .iter()
-            .map(|s| {
-                let (r, c) = s.split_once('x').unwrap_or((s, ""));
-                Ok((r.parse().map_err(err)?, c.parse().map_err(err)?))
-            })
-            .collect::<Result<_>>()?;
+    if shapes_env.is_some() {
+        mats = shape_list("MMA_SHAPES")?;
     }
     for (rows, cols) in mats {
         for (code, ks, ms) in [
@@ -680,7 +693,8 @@ pub fn run_mma(out: &Path) -> Result<()> {
         let _ = writeln!(s, "{row}");
         eprintln!("gate_up_mma {line}");
     }
-    std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
+    // Printed first: a report path that cannot be written must not lose the run.
     println!("{s}");
+    std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
     Ok(())
 }

@@ -86,8 +86,8 @@ fn parse_duration(field: &str, s: &str) -> Result<Duration> {
     let n: u64 = n.parse().map_err(|_| bad())?;
     match unit {
         "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(60 * n)),
-        "h" => Ok(Duration::from_secs(3600 * n)),
+        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(bad),
+        "h" => n.checked_mul(3600).map(Duration::from_secs).ok_or_else(bad),
         _ => Err(bad()),
     }
 }
@@ -130,6 +130,12 @@ fn space(a: &TuneArgs, gpu: bool) -> Result<TuneSpace> {
         (true, false) => vec![Code::OneMad],
         (false, _) => a.code.iter().map(|c| c.parse()).collect::<Result<_>>()?,
     };
+    // Each family tunes the M it takes (exact up to 8, fast up to 16); one no family
+    // takes would be skipped by all of them.
+    let max_m = trellis::families::reduce_mma::MAX_M_MMA;
+    if let Some(&m) = a.m.iter().find(|&&m| !(1..=max_m).contains(&m)) {
+        return Err(Error::invalid("m", m, format!("expected 1..={max_m}")));
+    }
     Ok(TuneSpace {
         shapes,
         ms: pick(&a.m, &[1, 2, 4, 8], &[1, 4]),
@@ -141,15 +147,33 @@ fn space(a: &TuneArgs, gpu: bool) -> Result<TuneSpace> {
     })
 }
 
+/// The most timed repetitions `--reps` may ask for per candidate.
+const MAX_REPS: usize = 10_000;
+
 fn options(a: &TuneArgs, backend: &str) -> Result<TuneOptions> {
     let mut o = TuneOptions::for_backend(backend, a.tier.parse::<Tier>()?);
     o.budget = parse_duration("budget", &a.budget)?;
     if let Some(r) = a.reps {
-        o.min_reps = r.max(1);
+        // Every repetition is timed and kept: a few thousand is already hours of device.
+        if !(1..=MAX_REPS).contains(&r) {
+            return Err(Error::invalid(
+                "reps",
+                r,
+                format!("expected 1..={MAX_REPS}"),
+            ));
+        }
+        o.min_reps = r;
         o.max_reps = o.max_reps.max(o.min_reps);
     }
     if let Some(t) = &a.candidate_timeout {
         o.candidate_timeout = parse_duration("candidate-timeout", t)?;
+        if o.candidate_timeout.is_zero() {
+            return Err(Error::invalid(
+                "candidate-timeout",
+                t,
+                "must be more than 0 (every candidate would be killed)",
+            ));
+        }
     }
     o.fresh = a.fresh;
     if a.prune.is_nan() || a.prune < 1.0 {
@@ -279,14 +303,44 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
             dir.join(format!("{}.toml", b.device_id()))
         }
     };
-    let mut table = std::fs::read_to_string(&out)
-        .ok()
-        .and_then(|t| Table::parse(&t).ok())
-        .filter(|t| t.device.id == b.device_id() && t.device.backend == b.name())
-        .unwrap_or_else(|| Table {
+    // An existing --out is resumed, never silently replaced: a table that does not parse
+    // (unless --fresh) or belongs to another device is an error naming it.
+    let existing = match std::fs::read_to_string(&out) {
+        Ok(text) => match Table::parse(&text) {
+            Ok(t) => Some(t),
+            Err(e) if a.fresh => {
+                eprintln!("warning: {}: {e}; --fresh replaces it", out.display());
+                None
+            }
+            Err(e) => {
+                return Err(Error::file(
+                    &out,
+                    format!("{e}; cannot resume it (move it away, or pass --fresh to replace it)"),
+                ))
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::file(&out, e)),
+    };
+    let mut table = match existing {
+        Some(t) if t.device.id != b.device_id() || t.device.backend != b.name() => {
+            return Err(Error::file(
+                &out,
+                format!(
+                    "holds the table of {} on {}, and this run measures {} on {}: give another --out",
+                    t.device.id,
+                    t.device.backend,
+                    b.device_id(),
+                    b.name()
+                ),
+            ))
+        }
+        Some(t) => t,
+        None => Table {
             device: harness::header(b, description.clone()),
             entries: Vec::new(),
-        });
+        },
+    };
     if a.fresh {
         eprintln!(
             "measuring afresh (--fresh): entries of {} are replaced",
@@ -316,14 +370,22 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
         result: Ok(()),
         total: 0,
         untuned: 0,
+        failed: 0,
     };
     trellis::families::for_each(&mut job);
     job.progress.finish();
     let result = std::mem::replace(&mut job.result, Ok(()));
-    let (total, untuned) = (job.total, job.untuned);
+    let (total, untuned, failed) = (job.total, job.untuned, job.failed);
     println!("{}", summary(&table));
     println!("wrote {}", out.display());
     result?;
+    if failed > 0 {
+        return Err(Error::invalid(
+            "tune",
+            format!("{failed} of {total} keys"),
+            "failed to tune (the warnings above say why); they keep the built-in default",
+        ));
+    }
     if untuned > 0 {
         eprintln!(
             "warning: budget of {} spent: {untuned} of {total} keys not tuned (run again to resume)",
@@ -347,6 +409,7 @@ struct FamilyJob<'a, B: Backend> {
     result: Result<()>,
     total: usize,
     untuned: usize,
+    failed: usize,
 }
 
 impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
@@ -361,6 +424,22 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
                 return;
             }
         };
+        // A family without variants in this tier (the matrix-unit families are the fast
+        // tier's, `expand` is exact) has nothing to tune there: an error when named,
+        // skipped otherwise.
+        let (tier, quick) = (self.opts.tier, self.opts.quick);
+        if let Some(p) = problems.first() {
+            if F::candidates(p, tier, quick).is_empty() {
+                if !self.a.family.is_empty() {
+                    self.result = Err(Error::invalid(
+                        "family",
+                        F::NAME,
+                        format!("has no {tier} variants (see --tier)"),
+                    ));
+                }
+                return;
+            }
+        }
         let out = self.out;
         let mut save = |t: &Table| -> Result<()> {
             let tmp = out.with_extension("toml.tmp");
@@ -386,7 +465,10 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
             &mut save,
             &mut |e| progress.event(F::NAME, e),
         ) {
-            Ok(untuned) => self.untuned += untuned,
+            Ok(left) => {
+                self.untuned += left.budget;
+                self.failed += left.failed;
+            }
             Err(e) => self.result = Err(e),
         }
     }

@@ -160,3 +160,72 @@ fn an_error_is_printed_once() {
     );
     assert!(stderr.contains("invalid budget = soon"), "{stderr}");
 }
+
+/// An existing --out is resumed or refused, never silently replaced: one that does not
+/// parse (unless --fresh) or holds another device's table is an error naming the file,
+/// and the file is left as it was.
+#[test]
+fn a_corrupt_or_foreign_out_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    std::fs::write(&out, "garbage = [").unwrap();
+    let run = tune(&out, &[]);
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot resume") && stderr.contains("--fresh"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "garbage = [");
+    // --fresh replaces it, with a warning.
+    let run = tune(&out, &["--fresh"]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(text(&run.stderr).contains("--fresh replaces it"));
+    // Another device's table.
+    let theirs =
+        std::fs::read_to_string(&out)
+            .unwrap()
+            .replacen("id = \"", "id = \"someone-else-", 1);
+    std::fs::write(&out, &theirs).unwrap();
+    let run = tune(&out, &["--fresh"]);
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("holds the table of someone-else-"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), theirs);
+}
+
+/// Flags outside what any family takes are errors naming them, not a run that does less.
+#[test]
+fn out_of_range_flags_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    for (extra, needle) in [
+        (&["--m", "0"][..], "invalid m = 0"),
+        (
+            &["--candidate-timeout", "0s"][..],
+            "invalid candidate-timeout = 0s",
+        ),
+        (&["--budget", "99999999999999999h"][..], "invalid budget"),
+        (&["--family", "reduce_mma"][..], "has no exact variants"),
+    ] {
+        let run = tune(&out, extra);
+        let stderr = text(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{extra:?}: {stderr}");
+        assert!(stderr.contains(needle), "{extra:?}: {stderr}");
+    }
+    // (`tune` passes --reps 1 itself.)
+    let run = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["tune", "--backend", "cpu", "--reps", "0", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("invalid reps = 0: expected 1..=10000"),
+        "{stderr}"
+    );
+}
