@@ -772,11 +772,15 @@ pub fn tune<F: Family, B: Backend>(
         let key = F::key(p, o.tier);
         let same = |e: &Entry| e.key().ok().as_ref() == Some(&key);
         let space = super::space_hash::<F>(p, o.tier, o.quick, b.dialect());
+        // Kept only if its winner still reads as a variant of `F` (the selector refuses a
+        // table with one that does not, so such an entry is measured again).
         let cached = !o.fresh
-            && table
-                .entries
-                .iter()
-                .any(|e| same(e) && e.source_hash == hash && e.space_hash.as_ref() == Some(&space));
+            && table.entries.iter().any(|e| {
+                same(e)
+                    && e.source_hash == hash
+                    && e.space_hash.as_ref() == Some(&space)
+                    && e.winner::<F::Variant>().is_ok()
+            });
         progress(Event::Start {
             i,
             n: problems.len(),

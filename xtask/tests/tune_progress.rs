@@ -229,3 +229,25 @@ fn out_of_range_flags_are_named() {
         "{stderr}"
     );
 }
+
+/// An entry whose winner no longer reads as a variant (a hand edit, a removed field) makes
+/// the selector refuse its table; a rerun measures it again instead of keeping it.
+#[test]
+fn an_unreadable_winner_is_measured_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    assert!(tune(&out, &[]).status.success());
+    let text0 = std::fs::read_to_string(&out).unwrap();
+    // An unknown field in the winner (variants deny them).
+    let broken =
+        with_marker(&text0, &out).replacen("rows_per_simd = ", "unroll = 4\nrows_per_simd = ", 1);
+    std::fs::write(&out, &broken).unwrap();
+    assert!(trellis::tune::Table::parse(&broken).unwrap().entries[0]
+        .winner::<trellis::kernels::Variant>()
+        .is_err());
+    let run = tune(&out, &[]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_ne!(median_us(&out), MARKER_US);
+    let t = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(t.entries[0].winner::<trellis::kernels::Variant>().is_ok());
+}
