@@ -307,10 +307,12 @@ impl Backend for CpuBackend {
             .unwrap_or(2)
             .clamp(1, 8);
         let chunk = todo.len().div_ceil(jobs).clamp(1, 24);
-        let results: Vec<Result<()>> = todo
-            .par_chunks(chunk)
-            .map(|c| self.compile_batch(c))
-            .collect();
-        results.into_iter().collect()
+        // A batch that does not compile leaves its kernels to be compiled one by one at
+        // their launch, which then reports each one's own error (as `metal_sim` does): one
+        // bad kernel must not fail the others.
+        todo.par_chunks(chunk).for_each(|c| {
+            let _ = self.compile_batch(c);
+        });
+        Ok(())
     }
 }

@@ -207,42 +207,43 @@ impl CudaBackend {
         threads: u32,
         bin: Vec<u8>,
     ) -> Result<CudaFunction> {
-        let f = self.load(id, bin)?;
-        if f.max_threads_per_block().map_err(driver_err)? >= threads as i32 {
-            return Ok(f);
+        let mut f = self.load(symbol, bin)?;
+        if f.max_threads_per_block().map_err(driver_err)? < threads as i32 {
+            let bin = self.cubin(symbol, src, Some(register_cap(threads)))?;
+            f = self.load(symbol, bin)?;
+            let fits = f.max_threads_per_block().map_err(driver_err)?;
+            if fits < threads as i32 {
+                return Err(Error::Compile {
+                    kernel: symbol.into(),
+                    backend: "cuda".into(),
+                    log: format!(
+                        "launches at most {fits} threads per threadgroup even under a cap of {} registers; the variant asks for {threads}",
+                        register_cap(threads)
+                    ),
+                });
+            }
         }
-        let bin = self.cubin(symbol, src, Some(register_cap(threads)))?;
-        let f = self.load(id, bin)?;
-        let fits = f.max_threads_per_block().map_err(driver_err)?;
-        if fits < threads as i32 {
-            return Err(Error::Compile {
-                kernel: symbol.into(),
-                backend: "cuda".into(),
-                log: format!(
-                    "launches at most {fits} threads per threadgroup even under a cap of {} registers; the variant asks for {threads}",
-                    register_cap(threads)
-                ),
-            });
-        }
-        Ok(f)
-    }
-
-    fn load(&self, id: KernelId, cubin: Vec<u8>) -> Result<CudaFunction> {
-        let symbol = id.to_string();
-        let module = self
-            .ctx
-            .load_module(Ptx::from_binary(cubin))
-            .map_err(|e| Error::Compile {
-                kernel: symbol.clone(),
-                backend: "cuda".into(),
-                log: format!("loading the module: {e:?}"),
-            })?;
-        let f = module.load_function(&symbol).map_err(driver_err)?;
+        // Cached only once it fits: a kernel that cannot launch is never handed out.
         self.kernels
             .lock()
             .expect("kernel cache lock")
             .insert(id, f.clone());
         Ok(f)
+    }
+
+    fn load(&self, symbol: &str, cubin: Vec<u8>) -> Result<CudaFunction> {
+        let failed = |what: &str, e: cudarc::driver::DriverError| Error::Compile {
+            kernel: symbol.into(),
+            backend: "cuda".into(),
+            log: format!("loading the {what}: {e:?}"),
+        };
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(cubin))
+            .map_err(|e| failed("module", e))?;
+        module
+            .load_function(symbol)
+            .map_err(|e| failed("function", e))
     }
 
     fn check_device(&self, t: &CudaTensor, name: &str) -> Result<()> {
