@@ -200,7 +200,11 @@ pub fn run<F: Family, B: Backend>(
     v: F::Variant,
     d: &F::Device<B>,
 ) -> Result<Vec<Activations>> {
-    let mut outs = alloc_outputs(b, &F::kernel(p, v))?;
+    // Checked first: a forced variant outside its ranges (0 rows per group, say) is an
+    // error naming the field before its launch shape is computed.
+    let kernel = F::kernel(p, v);
+    kernel.validate()?;
+    let mut outs = alloc_outputs(b, &kernel)?;
     launch_into::<F, B>(b, p, v, d, &mut outs)?;
     outs.iter().map(|t| download(b, t)).collect()
 }
@@ -211,9 +215,11 @@ pub fn precompile<F: Family, B: Backend>(
     b: &B,
     specs: &[(F::Problem, Vec<F::Variant>)],
 ) -> Result<()> {
+    // A variant that does not validate is left to its own launch, which says why.
     let kernels: Vec<F::Kernel> = specs
         .iter()
         .flat_map(|(p, vs)| vs.iter().map(move |v| F::kernel(p, *v)))
+        .filter(|k| k.validate().is_ok())
         .collect();
     let renders: Vec<_> = kernels
         .iter()

@@ -84,6 +84,22 @@ pub struct TensorSpec {
     pub shape: Vec<usize>,
 }
 
+/// Bytes of a tensor of `elem` and `shape`, or an error naming the shape when the
+/// product overflows (a shape from a declaration's expressions or a caller's upload is
+/// any usize: wrapped, it would size a buffer smaller than the kernel walks).
+pub fn tensor_bytes(elem: Elem, shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(elem.size(), |acc, &n| acc.checked_mul(n))
+        .ok_or_else(|| {
+            Error::invalid(
+                "tensor shape",
+                format!("{shape:?}"),
+                format!("its size in {elem} elements overflows"),
+            )
+        })
+}
+
 impl TensorSpec {
     /// Elements in the tensor.
     pub fn len(&self) -> usize {

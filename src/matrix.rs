@@ -21,7 +21,7 @@ pub struct QuantizedMatrix {
 }
 
 impl QuantizedMatrix {
-    /// Assemble and check every length against the geometry.
+    /// Assemble and check every length against the geometry ([`QuantizedMatrix::validate`]).
     pub fn new(
         geometry: Geometry,
         codes: Vec<u32>,
@@ -29,6 +29,22 @@ impl QuantizedMatrix {
         scale_dtype: ScaleDType,
         lut: Option<Vec<f32>>,
     ) -> Result<Self> {
+        let w = QuantizedMatrix {
+            geometry,
+            codes,
+            scales,
+            scale_dtype,
+            lut,
+        };
+        w.validate()?;
+        Ok(w)
+    }
+
+    /// What [`QuantizedMatrix::new`] checks, for a matrix whose public fields were set
+    /// or changed by hand (the facade checks again before it uploads one): the geometry,
+    /// every length against it, finite scales and the table of code `lut`.
+    pub fn validate(&self) -> Result<()> {
+        let (geometry, codes, scales, lut) = (&self.geometry, &self.codes, &self.scales, &self.lut);
         geometry.validate()?;
         let want = geometry.codes_shape().iter().product::<usize>();
         if codes.len() != want {
@@ -55,7 +71,7 @@ impl QuantizedMatrix {
                 "row scales must be finite",
             ));
         }
-        match (geometry.code, &lut) {
+        match (geometry.code, lut) {
             (Code::Lut, None) => {
                 return Err(Error::invalid(
                     "lut",
@@ -93,13 +109,7 @@ impl QuantizedMatrix {
                 "table values must be finite",
             ));
         }
-        Ok(QuantizedMatrix {
-            geometry,
-            codes,
-            scales,
-            scale_dtype,
-            lut,
-        })
+        Ok(())
     }
 
     /// The words of block `b` of row `r`.
@@ -139,7 +149,7 @@ pub struct Activations {
 impl Activations {
     /// Round arbitrary f32 values to `dtype` and wrap them.
     pub fn from_f32(dtype: DType, rows: usize, cols: usize, data: Vec<f32>) -> Result<Self> {
-        if data.len() != rows * cols {
+        if rows.checked_mul(cols) != Some(data.len()) {
             return Err(Error::Shape {
                 name: "x".into(),
                 actual: vec![data.len()],

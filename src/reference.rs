@@ -57,6 +57,14 @@ pub fn check_activations(x: &Activations, cols: usize) -> Result<()> {
     if x.rows == 0 {
         return Err(Error::invalid("M", 0, "x must have at least one row"));
     }
+    // Its fields are public: the data must hold exactly M x C values.
+    if x.rows.checked_mul(x.cols) != Some(x.data.len()) {
+        return Err(Error::Shape {
+            name: "x data".into(),
+            actual: vec![x.data.len()],
+            expected: vec![x.rows, x.cols],
+        });
+    }
     Ok(())
 }
 

@@ -772,3 +772,69 @@ fn cuda_units_define_a_uniform_simdgroup_id() {
         }
     }
 }
+
+/// Hand-built inputs (the data types' fields are public) and raw uploads are checked
+/// before anything is sized from them: an error naming what is wrong, never a panic, an
+/// allocation abort or a buffer smaller than its shape.
+#[test]
+fn hand_built_inputs_and_raw_uploads_are_checked() {
+    use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+    use trellis::family;
+    use trellis::kernel::{Backend, Elem};
+    let cpu = CpuBackend::new().unwrap();
+    // Shapes whose size overflows, or does not match the bytes: no allocation first.
+    let e = cpu
+        .upload(Elem::F32, &[1 << 62, 8], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tensor shape") && e.contains("overflows"), "{e}");
+    let e = cpu
+        .upload(Elem::F32, &[1 << 40], &[0; 8])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("upload bytes = 8"), "{e}");
+
+    let g = Geometry::new(8, 256, 256, 2, 12, Code::OneMad).unwrap();
+    let w = random_matrix(g, 71);
+    let x = random_x(DType::Bf16, 1, 256, 72);
+    // A matrix edited by hand after construction.
+    let mut lut_less = w.clone();
+    lut_less.geometry.code = Code::Lut;
+    let e = ops::matvec_with(&cpu, &lut_less, &x, Variant::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("lut") && e.contains("missing"), "{e}");
+    let mut short = w.clone();
+    short.codes.pop();
+    let e = ops::matvec(&cpu, &short, &x, Tier::Exact)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("codes"), "{e}");
+    // Activations whose data does not hold M x C values.
+    let mut ragged = x.clone();
+    ragged.data.pop();
+    let e = ops::matvec(&cpu, &w, &ragged, Tier::Exact)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("x data"), "{e}");
+    // A forced variant outside its ranges, run through the family directly.
+    let p = ReduceProblem {
+        geometry: g,
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+    };
+    let d = trellis::families::reduce::ReduceDevice {
+        w: trellis::families::DeviceMatrix::upload(&cpu, &w).unwrap(),
+        x: ops::upload_activations(&cpu, &x).unwrap(),
+    };
+    let bad = Variant {
+        rows_per_group: 0,
+        ..Variant::default()
+    };
+    family::precompile::<ReduceFamily, _>(&cpu, &[(p, vec![bad])]).unwrap();
+    let e = family::run::<ReduceFamily, _>(&cpu, &p, bad, &d)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rows_per_group = 0"), "{e}");
+}

@@ -215,7 +215,7 @@ impl Backend for CpuBackend {
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<CpuTensor> {
-        Ok(CpuTensor::zeroed(spec.elem, &spec.shape, 0))
+        CpuTensor::zeroed(spec.elem, &spec.shape, 0)
     }
 
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<CpuTensor> {

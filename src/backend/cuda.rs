@@ -329,7 +329,7 @@ impl Backend for CudaBackend {
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<CudaTensor> {
-        let bytes = (spec.len() * spec.elem.size()).max(1);
+        let bytes = crate::kernel::tensor_bytes(spec.elem, &spec.shape)?.max(1);
         Ok(CudaTensor {
             elem: spec.elem,
             shape: spec.shape.clone(),
@@ -338,7 +338,7 @@ impl Backend for CudaBackend {
     }
 
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<CudaTensor> {
-        let want = shape.iter().product::<usize>() * elem.size();
+        let want = crate::kernel::tensor_bytes(elem, shape)?;
         if bytes.len() != want {
             return Err(Error::invalid(
                 "upload bytes",

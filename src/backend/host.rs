@@ -3,7 +3,7 @@
 //! by padding words.
 
 use crate::error::{Error, Result};
-use crate::kernel::{DeviceTensor, Elem};
+use crate::kernel::{tensor_bytes, DeviceTensor, Elem};
 
 /// A host tensor.
 #[derive(Clone, Debug, PartialEq)]
@@ -16,30 +16,43 @@ pub struct HostTensor {
 }
 
 impl HostTensor {
-    /// A zeroed tensor with `pad` extra words after its elements.
-    pub(super) fn zeroed(elem: Elem, shape: &[usize], pad: usize) -> Self {
-        let bytes = shape.iter().product::<usize>() * elem.size();
-        HostTensor {
+    /// A zeroed tensor with `pad` extra words after its elements; an error naming the
+    /// shape where its size overflows or cannot be allocated.
+    pub(super) fn zeroed(elem: Elem, shape: &[usize], pad: usize) -> Result<Self> {
+        let bytes = tensor_bytes(elem, shape)?;
+        let n = (bytes.div_ceil(4) + pad).max(1);
+        let mut words = Vec::new();
+        words.try_reserve_exact(n).map_err(|e| {
+            Error::invalid(
+                "tensor shape",
+                format!("{shape:?}"),
+                format!("cannot allocate {bytes} bytes: {e}"),
+            )
+        })?;
+        words.resize(n, 0);
+        Ok(HostTensor {
             elem,
             shape: shape.to_vec(),
-            words: vec![0; (bytes.div_ceil(4) + pad).max(1)],
-        }
+            words,
+        })
     }
-    /// A tensor holding `bytes`, which must be exactly its size.
+    /// A tensor holding `bytes`, which must be exactly its size (checked before anything
+    /// is allocated).
     pub(super) fn from_bytes(
         elem: Elem,
         shape: &[usize],
         bytes: &[u8],
         pad: usize,
     ) -> Result<Self> {
-        let mut t = Self::zeroed(elem, shape, pad);
-        if bytes.len() != t.byte_len() {
+        let want = tensor_bytes(elem, shape)?;
+        if bytes.len() != want {
             return Err(Error::invalid(
                 "upload bytes",
                 bytes.len(),
-                format!("{elem} tensor of shape {shape:?} needs {}", t.byte_len()),
+                format!("{elem} tensor of shape {shape:?} needs {want}"),
             ));
         }
+        let mut t = Self::zeroed(elem, shape, pad)?;
         t.bytes_mut().copy_from_slice(bytes);
         Ok(t)
     }

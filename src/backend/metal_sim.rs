@@ -378,7 +378,7 @@ impl Backend for MetalSimBackend {
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<SimTensor> {
-        Ok(SimTensor::zeroed(spec.elem, &spec.shape, PAD_WORDS))
+        SimTensor::zeroed(spec.elem, &spec.shape, PAD_WORDS)
     }
 
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<SimTensor> {

@@ -63,6 +63,9 @@ pub struct DeviceMatrix<B: Backend> {
 impl<B: Backend> DeviceMatrix<B> {
     /// Upload codes, scales and the value table.
     pub fn upload(b: &B, w: &QuantizedMatrix) -> Result<Self> {
+        // Its fields are public: checked again here, so a hand-edited matrix is an error
+        // naming the field, not a panic or a kernel reading past its codes.
+        w.validate()?;
         let g = w.geometry;
         let codes: Vec<u8> = w.codes.iter().flat_map(|c| c.to_le_bytes()).collect();
         let scales = match w.scale_dtype {
