@@ -68,8 +68,18 @@ struct KernelArgs {
 impl Parse for KernelArgs {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let mut args = KernelArgs::default();
+        let mut seen: Vec<String> = Vec::new();
         while !input.is_empty() {
             let key: Ident = input.parse()?;
+            // A second value would silently replace the first (a second `inputs(...)`
+            // dropping the first list).
+            if seen.contains(&key.to_string()) {
+                return Err(syn::Error::new(
+                    key.span(),
+                    format!("kernel argument `{key}` given twice"),
+                ));
+            }
+            seen.push(key.to_string());
             match key.to_string().as_str() {
                 "inputs" | "outputs" => {
                     let content;
@@ -160,6 +170,21 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
         .ok_or_else(|| syn::Error::new(span, "kernel needs `grid = expr`"))?;
     if args.outputs.is_empty() {
         return Err(syn::Error::new(span, "kernel needs at least one output"));
+    }
+    // Each tensor is a parameter of the kernel: one name, one tensor.
+    let tensors: Vec<&Ident> = args
+        .inputs
+        .iter()
+        .chain(&args.outputs)
+        .map(|t| &t.name)
+        .collect();
+    for (i, t) in tensors.iter().enumerate() {
+        if tensors[..i].contains(t) {
+            return Err(syn::Error::new(
+                t.span(),
+                format!("tensor `{t}` declared twice"),
+            ));
+        }
     }
     let validate = args.validate.map(|v| quote!(#v)).unwrap_or(quote!(Ok(())));
     let shared = args
@@ -255,4 +280,26 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key or a tensor given twice is an error at its second mention, not a silent
+    /// replacement of the first.
+    #[test]
+    fn duplicates_are_errors() {
+        let twice = syn::parse_str::<KernelArgs>("inputs(x: f32[4]), inputs(y: f32[4])")
+            .err()
+            .expect("a second inputs list");
+        assert_eq!(twice.to_string(), "kernel argument `inputs` given twice");
+        let args = syn::parse_str::<KernelArgs>(
+            "name = \"k\", template = \"k.kernel\", grid = g(), inputs(x: f32[4]), outputs(x: f32[4])",
+        )
+        .unwrap();
+        let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
+        let e = expand(args, item).expect_err("x twice");
+        assert_eq!(e.to_string(), "tensor `x` declared twice");
+    }
 }
