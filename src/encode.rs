@@ -951,8 +951,6 @@ mod tests {
         assert!(msg.contains("scale of row 0"), "{msg}");
     }
 
-    /// The costs of every path of a tiny trellis, by enumeration: Viterbi finds the
-    /// cheapest (unconstrained, and with the tail-biting restriction of pass 2).
     /// A block whose Viterbi tables would not fit is an error naming T, before anything
     /// is allocated.
     #[test]
@@ -966,6 +964,8 @@ mod tests {
         assert!(check_backpointers(256, 1, 16).is_ok());
     }
 
+    /// The costs of every path of a tiny trellis, by enumeration: Viterbi finds the
+    /// cheapest (unconstrained, and with the tail-biting restriction of pass 2).
     #[test]
     fn viterbi_finds_the_cheapest_path() {
         for (k, l, t_len) in [(1u32, 3u32, 9usize), (2, 4, 7), (3, 5, 5), (1, 2, 10)] {

@@ -78,3 +78,21 @@ impl Error {
 
 /// Library result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An empty vector with room for `n` values, or an error naming `what` (with `value`, how
+/// much was asked) when the memory cannot be had: a huge size from a file, a flag or a
+/// caller is an error, never an allocation abort.
+pub fn reserve<T>(n: usize, what: impl Into<String>, value: impl ToString) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| {
+        Error::invalid(
+            what,
+            value,
+            format!(
+                "cannot allocate {} bytes: {e}",
+                n.saturating_mul(std::mem::size_of::<T>())
+            ),
+        )
+    })?;
+    Ok(v)
+}

@@ -29,14 +29,7 @@ fn m_of(x: &Activations) -> Result<u32> {
 /// Activations must be finite: a NaN or infinity would silently poison every output
 /// it touches.
 fn check_finite(x: &Activations) -> Result<()> {
-    match x.data.iter().position(|v| !v.is_finite()) {
-        None => Ok(()),
-        Some(i) => Err(Error::invalid(
-            format!("x[{}, {}]", i / x.cols.max(1), i % x.cols.max(1)),
-            x.data[i],
-            "activations must be finite",
-        )),
-    }
+    check_each(x, |v| v.is_finite(), "activations must be finite")
 }
 
 /// The f16 operands of the matrix-unit kernels hold |x| < 65520 (bf16 and f32
@@ -47,13 +40,22 @@ fn check_f16_operand_range(x: &Activations, v: &MmaVariant) -> Result<()> {
     if x.dtype == DType::F16 || v.operands != MmaOperands::F16 {
         return Ok(());
     }
-    match x.data.iter().position(|v| v.abs() >= 65520.0) {
+    check_each(
+        x,
+        |v| v.abs() < 65520.0,
+        "the fast tier's f16 operands hold |x| < 65520 (SPEC 7 asks it for 2^15); \
+         run the exact tier for larger activations",
+    )
+}
+
+/// The first activation failing `ok`, as an error naming `x[m, c]` and its value.
+fn check_each(x: &Activations, ok: impl Fn(f32) -> bool, reason: &str) -> Result<()> {
+    match x.data.iter().position(|&v| !ok(v)) {
         None => Ok(()),
         Some(i) => Err(Error::invalid(
             format!("x[{}, {}]", i / x.cols.max(1), i % x.cols.max(1)),
             x.data[i],
-            "the fast tier's f16 operands hold |x| < 65520 (SPEC 7 asks it for 2^15); \
-             run the exact tier for larger activations",
+            reason,
         )),
     }
 }

@@ -33,14 +33,7 @@ fn filled<T: Clone>(a: usize, b: usize, fill: T, what: &str) -> Result<Vec<T>> {
     let n = a
         .checked_mul(b)
         .ok_or_else(|| Error::invalid(what, format!("{a} x {b}"), "the element count overflows"))?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|e| {
-        Error::invalid(
-            what,
-            format!("{a} x {b}"),
-            format!("the reference cannot allocate it: {e}"),
-        )
-    })?;
+    let mut v = crate::error::reserve(n, what, format!("{a} x {b}"))?;
     v.resize(n, fill);
     Ok(v)
 }

@@ -1,5 +1,5 @@
 //! Sizes checked before anything is allocated: a tensor the CLI generates has at most
-//! [`MAX_ELEMENTS`] elements, and its buffer is reserved fallibly, so a huge or
+//! [`MAX_ELEMENTS`] elements, and its buffer is reserved fallibly (`trellis::error::reserve`), so a huge or
 //! overflowing `--rows x --cols` is one `error:` line, never an allocation abort.
 
 use trellis::{Error, Result};
@@ -34,23 +34,6 @@ pub fn check_elements(dims: &[(&str, usize)]) -> Result<usize> {
             ))
         }
     }
-}
-
-/// An empty vector with room for `n` values, or an error (naming `what`) when the
-/// memory cannot be had.
-pub fn reserve<T>(n: usize, what: &str) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|e| {
-        Error::invalid(
-            what,
-            format!("{n} elements"),
-            format!(
-                "cannot allocate {} bytes: {e}",
-                n.saturating_mul(std::mem::size_of::<T>())
-            ),
-        )
-    })?;
-    Ok(v)
 }
 
 #[cfg(test)]

@@ -490,7 +490,7 @@ fn random(a: RandomArgs) -> Result<()> {
     let g = Geometry::new(a.rows, a.cols, c.t, c.k, c.l, c.code)?;
     let mut rng = ChaCha8Rng::seed_from_u64(a.seed);
     let n = g.codes_shape().iter().product::<usize>();
-    let mut codes: Vec<u32> = limits::reserve(n, "rows x cols")?;
+    let mut codes: Vec<u32> = trellis::error::reserve(n, "rows x cols", format!("{n} elements"))?;
     codes.extend((0..n).map(|_| rng.random::<u32>()));
     let (scale_dtype, round): (ScaleDType, fn(f32) -> f32) = match a.scale_dtype {
         ScaleArg::F16 => (ScaleDType::F16, |v| f16::from_f32(v).to_f32()),
@@ -538,7 +538,11 @@ fn gaussian(
 ) -> Result<Activations> {
     limits::check_elements(&[(flags.0, rows), (flags.1, cols)])?;
     let n = rows * cols;
-    let mut data: Vec<f32> = limits::reserve(n, &format!("{} x {}", flags.0, flags.1))?;
+    let mut data: Vec<f32> = trellis::error::reserve(
+        n,
+        format!("{} x {}", flags.0, flags.1),
+        format!("{n} elements"),
+    )?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     data.extend((0..n).map(|_| rng.sample::<f32, _>(StandardNormal) * std));
     Activations::from_f32(dtype, rows, cols, data)

@@ -1089,46 +1089,30 @@ fn quantize_rejects_bad_inputs() {
         .collect();
     fails(&args, &out, &["nope"]);
     // A table of the wrong length, and one that is not f32.
+    let with_lut = [
+        "--k",
+        "2",
+        "--l",
+        "10",
+        "--t",
+        "128",
+        "--code",
+        "lut",
+        "--lut",
+        s(&lut),
+    ];
     write_raw(
         &lut,
         vec![("lut", Dtype::F32, vec![100], f32_bytes(&[0.1; 100]))],
         &[],
     );
-    q(
-        &[
-            "--k",
-            "2",
-            "--l",
-            "10",
-            "--t",
-            "128",
-            "--code",
-            "lut",
-            "--lut",
-            s(&lut),
-        ],
-        &["lut length = 100", "1024"],
-    );
+    q(&with_lut, &["lut length = 100", "1024"]);
     write_raw(
         &lut,
         vec![("table", Dtype::F16, vec![1024], f16_bytes(&[0.1; 1024]))],
         &[],
     );
-    q(
-        &[
-            "--k",
-            "2",
-            "--l",
-            "10",
-            "--t",
-            "128",
-            "--code",
-            "lut",
-            "--lut",
-            s(&lut),
-        ],
-        &["no f32 tensor"],
-    );
+    q(&with_lut, &["no f32 tensor"]);
     // A value past the encoder's bound is the table file's error, naming its entry.
     let mut big = vec![0.1f32; 1024];
     big[3] = 2e6;
@@ -1137,21 +1121,7 @@ fn quantize_rejects_bad_inputs() {
         vec![("lut", Dtype::F32, vec![1024], f32_bytes(&big))],
         &[],
     );
-    q(
-        &[
-            "--k",
-            "2",
-            "--l",
-            "10",
-            "--t",
-            "128",
-            "--code",
-            "lut",
-            "--lut",
-            s(&lut),
-        ],
-        &[s(&lut), "lut[3]", "2000000", "magnitude"],
-    );
+    q(&with_lut, &[s(&lut), "lut[3]", "2000000", "magnitude"]);
     // Non-finite weights, and an unsupported dense dtype.
     let mut bad = vals.clone();
     bad[513] = f32::NAN;

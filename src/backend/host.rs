@@ -21,14 +21,7 @@ impl HostTensor {
     pub(super) fn zeroed(elem: Elem, shape: &[usize], pad: usize) -> Result<Self> {
         let bytes = tensor_bytes(elem, shape)?;
         let n = (bytes.div_ceil(4) + pad).max(1);
-        let mut words = Vec::new();
-        words.try_reserve_exact(n).map_err(|e| {
-            Error::invalid(
-                "tensor shape",
-                format!("{shape:?}"),
-                format!("cannot allocate {bytes} bytes: {e}"),
-            )
-        })?;
+        let mut words = crate::error::reserve(n, "tensor shape", format!("{shape:?}"))?;
         words.resize(n, 0);
         Ok(HostTensor {
             elem,

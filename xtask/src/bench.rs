@@ -224,8 +224,7 @@ fn shape_list(var: &str) -> Result<Vec<(usize, usize)>> {
     list(var, &[])
         .iter()
         .map(|s| {
-            s.split_once('x')
-                .and_then(|(r, c)| Some((r.parse().ok()?, c.parse().ok()?)))
+            crate::tune::rxc(s)
                 .ok_or_else(|| Error::invalid(var, s, "expected comma-separated RxC shapes"))
         })
         .collect()

@@ -92,6 +92,12 @@ fn parse_duration(field: &str, s: &str) -> Result<Duration> {
     }
 }
 
+/// `RxC` as (rows, cols).
+pub(crate) fn rxc(s: &str) -> Option<(usize, usize)> {
+    let (r, c) = s.split_once('x')?;
+    Some((r.parse().ok()?, c.parse().ok()?))
+}
+
 fn parse_shapes(items: &[String]) -> Result<Vec<Shape>> {
     let mut out = Vec::new();
     for s in items {
@@ -99,11 +105,11 @@ fn parse_shapes(items: &[String]) -> Result<Vec<Shape>> {
             out.extend(p);
             continue;
         }
-        let bad = || Error::invalid("shape", s, "expected qwen3-14b, llama-3-8b or RxC");
-        let (r, c) = s.split_once('x').ok_or_else(bad)?;
+        let (rows, cols) = rxc(s)
+            .ok_or_else(|| Error::invalid("shape", s, "expected qwen3-14b, llama-3-8b or RxC"))?;
         out.push(Shape {
-            rows: r.parse().map_err(|_| bad())?,
-            cols: c.parse().map_err(|_| bad())?,
+            rows,
+            cols,
             gate_up: true,
         });
     }
@@ -369,13 +375,18 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
         progress: Progress::new(),
         result: Ok(()),
         total: 0,
-        untuned: 0,
-        failed: 0,
+        left: harness::Untuned::default(),
     };
     trellis::families::for_each(&mut job);
     job.progress.finish();
     let result = std::mem::replace(&mut job.result, Ok(()));
-    let (total, untuned, failed) = (job.total, job.untuned, job.failed);
+    let (
+        total,
+        harness::Untuned {
+            budget: untuned,
+            failed,
+        },
+    ) = (job.total, job.left);
     println!("{}", summary(&table));
     println!("wrote {}", out.display());
     result?;
@@ -408,8 +419,7 @@ struct FamilyJob<'a, B: Backend> {
     progress: Progress,
     result: Result<()>,
     total: usize,
-    untuned: usize,
-    failed: usize,
+    left: harness::Untuned,
 }
 
 impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
@@ -466,8 +476,8 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
             &mut |e| progress.event(F::NAME, e),
         ) {
             Ok(left) => {
-                self.untuned += left.budget;
-                self.failed += left.failed;
+                self.left.budget += left.budget;
+                self.left.failed += left.failed;
             }
             Err(e) => self.result = Err(e),
         }
