@@ -8,7 +8,8 @@
 //! Arguments (defaults in brackets): rows [17408], cols [5120], k [3], code [1mad], L [12],
 //! M [1], rows_per_group [1], rows_per_simd [4], max_registers [0], folded scales (0, 1)
 //! [1: where `RowScales::of` folds], scalar code words (0, 1) [0], next run's code words
-//! prefetched (0, 1) [0], evict-first code words (0, 1) [0]. bf16 activations, f16 scales,
+//! prefetched (0, 1) [0], evict-first code words (0, 1) [0], lane-interleaved x (0, 1)
+//! [0]. bf16 activations, f16 scales,
 //! T = 256, shared decode of the M samples.
 use trellis::catalog::inline_registers;
 use trellis::families::reduce::Reduce;
@@ -48,6 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             scalar_words: num(10, "0")? == 1,
             prefetch_words: num(11, "0")? == 1,
             stream_words: num(12, "0")? == 1,
+            interleaved_x: num(13, "0")? == 1,
             ..inline_registers(Tier::Exact, num(6, "1")?, num(7, "4")?, num(8, "0")?)
         },
     };

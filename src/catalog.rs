@@ -6,6 +6,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::geometry::Geometry;
 use crate::kernels::{MStrategy, Proj, Representation, Tier, Variant, XStage, ROWS_PER_SIMD};
+use crate::matrix::INTERLEAVE_COLS;
 
 /// Launch shapes and representations the tuner and verifier enumerate for a tier.
 ///
@@ -61,6 +62,7 @@ pub fn variants(tier: Tier, m: u32, quick: bool) -> Vec<Variant> {
                             scalar_words: false,
                             prefetch_words: false,
                             stream_words: false,
+                            interleaved_x: false,
                         });
                     }
                 }
@@ -210,7 +212,21 @@ pub fn scalar_word_variants(tier: Tier, m: u32, rows: usize, vector_words: bool)
 /// k 3), evict-first 1-5 % on most M 1 / 4 keys of both Qwen shapes (3 % worse at 5120 x
 /// 17408 M 1 k 2); the goal key (17408 x 5120 k 3 M 1) gained from neither.
 pub fn code_load_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
-    let sets: Vec<Variant> = match m {
+    let sets = code_load_sets(tier, m, rows);
+    let mut out = Vec::new();
+    for (prefetch_words, stream_words) in [(true, false), (false, true), (true, true)] {
+        out.extend(sets.iter().map(|v| Variant {
+            prefetch_words,
+            stream_words,
+            ..*v
+        }));
+    }
+    out
+}
+
+/// The row sets [`code_load_variants`] loads differently.
+fn code_load_sets(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
+    match m {
         1 | 2 | 4 if (TUNED_ROWS..BALANCE_ROWS).contains(&rows) => {
             let widths: &[u32] = if m == 4 { &[2, 3, 4] } else { &[2] };
             let mut sets = Vec::new();
@@ -226,16 +242,28 @@ pub fn code_load_variants(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
             sets
         }
         _ => Vec::new(),
-    };
-    let mut out = Vec::new();
-    for (prefetch_words, stream_words) in [(true, false), (false, true), (true, true)] {
-        out.extend(sets.iter().map(|v| Variant {
-            prefetch_words,
-            stream_words,
-            ..*v
-        }));
     }
-    out
+}
+
+/// Twins reading the lane-interleaved x ([`Variant::interleaved_x`]) of the row sets of
+/// [`code_load_variants`] and of its twins, at M = 2 and 4 from [`TUNED_ROWS`] to
+/// [`BALANCE_ROWS`] rows where the columns are whole 1024-column slices. There x's loads
+/// bound the loop: ncu of the H200's 5120 x 17408 k 3 M 4 winner reads L1/TEX at 91 % of
+/// peak, and its interleaved twin ran 53.2 -> 48.9 us with the L1 at 28 %
+/// (`prototypes/results/xperm.md`); M = 1, M = 8 and 17408 rows were flat.
+pub fn interleaved_x_variants(tier: Tier, m: u32, rows: usize, cols: usize) -> Vec<Variant> {
+    let fits = matches!(m, 2 | 4) && rows < BALANCE_ROWS && cols % INTERLEAVE_COLS == 0;
+    if !fits {
+        return Vec::new();
+    }
+    let mut out = code_load_sets(tier, m, rows);
+    out.extend(code_load_variants(tier, m, rows));
+    out.into_iter()
+        .map(|v| Variant {
+            interleaved_x: true,
+            ..v
+        })
+        .collect()
 }
 
 /// One candidate of 8 rows per simdgroup at every M, from [`TUNED_ROWS`] rows: the probe
@@ -272,6 +300,7 @@ pub fn inline_registers(
         scalar_words: false,
         prefetch_words: false,
         stream_words: false,
+        interleaved_x: false,
     }
 }
 

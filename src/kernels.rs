@@ -8,6 +8,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::kernel::{Dialect, Elem, Grid};
+use crate::matrix::INTERLEAVE_COLS;
 use std::fmt;
 
 pub use crate::families::{expand::Expand, gate_up::GateUp, reduce::Reduce};
@@ -221,8 +222,8 @@ impl XStage {
 
 /// The tunable part of a specialization: same output bits (within a tier), different speed.
 ///
-/// `Hash` and `Debug` leave `max_registers`, `scalar_words`, `prefetch_words` and
-/// `stream_words` out at their defaults, as the tables do (serde): a variant without them
+/// `Hash` and `Debug` leave `max_registers`, `scalar_words`, `prefetch_words`,
+/// `stream_words` and `interleaved_x` out at their defaults, as the tables do (serde): a variant without them
 /// keeps the kernel symbol and the tuning space hashes it had before the fields existed,
 /// so adding a field re-tunes only the entries whose space it widens.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -263,6 +264,13 @@ pub struct Variant {
     /// by every simdgroup of the SM. The other dialects ignore it.
     #[serde(default, skip_serializing_if = "is_default")]
     pub stream_words: bool,
+    /// Read x from its lane-interleaved copy ([`crate::matrix::Activations::lane_interleaved`],
+    /// x in registers, columns a multiple of 1024), where each 16-byte load of a
+    /// simdgroup reads 512 contiguous bytes instead of half of 32 sectors. Where the L1
+    /// bounds the loop (5120 x 17408 M 4 on the H200: L1/TEX at 91 % of peak in ncu), a
+    /// prototype ran 8 % faster with the L1 at 28 % (`prototypes/results/xperm.md`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub interleaved_x: bool,
 }
 
 /// Whether a field holds its type's default (serde leaves such fields out of the tables).
@@ -314,7 +322,8 @@ hash_debug_skipping_default!(
     } + max_registers,
     scalar_words,
     prefetch_words,
-    stream_words
+    stream_words,
+    interleaved_x
 );
 
 /// How a SIMT kernel receives a matrix's row scales: as stored, or, for `1mad` with f16
@@ -390,6 +399,7 @@ impl Default for Variant {
             scalar_words: false,
             prefetch_words: false,
             stream_words: false,
+            interleaved_x: false,
         }
     }
 }
@@ -415,6 +425,9 @@ impl fmt::Display for Variant {
         }
         if self.stream_words {
             write!(f, " stream")?;
+        }
+        if self.interleaved_x {
+            write!(f, " xi")?;
         }
         write!(f, " {}", self.tier)
     }
@@ -534,6 +547,16 @@ pub(crate) fn check_common(
             v.scalar_words,
             "the code words load one at a time anyway (vector loads need x in registers and \
              k a multiple of 2)",
+        ));
+    }
+    if v.interleaved_x && !(v.x_stage.is_registers() && cols % INTERLEAVE_COLS == 0) {
+        return Err(Error::invalid(
+            "interleaved_x",
+            v.interleaved_x,
+            format!(
+                "the lane-interleaved x needs x in registers and a multiple of \
+                 {INTERLEAVE_COLS} columns (here {cols})"
+            ),
         ));
     }
     if !(1..=MAX_ROWS_PER_SIMD).contains(&v.rows_per_simd) {

@@ -134,6 +134,9 @@ impl QuantizedMatrix {
     }
 }
 
+/// Columns per slice of [`Activations::lane_interleaved`]: 32 lanes times a run of 32.
+pub const INTERLEAVE_COLS: usize = 1024;
+
 /// Activations `x` (or outputs `y`, `mid`): `[M, C]` values exactly representable in `dtype`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Activations {
@@ -169,6 +172,34 @@ impl Activations {
         &self.data[m * self.cols..(m + 1) * self.cols]
     }
 
+    /// The lane-interleaved copy the SIMT kernels read with `Variant::interleaved_x`, or
+    /// `None` where `cols` is not a whole number of [`INTERLEAVE_COLS`] slices. The
+    /// canonical order gives lane l of a simdgroup run u = 32 i + l, columns 32 u ..
+    /// 32 u + 31, which it loads as 16-byte chunks: the 32 lanes of one load then touch
+    /// 32 sectors and use half of each (the L1 limit of the H200's 5120 x 17408 M 4
+    /// kernels). Here, within each slice of 1024 columns, chunk q of lane l's run sits at
+    /// chunk 32 q + l, so each load reads 512 contiguous bytes. Only where the bytes sit
+    /// changes: the kernels' sums, and so their bits, stay.
+    pub fn lane_interleaved(&self) -> Option<Activations> {
+        if self.cols % INTERLEAVE_COLS != 0 {
+            return None;
+        }
+        // Values per 16-byte chunk.
+        let e = 16 / self.dtype.size();
+        let mut data = vec![0.0f32; self.data.len()];
+        for (src, dst) in self
+            .data
+            .chunks(INTERLEAVE_COLS)
+            .zip(data.chunks_mut(INTERLEAVE_COLS))
+        {
+            for (c, &v) in src.iter().enumerate() {
+                let (lane, j) = (c / 32, c % 32);
+                dst[((j / e) * 32 + lane) * e + j % e] = v;
+            }
+        }
+        Some(Activations { data, ..*self })
+    }
+
     /// Little-endian bytes in `dtype`.
     pub fn to_bytes(&self) -> Vec<u8> {
         self.dtype.encode(&self.data)
@@ -186,6 +217,38 @@ impl Activations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lane l's chunk q (columns 32 l + e q .. + e - 1 of a slice, e values per 16 bytes)
+    /// lands at chunk 32 q + l; a ragged width has no interleaved copy.
+    #[test]
+    fn lane_interleaving_moves_each_lanes_chunks_apart() {
+        // f16 holds the column numbers exactly (bf16, of f16's size, would round them).
+        for (dtype, e) in [(DType::F16, 8), (DType::F32, 4)] {
+            let x = Activations::from_f32(
+                dtype,
+                2,
+                2048,
+                (0..4096).map(|i| (i % 2048) as f32).collect(),
+            )
+            .unwrap();
+            let xi = x.lane_interleaved().unwrap();
+            for (slice, base) in [(0usize, 0.0f32), (1, 1024.0)] {
+                let at = |pos: usize| xi.data[2048 + slice * 1024 + pos];
+                // Lane 0's first chunk, lane 1's first chunk, lane 0's second chunk.
+                assert_eq!(at(0), base);
+                assert_eq!(at(e), base + 32.0);
+                assert_eq!(at(32 * e), base + e as f32);
+                assert_eq!(at(31 * e + 1), base + 31.0 * 32.0 + 1.0);
+            }
+            let mut sorted = xi.data.clone();
+            sorted.sort_by(f32::total_cmp);
+            let mut want = x.data.clone();
+            want.sort_by(f32::total_cmp);
+            assert_eq!(sorted, want, "a permutation");
+        }
+        let ragged = Activations::from_f32(DType::Bf16, 1, 1536, vec![0.0; 1536]).unwrap();
+        assert!(ragged.lane_interleaved().is_none());
+    }
 
     #[test]
     fn non_finite_scales_are_rejected_with_their_row() {

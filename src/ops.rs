@@ -8,9 +8,9 @@
 use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};
 use crate::families::gate_up::{GateUpFamily, GateUpProblem};
-use crate::families::gate_up_mma::GateUpMmaFamily;
+use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
 use crate::families::reduce::{ReduceFamily, ReduceProblem};
-use crate::families::reduce_mma::{MmaOperands, MmaVariant, ReduceMmaFamily};
+use crate::families::reduce_mma::{ReduceMmaDevice, ReduceMmaFamily};
 use crate::family;
 use crate::kernel::Backend;
 use crate::kernels::{Tail, Tier, Variant, MAX_M};
@@ -30,22 +30,6 @@ fn m_of(x: &Activations) -> Result<u32> {
 /// it touches.
 fn check_finite(x: &Activations) -> Result<()> {
     check_each(x, |v| v.is_finite(), "activations must be finite")
-}
-
-/// The f16 operands of the matrix-unit kernels hold |x| < 65520 (bf16 and f32
-/// activations are converted; f16 ones are in range by their type). SPEC 7 asks the fast
-/// tier to stay finite up to 2^15 and calls any overflow wrong, so a larger activation is
-/// an error naming it, where the kernel would write inf or NaN.
-fn check_f16_operand_range(x: &Activations, v: &MmaVariant) -> Result<()> {
-    if x.dtype == DType::F16 || v.operands != MmaOperands::F16 {
-        return Ok(());
-    }
-    check_each(
-        x,
-        |v| v.abs() < 65520.0,
-        "the fast tier's f16 operands hold |x| < 65520 (SPEC 7 asks it for 2^15); \
-         run the exact tier for larger activations",
-    )
 }
 
 /// The first activation failing `ok`, as an error naming `x[m, c]` and its value.
@@ -122,11 +106,7 @@ pub fn matvec<B: Backend>(
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
-        check_f16_operand_range(x, &v)?;
-        let d = crate::families::reduce::ReduceDevice {
-            w: DeviceMatrix::upload(b, w)?,
-            x: upload_activations(b, x)?,
-        };
+        let d = ReduceMmaDevice::upload(b, w, x)?;
         return family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first);
     }
     let p = reduce_problem(w, x)?;
@@ -143,10 +123,7 @@ pub fn matvec_with<B: Backend>(
 ) -> Result<Activations> {
     let p = reduce_problem(w, x)?;
     family::fits::<ReduceFamily>(&p, variant, &b.limits())?;
-    let d = crate::families::reduce::ReduceDevice {
-        w: DeviceMatrix::upload(b, w)?,
-        x: upload_activations(b, x)?,
-    };
+    let d = crate::families::reduce::ReduceDevice::upload(b, w, x)?;
     family::run::<ReduceFamily, B>(b, &p, variant, &d).map(first)
 }
 
@@ -163,12 +140,7 @@ pub fn gate_up<B: Backend>(
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
-        check_f16_operand_range(x, &v)?;
-        let d = crate::families::gate_up::GateUpDevice {
-            gate: DeviceMatrix::upload(b, gate)?,
-            up: DeviceMatrix::upload(b, up)?,
-            x: upload_activations(b, x)?,
-        };
+        let d = GateUpMmaDevice::upload(b, gate, up, x)?;
         return family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first);
     }
     let p = gate_up_problem(gate, up, x, tail)?;
@@ -187,11 +159,7 @@ pub fn gate_up_with<B: Backend>(
 ) -> Result<Activations> {
     let p = gate_up_problem(gate, up, x, tail)?;
     family::fits::<GateUpFamily>(&p, variant, &b.limits())?;
-    let d = crate::families::gate_up::GateUpDevice {
-        gate: DeviceMatrix::upload(b, gate)?,
-        up: DeviceMatrix::upload(b, up)?,
-        x: upload_activations(b, x)?,
-    };
+    let d = crate::families::gate_up::GateUpDevice::upload(b, gate, up, x)?;
     family::run::<GateUpFamily, B>(b, &p, variant, &d).map(first)
 }
 

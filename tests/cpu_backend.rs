@@ -148,6 +148,7 @@ fn reduce_matches_reference_bit_for_bit() {
             scalar_words: false,
             prefetch_words: false,
             stream_words: false,
+            interleaved_x: false,
         };
         let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
         let want = reference::reduce(&w, &x).unwrap();
@@ -240,6 +241,7 @@ fn registers_and_rows_per_simd_match_reference_bit_for_bit() {
                 scalar_words: false,
                 prefetch_words: false,
                 stream_words: false,
+                interleaved_x: false,
             };
             let got = ops::matvec_with(&b, &w, &x, variant).unwrap();
             let want = reference::reduce(&w, &x).unwrap();
@@ -824,10 +826,7 @@ fn hand_built_inputs_and_raw_uploads_are_checked() {
         act: DType::Bf16,
         m: 1,
     };
-    let d = trellis::families::reduce::ReduceDevice {
-        w: trellis::families::DeviceMatrix::upload(&cpu, &w).unwrap(),
-        x: ops::upload_activations(&cpu, &x).unwrap(),
-    };
+    let d = trellis::families::reduce::ReduceDevice::upload(&cpu, &w, &x).unwrap();
     let bad = Variant {
         rows_per_group: 0,
         ..Variant::default()
@@ -837,4 +836,85 @@ fn hand_built_inputs_and_raw_uploads_are_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("rows_per_group = 0"), "{e}");
+}
+
+/// `interleaved_x` reads x from its lane-interleaved copy (`Activations::lane_interleaved`):
+/// the same sums, so the same bits, on the CPU and the Metal simulator for every
+/// activation dtype, at 1-4 rows per simdgroup and M 1-4, in `reduce` and `gate_up`; where
+/// the columns are not whole 1024-column slices, or x is not in registers, it is an error
+/// naming the field. Offered only at M = 2 and 4 below `BALANCE_ROWS` rows with whole
+/// slices; at its default it is left out of the tables and of every kernel symbol.
+#[test]
+fn interleaved_x_keeps_the_bits_and_is_offered_where_x_bounds_the_l1() {
+    use trellis::catalog::{interleaved_x_variants, BALANCE_ROWS, TUNED_ROWS};
+    let xi = |rps, prefetch_words| Variant {
+        x_stage: XStage::Registers,
+        rows_per_group: 2,
+        rows_per_simd: rps,
+        prefetch_words,
+        interleaved_x: true,
+        ..Variant::default()
+    };
+    for (i, (act, m, rps, k)) in [
+        (DType::Bf16, 4, 2, 3),
+        (DType::F16, 2, 3, 2),
+        (DType::F32, 3, 4, 4),
+        (DType::Bf16, 1, 1, 3),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let g = Geometry::new(37, 2048, 256, k, 12, Code::OneMad).unwrap();
+        let w = random_matrix(g, 90 + i as u64);
+        let x = random_x(act, m, 2048, 95 + i as u64);
+        assert_reduce_bits_cpu_and_sim(&w, &x, xi(rps, i % 2 == 0));
+    }
+    assert_mixed_gate_up_bits_cpu(29, 1024, 97, xi(3, false));
+
+    // Ragged columns, or x not in registers: errors naming the field.
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(16, 1536, 256, 2, 12, Code::OneMad).unwrap();
+    let (w, x) = (random_matrix(g, 98), random_x(DType::Bf16, 1, 1536, 99));
+    let e = ops::matvec_with(&cpu, &w, &x, xi(2, false))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("interleaved_x") && e.contains("1536"), "{e}");
+    let staged = Variant {
+        x_stage: XStage::SharedAct,
+        rows_per_simd: 1,
+        ..xi(1, false)
+    };
+    let g = Geometry::new(16, 1024, 256, 2, 12, Code::OneMad).unwrap();
+    let (w, x) = (random_matrix(g, 98), random_x(DType::Bf16, 1, 1024, 99));
+    let e = ops::matvec_with(&cpu, &w, &x, staged)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("interleaved_x"), "{e}");
+
+    // Offered at M 2 / 4 from TUNED_ROWS below BALANCE_ROWS with whole slices only.
+    let offered = interleaved_x_variants(Tier::Exact, 4, 5120, 17408);
+    assert_eq!(offered.len(), 36);
+    assert!(offered.iter().all(|v| v.interleaved_x));
+    assert_eq!(
+        interleaved_x_variants(Tier::Exact, 2, 5120, 17408).len(),
+        12
+    );
+    for (m, rows, cols) in [
+        (1, 5120, 17408),
+        (8, 5120, 17408),
+        (4, BALANCE_ROWS, 5120),
+        (4, TUNED_ROWS - 1, 17408),
+        (4, 5120, 17408 - 512),
+    ] {
+        assert!(
+            interleaved_x_variants(Tier::Exact, m, rows, cols).is_empty(),
+            "{m} {rows} {cols}"
+        );
+    }
+    let plain = Variant::default();
+    assert!(!format!("{plain:?}").contains("interleaved_x"));
+    assert!(!toml::to_string(&plain).unwrap().contains("interleaved_x"));
+    let read: Variant = toml::from_str(&toml::to_string(&xi(2, false)).unwrap()).unwrap();
+    assert_eq!(read, xi(2, false));
+    assert!(xi(2, false).to_string().ends_with(" xi exact"));
 }

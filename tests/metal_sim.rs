@@ -472,6 +472,7 @@ fn reduce_spec(c: &Case, repr: Representation, x_stage: XStage) -> Reduce {
             scalar_words: false,
             prefetch_words: false,
             stream_words: false,
+            interleaved_x: false,
         },
     }
 }

@@ -35,6 +35,7 @@ fn cuda_unit(m: u32) -> String {
             scalar_words: false,
             prefetch_words: false,
             stream_words: false,
+            interleaved_x: false,
         },
     };
     kernel.unit(Dialect::Cuda).unwrap()

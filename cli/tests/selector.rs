@@ -28,6 +28,7 @@ fn winner() -> Variant {
         scalar_words: false,
         prefetch_words: false,
         stream_words: false,
+        interleaved_x: false,
     }
 }
 

@@ -1,12 +1,12 @@
 //! `gate_up`: the fused SwiGLU `mid = silu(G x) * (U x)` (SPEC 6), template
 //! `templates/gate_up.kernel`; listed as `gate_up_mixed` when the two k differ.
 
-use super::{check_m, DeviceMatrix};
+use super::{check_m, DeviceActivations, DeviceMatrix};
 use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
-use crate::kernel::{Backend, DeviceTensor as _};
+use crate::kernel::Backend;
 use crate::kernels::{check_common, grid, Proj, RowScales, Tail, Tier, Variant, XLayout, MAX_M};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
@@ -276,7 +276,23 @@ impl GateUpExpected {
 pub struct GateUpDevice<B: Backend> {
     pub gate: DeviceMatrix<B>,
     pub up: DeviceMatrix<B>,
-    pub x: B::Tensor,
+    pub x: DeviceActivations<B>,
+}
+
+impl<B: Backend> GateUpDevice<B> {
+    /// Upload both matrices and the activations.
+    pub fn upload(
+        b: &B,
+        gate: &QuantizedMatrix,
+        up: &QuantizedMatrix,
+        x: &Activations,
+    ) -> Result<Self> {
+        Ok(GateUpDevice {
+            gate: DeviceMatrix::upload(b, gate)?,
+            up: DeviceMatrix::upload(b, up)?,
+            x: DeviceActivations::upload(b, x)?,
+        })
+    }
 }
 
 /// The `gate_up` family.
@@ -411,15 +427,11 @@ impl Family for GateUpFamily {
         }
     }
     fn upload<B: Backend>(b: &B, _p: &GateUpProblem, h: &GateUpHost) -> Result<GateUpDevice<B>> {
-        Ok(GateUpDevice {
-            gate: DeviceMatrix::upload(b, &h.gate)?,
-            up: DeviceMatrix::upload(b, &h.up)?,
-            x: super::upload_activations(b, &h.x)?,
-        })
+        GateUpDevice::upload(b, &h.gate, &h.up, &h.x)
     }
     fn inputs<'d, B: Backend>(d: &'d GateUpDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
         vec![
-            &d.x,
+            d.x.for_variant(v),
             &d.gate.codes,
             d.gate.row_scales(d.x.elem(), v.repr),
             d.gate.table(v.repr),

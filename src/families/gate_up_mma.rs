@@ -6,7 +6,7 @@
 //! (SPEC 7 v2); listed as `gate_up_mma_mixed` when the two k differ.
 
 use super::reduce_mma::{
-    add_paired_twins, paired_windows_fit, MmaLayout, MmaProj, MmaVariant, MAX_M_MMA,
+    add_paired_twins, paired_windows_fit, MmaLayout, MmaProj, MmaVariant, Prescaled, MAX_M_MMA,
 };
 use super::DeviceMatrix;
 use crate::check::{self, RealSums};
@@ -33,6 +33,7 @@ use std::cell::OnceCell;
         ucodes: u32[self.rows, self.cols / self.t, self.up.words_per_block(self.t)],
         uscales: up_scale[self.rows],
         utable: f32[self.projs()[1].table_len()],
+        unscale: f32[self.unscale_len()],
     ),
     outputs(mid: act[self.m, self.rows]),
 )]
@@ -117,8 +118,28 @@ impl GateUpMmaExpected {
     }
 }
 
-/// Uploaded `gate_up_mma` data: `gate_up`'s.
-pub type GateUpMmaDevice<B> = super::gate_up::GateUpDevice<B>;
+/// Uploaded `gate_up_mma` data: both matrices, and x as [`Prescaled`].
+pub struct GateUpMmaDevice<B: Backend> {
+    pub gate: DeviceMatrix<B>,
+    pub up: DeviceMatrix<B>,
+    pub ops: Prescaled<B>,
+}
+
+impl<B: Backend> GateUpMmaDevice<B> {
+    /// Upload both matrices and the activations.
+    pub fn upload(
+        b: &B,
+        gate: &QuantizedMatrix,
+        up: &QuantizedMatrix,
+        x: &Activations,
+    ) -> Result<Self> {
+        Ok(GateUpMmaDevice {
+            gate: DeviceMatrix::upload(b, gate)?,
+            up: DeviceMatrix::upload(b, up)?,
+            ops: Prescaled::upload(b, x, &[gate, up])?,
+        })
+    }
+}
 
 /// The `gate_up_mma` family (fast tier only).
 pub struct GateUpMmaFamily;
@@ -293,22 +314,18 @@ impl Family for GateUpMmaFamily {
         _p: &GateUpMmaProblem,
         h: &GateUpMmaHost,
     ) -> Result<GateUpMmaDevice<B>> {
-        Ok(GateUpMmaDevice {
-            gate: DeviceMatrix::upload(b, &h.gate)?,
-            up: DeviceMatrix::upload(b, &h.up)?,
-            x: super::upload_activations(b, &h.x)?,
-        })
+        GateUpMmaDevice::upload(b, &h.gate, &h.up, &h.x)
     }
     fn inputs<'d, B: Backend>(d: &'d GateUpMmaDevice<B>, _v: &MmaVariant) -> Vec<&'d B::Tensor> {
-        use crate::kernels::Representation::Inline;
         vec![
-            &d.x,
+            &d.ops.x,
             &d.gate.codes,
             &d.gate.scales,
-            d.gate.table(Inline),
+            d.ops.table(0, &d.gate),
             &d.up.codes,
             &d.up.scales,
-            d.up.table(Inline),
+            d.ops.table(1, &d.up),
+            &d.ops.unscale,
         ]
     }
     fn problem(s: &ProblemSpec) -> Result<GateUpMmaProblem> {

@@ -13,8 +13,8 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::family::{Family, FamilyVisitor};
 use crate::geometry::Geometry;
-use crate::kernel::{Backend, Elem};
-use crate::kernels::{Proj, Representation, RowScales};
+use crate::kernel::{Backend, DeviceTensor as _, Elem};
+use crate::kernels::{Proj, Representation, RowScales, Variant};
 use crate::matrix::{Activations, QuantizedMatrix};
 
 /// Visit every registered family. Adding a family is its module, its template, and
@@ -130,6 +130,39 @@ impl<B: Backend> DeviceMatrix<B> {
 /// Upload activations `[M, C]`.
 pub fn upload_activations<B: Backend>(b: &B, x: &Activations) -> Result<B::Tensor> {
     b.upload(x.dtype.into(), &[x.rows, x.cols], &x.to_bytes())
+}
+
+/// Activations uploaded for the SIMT families: as they are and, where the columns allow,
+/// lane-interleaved ([`Activations::lane_interleaved`], for [`Variant::interleaved_x`];
+/// a copy of M x C values, small beside the weights).
+pub struct DeviceActivations<B: Backend> {
+    x: B::Tensor,
+    interleaved: Option<B::Tensor>,
+}
+
+impl<B: Backend> DeviceActivations<B> {
+    /// Upload `x` in both layouts (the interleaved one where `cols` allows it).
+    pub fn upload(b: &B, x: &Activations) -> Result<Self> {
+        Ok(DeviceActivations {
+            x: upload_activations(b, x)?,
+            interleaved: x
+                .lane_interleaved()
+                .map(|xi| upload_activations(b, &xi))
+                .transpose()?,
+        })
+    }
+    /// The layout variant `v` reads. An interleaved variant validates only where the
+    /// columns have the interleaved copy (`kernels::check_common`).
+    pub fn for_variant(&self, v: &Variant) -> &B::Tensor {
+        match (&self.interleaved, v.interleaved_x) {
+            (Some(xi), true) => xi,
+            _ => &self.x,
+        }
+    }
+    /// The activations' element type.
+    pub fn elem(&self) -> Elem {
+        self.x.elem()
+    }
 }
 
 /// M must be in `1..=max` (the family's limit).

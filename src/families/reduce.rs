@@ -1,11 +1,11 @@
 //! `reduce`: `y = W x` for M samples (SPEC 4-5), template `templates/reduce.kernel`.
 
-use super::{check_m, DeviceMatrix};
+use super::{check_m, DeviceActivations, DeviceMatrix};
 use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
-use crate::kernel::{Backend, DeviceTensor as _};
+use crate::kernel::Backend;
 use crate::kernels::{check_common, grid, Proj, RowScales, Tier, Variant, XLayout, MAX_M};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
@@ -224,7 +224,17 @@ impl ReduceExpected {
 /// Uploaded `reduce` data.
 pub struct ReduceDevice<B: Backend> {
     pub w: DeviceMatrix<B>,
-    pub x: B::Tensor,
+    pub x: DeviceActivations<B>,
+}
+
+impl<B: Backend> ReduceDevice<B> {
+    /// Upload a matrix and its activations.
+    pub fn upload(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Self> {
+        Ok(ReduceDevice {
+            w: DeviceMatrix::upload(b, w)?,
+            x: DeviceActivations::upload(b, x)?,
+        })
+    }
 }
 
 /// The `reduce` family.
@@ -316,14 +326,11 @@ impl Family for ReduceFamily {
         }
     }
     fn upload<B: Backend>(b: &B, _p: &ReduceProblem, host: &ReduceHost) -> Result<ReduceDevice<B>> {
-        Ok(ReduceDevice {
-            w: DeviceMatrix::upload(b, &host.w)?,
-            x: super::upload_activations(b, &host.x)?,
-        })
+        ReduceDevice::upload(b, &host.w, &host.x)
     }
     fn inputs<'d, B: Backend>(d: &'d ReduceDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
         vec![
-            &d.x,
+            d.x.for_variant(v),
             &d.w.codes,
             d.w.row_scales(d.x.elem(), v.repr),
             d.w.table(v.repr),

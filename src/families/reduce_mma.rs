@@ -8,11 +8,12 @@
 //! step and tile). Operands are f16: 1mad feeds its centred byte sums (exact; the
 //! divisor and the row scale go to the f32 epilogue), 3inst/mcg the two f16 halves of
 //! the masked word as two k-slots against x duplicated (the matrix unit adds them),
-//! mul1 and lut their values rounded to f16. x is converted to f16 (exact for f16; bf16
-//! in f16's normal range; f32 rounded), so |x| must stay below 65520 (SPEC 7 asks for
-//! 2^15): per fragment as it is read (`x_stage = global`), or once per threadgroup into
-//! threadgroup memory (`shared`; `shared_dup` stores each value twice, the B words of
-//! 3inst/mcg). Accumulation is f32. Results meet SPEC 7 (v2).
+//! mul1 and lut their values rounded to f16. x is converted to f16 per fragment as it is
+//! read (`x_stage = global`), or once per threadgroup into threadgroup memory (`shared`;
+//! `shared_dup` stores each value twice, the B words of 3inst/mcg); the host first takes
+//! a power of two out of each sample and out of each lut table, which the epilogue puts
+//! back ([`Prescaled`]), so f16's range holds any magnitude. Accumulation is f32.
+//! Results meet SPEC 7 (v2).
 //!
 //! Measured on the H200 (`tuning/reports/nvidia-h200-mma-bench.md`): the 1mad loop is
 //! 5.4 instructions per weight (window SHF + LOP3, LCG IMAD, byte-sum IDP.4A, half a
@@ -23,6 +24,7 @@
 //! Paired state windows (`MmaVariant::paired_windows`) take 1mad's loop at k 2 L 16 to 5.0
 //! (one window, masked and shifted, for two states), for 56 registers instead of 48.
 
+use super::DeviceMatrix;
 use crate::check::{self, RealSums};
 use crate::codes::Code;
 use crate::dtype::{DType, ScaleDType};
@@ -252,6 +254,7 @@ impl fmt::Display for MmaVariant {
         codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
         scales: scale[self.rows],
         table: f32[self.the_proj().table_len()],
+        unscale: f32[self.unscale_len()],
     ),
     outputs(y: act[self.m, self.rows], ws: f32[self.ws_words()]),
     zero_outputs = self.variant.k_split > 1,
@@ -378,6 +381,11 @@ pub trait MmaLayout {
         "y"
     }
 
+    /// Words of the `unscale` input ([`Prescaled`]): one per sample, then one per
+    /// projection.
+    fn unscale_len(&self) -> usize {
+        self.dims().3 as usize + self.projs().len()
+    }
     /// Simdgroups per threadgroup.
     fn warps(&self) -> usize {
         let v = self.dims().4;
@@ -857,8 +865,107 @@ impl ReduceMmaExpected {
     }
 }
 
-/// Uploaded `reduce_mma` data: `reduce`'s.
-pub type ReduceMmaDevice<B> = super::reduce::ReduceDevice<B>;
+/// The exponent `e` a set of magnitudes gives up to the operands: the largest of them
+/// times `2^-e` lies in `[2^13, 2^14)`, well inside f16's range (|v| < 65520, and a
+/// relative 2^-11 only above 2^-14). 0 for all zeros; within +-100, so `2^e` and `2^-e`
+/// are normal f32.
+pub fn operand_exponent(values: &[f32]) -> i32 {
+    let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    if max == 0.0 || !max.is_finite() {
+        return 0;
+    }
+    (max.log2().floor() as i32 - 13).clamp(-100, 100)
+}
+
+/// `2^e` as f32 (`e` within +-126: exact).
+fn pow2(e: i32) -> f32 {
+    f32::from_bits(((e + 127) as u32) << 23)
+}
+
+/// The matrix-unit kernels' inputs that SPEC 7's range asks the host to prepare. Their
+/// f16 operands hold |v| < 65520 to a relative 2^-11 only above 2^-14, where SPEC 7
+/// promises activations up to 2^15 (bf16 and f32 ones reach 2^127) and a relative
+/// bound at any magnitude. So the host takes a power of two out of each sample of x and
+/// out of each value table (code `lut`), leaving its largest magnitude in
+/// `[2^13, 2^14)` ([`operand_exponent`]): exact, as a power of two scales bf16 and f32
+/// values without rounding. The kernel's epilogue multiplies each output back by the
+/// same powers (`unscale`: `[M]` per sample, then one per projection), exactly as well,
+/// after the row factor's one rounding. f16 activations are exact in f16 operands and
+/// keep their values (a scale could push small ones below f16's normal range).
+pub struct Prescaled<B: Backend> {
+    /// x with `2^-e_n` taken out of each sample n.
+    pub x: B::Tensor,
+    /// f32 `[M + projections]`: `2^e_n` per sample, then `2^e_p` per projection.
+    pub unscale: B::Tensor,
+    /// Per projection: its value table with `2^-e_p` taken out (code `lut`); `None`
+    /// where the kernel takes the matrix's own table argument.
+    pub tables: Vec<Option<B::Tensor>>,
+}
+
+impl<B: Backend> Prescaled<B> {
+    /// Prepare and upload x and the tables of `ws` (the projections, in order).
+    pub fn upload(b: &B, x: &Activations, ws: &[&QuantizedMatrix]) -> Result<Self> {
+        let mut xs = x.clone();
+        let mut unscale = Vec::with_capacity(x.rows + ws.len());
+        for row in xs.data.chunks_mut(x.cols.max(1)).take(x.rows) {
+            let e = if x.dtype == DType::F16 {
+                0
+            } else {
+                operand_exponent(row)
+            };
+            let down = pow2(-e);
+            row.iter_mut().for_each(|v| *v *= down);
+            unscale.push(pow2(e));
+        }
+        let mut tables = Vec::with_capacity(ws.len());
+        for w in ws {
+            match &w.lut {
+                Some(lut) if w.geometry.code == Code::Lut => {
+                    let e = operand_exponent(lut);
+                    let down = pow2(-e);
+                    let bytes: Vec<u8> =
+                        lut.iter().flat_map(|v| (v * down).to_le_bytes()).collect();
+                    tables.push(Some(b.upload(Elem::F32, &[lut.len()], &bytes)?));
+                    unscale.push(pow2(e));
+                }
+                _ => {
+                    tables.push(None);
+                    unscale.push(1.0);
+                }
+            }
+        }
+        let bytes: Vec<u8> = unscale.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(Prescaled {
+            x: super::upload_activations(b, &xs)?,
+            unscale: b.upload(Elem::F32, &[unscale.len()], &bytes)?,
+            tables,
+        })
+    }
+
+    /// Projection `i`'s table argument: the prescaled table, else the matrix's own.
+    pub fn table<'d>(&'d self, i: usize, w: &'d DeviceMatrix<B>) -> &'d B::Tensor {
+        match self.tables.get(i) {
+            Some(Some(t)) => t,
+            _ => w.table(crate::kernels::Representation::Inline),
+        }
+    }
+}
+
+/// Uploaded `reduce_mma` data: the matrix, and x as [`Prescaled`].
+pub struct ReduceMmaDevice<B: Backend> {
+    pub w: DeviceMatrix<B>,
+    pub ops: Prescaled<B>,
+}
+
+impl<B: Backend> ReduceMmaDevice<B> {
+    /// Upload a matrix and its activations.
+    pub fn upload(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Self> {
+        Ok(ReduceMmaDevice {
+            w: DeviceMatrix::upload(b, w)?,
+            ops: Prescaled::upload(b, x, &[w])?,
+        })
+    }
+}
 
 /// The `reduce_mma` family (fast tier only: it has no exact candidates).
 pub struct ReduceMmaFamily;
@@ -995,18 +1102,18 @@ impl Family for ReduceMmaFamily {
     }
     fn upload<B: Backend>(
         b: &B,
-        p: &ReduceMmaProblem,
+        _p: &ReduceMmaProblem,
         host: &ReduceMmaHost,
     ) -> Result<ReduceMmaDevice<B>> {
-        // The same data as `reduce`'s (the types are its).
-        super::reduce::ReduceFamily::upload(b, p, host)
+        ReduceMmaDevice::upload(b, &host.w, &host.x)
     }
     fn inputs<'d, B: Backend>(d: &'d ReduceMmaDevice<B>, _v: &MmaVariant) -> Vec<&'d B::Tensor> {
         vec![
-            &d.x,
+            &d.ops.x,
             &d.w.codes,
             &d.w.scales,
-            d.w.table(crate::kernels::Representation::Inline),
+            d.ops.table(0, &d.w),
+            &d.ops.unscale,
         ]
     }
     fn problem(s: &ProblemSpec) -> Result<ReduceMmaProblem> {

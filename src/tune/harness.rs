@@ -886,6 +886,7 @@ mod tests {
             scalar_words: false,
             prefetch_words: false,
             stream_words: false,
+            interleaved_x: false,
         };
         let space = [v(2, 1), v(4, 2), v(8, 4)];
         // The kernel takes rows_per_simd up to 8 and rows_per_group down to 2.

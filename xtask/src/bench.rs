@@ -177,6 +177,7 @@ pub fn seed_structure() -> Variant {
         scalar_words: false,
         prefetch_words: false,
         stream_words: false,
+        interleaved_x: false,
     }
 }
 

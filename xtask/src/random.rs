@@ -5,6 +5,8 @@
 //! SPEC 7 (v2) bound for fast. Random geometry over the SPEC ranges (every code, k 1-8,
 //! L k+1..16, T, odd row counts), every activation and scale dtype, activations with
 //! outliers up to 2^15, and a share of the tuned preset shapes so the table's winners run.
+//! Half of the fast cases with bf16 or f32 activations scale each sample by its own power
+//! of two in 2^-40..2^40 (the operands' prescaling, `reduce_mma::Prescaled`).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -38,6 +40,8 @@ pub struct Case {
     pub m: usize,
     pub tier: Tier,
     pub tail: Tail,
+    /// Each sample of x times its own power of two in 2^-40..2^40 (fast, bf16 / f32).
+    pub magnitudes: bool,
     pub seed: u64,
 }
 
@@ -54,8 +58,17 @@ impl std::fmt::Display for Case {
         }
         write!(
             f,
-            " M={} {} scales {} {} seed {}",
-            self.m, self.act, self.scale, self.tier, self.seed
+            " M={} {}{} scales {} {} seed {}",
+            self.m,
+            self.act,
+            if self.magnitudes {
+                " (scaled per sample)"
+            } else {
+                ""
+            },
+            self.scale,
+            self.tier,
+            self.seed
         )
     }
 }
@@ -98,14 +111,16 @@ pub fn cases(n: usize, seed: u64, native_tail: bool) -> Vec<Case> {
             } else {
                 Tail::Exact
             };
+            let act = [DType::Bf16, DType::F16, DType::F32][rng.random_range(0..3)];
             Case {
                 gate,
                 up,
                 scale: [ScaleDType::F16, ScaleDType::F32][rng.random_range(0..2)],
-                act: [DType::Bf16, DType::F16, DType::F32][rng.random_range(0..3)],
+                act,
                 m: rng.random_range(1..=m_max),
                 tier,
                 tail,
+                magnitudes: tier == Tier::Fast && act != DType::F16 && rng.random_bool(0.5),
                 seed: rng.random(),
             }
         })
@@ -122,7 +137,15 @@ fn matrix(g: Geometry, scale: ScaleDType, seed: u64) -> QuantizedMatrix {
 pub fn run_case<B: Backend>(b: &B, c: &Case) -> Result<String, String> {
     let e = |e: trellis::Error| e.to_string();
     let w = matrix(c.gate, c.scale, c.seed);
-    let x = check::random_activations_with_outliers(c.act, c.m, c.gate.cols, c.seed + 1);
+    let mut x = check::random_activations_with_outliers(c.act, c.m, c.gate.cols, c.seed + 1);
+    if c.magnitudes {
+        // Exact: a power of two scales bf16 and f32 values (here within 2^-60..2^55).
+        let mut rng = ChaCha8Rng::seed_from_u64(c.seed + 3);
+        for sample in x.data.chunks_mut(c.gate.cols) {
+            let f = 2f32.powi(rng.random_range(-40..=40));
+            sample.iter_mut().for_each(|v| *v *= f);
+        }
+    }
     match (c.up, c.tier) {
         (None, Tier::Exact) => {
             let y = ops::matvec(b, &w, &x, Tier::Exact).map_err(e)?;
@@ -215,6 +238,7 @@ mod tests {
             }
             assert!(c.m >= 1 && c.m <= if c.tier == Tier::Fast { 16 } else { 8 });
             assert!(c.tail == Tail::Exact || c.tier == Tier::Fast);
+            assert!(!c.magnitudes || (c.tier == Tier::Fast && c.act != DType::F16));
         }
         for code in Code::ALL {
             assert!(a.iter().any(|c| c.gate.code == code), "{code}");
@@ -222,6 +246,7 @@ mod tests {
         assert!(a.iter().any(|c| c.up.is_some() && c.tier == Tier::Fast));
         assert!(a.iter().any(|c| c.gate.rows == 17408));
         assert!(a.iter().any(|c| c.m > 8));
+        assert!(a.iter().any(|c| c.magnitudes));
         assert!(cases(50, 7, false).iter().all(|c| c.tail == Tail::Exact));
     }
 
@@ -229,12 +254,12 @@ mod tests {
     #[test]
     fn small_cases_pass_on_the_cpu() {
         let b = trellis::backend::CpuBackend::new().unwrap();
-        let small: Vec<Case> = cases(200, 3, false)
-            .into_iter()
-            .filter(|c| c.gate.rows * c.gate.cols <= 64 * 1024)
-            .take(4)
+        let all = cases(1000, 3, false);
+        let small = |c: &&Case| c.gate.rows * c.gate.cols <= 64 * 1024;
+        let small: Vec<&Case> = (all.iter().filter(small).take(4))
+            .chain(all.iter().filter(small).filter(|c| c.magnitudes).take(3))
             .collect();
-        assert_eq!(small.len(), 4);
+        assert_eq!(small.len(), 7);
         for c in &small {
             run_case(&b, c).unwrap_or_else(|e| panic!("{c}: {e}"));
         }
