@@ -121,6 +121,12 @@ impl ReduceProblem {
             Proj::of(&self.geometry).code_vec() > 1,
         ));
         out.extend(crate::catalog::code_load_variants(tier, self.m, rows));
+        out.extend(crate::catalog::interleaved_x_variants(
+            tier,
+            self.m,
+            rows,
+            self.geometry.cols,
+        ));
         out
     }
     /// The source slice of its tuning entries ([`Family::source_slice`]): its code.

@@ -891,7 +891,11 @@ fn pow2(e: i32) -> f32 {
 /// values without rounding. The kernel's epilogue multiplies each output back by the
 /// same powers (`unscale`: `[M]` per sample, then one per projection), exactly as well,
 /// after the row factor's one rounding. f16 activations are exact in f16 operands and
-/// keep their values (a scale could push small ones below f16's normal range).
+/// keep their values (a scale could push small ones below f16's normal range). What f16
+/// cannot hold is a sample whose nonzero values span more than about 2^27: its smallest
+/// then fall below 2^-14 after the scale and keep an absolute 2^-25, which misses the
+/// relative bound only in a row that weights those values alone (bf16 operands, exact
+/// for bf16 x, have no such limit).
 pub struct Prescaled<B: Backend> {
     /// x with `2^-e_n` taken out of each sample n.
     pub x: B::Tensor,
