@@ -173,7 +173,8 @@ impl Activations {
     }
 
     /// The lane-interleaved copy the SIMT kernels read with `Variant::interleaved_x`, or
-    /// `None` where `cols` is not a whole number of [`INTERLEAVE_COLS`] slices. The
+    /// `None` where `cols` is not a whole number of [`INTERLEAVE_COLS`] slices (or the data
+    /// does not hold `rows x cols` values: the fields are public). The
     /// canonical order gives lane l of a simdgroup run u = 32 i + l, columns 32 u ..
     /// 32 u + 31, which it loads as 16-byte chunks: the 32 lanes of one load then touch
     /// 32 sectors and use half of each (the L1 limit of the H200's 5120 x 17408 M 4
@@ -181,7 +182,9 @@ impl Activations {
     /// chunk 32 q + l, so each load reads 512 contiguous bytes. Only where the bytes sit
     /// changes: the kernels' sums, and so their bits, stay.
     pub fn lane_interleaved(&self) -> Option<Activations> {
-        if self.cols % INTERLEAVE_COLS != 0 {
+        if self.cols % INTERLEAVE_COLS != 0
+            || self.rows.checked_mul(self.cols) != Some(self.data.len())
+        {
             return None;
         }
         // Values per 16-byte chunk.
@@ -248,6 +251,10 @@ mod tests {
         }
         let ragged = Activations::from_f32(DType::Bf16, 1, 1536, vec![0.0; 1536]).unwrap();
         assert!(ragged.lane_interleaved().is_none());
+        // Hand-edited data shorter than rows x cols: no copy (and no panic).
+        let mut short = Activations::from_f32(DType::Bf16, 1, 2048, vec![0.0; 2048]).unwrap();
+        short.data.truncate(1500);
+        assert!(short.lane_interleaved().is_none());
     }
 
     #[test]
