@@ -3,14 +3,17 @@
 //! SIMT families (`reduce`, `gate_up`: SPEC 5 bits), `fast` the matrix-unit families
 //! (`reduce_mma`, `gate_up_mma`: the SPEC 7 bound, M up to 16); the tuning tables choose
 //! the variant ([`crate::tune::select_for`]), and the `_with` forms force one. Host data
-//! in, host data out; every input is validated before any kernel runs.
+//! in, host data out; every input is validated before any kernel runs. The fast tier runs
+//! the rare sample its f16 operands cannot hold (values spanning more than 2^28,
+//! [`crate::families::reduce_mma::beyond_f16_operands`]) again on the exact kernels,
+//! whose results meet its bound too.
 
 use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};
 use crate::families::gate_up::{GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
 use crate::families::reduce::{ReduceFamily, ReduceProblem};
-use crate::families::reduce_mma::{ReduceMmaDevice, ReduceMmaFamily};
+use crate::families::reduce_mma::{beyond_f16_operands, ReduceMmaDevice, ReduceMmaFamily};
 use crate::family;
 use crate::kernel::Backend;
 use crate::kernels::{Tail, Tier, Variant, MAX_M};
@@ -30,6 +33,32 @@ fn m_of(x: &Activations) -> Result<u32> {
 /// it touches.
 fn check_finite(x: &Activations) -> Result<()> {
     check_each(x, |v| v.is_finite(), "activations must be finite")
+}
+
+/// Samples `rows` of `x` again through `exact` (up to [`MAX_M`] at a time), written over
+/// their rows of the fast tier's output `y`: the samples its f16 operands cannot hold
+/// ([`beyond_f16_operands`]). Exact results meet SPEC 7's bound as well.
+fn exact_for_samples(
+    y: &mut Activations,
+    x: &Activations,
+    rows: &[usize],
+    exact: impl Fn(&Activations) -> Result<Activations>,
+) -> Result<()> {
+    for chunk in rows.chunks(MAX_M as usize) {
+        let data = chunk
+            .iter()
+            .flat_map(|&m| x.row(m).iter().copied())
+            .collect();
+        let part = exact(&Activations {
+            data,
+            rows: chunk.len(),
+            ..*x
+        })?;
+        for (i, &m) in chunk.iter().enumerate() {
+            y.data[m * y.cols..(m + 1) * y.cols].copy_from_slice(part.row(i));
+        }
+    }
+    Ok(())
 }
 
 /// The first activation failing `ok`, as an error naming `x[m, c]` and its value.
@@ -107,7 +136,10 @@ pub fn matvec<B: Backend>(
         let p = ReduceMmaFamily::problem_of(w, x)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
         let d = ReduceMmaDevice::upload(b, w, x)?;
-        return family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first);
+        let mut y = family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first)?;
+        let wide = beyond_f16_operands(x, &[w], &v);
+        exact_for_samples(&mut y, x, &wide, |xs| matvec(b, w, xs, Tier::Exact))?;
+        return Ok(y);
     }
     let p = reduce_problem(w, x)?;
     let v = crate::tune::select_for::<ReduceFamily, B>(b, &p, tier).variant;
@@ -141,7 +173,12 @@ pub fn gate_up<B: Backend>(
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
         let d = GateUpMmaDevice::upload(b, gate, up, x)?;
-        return family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first);
+        let mut mid = family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first)?;
+        let wide = beyond_f16_operands(x, &[gate, up], &v);
+        exact_for_samples(&mut mid, x, &wide, |xs| {
+            gate_up(b, gate, up, xs, tail, Tier::Exact)
+        })?;
+        return Ok(mid);
     }
     let p = gate_up_problem(gate, up, x, tail)?;
     let v = crate::tune::select_for::<GateUpFamily, B>(b, &p, tier).variant;

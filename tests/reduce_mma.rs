@@ -687,3 +687,76 @@ fn operand_exponent_puts_the_largest_magnitude_below_2_14() {
         assert!((8192.0..16384.0).contains(&scaled), "{v}: {scaled}");
     }
 }
+
+/// A sample whose values span more than 2^28, or a lut table that does, is
+/// beyond what f16 operands hold even prescaled: the facade runs it on the exact kernels
+/// (whose results meet SPEC 7 too), so its output is the exact tier's, bit for bit, while
+/// the other samples keep the fast kernels' results. bf16 operands and f16 activations
+/// have no such samples.
+#[test]
+fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
+    use trellis::families::reduce_mma::beyond_f16_operands;
+    use trellis::kernels::Tail;
+    use trellis::ops;
+    let b = CpuBackend::new().expect("cpu backend");
+    let g = Geometry::new(24, 512, 256, 3, 12, Code::ThreeInst).unwrap();
+    let (w, u) = (check::random_matrix(g, 101), check::random_matrix(g, 102));
+    let mut rng = ChaCha8Rng::seed_from_u64(103);
+    let mut data: Vec<f32> = (0..3 * 512).map(|_| rng.random_range(-2.0..2.0)).collect();
+    // Sample 1: one value at 1, the rest 2^-31 of it.
+    data[512..1024]
+        .iter_mut()
+        .for_each(|v| *v = v.signum() * 2f32.powi(-31));
+    data[512 + 17] = 1.0;
+    let x = Activations::from_f32(DType::F32, 3, 512, data).unwrap();
+    let f16_ops = MmaVariant::default();
+    assert_eq!(beyond_f16_operands(&x, &[&w], &f16_ops), vec![1]);
+    let bf16_ops = MmaVariant {
+        operands: MmaOperands::Bf16,
+        ..f16_ops
+    };
+    assert!(beyond_f16_operands(&x, &[&w], &bf16_ops).is_empty());
+    let xh = Activations::from_f32(DType::F16, 3, 512, x.data.clone()).unwrap();
+    assert!(beyond_f16_operands(&xh, &[&w], &f16_ops).is_empty());
+
+    let fast = ops::matvec(&b, &w, &x, Tier::Fast).unwrap();
+    let exact = ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
+    assert_eq!(fast.row(1), exact.row(1), "sample 1 from the exact kernels");
+    check::fast_reduce(&fast, &RealSums::of(&w, &x).unwrap()).unwrap();
+    let fast = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
+    let exact = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
+    assert_eq!(
+        fast.row(1),
+        exact.row(1),
+        "gate_up sample 1 from the exact kernels"
+    );
+
+    // A lut table spanning 2^30: every sample runs exact (M 11: two exact launches).
+    let gl = Geometry::new(24, 512, 256, 2, 10, Code::Lut).unwrap();
+    let mut wl = check::random_matrix(gl, 104);
+    if let Some(t) = wl.lut.as_mut() {
+        t[3] = t.iter().fold(0.0f32, |m, v| m.max(v.abs())) * 2f32.powi(-30);
+    }
+    let x11 = Activations::from_f32(
+        DType::Bf16,
+        11,
+        512,
+        (0..11 * 512).map(|_| rng.random_range(-2.0..2.0)).collect(),
+    )
+    .unwrap();
+    assert_eq!(beyond_f16_operands(&x11, &[&wl], &f16_ops).len(), 11);
+    let fast = ops::matvec(&b, &wl, &x11, Tier::Fast).unwrap();
+    for (lo, hi) in [(0, 8), (8, 11)] {
+        let part = Activations::from_f32(
+            DType::Bf16,
+            hi - lo,
+            512,
+            x11.data[lo * 512..hi * 512].to_vec(),
+        )
+        .unwrap();
+        let exact = ops::matvec(&b, &wl, &part, Tier::Exact).unwrap();
+        for m in lo..hi {
+            assert_eq!(fast.row(m), exact.row(m - lo), "lut sample {m}");
+        }
+    }
+}

@@ -892,10 +892,8 @@ fn pow2(e: i32) -> f32 {
 /// same powers (`unscale`: `[M]` per sample, then one per projection), exactly as well,
 /// after the row factor's one rounding. f16 activations are exact in f16 operands and
 /// keep their values (a scale could push small ones below f16's normal range). What f16
-/// cannot hold is a sample whose nonzero values span more than about 2^27: its smallest
-/// then fall below 2^-14 after the scale and keep an absolute 2^-25, which misses the
-/// relative bound only in a row that weights those values alone (bf16 operands, exact
-/// for bf16 x, have no such limit).
+/// cannot hold even then, a sample whose nonzero values span more than 2^28 (or a table
+/// that does), the facade runs on the exact kernels ([`beyond_f16_operands`]).
 pub struct Prescaled<B: Backend> {
     /// x with `2^-e_n` taken out of each sample n.
     pub x: B::Tensor,
@@ -953,6 +951,32 @@ impl<B: Backend> Prescaled<B> {
             _ => w.table(crate::kernels::Representation::Inline),
         }
     }
+}
+
+/// The samples (rows of x) that f16 operands cannot hold to a relative 2^-10 even after
+/// [`Prescaled`] puts their largest magnitude in `[2^13, 2^14)`: those with a nonzero
+/// value below 2^-28 of their largest (possibly scaled below 2^-15, where f16 keeps only
+/// an absolute 2^-25), and every sample where a lut table of `ws` has a nonzero value
+/// below 2^-28 of its largest. Within that, x's and the value's roundings add up to
+/// 2^-9, inside SPEC 7's 2^-8. None for f16 activations (exact in f16 operands) or bf16
+/// operands (exact for bf16 x; bf16's range holds any table). The facade runs these
+/// samples on the exact kernels, whose results meet SPEC 7 too.
+pub fn beyond_f16_operands(x: &Activations, ws: &[&QuantizedMatrix], v: &MmaVariant) -> Vec<usize> {
+    if !v.operands.is_f16() {
+        return Vec::new();
+    }
+    let spans = |values: &[f32], log2_ratio: i32| {
+        let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let floor = max * pow2(-log2_ratio);
+        values.iter().any(|v| *v != 0.0 && v.abs() < floor)
+    };
+    let tables = ws.iter().any(|w| match (&w.lut, w.geometry.code) {
+        (Some(lut), Code::Lut) => spans(lut, 28),
+        _ => false,
+    });
+    (0..x.rows)
+        .filter(|&m| tables || (x.dtype != DType::F16 && spans(x.row(m), 28)))
+        .collect()
 }
 
 /// Uploaded `reduce_mma` data: the matrix, and x as [`Prescaled`].
