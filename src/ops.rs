@@ -4,9 +4,9 @@
 //! (`reduce_mma`, `gate_up_mma`: the SPEC 7 bound, M up to 16); the tuning tables choose
 //! the variant ([`crate::tune::select_for`]), and the `_with` forms force one. Host data
 //! in, host data out; every input is validated before any kernel runs. The fast tier runs
-//! the rare sample its f16 operands cannot hold (values spanning more than 2^28,
-//! [`crate::families::reduce_mma::beyond_f16_operands`]) again on the exact kernels,
-//! whose results meet its bound too.
+//! the rare sample its f16 operands cannot hold (values spanning more than 2^28 where a
+//! row weights only the tiny ones, [`crate::families::reduce_mma::beyond_f16_operands`])
+//! again on the exact kernels, whose results meet its bound too.
 
 use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};

@@ -688,26 +688,39 @@ fn operand_exponent_puts_the_largest_magnitude_below_2_14() {
     }
 }
 
-/// A sample whose values span more than 2^28, or a lut table that does, is
-/// beyond what f16 operands hold even prescaled: the facade runs it on the exact kernels
-/// (whose results meet SPEC 7 too), so its output is the exact tier's, bit for bit, while
-/// the other samples keep the fast kernels' results. bf16 operands and f16 activations
-/// have no such samples.
+/// A sample whose values span more than 2^28 is beyond what f16 operands hold, even
+/// prescaled, only where some row weights its large values at zero (the tiny ones then
+/// carry the row, and f16 keeps them to an absolute 2^-25): the facade runs such a sample
+/// on the exact kernels (whose results meet SPEC 7 too), so its output is the exact
+/// tier's, bit for bit. The same span where every row weights the large value is held,
+/// and the fast result meets the bound. A lut table spanning more than 2^28 sends every
+/// sample to the exact kernels. bf16 operands and f16 activations have no such samples.
 #[test]
 fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
     use trellis::families::reduce_mma::beyond_f16_operands;
     use trellis::kernels::Tail;
     use trellis::ops;
     let b = CpuBackend::new().expect("cpu backend");
-    let g = Geometry::new(24, 512, 256, 3, 12, Code::ThreeInst).unwrap();
+    let g = Geometry::new(24, 512, 256, 2, 12, Code::OneMad).unwrap();
     let (w, u) = (check::random_matrix(g, 101), check::random_matrix(g, 102));
+    let value = |r: usize, c: usize| g.code.value(w.state(r, c), None);
+    // A column some row weights at zero (1mad: byte sum 510), and one every row weights.
+    let zero_col = (0..512)
+        .find(|&c| (0..24).any(|r| value(r, c) == 0.0))
+        .expect("a zero weight");
+    let full_col = (0..512)
+        .find(|&c| (0..24).all(|r| value(r, c) != 0.0))
+        .expect("a column without zeros");
+    // Sample 0 ordinary; samples 1 and 2: one value at 1, the rest 2^-31 of it.
     let mut rng = ChaCha8Rng::seed_from_u64(103);
     let mut data: Vec<f32> = (0..3 * 512).map(|_| rng.random_range(-2.0..2.0)).collect();
-    // Sample 1: one value at 1, the rest 2^-31 of it.
-    data[512..1024]
-        .iter_mut()
-        .for_each(|v| *v = v.signum() * 2f32.powi(-31));
-    data[512 + 17] = 1.0;
+    for (m, col) in [(1, zero_col), (2, full_col)] {
+        let sample = &mut data[m * 512..(m + 1) * 512];
+        sample
+            .iter_mut()
+            .for_each(|v| *v = v.signum() * 2f32.powi(-31));
+        sample[col] = 1.0;
+    }
     let x = Activations::from_f32(DType::F32, 3, 512, data).unwrap();
     let f16_ops = MmaVariant::default();
     assert_eq!(beyond_f16_operands(&x, &[&w], &f16_ops), vec![1]);
@@ -723,13 +736,17 @@ fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
     let exact = ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
     assert_eq!(fast.row(1), exact.row(1), "sample 1 from the exact kernels");
     check::fast_reduce(&fast, &RealSums::of(&w, &x).unwrap()).unwrap();
+    let both = beyond_f16_operands(&x, &[&w, &u], &f16_ops);
+    assert!(both.contains(&1), "{both:?}");
     let fast = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
     let exact = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
-    assert_eq!(
-        fast.row(1),
-        exact.row(1),
-        "gate_up sample 1 from the exact kernels"
-    );
+    for &m in &both {
+        assert_eq!(
+            fast.row(m),
+            exact.row(m),
+            "gate_up sample {m} from the exact kernels"
+        );
+    }
 
     // A lut table spanning 2^30: every sample runs exact (M 11: two exact launches).
     let gl = Geometry::new(24, 512, 256, 2, 10, Code::Lut).unwrap();
@@ -745,6 +762,12 @@ fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
     )
     .unwrap();
     assert_eq!(beyond_f16_operands(&x11, &[&wl], &f16_ops).len(), 11);
+    let x11h = Activations::from_f32(DType::F16, 11, 512, x11.data.clone()).unwrap();
+    assert_eq!(
+        beyond_f16_operands(&x11h, &[&wl], &f16_ops).len(),
+        11,
+        "f16 x too"
+    );
     let fast = ops::matvec(&b, &wl, &x11, Tier::Fast).unwrap();
     for (lo, hi) in [(0, 8), (8, 11)] {
         let part = Activations::from_f32(

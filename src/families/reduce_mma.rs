@@ -892,8 +892,9 @@ fn pow2(e: i32) -> f32 {
 /// same powers (`unscale`: `[M]` per sample, then one per projection), exactly as well,
 /// after the row factor's one rounding. f16 activations are exact in f16 operands and
 /// keep their values (a scale could push small ones below f16's normal range). What f16
-/// cannot hold even then, a sample whose nonzero values span more than 2^28 (or a table
-/// that does), the facade runs on the exact kernels ([`beyond_f16_operands`]).
+/// cannot hold even then (values spanning more than 2^28 in a sample that a row weights
+/// only at its tiny values, or a table spanning that much), the facade runs on the exact
+/// kernels ([`beyond_f16_operands`]).
 pub struct Prescaled<B: Backend> {
     /// x with `2^-e_n` taken out of each sample n.
     pub x: B::Tensor,
@@ -953,30 +954,65 @@ impl<B: Backend> Prescaled<B> {
     }
 }
 
-/// The samples (rows of x) that f16 operands cannot hold to a relative 2^-10 even after
-/// [`Prescaled`] puts their largest magnitude in `[2^13, 2^14)`: those with a nonzero
-/// value below 2^-28 of their largest (possibly scaled below 2^-15, where f16 keeps only
-/// an absolute 2^-25), and every sample where a lut table of `ws` has a nonzero value
-/// below 2^-28 of its largest. Within that, x's and the value's roundings add up to
-/// 2^-9, inside SPEC 7's 2^-8. None for f16 activations (exact in f16 operands) or bf16
-/// operands (exact for bf16 x; bf16's range holds any table). The facade runs these
-/// samples on the exact kernels, whose results meet SPEC 7 too.
+/// The samples (rows of x) for which the fast kernels' f16 operands might miss SPEC 7's
+/// bound even after [`Prescaled`] puts each sample's largest magnitude in
+/// `[2^13, 2^14)`. A value below 2^-28 of its sample's largest may land below 2^-15, where
+/// f16 keeps only an absolute 2^-25 (at most `max * 2^-38` unscaled) instead of a relative
+/// 2^-10; every other value keeps 2^-10, which with the weights' own rounding stays
+/// inside the bound's 2^-8 with half of it to spare. So a sample with `n` such tiny
+/// values is held where, in every row of every matrix of `ws`, their worst error
+/// `n * max * 2^-38 * max |value|` is at most 2^-10 of `sum |w x|` over the sample's 8
+/// largest values (a lower bound of the row's sum): true unless a row weights the large
+/// values at zero. Every sample is beyond where a lut table spans more than 2^28 (values
+/// rounded below f16's normal range). None for f16 activations (exact in f16 operands)
+/// or bf16 operands (exact for bf16 x; bf16's range holds any table). The facade runs
+/// these samples on the exact kernels, whose results meet SPEC 7 too.
 pub fn beyond_f16_operands(x: &Activations, ws: &[&QuantizedMatrix], v: &MmaVariant) -> Vec<usize> {
+    const TINY: i32 = 28;
+    const LARGEST: usize = 8;
     if !v.operands.is_f16() {
         return Vec::new();
     }
-    let spans = |values: &[f32], log2_ratio: i32| {
-        let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let floor = max * pow2(-log2_ratio);
-        values.iter().any(|v| *v != 0.0 && v.abs() < floor)
+    let max_abs = |values: &[f32]| values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let tiny = |values: &[f32]| {
+        let floor = max_abs(values) * pow2(-TINY);
+        values
+            .iter()
+            .filter(|v| **v != 0.0 && v.abs() < floor)
+            .count()
     };
-    let tables = ws.iter().any(|w| match (&w.lut, w.geometry.code) {
-        (Some(lut), Code::Lut) => spans(lut, 28),
-        _ => false,
-    });
-    (0..x.rows)
-        .filter(|&m| tables || (x.dtype != DType::F16 && spans(x.row(m), 28)))
-        .collect()
+    if ws
+        .iter()
+        .any(|w| w.geometry.code == Code::Lut && tiny(&w.value_table()) > 0)
+    {
+        return (0..x.rows).collect();
+    }
+    let largest_values = ws
+        .iter()
+        .map(|w| max_abs(&w.value_table()) as f64)
+        .collect::<Vec<_>>();
+    let held = |m: usize| {
+        let row = x.row(m);
+        let n = tiny(row);
+        if n == 0 || x.dtype == DType::F16 {
+            return true;
+        }
+        let mut largest: Vec<usize> = (0..row.len()).collect();
+        largest.sort_by(|&a, &b| row[b].abs().total_cmp(&row[a].abs()));
+        largest.truncate(LARGEST);
+        let worst = n as f64 * max_abs(row) as f64 * 2f64.powi(-38);
+        ws.iter().zip(&largest_values).all(|(w, &vmax)| {
+            let value = |r, c| w.geometry.code.value(w.state(r, c), w.lut.as_deref()).abs();
+            (0..w.geometry.rows).all(|r| {
+                let sum: f64 = largest
+                    .iter()
+                    .map(|&c| value(r, c) as f64 * row[c].abs() as f64)
+                    .sum();
+                worst * vmax <= sum * 2f64.powi(-10)
+            })
+        })
+    };
+    (0..x.rows).filter(|&m| !held(m)).collect()
 }
 
 /// Uploaded `reduce_mma` data: the matrix, and x as [`Prescaled`].
