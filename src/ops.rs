@@ -137,7 +137,7 @@ pub fn matvec<B: Backend>(
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
         let d = ReduceMmaDevice::upload(b, w, x)?;
         let mut y = family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first)?;
-        let wide = beyond_f16_operands(x, &[w], &v);
+        let wide = beyond_f16_operands(x, &[w], &v)?;
         exact_for_samples(&mut y, x, &wide, |xs| matvec(b, w, xs, Tier::Exact))?;
         return Ok(y);
     }
@@ -174,7 +174,7 @@ pub fn gate_up<B: Backend>(
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
         let d = GateUpMmaDevice::upload(b, gate, up, x)?;
         let mut mid = family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first)?;
-        let wide = beyond_f16_operands(x, &[gate, up], &v);
+        let wide = beyond_f16_operands(x, &[gate, up], &v)?;
         exact_for_samples(&mut mid, x, &wide, |xs| {
             gate_up(b, gate, up, xs, tail, Tier::Exact)
         })?;

@@ -723,20 +723,24 @@ fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
     }
     let x = Activations::from_f32(DType::F32, 3, 512, data).unwrap();
     let f16_ops = MmaVariant::default();
-    assert_eq!(beyond_f16_operands(&x, &[&w], &f16_ops), vec![1]);
+    assert_eq!(beyond_f16_operands(&x, &[&w], &f16_ops).unwrap(), vec![1]);
     let bf16_ops = MmaVariant {
         operands: MmaOperands::Bf16,
         ..f16_ops
     };
-    assert!(beyond_f16_operands(&x, &[&w], &bf16_ops).is_empty());
+    assert!(beyond_f16_operands(&x, &[&w], &bf16_ops)
+        .unwrap()
+        .is_empty());
     let xh = Activations::from_f32(DType::F16, 3, 512, x.data.clone()).unwrap();
-    assert!(beyond_f16_operands(&xh, &[&w], &f16_ops).is_empty());
+    assert!(beyond_f16_operands(&xh, &[&w], &f16_ops)
+        .unwrap()
+        .is_empty());
 
     let fast = ops::matvec(&b, &w, &x, Tier::Fast).unwrap();
     let exact = ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
     assert_eq!(fast.row(1), exact.row(1), "sample 1 from the exact kernels");
     check::fast_reduce(&fast, &RealSums::of(&w, &x).unwrap()).unwrap();
-    let both = beyond_f16_operands(&x, &[&w, &u], &f16_ops);
+    let both = beyond_f16_operands(&x, &[&w, &u], &f16_ops).unwrap();
     assert!(both.contains(&1), "{both:?}");
     let fast = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
     let exact = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
@@ -761,13 +765,21 @@ fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
         (0..11 * 512).map(|_| rng.random_range(-2.0..2.0)).collect(),
     )
     .unwrap();
-    assert_eq!(beyond_f16_operands(&x11, &[&wl], &f16_ops).len(), 11);
+    assert_eq!(
+        beyond_f16_operands(&x11, &[&wl], &f16_ops).unwrap().len(),
+        11
+    );
     let x11h = Activations::from_f32(DType::F16, 11, 512, x11.data.clone()).unwrap();
     assert_eq!(
-        beyond_f16_operands(&x11h, &[&wl], &f16_ops).len(),
+        beyond_f16_operands(&x11h, &[&wl], &f16_ops).unwrap().len(),
         11,
         "f16 x too"
     );
+    // A hand-edited table of the wrong length is an error naming it, not a panic.
+    let mut short = wl.clone();
+    short.lut.as_mut().unwrap().pop();
+    let e = beyond_f16_operands(&x11, &[&short], &f16_ops).unwrap_err();
+    assert!(e.to_string().contains("lut"), "{e}");
     let fast = ops::matvec(&b, &wl, &x11, Tier::Fast).unwrap();
     for (lo, hi) in [(0, 8), (8, 11)] {
         let part = Activations::from_f32(

@@ -967,11 +967,19 @@ impl<B: Backend> Prescaled<B> {
 /// rounded below f16's normal range). None for f16 activations (exact in f16 operands)
 /// or bf16 operands (exact for bf16 x; bf16's range holds any table). The facade runs
 /// these samples on the exact kernels, whose results meet SPEC 7 too.
-pub fn beyond_f16_operands(x: &Activations, ws: &[&QuantizedMatrix], v: &MmaVariant) -> Vec<usize> {
+pub fn beyond_f16_operands(
+    x: &Activations,
+    ws: &[&QuantizedMatrix],
+    v: &MmaVariant,
+) -> Result<Vec<usize>> {
     const TINY: i32 = 28;
     const LARGEST: usize = 8;
+    for w in ws {
+        w.validate()?;
+        crate::reference::check_activations(x, w.geometry.cols)?;
+    }
     if !v.operands.is_f16() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let max_abs = |values: &[f32]| values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let tiny = |values: &[f32]| {
@@ -985,7 +993,11 @@ pub fn beyond_f16_operands(x: &Activations, ws: &[&QuantizedMatrix], v: &MmaVari
         .iter()
         .any(|w| w.geometry.code == Code::Lut && tiny(&w.value_table()) > 0)
     {
-        return (0..x.rows).collect();
+        return Ok((0..x.rows).collect());
+    }
+    // f16 activations are exact in f16 operands.
+    if x.dtype == DType::F16 || (0..x.rows).all(|m| tiny(x.row(m)) == 0) {
+        return Ok(Vec::new());
     }
     let largest_values = ws
         .iter()
@@ -994,7 +1006,7 @@ pub fn beyond_f16_operands(x: &Activations, ws: &[&QuantizedMatrix], v: &MmaVari
     let held = |m: usize| {
         let row = x.row(m);
         let n = tiny(row);
-        if n == 0 || x.dtype == DType::F16 {
+        if n == 0 {
             return true;
         }
         let mut largest: Vec<usize> = (0..row.len()).collect();
@@ -1012,7 +1024,7 @@ pub fn beyond_f16_operands(x: &Activations, ws: &[&QuantizedMatrix], v: &MmaVari
             })
         })
     };
-    (0..x.rows).filter(|&m| !held(m)).collect()
+    Ok((0..x.rows).filter(|&m| !held(m)).collect())
 }
 
 /// Uploaded `reduce_mma` data: the matrix, and x as [`Prescaled`].
