@@ -672,16 +672,30 @@ fn fast_tier_meets_spec7_at_every_activation_and_table_magnitude() {
     }
 }
 
-/// The exponent leaves a set's largest magnitude in [2^13, 2^14), and 0 for zeros; it
-/// stops at +-100 (so both powers of two are normal f32).
+/// The exponent leaves a set's largest magnitude in [2^13, 2^14) (exactly: from the bits,
+/// also just below a power of two), and 0 for zeros; it stops at -126 (so both powers of
+/// two are normal f32).
 #[test]
 fn operand_exponent_puts_the_largest_magnitude_below_2_14() {
     use trellis::families::reduce_mma::operand_exponent;
     assert_eq!(operand_exponent(&[0.0, -0.0]), 0);
-    assert_eq!(operand_exponent(&[1.0e-38]), -100);
-    assert_eq!(operand_exponent(&[f32::MAX]), 100);
+    // Clamped at -126 (2^126 is the largest normal power of two); the largest f32 needs 114.
+    assert_eq!(operand_exponent(&[1.0e-38]), -126);
+    assert_eq!(operand_exponent(&[1.0e-44]), -126);
+    assert_eq!(operand_exponent(&[f32::MAX]), 114);
     for v in [
-        1.0e-25f32, 3.0e-5, 0.75, 1.0, 8191.9, 8192.0, 16384.0, 65504.0, 3.0e20,
+        1.0e-25f32,
+        3.0e-5,
+        0.75,
+        1.0,
+        8191.9,
+        8192.0,
+        16383.999,
+        0.999_999_94,
+        16384.0,
+        65504.0,
+        3.0e20,
+        2.5e30,
     ] {
         let scaled = (v * 2f32.powi(-operand_exponent(&[0.5 * v, -v]))) as f64;
         assert!((8192.0..16384.0).contains(&scaled), "{v}: {scaled}");
@@ -775,6 +789,52 @@ fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
         11,
         "f16 x too"
     );
+    // Magnitudes at the ends of f32's range: x past 2^116 is held (its power of two is
+    // taken out whole) and meets the bound; x below 2^-113, a table below 2^-113, or row
+    // scales of 2^110 (the epilogue's product would pass f32's range before the sample's
+    // power of two brings it back) go to the exact kernels, and meet it there.
+    let wf = {
+        let mut wf = w.clone();
+        wf.scale_dtype = ScaleDType::F32;
+        wf
+    };
+    let at = |p: i32| {
+        let data = (0..2 * 512)
+            .map(|i| if i % 7 == 0 { 0.0 } else { 1.5 * 2f32.powi(p) })
+            .collect();
+        Activations::from_f32(DType::F32, 2, 512, data).unwrap()
+    };
+    for (w, p, beyond) in [(&wf, 118, false), (&wf, -118, true)] {
+        let x = at(p);
+        let none = beyond_f16_operands(&x, &[w], &f16_ops).unwrap().is_empty();
+        assert_eq!(none, !beyond, "2^{p}");
+        let y = ops::matvec(&b, w, &x, Tier::Fast).unwrap();
+        check::fast_reduce(&y, &RealSums::of(w, &x).unwrap())
+            .unwrap_or_else(|e| panic!("2^{p}: {e}"));
+    }
+    let mut big = wf.clone();
+    big.scales.iter_mut().for_each(|s| *s = 2f32.powi(110));
+    let x = at(-60);
+    assert_eq!(
+        beyond_f16_operands(&x, &[&big], &f16_ops).unwrap(),
+        vec![0, 1]
+    );
+    let y = ops::matvec(&b, &big, &x, Tier::Fast).unwrap();
+    check::fast_reduce(&y, &RealSums::of(&big, &x).unwrap()).unwrap();
+    let mut faint = wl.clone();
+    faint
+        .lut
+        .as_mut()
+        .unwrap()
+        .iter_mut()
+        .for_each(|v| *v *= 2f32.powi(-124));
+    assert_eq!(
+        beyond_f16_operands(&x11, &[&faint], &f16_ops)
+            .unwrap()
+            .len(),
+        11
+    );
+
     // A hand-edited table of the wrong length is an error naming it, not a panic.
     let mut short = wl.clone();
     short.lut.as_mut().unwrap().pop();

@@ -867,14 +867,28 @@ impl ReduceMmaExpected {
 
 /// The exponent `e` a set of magnitudes gives up to the operands: the largest of them
 /// times `2^-e` lies in `[2^13, 2^14)`, well inside f16's range (|v| < 65520, and a
-/// relative 2^-11 only above 2^-14). 0 for all zeros; within +-100, so `2^e` and `2^-e`
-/// are normal f32.
+/// relative 2^-11 only above 2^-14). 0 for all zeros. Within +-126, so `2^e` and `2^-e`
+/// are normal f32: a largest magnitude below 2^-113 stays below 2^13
+/// ([`beyond_f16_operands`] sends such a sample to the exact kernels).
 pub fn operand_exponent(values: &[f32]) -> i32 {
     let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     if max == 0.0 || !max.is_finite() {
         return 0;
     }
-    (max.log2().floor() as i32 - 13).clamp(-100, 100)
+    // floor(log2(max)) from the bits (log2 can round up just below a power of two).
+    let bits = max.to_bits();
+    let exponent = match (bits >> 23) as i32 {
+        0 => 31 - (bits & 0x7f_ffff).leading_zeros() as i32 - 149,
+        biased => biased - 127,
+    };
+    (exponent - 13).clamp(-126, 126)
+}
+
+/// Whether `values`' largest magnitude, times `2^-operand_exponent`, falls short of
+/// 2^13: the exponent's clamp took effect (a largest magnitude below 2^-113).
+fn operand_exponent_clamped(values: &[f32]) -> bool {
+    let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    max != 0.0 && (max as f64) * 2f64.powi(-operand_exponent(values)) < 8192.0
 }
 
 /// `2^e` as f32 (`e` within +-126: exact).
@@ -893,8 +907,9 @@ fn pow2(e: i32) -> f32 {
 /// after the row factor's one rounding. f16 activations are exact in f16 operands and
 /// keep their values (a scale could push small ones below f16's normal range). What f16
 /// cannot hold even then (values spanning more than 2^28 in a sample that a row weights
-/// only at its tiny values, or a table spanning that much), the facade runs on the exact
-/// kernels ([`beyond_f16_operands`]).
+/// only at its tiny values, a table spanning that much, magnitudes past what f32's
+/// exponent leaves the epilogue), the facade runs on the exact kernels
+/// ([`beyond_f16_operands`]).
 pub struct Prescaled<B: Backend> {
     /// x with `2^-e_n` taken out of each sample n.
     pub x: B::Tensor,
@@ -908,6 +923,8 @@ pub struct Prescaled<B: Backend> {
 impl<B: Backend> Prescaled<B> {
     /// Prepare and upload x and the tables of `ws` (the projections, in order).
     pub fn upload(b: &B, x: &Activations, ws: &[&QuantizedMatrix]) -> Result<Self> {
+        // Its fields are public: sized from them only once they agree.
+        crate::reference::check_activations(x, x.cols)?;
         let mut xs = x.clone();
         let mut unscale = Vec::with_capacity(x.rows + ws.len());
         for row in xs.data.chunks_mut(x.cols.max(1)).take(x.rows) {
@@ -954,19 +971,27 @@ impl<B: Backend> Prescaled<B> {
     }
 }
 
-/// The samples (rows of x) for which the fast kernels' f16 operands might miss SPEC 7's
-/// bound even after [`Prescaled`] puts each sample's largest magnitude in
-/// `[2^13, 2^14)`. A value below 2^-28 of its sample's largest may land below 2^-15, where
-/// f16 keeps only an absolute 2^-25 (at most `max * 2^-38` unscaled) instead of a relative
-/// 2^-10; every other value keeps 2^-10, which with the weights' own rounding stays
-/// inside the bound's 2^-8 with half of it to spare. So a sample with `n` such tiny
-/// values is held where, in every row of every matrix of `ws`, their worst error
-/// `n * max * 2^-38 * max |value|` is at most 2^-10 of `sum |w x|` over the sample's 8
-/// largest values (a lower bound of the row's sum): true unless a row weights the large
-/// values at zero. Every sample is beyond where a lut table spans more than 2^28 (values
-/// rounded below f16's normal range). None for f16 activations (exact in f16 operands)
-/// or bf16 operands (exact for bf16 x; bf16's range holds any table). The facade runs
-/// these samples on the exact kernels, whose results meet SPEC 7 too.
+/// The samples (rows of x) for which the fast kernels' f16 operands or their f32
+/// epilogue might miss SPEC 7's bound even after [`Prescaled`] puts each sample's
+/// largest magnitude in `[2^13, 2^14)`; the facade runs them on the exact kernels,
+/// whose results meet SPEC 7 too. None with bf16 operands (exact for bf16 x; bf16's
+/// range holds any table).
+///
+/// - **Tiny values.** A value below 2^-28 of its sample's largest may land below 2^-15,
+///   where f16 keeps only an absolute 2^-25 (at most `max * 2^-38` unscaled) instead of
+///   a relative 2^-10; every other value keeps 2^-10, which with the weights' own
+///   rounding stays inside the bound's 2^-8 with half of it to spare. So a sample with
+///   `n` tiny values is held where, in every row of every matrix of `ws`, their worst
+///   error `n * max * 2^-38 * max |value|` is at most 2^-10 of `sum |w x|` over the
+///   sample's 8 largest values (a lower bound of the row's sum): true unless a row
+///   weights the large values at zero. f16 activations are exact in f16 operands.
+/// - **Every sample**, where a lut table spans more than 2^28 (values rounded below
+///   f16's normal range), or where the epilogue's f32 products could leave f32's range:
+///   the row factor times a sum of up to `C` products of at most 2^14 times the largest
+///   value, times the table's power of two, past 2^126, or a nonzero row scale below
+///   2^-60 or a table's power below 2^-60 (a product then near f32's subnormals).
+/// - **Clamped exponents.** A sample (or table: then every sample) whose largest
+///   magnitude is below 2^-113, which [`operand_exponent`] cannot lift to 2^13.
 pub fn beyond_f16_operands(
     x: &Activations,
     ws: &[&QuantizedMatrix],
@@ -974,6 +999,7 @@ pub fn beyond_f16_operands(
 ) -> Result<Vec<usize>> {
     const TINY: i32 = 28;
     const LARGEST: usize = 8;
+    crate::reference::check_activations(x, x.cols)?;
     for w in ws {
         w.validate()?;
         crate::reference::check_activations(x, w.geometry.cols)?;
@@ -989,14 +1015,35 @@ pub fn beyond_f16_operands(
             .filter(|v| **v != 0.0 && v.abs() < floor)
             .count()
     };
-    if ws
-        .iter()
-        .any(|w| w.geometry.code == Code::Lut && tiny(&w.value_table()) > 0)
-    {
-        return Ok((0..x.rows).collect());
+    let all = || Ok((0..x.rows).collect());
+    for w in ws {
+        let table = w.value_table();
+        let (mut value_log2, mut table_e) = (max_abs(&table).log2() as f64, 0);
+        if w.geometry.code == Code::Lut {
+            if tiny(&table) > 0 || operand_exponent_clamped(&table) {
+                return all();
+            }
+            table_e = operand_exponent(&table);
+            value_log2 = 14.0;
+        }
+        let scales = w.scales.iter().filter(|s| **s != 0.0);
+        let (smin, smax) = scales.fold((f32::INFINITY, 0.0f32), |(lo, hi), s| {
+            (lo.min(s.abs()), hi.max(s.abs()))
+        });
+        let product_log2 = 14.0
+            + (w.geometry.cols as f64).log2()
+            + value_log2
+            + (smax as f64).log2().max(-200.0)
+            + table_e.max(0) as f64;
+        if product_log2 >= 126.0 || (smax > 0.0 && smin < pow2(-60)) || table_e < -60 {
+            return all();
+        }
     }
-    // f16 activations are exact in f16 operands.
-    if x.dtype == DType::F16 || (0..x.rows).all(|m| tiny(x.row(m)) == 0) {
+    if x.dtype == DType::F16 {
+        return Ok(Vec::new());
+    }
+    let clamped = |m: usize| operand_exponent_clamped(x.row(m));
+    if (0..x.rows).all(|m| tiny(x.row(m)) == 0 && !clamped(m)) {
         return Ok(Vec::new());
     }
     let largest_values = ws
@@ -1024,7 +1071,7 @@ pub fn beyond_f16_operands(
             })
         })
     };
-    Ok((0..x.rows).filter(|&m| !held(m)).collect())
+    Ok((0..x.rows).filter(|&m| clamped(m) || !held(m)).collect())
 }
 
 /// Uploaded `reduce_mma` data: the matrix, and x as [`Prescaled`].
