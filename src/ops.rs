@@ -35,16 +35,19 @@ fn check_finite(x: &Activations) -> Result<()> {
     check_each(x, |v| v.is_finite(), "activations must be finite")
 }
 
-/// Samples `rows` of `x` again through `exact` (up to [`MAX_M`] at a time), written over
-/// their rows of the fast tier's output `y`: the samples its f16 operands cannot hold
-/// ([`beyond_f16_operands`]). Exact results meet SPEC 7's bound as well.
-fn exact_for_samples(
-    y: &mut Activations,
+/// The fast tier's output: the fast kernels' (`fast`), with the samples `wide` of `x`
+/// that their f16 operands cannot hold ([`beyond_f16_operands`]) from `exact` (up to
+/// [`MAX_M`] at a time; exact results meet SPEC 7's bound as well). Where every sample
+/// is wide the fast kernels do not run.
+fn with_exact_samples(
     x: &Activations,
-    rows: &[usize],
+    wide: &[usize],
+    fast: impl FnOnce() -> Result<Activations>,
     exact: impl Fn(&Activations) -> Result<Activations>,
-) -> Result<()> {
-    for chunk in rows.chunks(MAX_M as usize) {
+) -> Result<Activations> {
+    let mut y: Option<Activations> = (wide.len() < x.rows).then(fast).transpose()?;
+    let mut parts = Vec::new();
+    for chunk in wide.chunks(MAX_M as usize) {
         let data = chunk
             .iter()
             .flat_map(|&m| x.row(m).iter().copied())
@@ -54,11 +57,25 @@ fn exact_for_samples(
             rows: chunk.len(),
             ..*x
         })?;
-        for (i, &m) in chunk.iter().enumerate() {
-            y.data[m * y.cols..(m + 1) * y.cols].copy_from_slice(part.row(i));
+        match &mut y {
+            Some(y) => {
+                for (i, &m) in chunk.iter().enumerate() {
+                    y.data[m * y.cols..(m + 1) * y.cols].copy_from_slice(part.row(i));
+                }
+            }
+            // Every sample wide, in order: the parts are the output.
+            None => parts.push(part),
         }
     }
-    Ok(())
+    match y {
+        Some(y) => Ok(y),
+        None => Ok(Activations {
+            dtype: x.dtype,
+            rows: x.rows,
+            cols: parts[0].cols,
+            data: parts.iter().flat_map(|p| p.data.iter().copied()).collect(),
+        }),
+    }
 }
 
 /// The first activation failing `ok`, as an error naming `x[m, c]` and its value.
@@ -135,11 +152,12 @@ pub fn matvec<B: Backend>(
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
-        let d = ReduceMmaDevice::upload(b, w, x)?;
-        let mut y = family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first)?;
         let wide = beyond_f16_operands(x, &[w], &v)?;
-        exact_for_samples(&mut y, x, &wide, |xs| matvec(b, w, xs, Tier::Exact))?;
-        return Ok(y);
+        let fast = || {
+            let d = ReduceMmaDevice::upload(b, w, x)?;
+            family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first)
+        };
+        return with_exact_samples(x, &wide, fast, |xs| matvec(b, w, xs, Tier::Exact));
     }
     let p = reduce_problem(w, x)?;
     let v = crate::tune::select_for::<ReduceFamily, B>(b, &p, tier).variant;
@@ -172,13 +190,14 @@ pub fn gate_up<B: Backend>(
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
-        let d = GateUpMmaDevice::upload(b, gate, up, x)?;
-        let mut mid = family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first)?;
         let wide = beyond_f16_operands(x, &[gate, up], &v)?;
-        exact_for_samples(&mut mid, x, &wide, |xs| {
+        let fast = || {
+            let d = GateUpMmaDevice::upload(b, gate, up, x)?;
+            family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first)
+        };
+        return with_exact_samples(x, &wide, fast, |xs| {
             gate_up(b, gate, up, xs, tail, Tier::Exact)
-        })?;
-        return Ok(mid);
+        });
     }
     let p = gate_up_problem(gate, up, x, tail)?;
     let v = crate::tune::select_for::<GateUpFamily, B>(b, &p, tier).variant;

@@ -11,7 +11,7 @@ use trellis::families::reduce_mma::{MmaOperands, MmaVariant, MmaXStage, ReduceMm
 use trellis::family::{self, Family};
 use trellis::kernel::Backend as _;
 use trellis::kernels::Tier;
-use trellis::{Activations, Code, DType, Geometry, ScaleDType};
+use trellis::{Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
 /// Unit-scale activations with one column in 37 set to +-2^15 (f16: +-2^10).
 fn outliers(dtype: DType, m: usize, cols: usize, rng: &mut ChaCha8Rng) -> Activations {
@@ -27,6 +27,34 @@ fn outliers(dtype: DType, m: usize, cols: usize, rng: &mut ChaCha8Rng) -> Activa
         })
         .collect();
     Activations::from_f32(dtype, m, cols, data).unwrap()
+}
+
+/// `mid`, the fast `gate_up` of `w`, `u` and `x` (exact tail), against SPEC 7 through the
+/// family's own check.
+fn check_fast_gate_up(
+    w: &QuantizedMatrix,
+    u: &QuantizedMatrix,
+    x: &Activations,
+    mid: Activations,
+    what: &str,
+) {
+    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
+    use trellis::kernels::Tail;
+    let p = GateUpMmaFamily::problem_of(w, u, x, Tail::Exact).unwrap();
+    let host = GateUpMmaHost {
+        gate: w.clone(),
+        up: u.clone(),
+        x: x.clone(),
+    };
+    let want = GateUpMmaFamily::expected(&p, &host).unwrap();
+    GateUpMmaFamily::check(
+        &p,
+        &GateUpMmaFamily::default_variant(&p, Tier::Fast),
+        &host,
+        &want,
+        &[mid],
+    )
+    .unwrap_or_else(|e| panic!("{what} gate_up: {e}"));
 }
 
 #[test]
@@ -483,7 +511,6 @@ fn reduce_mma_bf16_operands_are_checked() {
 /// such sums reaches about 2^48), through the facade's default variants and forced ones.
 #[test]
 fn fast_tier_stays_finite_with_every_activation_at_2_15() {
-    use trellis::families::gate_up_mma::GateUpMmaFamily;
     use trellis::kernels::Tail;
     use trellis::ops;
     let b = CpuBackend::new().expect("cpu backend");
@@ -539,21 +566,7 @@ fn fast_tier_stays_finite_with_every_activation_at_2_15() {
                 mid.data.iter().all(|v| v.is_finite()),
                 "{code} {act}: gate_up"
             );
-            let p = GateUpMmaFamily::problem_of(&w, &u, &x, Tail::Exact).unwrap();
-            let host = trellis::families::gate_up_mma::GateUpMmaHost {
-                gate: w.clone(),
-                up: u.clone(),
-                x: x.clone(),
-            };
-            let want = GateUpMmaFamily::expected(&p, &host).unwrap();
-            GateUpMmaFamily::check(
-                &p,
-                &GateUpMmaFamily::default_variant(&p, Tier::Fast),
-                &host,
-                &want,
-                &[mid],
-            )
-            .unwrap_or_else(|e| panic!("{code} {act} gate_up: {e}"));
+            check_fast_gate_up(&w, &u, &x, mid, &format!("{code} {act}"));
         }
     }
 }
@@ -598,7 +611,6 @@ fn reduce_mma_space_widens_past_the_tuned_edges_at_the_tuned_sizes() {
 /// x staged or not. One sample per magnitude, so each sample takes its own power.
 #[test]
 fn fast_tier_meets_spec7_at_every_activation_and_table_magnitude() {
-    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
     use trellis::families::reduce_mma::{operand_exponent, ReduceMmaHost};
     use trellis::kernels::Tail;
     use trellis::ops;
@@ -653,21 +665,7 @@ fn fast_tier_meets_spec7_at_every_activation_and_table_magnitude() {
                 check::fast_reduce(y, &real).unwrap_or_else(|e| panic!("{code} {act} {v}: {e}"));
             }
             let mid = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
-            let p = GateUpMmaFamily::problem_of(&w, &u, &x, Tail::Exact).unwrap();
-            let host = GateUpMmaHost {
-                gate: w.clone(),
-                up: u.clone(),
-                x: x.clone(),
-            };
-            let want = GateUpMmaFamily::expected(&p, &host).unwrap();
-            GateUpMmaFamily::check(
-                &p,
-                &GateUpMmaFamily::default_variant(&p, Tier::Fast),
-                &host,
-                &want,
-                &[mid],
-            )
-            .unwrap_or_else(|e| panic!("{code} {act} gate_up: {e}"));
+            check_fast_gate_up(&w, &u, &x, mid, &format!("{code} {act}"));
         }
     }
 }

@@ -871,7 +871,16 @@ impl ReduceMmaExpected {
 /// are normal f32: a largest magnitude below 2^-113 stays below 2^13
 /// ([`beyond_f16_operands`] sends such a sample to the exact kernels).
 pub fn operand_exponent(values: &[f32]) -> i32 {
-    let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    exponent_of(max_abs(values))
+}
+
+/// The largest magnitude of `values` (0 for none).
+fn max_abs(values: &[f32]) -> f32 {
+    values.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// [`operand_exponent`] of a largest magnitude `max`.
+fn exponent_of(max: f32) -> i32 {
     if max == 0.0 || !max.is_finite() {
         return 0;
     }
@@ -884,11 +893,10 @@ pub fn operand_exponent(values: &[f32]) -> i32 {
     (exponent - 13).clamp(-126, 126)
 }
 
-/// Whether `values`' largest magnitude, times `2^-operand_exponent`, falls short of
-/// 2^13: the exponent's clamp took effect (a largest magnitude below 2^-113).
-fn operand_exponent_clamped(values: &[f32]) -> bool {
-    let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    max != 0.0 && (max as f64) * 2f64.powi(-operand_exponent(values)) < 8192.0
+/// Whether a largest magnitude `max`, times `2^-exponent_of(max)`, falls short of 2^13:
+/// the exponent's clamp took effect (a largest magnitude below 2^-113).
+fn exponent_clamped(max: f32) -> bool {
+    max != 0.0 && (max as f64) * 2f64.powi(-exponent_of(max)) < 8192.0
 }
 
 /// `2^e` as f32 (`e` within +-126: exact).
@@ -1007,23 +1015,27 @@ pub fn beyond_f16_operands(
     if !v.operands.is_f16() {
         return Ok(Vec::new());
     }
-    let max_abs = |values: &[f32]| values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let tiny = |values: &[f32]| {
-        let floor = max_abs(values) * pow2(-TINY);
+    // Values below 2^-28 of their set's largest magnitude `max`.
+    let tiny = |values: &[f32], max: f32| {
+        let floor = max * pow2(-TINY);
         values
             .iter()
             .filter(|v| **v != 0.0 && v.abs() < floor)
             .count()
     };
     let all = || Ok((0..x.rows).collect());
+    // Per matrix, its values' largest magnitude.
+    let mut largest_values = Vec::with_capacity(ws.len());
     for w in ws {
         let table = w.value_table();
-        let (mut value_log2, mut table_e) = (max_abs(&table).log2() as f64, 0);
+        let vmax = max_abs(&table);
+        largest_values.push(vmax as f64);
+        let (mut value_log2, mut table_e) = ((vmax as f64).log2(), 0);
         if w.geometry.code == Code::Lut {
-            if tiny(&table) > 0 || operand_exponent_clamped(&table) {
+            if tiny(&table, vmax) > 0 || exponent_clamped(vmax) {
                 return all();
             }
-            table_e = operand_exponent(&table);
+            table_e = exponent_of(vmax);
             value_log2 = 14.0;
         }
         let scales = w.scales.iter().filter(|s| **s != 0.0);
@@ -1042,24 +1054,20 @@ pub fn beyond_f16_operands(
     if x.dtype == DType::F16 {
         return Ok(Vec::new());
     }
-    let clamped = |m: usize| operand_exponent_clamped(x.row(m));
-    if (0..x.rows).all(|m| tiny(x.row(m)) == 0 && !clamped(m)) {
-        return Ok(Vec::new());
-    }
-    let largest_values = ws
-        .iter()
-        .map(|w| max_abs(&w.value_table()) as f64)
-        .collect::<Vec<_>>();
     let held = |m: usize| {
         let row = x.row(m);
-        let n = tiny(row);
+        let max = max_abs(row);
+        if exponent_clamped(max) {
+            return false;
+        }
+        let n = tiny(row, max);
         if n == 0 {
             return true;
         }
         let mut largest: Vec<usize> = (0..row.len()).collect();
         largest.sort_by(|&a, &b| row[b].abs().total_cmp(&row[a].abs()));
         largest.truncate(LARGEST);
-        let worst = n as f64 * max_abs(row) as f64 * 2f64.powi(-38);
+        let worst = n as f64 * max as f64 * 2f64.powi(-38);
         ws.iter().zip(&largest_values).all(|(w, &vmax)| {
             let value = |r, c| w.geometry.code.value(w.state(r, c), w.lut.as_deref()).abs();
             (0..w.geometry.rows).all(|r| {
@@ -1071,7 +1079,7 @@ pub fn beyond_f16_operands(
             })
         })
     };
-    Ok((0..x.rows).filter(|&m| clamped(m) || !held(m)).collect())
+    Ok((0..x.rows).filter(|&m| !held(m)).collect())
 }
 
 /// Uploaded `reduce_mma` data: the matrix, and x as [`Prescaled`].
