@@ -214,6 +214,38 @@ fn nearest_bucket_prefers_the_closest() {
 }
 
 #[test]
+fn a_bucket_keeps_each_tuned_shape_and_the_nearest_wins() {
+    // 5120 x 4096 shares bucket 4096x4096 with 4096 x 4096; each has its own entry.
+    assert_eq!(key(5120, 4096), key(4096, 4096));
+    let mut t = table("nvidia-h200", "cuda");
+    let other = Variant {
+        rows_per_group: 2,
+        ..winner()
+    };
+    let mut e = entry(4096, 4096, &other);
+    e.shape = "5120x4096".into();
+    t.entries.push(e);
+    let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
+    let s = selector_of(d.path());
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let pick = |rows| {
+        let sel =
+            s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(rows, 4096), Tier::Exact);
+        assert!(
+            matches!(sel.source, Source::Table { .. }),
+            "{:?}",
+            sel.source
+        );
+        sel.variant
+    };
+    assert_eq!(pick(4096), winner());
+    assert_eq!(pick(5120), other);
+    // 4864 is nearer 5120 than 4096 in log space (0.07 against 0.25 octaves).
+    assert_eq!(pick(4864), other);
+    assert_eq!(pick(4352), winner());
+}
+
+#[test]
 fn another_key_is_not_a_nearest_bucket() {
     // Same bucket, different M: the table has nothing for it.
     let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);

@@ -195,7 +195,8 @@ impl GateUpProblem {
         }
     }
 
-    /// Every problem of a tuning space's gate/up shapes with M up to `max_m`, one per key:
+    /// Every problem of a tuning space's gate/up shapes with M up to `max_m`, one per key
+    /// and shape:
     /// the same-k pairs first, then each mixed pair `(k, k + 1)` whose two k are both in
     /// the space (Qwen3-14B's 3/4).
     pub fn in_space(space: &TuneSpace, max_m: u32) -> Result<Vec<Self>> {
@@ -223,7 +224,9 @@ impl GateUpProblem {
                                 m,
                                 tail: Tail::Exact,
                             };
-                            let key = |q: &Self| GateUpFamily::key(q, Tier::Exact);
+                            let key = |q: &Self| {
+                                (GateUpFamily::key(q, Tier::Exact), GateUpFamily::shape(q))
+                            };
                             if !out.iter().any(|q| key(q) == key(&p)) {
                                 out.push(p);
                             }

@@ -167,8 +167,8 @@ impl ReduceProblem {
         }
     }
 
-    /// Every problem of a tuning space with M up to `max_m`, one per key: shapes that
-    /// share a size bucket are measured once, at the first.
+    /// Every problem of a tuning space with M up to `max_m`, one per key and shape
+    /// (shapes that share a size bucket are each measured; the selector takes the nearest).
     pub fn in_space(space: &TuneSpace, max_m: u32) -> Result<Vec<Self>> {
         let mut out: Vec<Self> = Vec::new();
         for shape in &space.shapes {
@@ -184,7 +184,9 @@ impl ReduceProblem {
                                 act: space.dtype,
                                 m,
                             };
-                            let key = |q: &Self| ReduceFamily::key(q, Tier::Exact);
+                            let key = |q: &Self| {
+                                (ReduceFamily::key(q, Tier::Exact), ReduceFamily::shape(q))
+                            };
                             if !out.iter().any(|q| key(q) == key(&p)) {
                                 out.push(p);
                             }

@@ -753,7 +753,7 @@ pub struct Untuned {
     pub failed: usize,
 }
 
-/// Tune family `F` on every problem, resuming from `table` (entries of the same key
+/// Tune family `F` on every problem, resuming from `table` (entries of the same key, shape
 /// and sources are kept unless `o.fresh`), calling `save` after each problem so an
 /// interrupted run loses at most one. Returns the problems left untuned.
 pub fn tune<F: Family, B: Backend>(
@@ -770,7 +770,11 @@ pub fn tune<F: Family, B: Backend>(
     for (i, p) in problems.iter().enumerate() {
         let hash = super::source_hash_of::<F>(b.dialect(), p);
         let key = F::key(p, o.tier);
-        let same = |e: &Entry| e.key().ok().as_ref() == Some(&key);
+        // One entry per key and measured shape: shapes that share a bucket (the presets'
+        // 17408 and 14336 rows) are each tuned, and the selector takes the nearest.
+        let (rows, cols) = F::shape(p);
+        let shape = format!("{rows}x{cols}");
+        let same = |e: &Entry| e.shape == shape && e.key().ok().as_ref() == Some(&key);
         let space = super::space_hash::<F>(p, o.tier, o.quick, b.dialect());
         // Kept only if its winner still reads as a variant of `F` (the selector refuses a
         // table with one that does not, so such an entry is measured again).

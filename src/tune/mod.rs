@@ -16,7 +16,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Anchored size bucket: rows and cols each rounded to the nearest power of two (in log
-/// space), so nearby shapes share a tuned entry and a table stays small.
+/// space), so nearby shapes share a tuned entry and a table stays small. A table may hold
+/// entries of several measured shapes in one bucket (each tuned shape keeps its own); the
+/// selector then takes the one nearest the problem's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Bucket {
     pub rows: u64,
@@ -369,10 +371,16 @@ impl Selector {
                 stale += 1;
             }
         }
-        let Some((k, e)) = fresh
-            .into_iter()
-            .min_by_key(|(k, _)| k.bucket.log_distance(&key.bucket))
-        else {
+        // The nearest bucket, and in it the entry measured at the nearest shape: a
+        // bucket holds several shapes where several were tuned (the presets' 17408 and
+        // 14336 rows share one), and each shape's own entry is its best choice.
+        let shape = F::shape(p);
+        let Some((k, e)) = fresh.into_iter().min_by(|(a, ea), (b, eb)| {
+            let da = a.bucket.log_distance(&key.bucket);
+            let db = b.bucket.log_distance(&key.bucket);
+            da.cmp(&db)
+                .then(shape_distance(&ea.shape, shape).total_cmp(&shape_distance(&eb.shape, shape)))
+        }) else {
             let why = if stale > 0 {
                 format!("table {name}: {stale} entries for [{key}] are stale ({} sources changed since; re-run `cargo xtask tune`)", F::NAME)
             } else {
@@ -407,6 +415,19 @@ impl Selector {
     pub fn tables(&self) -> impl Iterator<Item = (&str, &Table)> {
         self.tables.iter().map(|(n, t)| (n.as_str(), t))
     }
+}
+
+/// How far an entry's measured shape (`RxC`) is from `(rows, cols)`, in powers of two
+/// (infinite for a shape that does not parse: such an entry is the last choice).
+fn shape_distance(entry_shape: &str, (rows, cols): (usize, usize)) -> f64 {
+    let log_ratio = |a: &str, b: usize| -> Option<f64> {
+        let a: usize = a.parse().ok().filter(|&a| a > 0)?;
+        Some((a as f64 / b.max(1) as f64).log2().abs())
+    };
+    entry_shape
+        .split_once('x')
+        .and_then(|(r, c)| Some(log_ratio(r, rows)? + log_ratio(c, cols)?))
+        .unwrap_or(f64::INFINITY)
 }
 
 /// The prior rule for a problem on a device without a measured table, if one applies

@@ -61,6 +61,49 @@ fn the_downstream_family_verifies_tunes_and_is_selected() {
     assert!(matches!(sel.source, Source::Table { .. }), "{}", sel.source);
 }
 
+#[test]
+fn shapes_sharing_a_bucket_are_each_tuned_and_resumed() {
+    let b = CpuBackend::new().unwrap();
+    let o = options();
+    let p = |rows| Problem {
+        rows,
+        cols: 2048,
+        act: DType::Bf16,
+    };
+    let (a, c) = (p(64), p(80));
+    assert_eq!(
+        ScaleRowsFamily::key(&a, Tier::Exact),
+        ScaleRowsFamily::key(&c, Tier::Exact),
+        "80 rows round to the 64-row bucket"
+    );
+    let mut table = Table {
+        device: harness::header(&b, "downstream test".into()),
+        entries: Vec::new(),
+    };
+    let run = |table: &mut Table| {
+        let mut tuned = 0;
+        harness::tune::<ScaleRowsFamily, _>(
+            &b,
+            &o,
+            &[a, c],
+            table,
+            None,
+            &mut |_| Ok(()),
+            &mut |e| {
+                tuned += usize::from(matches!(e, harness::Event::Done { .. }));
+            },
+        )
+        .unwrap();
+        tuned
+    };
+    assert_eq!(run(&mut table), 2, "each shape is measured");
+    let mut shapes: Vec<&str> = table.entries.iter().map(|e| e.shape.as_str()).collect();
+    shapes.sort();
+    assert_eq!(shapes, ["64x2048", "80x2048"]);
+    assert_eq!(run(&mut table), 0, "a resumed run keeps both");
+    assert_eq!(table.entries.len(), 2);
+}
+
 /// `scale_rows` with a planted defect: its `rpg=2` candidate binds a doubled scale, so
 /// its output is wrong while every other candidate is right.
 struct Planted;
