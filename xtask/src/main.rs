@@ -89,8 +89,13 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Cmd::Tune(args) = &cli.cmd {
-        if args.stamp {
-            return match tune::stamp(args) {
+        if args.stamp || args.summary {
+            let done = if args.stamp {
+                tune::stamp(args)
+            } else {
+                tune::print_summary(args)
+            };
+            return match done {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e}");

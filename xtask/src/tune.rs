@@ -73,6 +73,10 @@ pub struct TuneArgs {
     /// family's whole one (older tables). Needs no device.
     #[arg(long, requires = "out", conflicts_with = "fresh")]
     pub stamp: bool,
+    /// Measure nothing: print the end-of-run summary of the --out table (every entry's
+    /// winner, times and runner-up: what a tune report's table is), as a tune run ends.
+    #[arg(long, requires = "out", conflicts_with_all = ["fresh", "stamp"])]
+    pub summary: bool,
     /// Output table (default: tuning/local/DEVICE-ID.toml, which git ignores and the build
     /// does not embed). An existing table for the same device is resumed: problems it has
     /// with current sources and the same candidates are kept (unless --fresh).
@@ -213,6 +217,14 @@ fn check_families(a: &TuneArgs) -> Result<()> {
 /// Whether `--family` (empty: all) names family `F`.
 fn wanted<F: Family>(a: &TuneArgs) -> bool {
     a.family.is_empty() || a.family.iter().any(|f| trellis::families::is::<F>(f))
+}
+
+/// `tune --summary`: the --out table's end-of-run summary, without a device.
+pub fn print_summary(a: &TuneArgs) -> Result<()> {
+    let out = a.out.as_ref().expect("clap requires --out with --summary");
+    let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
+    println!("{}", summary(&Table::parse(&text)?));
+    Ok(())
 }
 
 /// `tune --stamp`: record candidate-space hashes in the --out table without a device.

@@ -129,6 +129,15 @@ fn an_entry_of_another_candidate_space_is_measured_again_and_stamp_fills_old_tab
     );
     assert_eq!(median_us(&out), MARKER_US);
     assert!(std::fs::read_to_string(&out).unwrap().contains(&line));
+    // --summary prints the table as a run ends (the planted median shows it measured
+    // nothing) and leaves the file as it was.
+    let before = std::fs::read_to_string(&out).unwrap();
+    let shown = tune(&out, &["--summary"]);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    let stdout = text(&shown.stdout);
+    assert!(stdout.contains("tuned 1 keys on "), "{stdout}");
+    assert!(stdout.contains(&format!("| {MARKER_US:.2} |")), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), before);
 }
 
 #[test]
