@@ -140,29 +140,8 @@ impl CudaBackend {
         &self.ctx
     }
 
-    /// NVRTC flags: the device's own architecture (so NVRTC emits SASS, compiled in
-    /// parallel, instead of PTX that the driver would JIT one by one at load), and no
-    /// contraction, flush-to-zero or approximate division (SPEC 5). `cap`: a register
-    /// budget for the whole unit ([`register_cap`]), only for a kernel that did not fit its
-    /// threadgroup without one (ptxas takes a cap as its target, so kernels that fit
-    /// compile without).
-    fn options(&self, cap: Option<u32>) -> Vec<String> {
-        [
-            "--ftz=false",
-            "--prec-div=true",
-            "--prec-sqrt=true",
-            "--fmad=false",
-            "--std=c++17",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([format!("--gpu-architecture={}", self.arch)])
-        .chain(cap.map(|c| format!("--maxrregcount={c}")))
-        .collect()
-    }
-
     fn cubin(&self, symbol: &str, src: &str, cap: Option<u32>) -> Result<Vec<u8>> {
-        let opts = self.options(cap);
+        let opts = nvrtc_options(self.arch, cap);
         let key = fnv1a(format!("{opts:?}|{src}").as_bytes());
         let path = self.cache_dir.join(format!("{symbol}-{key:016x}.cubin"));
         if let Ok(bin) = std::fs::read(&path) {
@@ -467,6 +446,51 @@ impl Backend for CudaBackend {
     }
 }
 
+/// NVRTC flags: the device's own architecture (so NVRTC emits SASS, compiled in
+/// parallel, instead of PTX that the driver would JIT one by one at load), and no
+/// contraction, flush-to-zero or approximate division (SPEC 5). `cap`: a register
+/// budget for the whole unit ([`register_cap`]), only for a kernel that did not fit its
+/// threadgroup without one (ptxas takes a cap as its target, so kernels that fit
+/// compile without).
+fn nvrtc_options(arch: &str, cap: Option<u32>) -> Vec<String> {
+    [
+        "--ftz=false",
+        "--prec-div=true",
+        "--prec-sqrt=true",
+        "--fmad=false",
+        "--std=c++17",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("--gpu-architecture={arch}")])
+    .chain(cap.map(|c| format!("--maxrregcount={c}")))
+    .collect()
+}
+
+/// Compile one complete CUDA unit (`KernelSpec::unit(Dialect::Cuda)`) for `arch`
+/// (`sm_90`, ...) with NVRTC alone, with the flags the backend uses, and return its CUBIN:
+/// no driver or device is needed, so machines without a GPU (CI) check that the CUDA
+/// dialect compiles. `Error::Unavailable` without an NVRTC library; `Error::Compile` with
+/// the compiler log.
+pub fn compile_offline(symbol: &str, src: &str, arch: &str) -> Result<Vec<u8>> {
+    let digits = arch.strip_prefix("sm_").unwrap_or("");
+    if digits.len() < 2 || !digits.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(Error::invalid("arch", arch, "expected sm_XY, e.g. sm_90"));
+    }
+    // SAFETY: this only tries to dlopen the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::Unavailable {
+            backend: "cuda".into(),
+            reason: "no NVRTC library (libnvrtc.so) could be loaded".into(),
+        });
+    }
+    nvrtc_cubin(src, &nvrtc_options(arch, None)).map_err(|log| Error::Compile {
+        kernel: symbol.into(),
+        backend: format!("cuda ({arch}, offline)"),
+        log,
+    })
+}
+
 /// Compile `src` with NVRTC straight to a CUBIN; `Err` holds the compiler log.
 fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<Vec<u8>, String> {
     use cudarc::nvrtc::{result, sys};
@@ -507,7 +531,36 @@ fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<Vec<u8>, St
 
 #[cfg(test)]
 mod tests {
-    use super::register_cap;
+    use super::{compile_offline, register_cap};
+    use crate::Error;
+
+    #[test]
+    fn offline_compiles_name_the_arch_and_the_kernel() {
+        let err = compile_offline("k", "", "90").unwrap_err();
+        assert!(
+            matches!(&err, Error::Invalid { field, .. } if field == "arch"),
+            "{err}"
+        );
+        let bad = "extern \"C\" __global__ void k(float* y) { y[0] = undeclared; }";
+        // SAFETY: this only tries to dlopen the library.
+        if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            // CI loads NVRTC (.ci/run): a unit that does not compile names its kernel and
+            // holds the compiler's log; one that does gives a CUBIN (an ELF image).
+            let err = compile_offline("broken_kernel", bad, "sm_90").unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, Error::Compile { .. }), "{text}");
+            assert!(
+                text.contains("broken_kernel") && text.contains("undeclared"),
+                "{text}"
+            );
+            let good = "extern \"C\" __global__ void k(float* y) { y[0] = 1.0f; }";
+            let bin = compile_offline("k", good, "sm_90").unwrap();
+            assert_eq!(&bin[..4], b"\x7fELF");
+        } else {
+            let err = compile_offline("broken_kernel", bad, "sm_90").unwrap_err();
+            assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+        }
+    }
 
     #[test]
     fn register_cap_fits_64k_registers_per_threadgroup() {

@@ -52,6 +52,12 @@ enum Cmd {
         /// The smaller catalog.
         #[arg(long)]
         quick: bool,
+        /// Then compile every CUDA unit with NVRTC for this architecture (e.g. sm_90), as
+        /// the CUDA backend would, without a device; fails naming each unit that does not
+        /// compile. Needs only the NVRTC library (`libnvrtc.so`).
+        #[cfg(feature = "cuda")]
+        #[arg(long, value_name = "ARCH")]
+        nvrtc: Option<String>,
     },
     /// Measure candidates per key and write tuning/local/DEVICE-ID.toml (or --out).
     Tune(Box<tune::TuneArgs>),
@@ -162,9 +168,29 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             }
             Ok(ok)
         }
-        Cmd::Render { out, quick } => {
+        Cmd::Render {
+            out,
+            quick,
+            #[cfg(feature = "cuda")]
+            nvrtc,
+        } => {
             let n = render::render(&out, quick)?;
             println!("wrote {n} files under {}", out.display());
+            #[cfg(feature = "cuda")]
+            if let Some(arch) = nvrtc {
+                let started = std::time::Instant::now();
+                let (units, failed) = render::compile_cuda(&out, &arch)?;
+                for e in &failed {
+                    eprintln!("error: {e}");
+                }
+                println!(
+                    "{units} CUDA units compiled with NVRTC for {arch}: {} passed, {} failed ({:.1} s)",
+                    units - failed.len(),
+                    failed.len(),
+                    started.elapsed().as_secs_f64()
+                );
+                return Ok(failed.is_empty());
+            }
             Ok(true)
         }
         Cmd::Tune(_) => unreachable!("handled in main"),

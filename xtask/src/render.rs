@@ -103,3 +103,53 @@ fn remove_stale(dir: &Path, ext: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// Compile every CUDA unit `render` wrote under `<out>/cuda` with NVRTC for `arch`
+/// (`sm_90`, ...), with the backend's flags and no device, on every core. Returns the
+/// number of units and the errors of those that failed (each names its kernel and holds
+/// the compiler log).
+#[cfg(feature = "cuda")]
+pub fn compile_cuda(out: &Path, arch: &str) -> Result<(usize, Vec<Error>)> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let dir = out.join(Dialect::Cuda.name());
+    let mut units = Vec::new();
+    for entry in std::fs::read_dir(&dir).map_err(|e| Error::file(&dir, e))? {
+        let path = entry.map_err(|e| Error::file(&dir, e))?.path();
+        if path
+            .extension()
+            .is_some_and(|e| e == Dialect::Cuda.extension())
+        {
+            let text = std::fs::read_to_string(&path).map_err(|e| Error::file(&path, e))?;
+            let symbol = path.file_stem().unwrap_or_default().to_string_lossy();
+            units.push((symbol.into_owned(), text));
+        }
+    }
+    units.sort();
+    // Refuse a missing NVRTC or a bad arch once, not once per unit.
+    if let Some((symbol, text)) = units.first() {
+        if let Err(e @ (Error::Unavailable { .. } | Error::Invalid { .. })) =
+            trellis::backend::cuda::compile_offline(symbol, text, arch)
+        {
+            return Err(e);
+        }
+    }
+    let bar = crate::progress_bar(units.len() as u64, "nvrtc");
+    let next = AtomicUsize::new(0);
+    let failed = Mutex::new(Vec::new());
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                while let Some((symbol, text)) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    if let Err(e) = trellis::backend::cuda::compile_offline(symbol, text, arch) {
+                        failed.lock().expect("failure list").push(e);
+                    }
+                    bar.inc(1);
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    Ok((units.len(), failed.into_inner().expect("failure list")))
+}
