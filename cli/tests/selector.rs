@@ -160,9 +160,14 @@ fn exact_key_comes_from_the_table() {
     let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact);
     assert_eq!(sel.variant, winner());
     match &sel.source {
-        Source::Table { table, key: k } => {
+        Source::Table {
+            table,
+            key: k,
+            shape,
+        } => {
             assert!(table.ends_with("nvidia-h200.toml"), "{table}");
             assert_eq!(k, &key(4096, 4096).to_string());
+            assert_eq!(shape, "4096x4096");
         }
         other => panic!("expected Source::Table, got {other:?}"),
     }
@@ -231,9 +236,22 @@ fn a_bucket_keeps_each_tuned_shape_and_the_nearest_wins() {
     let pick = |rows| {
         let sel =
             s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(rows, 4096), Tier::Exact);
+        // The source names the shape of the entry taken, so `trellis select` tells which.
+        let want = if sel.variant == other {
+            "5120x4096"
+        } else {
+            "4096x4096"
+        };
         assert!(
-            matches!(sel.source, Source::Table { .. }),
+            matches!(&sel.source, Source::Table { shape, .. } if shape == want),
             "{:?}",
+            sel.source
+        );
+        assert!(
+            sel.source
+                .to_string()
+                .ends_with(&format!("measured at {want}")),
+            "{}",
             sel.source
         );
         sel.variant

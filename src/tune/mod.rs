@@ -92,12 +92,18 @@ impl fmt::Display for TuneKey {
 /// Where a selection came from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Source {
-    /// The device's own table, exact key.
-    Table { table: String, key: String },
+    /// The device's own table, exact key; `shape` is the `RxC` the entry was measured at
+    /// (a bucket holds an entry per tuned shape).
+    Table {
+        table: String,
+        key: String,
+        shape: String,
+    },
     /// The device's own table (or a family member's), nearest bucket or nearest device.
     Nearest {
         table: String,
         key: String,
+        shape: String,
         why: String,
     },
     /// No table had anything: the built-in default.
@@ -113,9 +119,19 @@ pub enum Source {
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Source::Table { table, key } => write!(f, "table {table}, entry [{key}]"),
-            Source::Nearest { table, key, why } => {
-                write!(f, "table {table}, entry [{key}] ({why})")
+            Source::Table { table, key, shape } => {
+                write!(f, "table {table}, entry [{key}] measured at {shape}")
+            }
+            Source::Nearest {
+                table,
+                key,
+                shape,
+                why,
+            } => {
+                write!(
+                    f,
+                    "table {table}, entry [{key}] measured at {shape} ({why})"
+                )
             }
             Source::Default { why } => write!(f, "built-in default ({why})"),
             Source::Prior { file, rule, why } => {
@@ -396,15 +412,18 @@ impl Selector {
             (true, false) => Source::Table {
                 table: name.clone(),
                 key: k.to_string(),
+                shape: e.shape.clone(),
             },
             (true, true) => Source::Nearest {
                 table: name.clone(),
                 key: k.to_string(),
+                shape: e.shape.clone(),
                 why: format!("nearest device {} for {device}", t.device.id),
             },
             (false, _) => Source::Nearest {
                 table: name.clone(),
                 key: k.to_string(),
+                shape: e.shape.clone(),
                 why: format!("nearest bucket to {}", key.bucket),
             },
         };
