@@ -147,7 +147,7 @@ impl CudaBackend {
         if let Ok(bin) = std::fs::read(&path) {
             return Ok(bin);
         }
-        let bin = nvrtc_cubin(src, &opts).map_err(|log| Error::Compile {
+        let (bin, _) = nvrtc_cubin(src, &opts).map_err(|log| Error::Compile {
             kernel: symbol.into(),
             backend: format!("cuda ({})", self.arch),
             log,
@@ -467,12 +467,24 @@ fn nvrtc_options(arch: &str, cap: Option<u32>) -> Vec<String> {
     .collect()
 }
 
+/// A unit compiled offline: its CUBIN and what ptxas reported of the kernel's resources.
+#[derive(Clone, Debug)]
+pub struct CompiledUnit {
+    pub cubin: Vec<u8>,
+    /// Registers per thread.
+    pub registers: u32,
+    /// Bytes of register spills stored to and loaded from local memory, per thread.
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+}
+
 /// Compile one complete CUDA unit (`KernelSpec::unit(Dialect::Cuda)`) for `arch`
-/// (`sm_90`, ...) with NVRTC alone, with the flags the backend uses, and return its CUBIN:
-/// no driver or device is needed, so machines without a GPU (CI) check that the CUDA
-/// dialect compiles. `Error::Unavailable` without an NVRTC library; `Error::Compile` with
-/// the compiler log.
-pub fn compile_offline(symbol: &str, src: &str, arch: &str) -> Result<Vec<u8>> {
+/// (`sm_90`, ...) with NVRTC alone, with the flags the backend uses (plus ptxas's
+/// resource report, which changes no code): no driver or device is needed, so machines
+/// without a GPU (CI) check that the CUDA dialect compiles, and see each kernel's
+/// registers and spills before a device measures it. `Error::Unavailable` without an
+/// NVRTC library; `Error::Compile` with the compiler log.
+pub fn compile_offline(symbol: &str, src: &str, arch: &str) -> Result<CompiledUnit> {
     let digits = arch.strip_prefix("sm_").unwrap_or("");
     if digits.len() < 2 || !digits.chars().all(|c| c.is_ascii_alphanumeric()) {
         return Err(Error::invalid("arch", arch, "expected sm_XY, e.g. sm_90"));
@@ -484,32 +496,66 @@ pub fn compile_offline(symbol: &str, src: &str, arch: &str) -> Result<Vec<u8>> {
             reason: "no NVRTC library (libnvrtc.so) could be loaded".into(),
         });
     }
-    nvrtc_cubin(src, &nvrtc_options(arch, None)).map_err(|log| Error::Compile {
+    let mut opts = nvrtc_options(arch, None);
+    opts.push("--ptxas-options=-v".into());
+    let compile_err = |log: String| Error::Compile {
         kernel: symbol.into(),
         backend: format!("cuda ({arch}, offline)"),
         log,
+    };
+    let (cubin, log) = nvrtc_cubin(src, &opts).map_err(compile_err)?;
+    let (registers, spill_stores, spill_loads) = ptxas_resources(&log)
+        .ok_or_else(|| compile_err(format!("no register count in ptxas's report:\n{log}")))?;
+    Ok(CompiledUnit {
+        cubin,
+        registers,
+        spill_stores,
+        spill_loads,
     })
 }
 
-/// Compile `src` with NVRTC straight to a CUBIN; `Err` holds the compiler log.
-fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<Vec<u8>, String> {
+/// (registers, spill store bytes, spill load bytes) from ptxas's `-v` report of a unit's
+/// one kernel: `... bytes spill stores, ... bytes spill loads` and `Used N registers`.
+fn ptxas_resources(log: &str) -> Option<(u32, u32, u32)> {
+    let number_before = |line: &str, what: &str| -> Option<u32> {
+        let head = &line[..line.find(what)?];
+        head.split_whitespace().last()?.parse().ok()
+    };
+    let mut spills = (0, 0);
+    let mut registers = None;
+    for line in log.lines() {
+        if let Some(n) = number_before(line, " bytes spill stores") {
+            spills.0 = n;
+        }
+        if let Some(n) = number_before(line, " bytes spill loads") {
+            spills.1 = n;
+        }
+        if let Some(n) = number_before(line, " registers") {
+            registers = Some(n);
+        }
+    }
+    Some((registers?, spills.0, spills.1))
+}
+
+/// Compile `src` with NVRTC straight to a CUBIN, with the compiler's log (ptxas's
+/// report where asked for); `Err` holds the log.
+fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<(Vec<u8>, String), String> {
     use cudarc::nvrtc::{result, sys};
     let csrc = std::ffi::CString::new(src).map_err(|e| e.to_string())?;
     let prog = result::create_program(&csrc, None).map_err(|e| format!("{e:?}"))?;
     // SAFETY: `prog` was just created and is destroyed exactly once below; the buffers
     // passed to NVRTC are sized by NVRTC's own size queries.
     unsafe {
-        let out = match result::compile_program(prog, options) {
-            Err(e) => {
-                let log = result::get_program_log(prog)
-                    .map(|l| {
-                        std::ffi::CStr::from_ptr(l.as_ptr())
-                            .to_string_lossy()
-                            .into_owned()
-                    })
-                    .unwrap_or_default();
-                Err(format!("{e:?}\n{log}"))
-            }
+        let compiled = result::compile_program(prog, options);
+        let log = result::get_program_log(prog)
+            .map(|l| {
+                std::ffi::CStr::from_ptr(l.as_ptr())
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .unwrap_or_default();
+        let out = match compiled {
+            Err(e) => Err(format!("{e:?}\n{log}")),
             Ok(()) => {
                 let mut size = 0usize;
                 sys::nvrtcGetCUBINSize(prog, &mut size)
@@ -519,7 +565,7 @@ fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<Vec<u8>, St
                         let mut bin = vec![0u8; size];
                         sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr() as *mut std::ffi::c_char)
                             .result()
-                            .map(|_| bin)
+                            .map(|_| (bin, log))
                             .map_err(|e| format!("{e:?}"))
                     })
             }
@@ -554,12 +600,24 @@ mod tests {
                 "{text}"
             );
             let good = "extern \"C\" __global__ void k(float* y) { y[0] = 1.0f; }";
-            let bin = compile_offline("k", good, "sm_90").unwrap();
-            assert_eq!(&bin[..4], b"\x7fELF");
+            let unit = compile_offline("k", good, "sm_90").unwrap();
+            assert_eq!(&unit.cubin[..4], b"\x7fELF");
+            assert!((1..=255).contains(&unit.registers), "{unit:?}");
+            assert_eq!((unit.spill_stores, unit.spill_loads), (0, 0));
         } else {
             let err = compile_offline("broken_kernel", bad, "sm_90").unwrap_err();
             assert!(matches!(err, Error::Unavailable { .. }), "{err}");
         }
+    }
+
+    #[test]
+    fn ptxas_reports_are_read() {
+        let log = "ptxas info    : Compiling entry function 'k' for 'sm_90'\n\
+                   ptxas info    : Function properties for k\n\
+                   \x20   24 bytes stack frame, 20 bytes spill stores, 16 bytes spill loads\n\
+                   ptxas info    : Used 168 registers, used 0 barriers, 360 bytes cmem[0]\n";
+        assert_eq!(super::ptxas_resources(log), Some((168, 20, 16)));
+        assert_eq!(super::ptxas_resources("no report"), None);
     }
 
     #[test]

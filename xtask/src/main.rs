@@ -53,8 +53,9 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
         /// Then compile every CUDA unit with NVRTC for this architecture (e.g. sm_90), as
-        /// the CUDA backend would, without a device; fails naming each unit that does not
-        /// compile. Needs only the NVRTC library (`libnvrtc.so`).
+        /// the CUDA backend would, without a device, and write each unit's registers and
+        /// spills (ptxas's report) to `<out>/cuda/ptxas.md`; fails naming each unit that
+        /// does not compile. Needs only the NVRTC library (`libnvrtc.so`).
         #[cfg(feature = "cuda")]
         #[arg(long, value_name = "ARCH")]
         nvrtc: Option<String>,
@@ -184,10 +185,11 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                     eprintln!("error: {e}");
                 }
                 println!(
-                    "{units} CUDA units compiled with NVRTC for {arch}: {} passed, {} failed ({:.1} s)",
+                    "{units} CUDA units compiled with NVRTC for {arch}: {} passed, {} failed ({:.1} s); registers and spills in {}",
                     units - failed.len(),
                     failed.len(),
-                    started.elapsed().as_secs_f64()
+                    started.elapsed().as_secs_f64(),
+                    out.join("cuda").join("ptxas.md").display()
                 );
                 return Ok(failed.is_empty());
             }
