@@ -567,7 +567,7 @@ fn toml_line(t: &toml::Table) -> String {
 /// The end-of-run table: winner, its median and spread, the default and the runner-up.
 pub fn summary(t: &Table) -> String {
     let mut s = format!(
-        "tuned {} keys on {} ({}, {})\n",
+        "{} tuned entries (key and measured shape) on {} ({}, {})\n",
         t.entries.len(),
         t.device.id,
         t.device.backend,

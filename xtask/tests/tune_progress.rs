@@ -135,7 +135,10 @@ fn an_entry_of_another_candidate_space_is_measured_again_and_stamp_fills_old_tab
     let shown = tune(&out, &["--summary"]);
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     let stdout = text(&shown.stdout);
-    assert!(stdout.contains("tuned 1 keys on "), "{stdout}");
+    assert!(
+        stdout.contains("1 tuned entries (key and measured shape) on "),
+        "{stdout}"
+    );
     assert!(stdout.contains(&format!("| {MARKER_US:.2} |")), "{stdout}");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), before);
 }
