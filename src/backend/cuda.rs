@@ -62,6 +62,19 @@ fn driver_err(e: impl std::fmt::Debug) -> Error {
     Error::backend("cuda", format!("{e:?}"))
 }
 
+/// Whether the NVRTC library can be loaded (it needs no driver).
+fn nvrtc_loadable() -> Result<()> {
+    // SAFETY: this only tries to dlopen the library.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::Unavailable {
+            backend: "cuda".into(),
+            reason: "no NVRTC library (libnvrtc.so) could be loaded".into(),
+        })
+    }
+}
+
 /// Whether the driver and NVRTC libraries can be loaded, with the reason when not.
 pub fn probe() -> Result<()> {
     // SAFETY: these only try to dlopen the libraries.
@@ -71,12 +84,7 @@ pub fn probe() -> Result<()> {
             reason: "no NVIDIA driver library (libcuda.so) could be loaded".into(),
         });
     }
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(Error::Unavailable {
-            backend: "cuda".into(),
-            reason: "no NVRTC library (libnvrtc.so) could be loaded".into(),
-        });
-    }
+    nvrtc_loadable()?;
     let n = CudaContext::device_count().map_err(|e| Error::Unavailable {
         backend: "cuda".into(),
         reason: format!("driver reports {e:?}"),
@@ -485,17 +493,7 @@ pub struct CompiledUnit {
 /// registers and spills before a device measures it. `Error::Unavailable` without an
 /// NVRTC library; `Error::Compile` with the compiler log.
 pub fn compile_offline(symbol: &str, src: &str, arch: &str) -> Result<CompiledUnit> {
-    let digits = arch.strip_prefix("sm_").unwrap_or("");
-    if digits.len() < 2 || !digits.chars().all(|c| c.is_ascii_alphanumeric()) {
-        return Err(Error::invalid("arch", arch, "expected sm_XY, e.g. sm_90"));
-    }
-    // SAFETY: this only tries to dlopen the library.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(Error::Unavailable {
-            backend: "cuda".into(),
-            reason: "no NVRTC library (libnvrtc.so) could be loaded".into(),
-        });
-    }
+    offline_ready(arch)?;
     let mut opts = nvrtc_options(arch, None);
     opts.push("--ptxas-options=-v".into());
     let compile_err = |log: String| Error::Compile {
@@ -512,6 +510,16 @@ pub fn compile_offline(symbol: &str, src: &str, arch: &str) -> Result<CompiledUn
         spill_stores,
         spill_loads,
     })
+}
+
+/// Whether [`compile_offline`] can run for `arch`: an `sm_XY` name and a loadable NVRTC
+/// (checked once before compiling many units, so a missing library is one error).
+pub fn offline_ready(arch: &str) -> Result<()> {
+    let digits = arch.strip_prefix("sm_").unwrap_or("");
+    if digits.len() < 2 || !digits.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(Error::invalid("arch", arch, "expected sm_XY, e.g. sm_90"));
+    }
+    nvrtc_loadable()
 }
 
 /// (registers, spill store bytes, spill load bytes) from ptxas's `-v` report of a unit's

@@ -408,22 +408,23 @@ impl Selector {
             Ok(v) => v,
             Err(err) => return default(format!("table {name}, entry [{k}]: {err}")),
         };
+        let measured_at = e.shape.clone();
         let source = match (k.bucket == key.bucket, via_family) {
             (true, false) => Source::Table {
                 table: name.clone(),
                 key: k.to_string(),
-                shape: e.shape.clone(),
+                shape: measured_at,
             },
             (true, true) => Source::Nearest {
                 table: name.clone(),
                 key: k.to_string(),
-                shape: e.shape.clone(),
+                shape: measured_at,
                 why: format!("nearest device {} for {device}", t.device.id),
             },
             (false, _) => Source::Nearest {
                 table: name.clone(),
                 key: k.to_string(),
-                shape: e.shape.clone(),
+                shape: measured_at,
                 why: format!("nearest bucket to {}", key.bucket),
             },
         };
