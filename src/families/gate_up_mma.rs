@@ -211,9 +211,10 @@ impl Family for GateUpMmaFamily {
         let mut out = super::reduce_mma::candidates_for(p.m, tier, quick, bf16_ok);
         // Two projections per tile: 61 of the 90 H200 winners took the fewest simdgroups
         // offered (4), and 2 also runs; at M = 16 three keys then took 2, so 1 joins there
-        // at the tuned sizes (it won none of the 30 M = 16 keys).
+        // at the tuned sizes (it won none of the 30 M = 16 keys), and at M = 8, where two
+        // mcg k 3 keys at 14336 x 4096 took 2.
         if !quick {
-            let fewer: &[u32] = if p.m > 8 && p.gate.rows >= crate::catalog::TUNED_ROWS {
+            let fewer: &[u32] = if p.m >= 8 && p.gate.rows >= crate::catalog::TUNED_ROWS {
                 &[2, 1]
             } else {
                 &[2]
