@@ -174,3 +174,71 @@ fn source_hashes_follow_the_codes_and_fall_back_to_the_family() {
         source_hash::<GateUpFamily>(d)
     );
 }
+
+/// Every candidate the tuner measures has a kernel id of its own, so the compile caches
+/// (keyed by id on every backend) never hand one variant the kernel of another: over the
+/// shipped table's shapes, both tiers, the default and every candidate of each problem.
+/// (Until 2026-12-02 `Variant`'s hash wrote a defaulted flag's value without its name, so
+/// `prefetch_words` alone and `stream_words` alone shared an id: the tuner timed one twin
+/// as the other, and interleaved-x twins ran a plain-x kernel and were rejected.)
+#[test]
+fn every_tuned_candidate_has_a_kernel_of_its_own() {
+    use trellis::kernel::KernelSpec;
+    struct Distinct {
+        space: TuneSpace,
+        problems: usize,
+        clashes: Vec<String>,
+    }
+    impl FamilyVisitor for Distinct {
+        fn visit<F: Family>(&mut self) {
+            for p in F::problems(&self.space).expect("the checked space is valid") {
+                self.problems += 1;
+                for tier in [Tier::Exact, Tier::Fast] {
+                    let mut seen: HashMap<String, String> = HashMap::new();
+                    let default = F::default_variant(&p, tier);
+                    for v in std::iter::once(default).chain(F::candidates(&p, tier, false)) {
+                        let id = F::kernel(&p, v).id().to_string();
+                        let name = format!("{v:?}");
+                        match seen.get(&id) {
+                            Some(other) if *other != name => self
+                                .clashes
+                                .push(format!("{} {p}: {other} and {name} share {id}", F::NAME)),
+                            _ => {
+                                seen.insert(id, name);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let t = Table::parse(Selector::embedded()[0].1).expect("the shipped table parses");
+    let mut shapes: Vec<Shape> = Vec::new();
+    for e in &t.entries {
+        let (rows, cols) = e.shape.split_once('x').expect("RxC shape");
+        let shape = Shape {
+            rows: rows.parse().expect("rows"),
+            cols: cols.parse().expect("cols"),
+            gate_up: true,
+        };
+        if !shapes.contains(&shape) {
+            shapes.push(shape);
+        }
+    }
+    let mut d = Distinct {
+        space: TuneSpace {
+            shapes,
+            ms: vec![1, 2, 4, 8, 16],
+            ks: vec![2, 3, 4],
+            ls: vec![12, 16],
+            codes: vec![Code::OneMad, Code::ThreeInst, Code::Mcg],
+            dtype: DType::Bf16,
+            t: 256,
+        },
+        problems: 0,
+        clashes: Vec::new(),
+    };
+    trellis::families::for_each(&mut d);
+    assert!(d.problems > 500, "only {} problems checked", d.problems);
+    assert!(d.clashes.is_empty(), "{}", d.clashes.join("\n"));
+}

@@ -317,7 +317,21 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         r.map_or(f64::NAN, |(st, _)| st.median)
                     };
                     let seed = runs.next().map(median).unwrap_or(f64::NAN);
-                    let best = runs.map(median).fold(f64::INFINITY, f64::min);
+                    // The fastest x-in-registers candidate, named in the log (it may be the
+                    // table's choice itself, timed a second time).
+                    let (best, best_variant) = runs
+                        .zip(&vs[2..])
+                        .map(|(r, v)| (median(r), v))
+                        .fold((f64::INFINITY, None), |acc, (t, v)| {
+                            if t < acc.0 {
+                                (t, Some(v))
+                            } else {
+                                acc
+                            }
+                        });
+                    if let Some(v) = best_variant {
+                        eprintln!("reduce {p}: best registers {best:.1} us is `{v}`");
+                    }
                     row(
                         Tier::Exact,
                         ts,
