@@ -930,10 +930,11 @@ fn cuda_is_the_default_only_with_a_driver() {
 }
 
 /// A bucket's winner that stages x in threadgroup memory cannot serve a much wider matrix
-/// of the same key: the selection falls back to the default and says why, and the
-/// product on the CPU backend still matches the reference.
+/// of the same key: the selection takes the entry's runner-up where it fits, else falls
+/// back to the default, and says why; the product on the CPU backend still matches the
+/// reference.
 #[test]
-fn a_winner_that_does_not_fit_the_shape_gives_way_to_the_default() {
+fn a_winner_that_does_not_fit_the_shape_gives_way_to_the_runner_up_or_the_default() {
     use trellis::kernels::XStage;
     use trellis::tune::{fit, Selection};
     let limits = trellis::backend::nominal_limits("cuda");
@@ -948,6 +949,7 @@ fn a_winner_that_does_not_fit_the_shape_gives_way_to_the_default() {
     let chosen = || Selection {
         variant: staged,
         source: Source::Default { why: "test".into() },
+        runner_up: None,
     };
     let s = fit::<ReduceFamily>(chosen(), &wide, Tier::Exact, &limits);
     assert_eq!(s.variant, Variant::default());
@@ -979,6 +981,33 @@ fn a_winner_that_does_not_fit_the_shape_gives_way_to_the_default() {
         fit::<ReduceFamily>(chosen(), &mid, Tier::Exact, &metal).variant,
         Variant::default()
     );
+    // A table entry's runner-up that fits is taken before the default, and says so; one
+    // that does not fit either gives way to the default.
+    let registers = Variant {
+        x_stage: XStage::Registers,
+        rows_per_simd: 2,
+        ..Variant::default()
+    };
+    let from_table = |runner_up| Selection {
+        variant: staged,
+        source: Source::Table {
+            table: "t".into(),
+            key: "k".into(),
+            shape: "8x1024".into(),
+        },
+        runner_up,
+    };
+    let s = fit::<ReduceFamily>(from_table(Some(registers)), &wide, Tier::Exact, &limits);
+    assert_eq!(s.variant, registers);
+    let why = s.source.to_string();
+    assert!(
+        matches!(s.source, Source::Nearest { .. })
+            && why.contains("runner-up")
+            && why.contains("does not fit"),
+        "{why}"
+    );
+    let s = fit::<ReduceFamily>(from_table(Some(staged)), &wide, Tier::Exact, &limits);
+    assert_eq!(s.variant, Variant::default());
     // End to end through the facade, on a backend held once.
     let b = trellis::backend::CpuBackend::new().unwrap();
     let w = trellis::check::random_matrix(wide.geometry, 3);

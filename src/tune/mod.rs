@@ -146,6 +146,10 @@ impl fmt::Display for Source {
 pub struct Selection<V> {
     pub variant: V,
     pub source: Source,
+    /// The table entry's runner-up, which [`fit`] takes where the winner does not fit
+    /// the problem (an interleaved-x winner at columns that are not whole 1024-column
+    /// slices, say) before it falls back to the default.
+    pub runner_up: Option<V>,
 }
 
 /// Tables embedded at build time from `tuning/*.toml`.
@@ -358,6 +362,7 @@ impl Selector {
         let default = |why: String| Selection {
             variant: F::default_variant(p, tier),
             source: Source::Default { why },
+            runner_up: None,
         };
         let table = self.table_for(backend, device);
         // Until the device has its own measured table, a prior rule for it wins.
@@ -428,7 +433,12 @@ impl Selector {
                 why: format!("nearest bucket to {}", key.bucket),
             },
         };
-        Selection { variant, source }
+        let runner_up = e.runner_up::<F::Variant>().ok().flatten();
+        Selection {
+            variant,
+            source,
+            runner_up,
+        }
     }
 
     /// Every table, by name.
@@ -469,6 +479,7 @@ fn prior_for<F: Family>(
             rule: rule.name.clone(),
             why: rule.why.clone(),
         },
+        runner_up: None,
     })
 }
 
@@ -547,16 +558,38 @@ pub fn fit<F: Family>(
     tier: Tier,
     limits: &Limits,
 ) -> Selection<F::Variant> {
-    match crate::family::fits::<F>(p, s.variant, limits) {
-        Ok(()) => s,
-        Err(e) => Selection {
-            variant: F::default_variant(p, tier),
-            source: Source::Default {
-                why: format!(
-                    "{} chose `{}`, which does not fit this shape: {e}",
-                    s.source, s.variant
-                ),
-            },
+    let e = match crate::family::fits::<F>(p, s.variant, limits) {
+        Ok(()) => return s,
+        Err(e) => e,
+    };
+    let not_fit = format!("`{}`, which does not fit this shape: {e}", s.variant);
+    // The entry's runner-up, where it fits, is the next best measured choice.
+    if let (
+        Some(ru),
+        Source::Table { table, key, shape }
+        | Source::Nearest {
+            table, key, shape, ..
         },
+    ) = (s.runner_up, &s.source)
+    {
+        if crate::family::fits::<F>(p, ru, limits).is_ok() {
+            return Selection {
+                variant: ru,
+                source: Source::Nearest {
+                    table: table.clone(),
+                    key: key.clone(),
+                    shape: shape.clone(),
+                    why: format!("its runner-up: the winner is {not_fit}"),
+                },
+                runner_up: None,
+            };
+        }
+    }
+    Selection {
+        variant: F::default_variant(p, tier),
+        source: Source::Default {
+            why: format!("{} chose {not_fit}", s.source),
+        },
+        runner_up: None,
     }
 }

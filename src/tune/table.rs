@@ -113,6 +113,17 @@ impl Entry {
             .try_into()
             .map_err(|e| Error::invalid("winner", toml_line(&self.winner), e.to_string()))
     }
+    /// The runner-up as a variant, where the entry records one.
+    pub fn runner_up<V: serde::de::DeserializeOwned>(&self) -> Result<Option<V>> {
+        self.runner_up
+            .as_ref()
+            .map(|t| {
+                toml::Value::Table(t.clone())
+                    .try_into()
+                    .map_err(|e| Error::invalid("runner_up", toml_line(t), e.to_string()))
+            })
+            .transpose()
+    }
 }
 
 fn toml_line(t: &toml::Table) -> String {
