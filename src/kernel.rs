@@ -349,21 +349,36 @@ pub fn check_launch<T: DeviceTensor>(
 /// Identity of a kernel specialization: its name and a stable hash of its parameters.
 /// Typed (built from the declaration's `Hash`, not from a string), `Copy`, and cheap to
 /// compare, so caches look kernels up without allocating.
+///
+/// `params` (the symbol, [`fmt::Display`]) is the hash the tables were measured under,
+/// which leaves defaulted fields out without naming the ones set
+/// (`kernels::hash_debug_skipping_default`), so code-word twins such as `prefetch_words`
+/// alone and `stream_words` alone share it. `detail`, a hash of the `Debug` form (which
+/// names every field it prints), tells them apart: caches key on the whole id, and the
+/// dialects that put several kernels in one namespace (the CPU's shared library, MLX's
+/// kernel names) name them by [`KernelId::unique_symbol`]. CUDA loads each kernel in a
+/// module of its own, so its units keep the symbol the tables' hashes cover.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KernelId {
     pub name: &'static str,
     pub params: u64,
+    pub detail: u64,
 }
 
 impl KernelId {
     /// The id of `spec`, a specialization of kernel `name`.
-    pub fn of<T: std::hash::Hash + ?Sized>(name: &'static str, spec: &T) -> Self {
+    pub fn of<T: std::hash::Hash + fmt::Debug + ?Sized>(name: &'static str, spec: &T) -> Self {
         let mut h = Fnv1a::default();
         spec.hash(&mut h);
         KernelId {
             name,
             params: std::hash::Hasher::finish(&h),
+            detail: fnv1a(format!("{spec:?}").as_bytes()),
         }
+    }
+    /// A symbol no other specialization shares: `<name>_<params>_<detail>`.
+    pub fn unique_symbol(&self) -> String {
+        format!("{self}_{:016x}", self.detail)
     }
 }
 

@@ -281,30 +281,23 @@ pub(crate) fn is_default<T: Default + PartialEq>(v: &T) -> bool {
 /// `Hash` and `Debug` as `derive` writes them, except that the last fields are left out
 /// while they hold their defaults, as serde leaves them out of the tables: a field added at
 /// its default keeps every existing variant's kernel symbol and tuning space hash, so only
-/// the entries whose space it widens go stale. `hash_debug_skipping_default!(Type { a, b }
-/// + last, later)`. Where several fields may be left out, each one present is hashed after
-/// its name, so that two variants differing in which of them are set never hash alike
-/// (they share a kernel symbol and a compile-cache slot otherwise: `prefetch_words` alone
-/// and `stream_words` alone wrote the same bytes until 2026-12-02).
+/// the entries whose space it widens go stale.
+/// `hash_debug_skipping_default!(Type { a, b } + last, later)`.
+///
+/// A set field is hashed without its name, so two variants that differ only in which of
+/// several such flags is set hash alike (and share a symbol). The symbols, and with them
+/// the tables' hashes, stay as they were measured; [`crate::kernel::KernelId`] tells such
+/// twins apart by their `Debug`, which names the fields.
 macro_rules! hash_debug_skipping_default {
-    (@hash $self:ident, $h:ident, tagged: $tagged:expr, $($last:ident),+) => {
-        $(
-            if !$crate::kernels::is_default(&$self.$last) {
-                if $tagged {
-                    std::hash::Hash::hash(stringify!($last), $h);
-                }
-                std::hash::Hash::hash(&$self.$last, $h);
-            }
-        )+
-    };
     ($ty:ident { $($field:ident),* } + $($last:ident),+) => {
         impl std::hash::Hash for $ty {
             fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
                 $(std::hash::Hash::hash(&self.$field, h);)*
-                // One field that may be left out is unambiguous as it is (and keeps its
-                // symbols); several are named.
-                let tagged = [$(stringify!($last)),+].len() > 1;
-                $crate::kernels::hash_debug_skipping_default!(@hash self, h, tagged: tagged, $($last),+);
+                $(
+                    if !$crate::kernels::is_default(&self.$last) {
+                        std::hash::Hash::hash(&self.$last, h);
+                    }
+                )+
             }
         }
         impl std::fmt::Debug for $ty {

@@ -64,6 +64,7 @@ fn run_body(
         id: trellis::kernel::KernelId {
             name: "probe",
             params: trellis::kernel::fnv1a(name.as_bytes()),
+            detail: 0,
         },
         grid: Grid {
             groups: [1, 1, 1],

@@ -72,6 +72,23 @@ impl FamilyVisitor for Stale<'_> {
     }
 }
 
+/// The shapes a table's entries were measured at, each once.
+fn table_shapes(t: &Table) -> Vec<Shape> {
+    let mut shapes: Vec<Shape> = Vec::new();
+    for e in &t.entries {
+        let (rows, cols) = e.shape.split_once('x').expect("RxC shape");
+        let shape = Shape {
+            rows: rows.parse().expect("rows"),
+            cols: cols.parse().expect("cols"),
+            gate_up: true,
+        };
+        if !shapes.contains(&shape) {
+            shapes.push(shape);
+        }
+    }
+    shapes
+}
+
 #[test]
 fn shipped_tables_are_current() {
     let tables = Selector::embedded();
@@ -79,18 +96,7 @@ fn shipped_tables_are_current() {
     let mut failures = Vec::new();
     for (name, text) in tables {
         let t = Table::parse(text).unwrap_or_else(|e| panic!("tuning/{name}: {e}"));
-        let mut shapes: Vec<Shape> = Vec::new();
-        for e in &t.entries {
-            let (rows, cols) = e.shape.split_once('x').expect("RxC shape");
-            let shape = Shape {
-                rows: rows.parse().expect("rows"),
-                cols: cols.parse().expect("cols"),
-                gate_up: true,
-            };
-            if !shapes.contains(&shape) {
-                shapes.push(shape);
-            }
-        }
+        let shapes = table_shapes(&t);
         let mut v = Stale {
             table: &t,
             dialect: t.device.dialect().unwrap(),
@@ -178,9 +184,9 @@ fn source_hashes_follow_the_codes_and_fall_back_to_the_family() {
 /// Every candidate the tuner measures has a kernel id of its own, so the compile caches
 /// (keyed by id on every backend) never hand one variant the kernel of another: over the
 /// shipped table's shapes, both tiers, the default and every candidate of each problem.
-/// (Until 2026-12-02 `Variant`'s hash wrote a defaulted flag's value without its name, so
-/// `prefetch_words` alone and `stream_words` alone shared an id: the tuner timed one twin
-/// as the other, and interleaved-x twins ran a plain-x kernel and were rejected.)
+/// (Until 2026-12-02 the id was the symbol's hash alone, which code-word twins such as
+/// `prefetch_words` alone and `stream_words` alone share: the tuner timed one twin as the
+/// other, and interleaved-x twins ran a plain-x kernel and were rejected.)
 #[test]
 fn every_tuned_candidate_has_a_kernel_of_its_own() {
     use trellis::kernel::KernelSpec;
@@ -194,15 +200,15 @@ fn every_tuned_candidate_has_a_kernel_of_its_own() {
             for p in F::problems(&self.space).expect("the checked space is valid") {
                 self.problems += 1;
                 for tier in [Tier::Exact, Tier::Fast] {
-                    let mut seen: HashMap<String, String> = HashMap::new();
+                    let mut seen: HashMap<trellis::kernel::KernelId, String> = HashMap::new();
                     let default = F::default_variant(&p, tier);
                     for v in std::iter::once(default).chain(F::candidates(&p, tier, false)) {
-                        let id = F::kernel(&p, v).id().to_string();
+                        let id = F::kernel(&p, v).id();
                         let name = format!("{v:?}");
                         match seen.get(&id) {
                             Some(other) if *other != name => self
                                 .clashes
-                                .push(format!("{} {p}: {other} and {name} share {id}", F::NAME)),
+                                .push(format!("{} {p}: {other} and {name} share {id:?}", F::NAME)),
                             _ => {
                                 seen.insert(id, name);
                             }
@@ -213,18 +219,7 @@ fn every_tuned_candidate_has_a_kernel_of_its_own() {
         }
     }
     let t = Table::parse(Selector::embedded()[0].1).expect("the shipped table parses");
-    let mut shapes: Vec<Shape> = Vec::new();
-    for e in &t.entries {
-        let (rows, cols) = e.shape.split_once('x').expect("RxC shape");
-        let shape = Shape {
-            rows: rows.parse().expect("rows"),
-            cols: cols.parse().expect("cols"),
-            gate_up: true,
-        };
-        if !shapes.contains(&shape) {
-            shapes.push(shape);
-        }
-    }
+    let shapes = table_shapes(&t);
     let mut d = Distinct {
         space: TuneSpace {
             shapes,

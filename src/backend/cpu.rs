@@ -93,7 +93,7 @@ impl CpuBackend {
         let (mut src, prelude) = cpu_prelude();
         for (id, rendered, inputs, outputs) in items {
             src.push_str(&cpu_unit_part(
-                &id.to_string(),
+                &id.unique_symbol(),
                 &prelude,
                 rendered,
                 inputs,
@@ -138,7 +138,7 @@ impl CpuBackend {
             Arc::new(unsafe { Library::new(&lib_path) }.map_err(|e| Error::file(&lib_path, e))?);
         let mut kernels = self.kernels.lock().expect("kernel cache lock");
         for (id, ..) in items {
-            let symbol = id.to_string();
+            let symbol = id.unique_symbol();
             // SAFETY: every symbol in this library has the `EntryFn` signature (see
             // `codegen::cpu_unit_part`).
             let entry: EntryFn = unsafe {

@@ -258,7 +258,7 @@ impl MetalBackend {
             ensure_row_contiguous: true,
             atomic_outputs: false,
         };
-        let symbol = launch.id.to_string();
+        let symbol = launch.id.unique_symbol();
         let kernel = MetalKernel::new(&symbol, &inputs, &outputs, &rendered.body, options)
             .map_err(|e| Error::Compile {
                 kernel: symbol.clone(),

@@ -102,7 +102,7 @@ struct Unit {
 impl Unit {
     fn of(launch: &Launch<'_>) -> Result<Self> {
         let rendered = (launch.render)(Dialect::Metal)?;
-        let symbol = launch.id.to_string();
+        let symbol = launch.id.unique_symbol();
         Ok(Unit {
             source: metal_source::standalone(&symbol, &rendered, &launch.inputs, &launch.outputs),
             params: metal_source::signature(&rendered.body, &launch.inputs, &launch.outputs),

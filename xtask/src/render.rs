@@ -67,7 +67,8 @@ impl FamilyVisitor for Writer<'_> {
                     return;
                 }
                 let k = F::kernel(&p, v);
-                let symbol = k.symbol();
+                // Code-word twins share a symbol (`KernelId`): name the files apart.
+                let symbol = k.id().unique_symbol();
                 if !self.seen.insert(symbol.clone()) {
                     continue;
                 }
