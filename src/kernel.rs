@@ -373,7 +373,12 @@ impl KernelId {
         KernelId {
             name,
             params: std::hash::Hasher::finish(&h),
-            detail: fnv1a(format!("{spec:?}").as_bytes()),
+            detail: {
+                // Formatted straight into the hasher: an id costs no allocation.
+                let mut d = Fnv1a::default();
+                let _ = fmt::Write::write_fmt(&mut d, format_args!("{spec:?}"));
+                std::hash::Hasher::finish(&d)
+            },
         }
     }
     /// A symbol no other specialization shares: `<name>_<params>_<detail>`.
@@ -396,6 +401,13 @@ pub struct Fnv1a(u64);
 impl Default for Fnv1a {
     fn default() -> Self {
         Fnv1a(0xcbf29ce484222325)
+    }
+}
+
+impl fmt::Write for Fnv1a {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        std::hash::Hasher::write(self, s.as_bytes());
+        Ok(())
     }
 }
 

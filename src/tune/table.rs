@@ -109,21 +109,22 @@ impl Entry {
     }
     /// The winner as a family's variant type.
     pub fn winner<V: serde::de::DeserializeOwned>(&self) -> Result<V> {
-        toml::Value::Table(self.winner.clone())
-            .try_into()
-            .map_err(|e| Error::invalid("winner", toml_line(&self.winner), e.to_string()))
+        variant("winner", &self.winner)
     }
     /// The runner-up as a variant, where the entry records one.
     pub fn runner_up<V: serde::de::DeserializeOwned>(&self) -> Result<Option<V>> {
         self.runner_up
             .as_ref()
-            .map(|t| {
-                toml::Value::Table(t.clone())
-                    .try_into()
-                    .map_err(|e| Error::invalid("runner_up", toml_line(t), e.to_string()))
-            })
+            .map(|t| variant("runner_up", t))
             .transpose()
     }
+}
+
+/// Field `field` of an entry (a variant's table) as a family's variant type.
+fn variant<V: serde::de::DeserializeOwned>(field: &str, t: &toml::Table) -> Result<V> {
+    toml::Value::Table(t.clone())
+        .try_into()
+        .map_err(|e| Error::invalid(field, toml_line(t), e.to_string()))
 }
 
 fn toml_line(t: &toml::Table) -> String {
