@@ -37,7 +37,8 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// Instead of the catalog: this many random problems through the library facade
-        /// (`ops::matvec`, `ops::gate_up`, exact and fast, the selector's variants),
+        /// (`ops::matvec`, `ops::gate_up`, exact and fast, the selector's variants: the
+        /// tables embedded in this build, overridden by `$TRELLIS_TUNING_DIR/*.toml`),
         /// against the CPU reference.
         #[arg(long, conflicts_with = "quick")]
         random: Option<usize>,
