@@ -266,9 +266,10 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     );
     // One shape of a preset alone: TRELLIS_BENCH_SHAPES=5120x17408 (rows x cols).
     let only = shape_list("TRELLIS_BENCH_SHAPES")?;
-    for p_name in list("TRELLIS_BENCH_PRESETS", &["qwen3-14b", "llama-3-8b"]) {
-        let shapes = preset(&p_name)
-            .ok_or_else(|| Error::invalid("preset", &p_name, "qwen3-14b or llama-3-8b"))?;
+    let presets = list("TRELLIS_BENCH_PRESETS", &["qwen3-14b", "llama-3-8b"]);
+    for p_name in &presets {
+        let shapes = preset(p_name)
+            .ok_or_else(|| Error::invalid("preset", p_name, "qwen3-14b or llama-3-8b"))?;
         for shape in shapes {
             if !only.is_empty() && !only.contains(&(shape.rows, shape.cols)) {
                 continue;
@@ -360,61 +361,51 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
             }
         }
     }
-    let _ = writeln!(
-        s,
-        "\n## gate_up (Qwen3-14B gate/up, 17408 x 5120 each) vs two cuBLAS GEMVs and the SwiGLU\n"
-    );
-    let _ = writeln!(s, "The dense baseline is two GEMVs followed by the elementwise SwiGLU of their outputs (`xtask/templates/swiglu.kernel`, one launch, bound before timing), as a framework runs it.\n");
-    let _ = writeln!(
-        s,
-        "| kg/ku | M | tier | trellis us | dense (2 GEMVs + SwiGLU) us | ratio | check | variant | source |"
-    );
-    let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---|---|---|");
-    for (kg, ku) in [(3u32, 3u32), (3, 4)] {
-        for &m in &ms {
-            let cs = cublas(&b, &blas, &o, 17408, 5120, m as usize, 2)?;
-            for tier in [Tier::Exact, Tier::Fast] {
-                let p = GateUpProblem {
-                    gate: Geometry::new(17408, 5120, 256, kg, 12, Code::OneMad)?,
-                    up: Geometry::new(17408, 5120, 256, ku, 12, Code::OneMad)?,
-                    gate_scale: ScaleDType::F16,
-                    up_scale: ScaleDType::F16,
-                    act: DType::Bf16,
-                    m,
-                    tail: Tail::Exact,
-                };
-                let (ts, check, variant, source) = if tier == Tier::Exact {
-                    let sel = selector.select::<GateUpFamily>("cuda", &info.id, &p, tier);
-                    let (ts, check) =
-                        harness::bench::<GateUpFamily, _>(&b, &o, &p, &[sel.variant], 13)?
-                            .remove(0)
-                            .map_err(|e| Error::backend("bench", format!("{p}: {e}")))?;
-                    (ts, check, sel.variant.to_string(), sel.source.to_string())
-                } else {
-                    let sel = selector.select::<GateUpMmaFamily>("cuda", &info.id, &p, tier);
-                    let (ts, check) =
-                        harness::bench::<GateUpMmaFamily, _>(&b, &o, &p, &[sel.variant], 13)?
-                            .remove(0)
-                            .map_err(|e| {
-                                Error::backend("bench", format!("gate_up_mma {p}: {e}"))
-                            })?;
-                    (
-                        ts,
-                        check,
-                        format!("gate_up_mma {}", sel.variant),
-                        sel.source.to_string(),
-                    )
-                };
-                let _ = writeln!(
-                    s,
-                    "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} |",
-                    ts.median, ts.p10, ts.p90, cs.median, cs.median / ts.median,
-                    check, variant, source
-                );
-                eprintln!(
-                    "gate_up {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us",
-                    ts.median, cs.median
-                );
+    // The fused gate/up at each preset's gate/up shape (the same filters as above).
+    for p_name in &presets {
+        let Some(shape) = preset(p_name)
+            .into_iter()
+            .flatten()
+            .find(|sh| sh.gate_up && (only.is_empty() || only.contains(&(sh.rows, sh.cols))))
+        else {
+            continue;
+        };
+        let (rows, cols) = (shape.rows, shape.cols);
+        let _ = writeln!(
+            s,
+            "\n## gate_up ({p_name} gate/up, {rows} x {cols} each) vs two cuBLAS GEMVs and the SwiGLU\n"
+        );
+        let _ = writeln!(s, "The dense baseline is two GEMVs followed by the elementwise SwiGLU of their outputs (`xtask/templates/swiglu.kernel`, one launch, bound before timing), as a framework runs it.\n");
+        let _ = writeln!(
+            s,
+            "| kg/ku | M | tier | trellis us | dense (2 GEMVs + SwiGLU) us | ratio | check | variant | source |"
+        );
+        let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---|---|---|");
+        for (kg, ku) in [(3u32, 3u32), (3, 4)] {
+            for &m in &ms {
+                let cs = cublas(&b, &blas, &o, rows, cols, m as usize, 2)?;
+                for tier in [Tier::Exact, Tier::Fast] {
+                    let p = GateUpProblem {
+                        gate: Geometry::new(rows, cols, 256, kg, 12, Code::OneMad)?,
+                        up: Geometry::new(rows, cols, 256, ku, 12, Code::OneMad)?,
+                        gate_scale: ScaleDType::F16,
+                        up_scale: ScaleDType::F16,
+                        act: DType::Bf16,
+                        m,
+                        tail: Tail::Exact,
+                    };
+                    let (ts, check, variant, source) = gate_up_row(&b, &o, &selector, &p, tier)?;
+                    let _ = writeln!(
+                        s,
+                        "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} |",
+                        ts.median, ts.p10, ts.p90, cs.median, cs.median / ts.median,
+                        check, variant, source
+                    );
+                    eprintln!(
+                        "gate_up {rows}x{cols} {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us",
+                        ts.median, cs.median
+                    );
+                }
             }
         }
     }
@@ -422,6 +413,35 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     println!("{s}");
     std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
     Ok(())
+}
+
+/// One `gate_up` row: the selector's variant for `tier` (the SIMT family for exact, the
+/// matrix-unit one for fast), verified and timed; its time, check, label and source.
+fn gate_up_row(
+    b: &CudaBackend,
+    o: &TuneOptions,
+    selector: &Selector,
+    p: &GateUpProblem,
+    tier: Tier,
+) -> Result<(Stats, String, String, String)> {
+    if tier == Tier::Exact {
+        let sel = selector.select::<GateUpFamily>("cuda", &b.info().id, p, tier);
+        let (ts, check) = harness::bench::<GateUpFamily, _>(b, o, p, &[sel.variant], 13)?
+            .remove(0)
+            .map_err(|e| Error::backend("bench", format!("{p}: {e}")))?;
+        Ok((ts, check, sel.variant.to_string(), sel.source.to_string()))
+    } else {
+        let sel = selector.select::<GateUpMmaFamily>("cuda", &b.info().id, p, tier);
+        let (ts, check) = harness::bench::<GateUpMmaFamily, _>(b, o, p, &[sel.variant], 13)?
+            .remove(0)
+            .map_err(|e| Error::backend("bench", format!("gate_up_mma {p}: {e}")))?;
+        Ok((
+            ts,
+            check,
+            format!("gate_up_mma {}", sel.variant),
+            sel.source.to_string(),
+        ))
+    }
 }
 
 /// Verify and time variants `vs` of problem `p` with the tuner's measurement: the
