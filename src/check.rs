@@ -55,15 +55,8 @@ pub fn random_activations_with_outliers(
 
 /// ulp of `v` in `dtype` (the spacing at |v|; min normal spacing near zero).
 pub fn ulp(dtype: DType, v: f64) -> f64 {
-    let mant = match dtype {
-        DType::Bf16 => 7,
-        DType::F16 => 10,
-        DType::F32 => 23,
-    };
-    let min_exp = match dtype {
-        DType::Bf16 | DType::F32 => -126,
-        DType::F16 => -14,
-    };
+    let mant = dtype.mantissa_bits();
+    let (min_exp, _) = dtype.normal_exponents();
     let e = if v == 0.0 || !v.is_finite() {
         min_exp
     } else {
@@ -134,12 +127,8 @@ impl RealSums {
 /// The smallest magnitude that rounds to infinity in `dtype` (round to nearest even):
 /// the largest finite value plus half its ulp (f16: 65520).
 pub fn overflow_threshold(dtype: DType) -> f64 {
-    let mant = match dtype {
-        DType::Bf16 => 7,
-        DType::F16 => 10,
-        DType::F32 => 23,
-    };
-    let max_exp = if dtype == DType::F16 { 15 } else { 127 };
+    let mant = dtype.mantissa_bits();
+    let (_, max_exp) = dtype.normal_exponents();
     (2.0 - 2f64.powi(-mant - 1)) * 2f64.powi(max_exp)
 }
 

@@ -53,6 +53,17 @@ impl Code {
         }
     }
 
+    /// Whether this is the table code (`lut`): for templates.
+    pub fn is_lut(&self) -> bool {
+        *self == Code::Lut
+    }
+
+    /// Whether the value is one f16 rounding of exact arithmetic on f16 operands: the sum
+    /// of a masked word's halves (`3inst`, `mcg`) or an fma of the byte sum (`mul1`).
+    pub fn is_f16_valued(&self) -> bool {
+        matches!(self, Code::ThreeInst | Code::Mcg | Code::Mul1)
+    }
+
     /// Value of state `s` (only the low L bits are used by callers). `lut` is read for
     /// code `lut` and must have at least `s + 1` entries.
     pub fn value(self, s: u32, lut: Option<&[f32]>) -> f32 {

@@ -32,6 +32,23 @@ impl DType {
         }
     }
 
+    /// Explicit mantissa bits (bf16 7, f16 10, f32 23).
+    pub fn mantissa_bits(self) -> i32 {
+        match self {
+            DType::Bf16 => 7,
+            DType::F16 => 10,
+            DType::F32 => 23,
+        }
+    }
+
+    /// Exponent range of the normal numbers: (smallest, largest), e.g. f16 (-14, 15).
+    pub fn normal_exponents(self) -> (i32, i32) {
+        match self {
+            DType::Bf16 | DType::F32 => (-126, 127),
+            DType::F16 => (-14, 15),
+        }
+    }
+
     /// `round_T`: nearest-even to the dtype, returned as the (exact) f32 value.
     pub fn round(self, v: f32) -> f32 {
         match self {

@@ -1,4 +1,4 @@
-//! The kernel-family contract. A family (`reduce`, `gate_up`, `expand`, a downstream
+//! The kernel-family contract. A family (`reduce`, `gate_up`, `reduce_mma`, a downstream
 //! crate's own) is one module beside its template: it turns a *problem* (geometry, M,
 //! dtypes, ...) and a tunable *variant* into a declared kernel, lists its candidate
 //! variants, knows its reference result and how to check a kernel against it, uploads
@@ -9,8 +9,8 @@
 use crate::error::{Error, Result};
 use crate::kernel::{Backend, DeviceTensor, Dialect, Elem, KernelSpec, Limits};
 use crate::kernels::Tier;
+use crate::key::{Bucket, TuneKey};
 use crate::matrix::Activations;
-use crate::tune::{Bucket, TuneKey};
 use crate::DType;
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt;
@@ -121,28 +121,12 @@ pub trait Family: 'static {
 pub fn fits<F: Family>(p: &F::Problem, v: F::Variant, limits: &Limits) -> Result<()> {
     let k = F::kernel(p, v);
     k.validate()?;
-    let (shared, threads) = (k.shared_bytes(), k.grid().threads);
-    if shared > limits.threadgroup_bytes {
-        return Err(Error::invalid(
-            "threadgroup memory",
-            shared,
-            format!(
-                "variant `{v}` needs more than the device's {} bytes",
-                limits.threadgroup_bytes
-            ),
-        ));
-    }
-    if threads > limits.threads_per_group {
-        return Err(Error::invalid(
-            "threads per threadgroup",
-            threads,
-            format!(
-                "variant `{v}` needs more than the device's {}",
-                limits.threads_per_group
-            ),
-        ));
-    }
-    Ok(())
+    limits.check_resources(
+        &format!("variant `{v}`"),
+        k.shared_bytes(),
+        k.grid().threads,
+        "the device",
+    )
 }
 
 /// Outputs allocated for a kernel, to be written by [`Backend::launch_into`].

@@ -23,6 +23,17 @@ pub struct Geometry {
     pub code: Code,
 }
 
+/// u32 words of one block of `t` weights at `k` bits, `T * k / 32` (SPEC 1): the one
+/// place this is written, for [`Geometry`] and the kernels' projections alike.
+pub const fn words_per_block(t: usize, k: u32) -> usize {
+    t * k as usize / 32
+}
+
+/// Trellis states at `l` state bits, `2^L`.
+pub const fn states(l: u32) -> usize {
+    1usize << l
+}
+
 impl Geometry {
     /// Build and validate a geometry.
     pub fn new(rows: usize, cols: usize, t: usize, k: u32, l: u32, code: Code) -> Result<Self> {
@@ -87,7 +98,7 @@ impl Geometry {
 
     /// u32 words per block, `T * k / 32`.
     pub fn words_per_block(&self) -> usize {
-        self.t * self.k as usize / 32
+        words_per_block(self.t, self.k)
     }
 
     /// u32 words per row.
@@ -102,7 +113,7 @@ impl Geometry {
 
     /// Number of trellis states, `2^L`.
     pub fn states(&self) -> usize {
-        1usize << self.l
+        states(self.l)
     }
 
     /// The `lut` tensor's length for code `lut`, `None` for computed codes.

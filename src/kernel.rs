@@ -1,7 +1,7 @@
 //! The kernel framework: what a declared kernel is, how it is rendered per dialect and
 //! how a backend launches it. `#[trellis::kernel]` (from `trellis-macros`) generates the
 //! [`KernelSpec`] impl and the typed `launch` wrapper from a declaration; see
-//! `src/kernels.rs` for this crate's kernels and `examples/downstream` for another crate's.
+//! `src/families/` for this crate's kernels and `examples/downstream` for another crate's.
 
 pub use crate::codegen::{bind_body, prelude, Dialect, Rendered};
 use crate::error::{Error, Result};
@@ -433,22 +433,52 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// CUDA's static shared-memory limit (48 KB) and 1024 threads: what every
+    /// specialization may declare, and what the CPU backend enforces so that
+    /// specializations stay portable.
+    pub const CUDA_STATIC: Limits = Limits {
+        threadgroup_bytes: 48 * 1024,
+        threads_per_group: 1024,
+    };
+    /// Metal's 32 KB of threadgroup memory and 1024 threads (MLX and the simulator).
+    pub const METAL: Limits = Limits {
+        threadgroup_bytes: 32 * 1024,
+        threads_per_group: 1024,
+    };
+
     /// Check a launch's resources against these limits.
     pub fn check(&self, launch: &Launch<'_>, device: &str) -> Result<()> {
-        if launch.shared_bytes > self.threadgroup_bytes {
+        self.check_resources(
+            launch.kernel,
+            launch.shared_bytes,
+            launch.grid.threads,
+            device,
+        )
+    }
+
+    /// Check `shared` bytes of threadgroup memory and `threads` per threadgroup, which
+    /// `what` (a kernel or variant) needs, against these limits of `device`.
+    pub fn check_resources(
+        &self,
+        what: &str,
+        shared: usize,
+        threads: u32,
+        device: &str,
+    ) -> Result<()> {
+        if shared > self.threadgroup_bytes {
             return Err(Error::invalid(
-                format!("{} threadgroup memory", launch.kernel),
-                launch.shared_bytes,
+                format!("{what} threadgroup memory"),
+                shared,
                 format!(
                     "{device} allows {} bytes per threadgroup",
                     self.threadgroup_bytes
                 ),
             ));
         }
-        if launch.grid.threads > self.threads_per_group {
+        if threads > self.threads_per_group {
             return Err(Error::invalid(
-                format!("{} threads per threadgroup", launch.kernel),
-                launch.grid.threads,
+                format!("{what} threads per threadgroup"),
+                threads,
                 format!("{device} allows {}", self.threads_per_group),
             ));
         }
@@ -459,7 +489,7 @@ impl Limits {
 /// FNV-1a, a stable 64-bit hash for symbols and cache keys (std's hasher is not stable
 /// across releases, and these names land on disk).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    })
+    let mut h = Fnv1a::default();
+    std::hash::Hasher::write(&mut h, bytes);
+    std::hash::Hasher::finish(&h)
 }

@@ -1,7 +1,7 @@
 //! The vocabulary this crate's kernel families share: the projection coding ([`Proj`]),
 //! the tunable [`Variant`] of the SIMT families and its parts, the numerics [`Tier`],
 //! the SwiGLU [`Tail`], and the x-staging helpers templates call ([`XLayout`]). The
-//! families themselves (`reduce`, `gate_up`, `expand`) live in [`crate::families`].
+//! families themselves live in [`crate::families`], above this module.
 
 use crate::codes::Code;
 use crate::dtype::DType;
@@ -11,13 +11,11 @@ use crate::kernel::{Dialect, Elem, Grid};
 use crate::matrix::INTERLEAVE_COLS;
 use std::fmt;
 
-pub use crate::families::{expand::Expand, gate_up::GateUp, reduce::Reduce};
-
 /// Largest M a kernel accepts.
 pub const MAX_M: u32 = 8;
 /// Threadgroup memory a specialization may declare (CUDA's static limit); backends
 /// with less (Metal: 32 KB) reject larger ones before launch.
-pub const MAX_SHARED_BYTES: usize = 48 * 1024;
+pub const MAX_SHARED_BYTES: usize = crate::kernel::Limits::CUDA_STATIC.threadgroup_bytes;
 
 /// How a kernel obtains the value of a state; every form is bit-identical.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -463,7 +461,7 @@ impl Proj {
     }
     /// Entries of the value table (`2^L`).
     pub fn states(&self) -> usize {
-        1 << self.l
+        crate::geometry::states(self.l)
     }
     /// Length of the table argument a kernel in representation `repr` reads: the value
     /// table, or a one-element placeholder when it reads none.
@@ -476,7 +474,7 @@ impl Proj {
     }
     /// u32 words of one block of `t` weights.
     pub fn words_per_block(&self, t: usize) -> usize {
-        t * self.k as usize / 32
+        crate::geometry::words_per_block(t, self.k)
     }
     /// u32 words of one row of `cols` weights in blocks of `t`.
     pub fn words_per_row(&self, cols: usize, t: usize) -> usize {
@@ -487,18 +485,6 @@ impl Proj {
 impl fmt::Display for Proj {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "k{} L{} {}", self.k, self.l, self.code)
-    }
-}
-
-impl Code {
-    /// For templates.
-    pub fn is_lut(&self) -> bool {
-        *self == Code::Lut
-    }
-    /// Whether the value is one f16 rounding of exact arithmetic on f16 operands: the sum
-    /// of a masked word's halves (`3inst`, `mcg`) or an fma of the byte sum (`mul1`).
-    pub fn is_f16_valued(&self) -> bool {
-        matches!(self, Code::ThreeInst | Code::Mcg | Code::Mul1)
     }
 }
 

@@ -3,8 +3,9 @@
 //! A block of `T` weights is a tail-biting stream of `T*k` bits. Weight `t` reads the
 //! L-bit window starting at bit `(T-1-t)*k`, wrapping around the block, so
 //! `s_{t+1} = ((s_t << k) mod 2^L) | next k bits`. Kernels read runs of 32 weights;
-//! [`run_window_words`] says which words a run touches so templates and the reference
-//! agree on it.
+//! [`run_window_words`] is the formula the templates' run loads write out in their own
+//! arithmetic (`decode.inc`'s `load_run`, `reduce_mma.kernel`), and its test proves
+//! that those `k + 1` words hold every bit of the run.
 
 /// Bit `i` of a block (`i < T*k`).
 pub fn bit(block: &[u32], i: usize) -> u32 {

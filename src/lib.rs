@@ -30,6 +30,7 @@ pub mod geometry;
 pub mod io;
 pub mod kernel;
 pub mod kernels;
+pub mod key;
 pub mod layout;
 pub mod matrix;
 pub mod ops;

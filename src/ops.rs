@@ -22,13 +22,6 @@ use crate::DType;
 
 pub use crate::families::{upload_activations, DeviceMatrix};
 
-fn m_of(x: &Activations) -> Result<u32> {
-    u32::try_from(x.rows)
-        .ok()
-        .filter(|m| (1..=MAX_M).contains(m))
-        .ok_or_else(|| Error::invalid("M", x.rows, format!("x must have 1..={MAX_M} rows")))
-}
-
 /// Activations must be finite: a NaN or infinity would silently poison every output
 /// it touches.
 fn check_finite(x: &Activations) -> Result<()> {
@@ -90,37 +83,24 @@ fn check_each(x: &Activations, ok: impl Fn(f32) -> bool, reason: &str) -> Result
     }
 }
 
-/// The `reduce` problem of a matrix and activations (validated).
+/// The `reduce` problem of a matrix and activations (validated: shapes, M, finite x).
 pub fn reduce_problem(w: &QuantizedMatrix, x: &Activations) -> Result<ReduceProblem> {
-    crate::reference::check_activations(x, w.geometry.cols)?;
+    let p = ReduceFamily::problem_of(w, x)?;
     check_finite(x)?;
-    Ok(ReduceProblem {
-        geometry: w.geometry,
-        scale: w.scale_dtype,
-        act: x.dtype,
-        m: m_of(x)?,
-    })
+    Ok(p)
 }
 
-/// The `gate_up` problem of a pair of matrices and activations (validated).
+/// The `gate_up` problem of a pair of matrices and activations (validated: shapes, M,
+/// finite x).
 pub fn gate_up_problem(
     gate: &QuantizedMatrix,
     up: &QuantizedMatrix,
     x: &Activations,
     tail: Tail,
 ) -> Result<GateUpProblem> {
-    crate::reference::check_pair(gate, up)?;
-    crate::reference::check_activations(x, gate.geometry.cols)?;
+    let p = GateUpFamily::problem_of(gate, up, x, tail)?;
     check_finite(x)?;
-    Ok(GateUpProblem {
-        gate: gate.geometry,
-        up: up.geometry,
-        gate_scale: gate.scale_dtype,
-        up_scale: up.scale_dtype,
-        act: x.dtype,
-        m: m_of(x)?,
-        tail,
-    })
+    Ok(p)
 }
 
 /// The family this facade (and `trellis matvec|gate-up`) runs for a family name and a

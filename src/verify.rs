@@ -5,6 +5,8 @@
 
 use crate::check::bits;
 use crate::error::{Error, Result};
+use crate::families::gate_up::{GateUpDevice, GateUpFamily};
+use crate::families::reduce::{ReduceDevice, ReduceFamily};
 use crate::family::{self, Family, FamilyVisitor};
 use crate::kernel::{Backend, KernelSpec};
 use crate::kernels::{Representation, Tail, Tier, Variant};
@@ -141,22 +143,18 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
                     let w = crate::io::read_quantized(&path, "w")?;
                     let x = crate::io::read_activations(&path, "x")?;
                     let want = crate::io::read_activations(&path, "y")?;
-                    let p = crate::ops::reduce_problem(&w, &x)?;
+                    let p = ReduceFamily::problem_of(&w, &x)?;
                     // Representations that cannot exist for this geometry (a 2^16-entry
                     // table in 48 KB) are not specializations; skip them.
-                    if family::fits::<crate::families::reduce::ReduceFamily>(
-                        &p,
-                        variant,
-                        &b.limits(),
-                    )
-                    .is_err()
-                    {
+                    if family::fits::<ReduceFamily>(&p, variant, &b.limits()).is_err() {
                         continue;
                     }
-                    let got = crate::ops::matvec_with(b, &w, &x, variant);
+                    let got = ReduceDevice::upload(b, &w, &x)
+                        .and_then(|d| family::run::<ReduceFamily, B>(b, &p, variant, &d));
                     (
-                        "reduce",
-                        got.map_err(|e| e.to_string()).and_then(|g| bits(&g, &want)),
+                        ReduceFamily::label(&p),
+                        got.map_err(|e| e.to_string())
+                            .and_then(|g| bits(&g[0], &want)),
                     )
                 }
                 "gate_up" => {
@@ -164,26 +162,16 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
                     let u = crate::io::read_quantized(&path, "up")?;
                     let x = crate::io::read_activations(&path, "x")?;
                     let want = crate::io::read_activations(&path, "mid")?;
-                    let p = crate::ops::gate_up_problem(&g, &u, &x, Tail::Exact)?;
-                    if family::fits::<crate::families::gate_up::GateUpFamily>(
-                        &p,
-                        variant,
-                        &b.limits(),
-                    )
-                    .is_err()
-                    {
+                    let p = GateUpFamily::problem_of(&g, &u, &x, Tail::Exact)?;
+                    if family::fits::<GateUpFamily>(&p, variant, &b.limits()).is_err() {
                         continue;
                     }
-                    let got = crate::ops::gate_up_with(b, &g, &u, &x, Tail::Exact, variant);
-                    let fam = if g.geometry.k == u.geometry.k {
-                        "gate_up"
-                    } else {
-                        "gate_up_mixed"
-                    };
+                    let got = GateUpDevice::upload(b, &g, &u, &x)
+                        .and_then(|d| family::run::<GateUpFamily, B>(b, &p, variant, &d));
                     (
-                        fam,
+                        GateUpFamily::label(&p),
                         got.map_err(|e| e.to_string())
-                            .and_then(|gt| bits(&gt, &want)),
+                            .and_then(|gt| bits(&gt[0], &want)),
                     )
                 }
                 _ => continue,

@@ -6,8 +6,9 @@
 
 use trellis::backend::metal_sim::{MetalSimBackend, SimTensor};
 use trellis::codegen::metal::MlxDispatch;
+use trellis::families::reduce::Reduce;
 use trellis::kernel::{Backend, Dialect, Elem, Grid, KernelSpec, Launch, Rendered, TensorSpec};
-use trellis::kernels::{MStrategy, Proj, Reduce, Representation, Tier, Variant, XStage};
+use trellis::kernels::{MStrategy, Proj, Representation, Tier, Variant, XStage};
 use trellis::ops::{self, DeviceMatrix};
 use trellis::{reference, verify, Code, DType, Error, Geometry, ScaleDType};
 

@@ -229,10 +229,7 @@ impl Backend for CpuBackend {
     fn limits(&self) -> Limits {
         // Threadgroup memory lives on the task's stack (16 MB, see `new`); the CUDA
         // static limit keeps specializations portable.
-        Limits {
-            threadgroup_bytes: 48 * 1024,
-            threads_per_group: 1024,
-        }
+        Limits::CUDA_STATIC
     }
 
     fn compile(&self, launch: &Launch<'_>) -> Result<Compiled> {

@@ -47,17 +47,11 @@ pub fn default_name() -> &'static str {
 }
 
 /// The limits a backend's devices allow (for `trellis select` without a device at
-/// hand): CUDA's static 48 KB and 1024 threads, Metal's (and the simulator's) 32 KB and
-/// 1024 threads.
+/// hand): Metal's for MLX and the simulator, CUDA's static ones otherwise.
 pub fn nominal_limits(name: &str) -> crate::kernel::Limits {
-    let threadgroup_bytes = if name == "metal" {
-        32 * 1024
-    } else {
-        48 * 1024
-    };
-    crate::kernel::Limits {
-        threadgroup_bytes,
-        threads_per_group: 1024,
+    match name {
+        "metal" | "metal-sim" => crate::kernel::Limits::METAL,
+        _ => crate::kernel::Limits::CUDA_STATIC,
     }
 }
 
@@ -180,5 +174,23 @@ fn unavailable(name: &str, reason: &str) -> Error {
     Error::Unavailable {
         backend: name.into(),
         reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nominal_limits_are_the_backends_own() {
+        // `trellis select --backend metal-sim` must not pick what the simulator rejects.
+        let sim = metal_sim::MetalSimBackend::new().unwrap().limits();
+        assert_eq!(nominal_limits("metal-sim"), sim);
+        assert_eq!(nominal_limits("metal"), sim);
+        assert_eq!(
+            nominal_limits("cpu"),
+            cpu::CpuBackend::new().unwrap().limits()
+        );
+        assert_eq!(nominal_limits("cuda"), crate::kernel::Limits::CUDA_STATIC);
     }
 }

@@ -172,7 +172,7 @@ pub fn standalone(
 }
 
 /// Threadgroup memory a kernel may declare on Apple GPUs.
-pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
+pub const MAX_THREADGROUP_MEMORY: usize = crate::kernel::Limits::METAL.threadgroup_bytes;
 
 /// Threads per threadgroup Apple GPUs allow (`maxTotalThreadsPerThreadgroup` is at most
 /// this, and lower for kernels that use many registers).

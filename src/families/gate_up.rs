@@ -49,14 +49,6 @@ pub struct GateUp {
 }
 
 impl GateUp {
-    /// `gate_up` or `gate_up_mixed`.
-    pub fn family_name(&self) -> &'static str {
-        if self.gate.k == self.up.k {
-            "gate_up"
-        } else {
-            "gate_up_mixed"
-        }
-    }
     fn check(&self) -> Result<()> {
         check_common(
             self.rows,
@@ -300,6 +292,29 @@ impl<B: Backend> GateUpDevice<B> {
 
 /// The `gate_up` family.
 pub struct GateUpFamily;
+
+impl GateUpFamily {
+    /// The problem of a gate/up pair and activations (their shapes checked against each
+    /// other).
+    pub fn problem_of(
+        gate: &QuantizedMatrix,
+        up: &QuantizedMatrix,
+        x: &Activations,
+        tail: Tail,
+    ) -> Result<GateUpProblem> {
+        crate::reference::check_pair(gate, up)?;
+        crate::reference::check_activations(x, gate.geometry.cols)?;
+        Ok(GateUpProblem {
+            gate: gate.geometry,
+            up: up.geometry,
+            gate_scale: gate.scale_dtype,
+            up_scale: up.scale_dtype,
+            act: x.dtype,
+            m: super::samples_of(x, MAX_M)?,
+            tail,
+        })
+    }
+}
 
 impl Family for GateUpFamily {
     const NAME: &'static str = "gate_up";

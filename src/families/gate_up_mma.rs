@@ -11,7 +11,7 @@ use super::reduce_mma::{
 use super::DeviceMatrix;
 use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem};
 use crate::kernels::{Proj, Tail, Tier};
@@ -154,12 +154,7 @@ impl GateUpMmaFamily {
     ) -> Result<GateUpMmaProblem> {
         crate::reference::check_pair(gate, up)?;
         crate::reference::check_activations(x, gate.geometry.cols)?;
-        let m = u32::try_from(x.rows)
-            .ok()
-            .filter(|m| (1..=MAX_M_MMA).contains(m))
-            .ok_or_else(|| {
-                Error::invalid("M", x.rows, format!("x must have 1..={MAX_M_MMA} rows"))
-            })?;
+        let m = super::samples_of(x, MAX_M_MMA)?;
         Ok(GateUpMmaProblem {
             gate: gate.geometry,
             up: up.geometry,

@@ -1,7 +1,8 @@
 //! This crate's kernel families, each one module beside its template in `templates/`:
 //! [`reduce`] (`y = W x`), [`gate_up`] (fused SwiGLU; listed as `gate_up_mixed` when
-//! the two k differ) and [`expand`] (dequantize). [`for_each`] is the registration: the
-//! one place that lists them.
+//! the two k differ) and [`expand`] (dequantize) on the SIMT body, and the fast tier's
+//! [`reduce_mma`] and [`gate_up_mma`] on matrix units. [`for_each`] is the registration:
+//! the one place that lists them.
 
 pub mod expand;
 pub mod gate_up;
@@ -166,6 +167,14 @@ impl<B: Backend> DeviceActivations<B> {
 }
 
 /// M must be in `1..=max` (the family's limit).
+/// M of host activations `x` (its rows), in `1..=max`.
+pub(crate) fn samples_of(x: &Activations, max: u32) -> Result<u32> {
+    u32::try_from(x.rows)
+        .ok()
+        .filter(|m| (1..=max).contains(m))
+        .ok_or_else(|| crate::Error::invalid("M", x.rows, format!("x must have 1..={max} rows")))
+}
+
 fn check_m(m: u32, max: u32) -> Result<()> {
     if (1..=max).contains(&m) {
         Ok(())

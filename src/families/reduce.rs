@@ -248,6 +248,19 @@ impl<B: Backend> ReduceDevice<B> {
 /// The `reduce` family.
 pub struct ReduceFamily;
 
+impl ReduceFamily {
+    /// The problem of a matrix and activations (their shapes checked against each other).
+    pub fn problem_of(w: &QuantizedMatrix, x: &Activations) -> Result<ReduceProblem> {
+        crate::reference::check_activations(x, w.geometry.cols)?;
+        Ok(ReduceProblem {
+            geometry: w.geometry,
+            scale: w.scale_dtype,
+            act: x.dtype,
+            m: super::samples_of(x, MAX_M)?,
+        })
+    }
+}
+
 impl Family for ReduceFamily {
     const NAME: &'static str = "reduce";
     type Problem = ReduceProblem;

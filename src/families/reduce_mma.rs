@@ -31,7 +31,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem, Grid};
-use crate::kernels::{is_default, Proj, Tier, MAX_SHARED_BYTES};
+use crate::kernels::{is_default, Proj, Representation, Tier, MAX_SHARED_BYTES};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::Geometry;
 use std::cell::OnceCell;
@@ -316,11 +316,7 @@ impl MmaProj {
     }
     /// Length of the table argument: the value table for `lut`, else a placeholder.
     pub fn table_len(&self) -> usize {
-        if self.proj.code == Code::Lut {
-            self.proj.states()
-        } else {
-            1
-        }
+        self.proj.table_len(Representation::Inline)
     }
 }
 
@@ -1105,12 +1101,7 @@ impl ReduceMmaFamily {
     /// The problem of a matrix and activations (M in 1..=16).
     pub fn problem_of(w: &QuantizedMatrix, x: &Activations) -> Result<ReduceMmaProblem> {
         crate::reference::check_activations(x, w.geometry.cols)?;
-        let m = u32::try_from(x.rows)
-            .ok()
-            .filter(|m| (1..=MAX_M_MMA).contains(m))
-            .ok_or_else(|| {
-                Error::invalid("M", x.rows, format!("x must have 1..={MAX_M_MMA} rows"))
-            })?;
+        let m = super::samples_of(x, MAX_M_MMA)?;
         Ok(ReduceMmaProblem {
             geometry: w.geometry,
             scale: w.scale_dtype,
