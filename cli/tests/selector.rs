@@ -470,6 +470,58 @@ fn unknown_representation_is_a_warning() {
 }
 
 #[test]
+fn a_variant_of_the_other_tier_is_a_warning() {
+    // An exact key never hands out a fast variant (SPEC 7: the tiers are never mixed up).
+    for what in ["winner", "runner_up"] {
+        let mut t = table("nvidia-h200", "cuda");
+        let e = &mut t.entries[0];
+        let v = match what {
+            "winner" => &mut e.winner,
+            _ => e.runner_up.as_mut().unwrap(),
+        };
+        v.insert("tier".into(), toml::Value::String("fast".into()));
+        let s = selector_of(dir_with(&[("t.toml", t.to_toml())]).path());
+        assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+        let w = &s.warnings[0];
+        assert!(
+            w.contains(&format!("entry[0].{what}.tier")) && w.contains("keyed exact"),
+            "{w}"
+        );
+        let sel =
+            s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact);
+        assert_eq!(sel.variant.tier, Tier::Exact);
+        assert!(matches!(sel.source, Source::Default { .. }));
+    }
+    // A table added already parsed is not checked on the way in: the selection still is.
+    let mut t = table("nvidia-h200", "cuda");
+    t.entries[0]
+        .winner
+        .insert("tier".into(), toml::Value::String("fast".into()));
+    let mut s = Selector::empty();
+    s.add_table("api", t);
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact);
+    assert_eq!(sel.variant.tier, Tier::Exact);
+    match sel.source {
+        Source::Default { why } => assert!(why.contains("tier is fast, the key's exact"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_table_in_another_backends_dialect_is_a_warning() {
+    // Its hashes are another dialect's: copied hashes would pass the staleness check.
+    let mut t = table("cpu-test", "cpu");
+    t.device.dialect = "cuda".into();
+    let s = selector_of(dir_with(&[("t.toml", t.to_toml())]).path());
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    let w = &s.warnings[0];
+    assert!(
+        w.contains("device.dialect") && w.contains("backend cpu compiles the cpu dialect"),
+        "{w}"
+    );
+}
+
+#[test]
 fn bad_keys_are_warnings() {
     for (field, from, to) in [
         ("family", "family = \"reduce\"", "family = \"attention\""),

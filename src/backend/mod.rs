@@ -55,6 +55,19 @@ pub fn nominal_limits(name: &str) -> crate::kernel::Limits {
     }
 }
 
+/// The dialect a backend of this crate compiles (`None`: not one of this crate's
+/// backends). A tuning table's entries are hashed in its dialect, so a table must name
+/// its backend's own.
+pub fn dialect_of(name: &str) -> Option<crate::kernel::Dialect> {
+    use crate::kernel::Dialect;
+    match name {
+        "cpu" => Some(Dialect::Cpu),
+        "cuda" => Some(Dialect::Cuda),
+        "metal" | "metal-sim" => Some(Dialect::Metal),
+        _ => None,
+    }
+}
+
 /// Generic code to run on whichever backend an [`AnyBackend`] holds.
 pub trait BackendVisitor {
     type Out;

@@ -337,7 +337,15 @@ impl Selector {
             return default(why);
         };
         let variant = match e.winner::<F::Variant>() {
-            Ok(v) => v,
+            Ok(v) if F::tier(&v) == tier => v,
+            // Tables of registered families are checked when added; a downstream
+            // family's are not, so the tier is checked here too.
+            Ok(v) => {
+                return default(format!(
+                    "table {name}, entry [{k}]: its winner's tier is {}, the key's {tier}",
+                    F::tier(&v)
+                ))
+            }
             Err(err) => return default(format!("table {name}, entry [{k}]: {err}")),
         };
         let measured_at = e.shape.clone();
@@ -360,7 +368,11 @@ impl Selector {
                 why: format!("nearest bucket to {}", key.bucket),
             },
         };
-        let runner_up = e.runner_up::<F::Variant>().ok().flatten();
+        let runner_up = e
+            .runner_up::<F::Variant>()
+            .ok()
+            .flatten()
+            .filter(|v| F::tier(v) == tier);
         Selection {
             variant,
             source,
@@ -410,20 +422,30 @@ fn prior_for<F: Family>(
     })
 }
 
-/// Every entry of a registered family must name a variant that family can read.
+/// A table must name its backend's own dialect (its hashes are that dialect's), and every
+/// entry of a registered family must name a winner (and runner-up) that family can read,
+/// of the entry's own tier: an exact key never hands out a fast variant.
 fn check_winners(t: &Table) -> Result<()> {
+    let dialect = t.device.dialect()?;
+    if let Some(own) = crate::backend::dialect_of(&t.device.backend) {
+        if own != dialect {
+            return Err(Error::invalid(
+                "device.dialect",
+                &t.device.dialect,
+                format!(
+                    "backend {} compiles the {} dialect",
+                    t.device.backend,
+                    own.name()
+                ),
+            ));
+        }
+    }
     struct Check<'a>(&'a Table, Result<()>);
     impl crate::family::FamilyVisitor for Check<'_> {
         fn visit<F: Family>(&mut self) {
             for (i, e) in self.0.entries.iter().enumerate() {
                 if self.1.is_ok() && crate::families::is::<F>(&e.family) {
-                    if let Err(err) = e.winner::<F::Variant>() {
-                        self.1 = Err(Error::invalid(
-                            format!("entry[{i}].winner"),
-                            "variant",
-                            err.to_string(),
-                        ));
-                    }
+                    self.1 = check_entry_variants::<F>(i, e);
                 }
             }
         }
@@ -444,6 +466,35 @@ fn check_winners(t: &Table) -> Result<()> {
             format!("not a family of this crate ({})", names.join(", ")),
         )),
         None => Ok(()),
+    }
+}
+
+/// Entry `i`'s winner and runner-up parse as `F`'s variants of the entry's tier.
+fn check_entry_variants<F: Family>(i: usize, e: &Entry) -> Result<()> {
+    let of_tier = |what: &str, v: F::Variant| {
+        let tier = F::tier(&v);
+        if tier.name() == e.tier {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                format!("entry[{i}].{what}.tier"),
+                tier,
+                format!("the entry is keyed {}", e.tier),
+            ))
+        }
+    };
+    let winner = e
+        .winner::<F::Variant>()
+        .map_err(|err| Error::invalid(format!("entry[{i}].winner"), "variant", err.to_string()))?;
+    of_tier("winner", winner)?;
+    match e.runner_up::<F::Variant>() {
+        Ok(Some(v)) => of_tier("runner_up", v),
+        Ok(None) => Ok(()),
+        Err(err) => Err(Error::invalid(
+            format!("entry[{i}].runner_up"),
+            "variant",
+            err.to_string(),
+        )),
     }
 }
 
