@@ -78,8 +78,16 @@ impl Geometry {
                 format!("must satisfy k = {} < L <= 16", self.k),
             ));
         }
-        // Guard the u32 indexing every kernel uses (in u128: the product of two usize
+        // Guard the u32 indexing every kernel uses: a column index within a row (`u * 32 + j`)
+        // and a word index within the codes tensor (in u128: the product of two usize
         // fields read from a file must not wrap into a small, valid-looking size).
+        if self.cols > u32::MAX as usize {
+            return Err(Error::invalid(
+                "cols",
+                self.cols,
+                "must be below 2^32 (kernels index a row's columns in 32 bits)",
+            ));
+        }
         let elements = self.rows as u128 * self.cols as u128;
         if elements * self.k as u128 / 32 >= u32::MAX as u128 {
             return Err(Error::invalid(
@@ -211,18 +219,18 @@ mod tests {
     /// 2^32 is 2^64, which wraps to 0 in usize and in u64).
     #[test]
     fn huge_products_are_rejected_not_wrapped() {
-        for (rows, cols) in [
-            (1usize << 32, 1usize << 32),
-            (1, 1usize << 62),
-            (usize::MAX, 32),
+        for (rows, cols, want) in [
+            (1usize << 32, 1usize << 32, "cols"),
+            (1, 1usize << 62, "cols"),
+            // 2^28 code words, but column indices past 32 bits.
+            (1, 1usize << 33, "cols"),
+            (usize::MAX, 32, "2^32 words"),
+            (1usize << 32, 32, "2^32 words"),
         ] {
             let err = Geometry::new(rows, cols, 32, 1, 2, Code::OneMad)
                 .unwrap_err()
                 .to_string();
-            assert!(
-                err.contains("rows*cols") && err.contains("2^32 words"),
-                "{err}"
-            );
+            assert!(err.contains(want) && err.contains("2^32"), "{err}");
         }
     }
 

@@ -509,6 +509,13 @@ impl Writer {
     pub fn write(&self, path: &Path) -> Result<()> {
         let mut seen = std::collections::HashSet::new();
         for t in &self.tensors {
+            if t.name == "__metadata__" {
+                return Err(Error::invalid(
+                    "tensor name",
+                    &t.name,
+                    "reserved for the safetensors header's metadata",
+                ));
+            }
             if !seen.insert(t.name.as_str()) {
                 return Err(Error::invalid(
                     "tensor name",
@@ -518,14 +525,32 @@ impl Writer {
             }
         }
         let metadata = (!self.metadata.is_empty()).then(|| self.metadata.clone());
-        let bytes = safetensors::serialize(self.tensors.iter().map(|t| (&t.name, t)), metadata)
-            .map_err(|e| Error::file(path, format!("cannot serialize: {e}")))?;
-        write_atomic(path, &bytes)
+        // Streamed to the file: serializing to memory first would copy every tensor again.
+        write_atomic_with(path, |tmp| {
+            safetensors::serialize_to_file(self.tensors.iter().map(|t| (&t.name, t)), metadata, tmp)
+                .map_err(|e| e.to_string())
+        })
     }
 }
 
 /// Write `bytes` to `path` through a temporary sibling file and a rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, |tmp| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(tmp)
+            .map_err(|e| e.to_string())?;
+        f.write_all(bytes).map_err(|e| e.to_string())
+    })
+}
+
+/// Have `fill` write a temporary sibling file of `path`, flush it and rename it over
+/// `path`; on any failure the temporary file is removed and `path` is left as it was.
+fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&Path) -> std::result::Result<(), String>,
+) -> Result<()> {
     let file_name = path
         .file_name()
         .ok_or_else(|| Error::file(path, "output path has no file name"))?;
@@ -540,16 +565,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         file_name.to_string_lossy(),
         std::process::id()
     ));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
+    let result = fill(&tmp).and_then(|()| {
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| e.to_string())
+    });
     result.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         Error::file(path, format!("cannot write: {e}"))
@@ -602,5 +623,21 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("w.nope"));
+    }
+
+    #[test]
+    fn reserved_and_repeated_names_are_errors_and_leave_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.safetensors");
+        let x = Activations::from_f32(DType::F32, 1, 4, vec![1.0; 4]).unwrap();
+        let mut out = Writer::new();
+        out.activations("__metadata__", &x);
+        let e = out.write(&path).unwrap_err().to_string();
+        assert!(e.contains("__metadata__") && e.contains("reserved"), "{e}");
+        let mut out = Writer::new();
+        out.activations("x", &x).activations("x", &x);
+        let e = out.write(&path).unwrap_err().to_string();
+        assert!(e.contains("twice"), "{e}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }

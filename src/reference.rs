@@ -63,6 +63,8 @@ pub fn check_activations(x: &Activations, cols: usize) -> Result<()> {
 
 /// SPEC section 5: `y[m, r]` for every sample, `[M, R]` in the dtype of `x`.
 pub fn reduce(w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
+    // The fields are public: a hand-made matrix is checked before it is indexed.
+    w.validate()?;
     check_activations(x, w.geometry.cols)?;
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
     let mut dense = filled(rows, cols, 0.0f32, "dequantized weights (rows x cols)")?;
@@ -135,6 +137,7 @@ pub fn gate_up(
 /// activation is exact in f64 up to its last bits; the sum's error is far below any
 /// bound it is compared with). Both `[M, R]`, row-major.
 pub fn real_sums(w: &QuantizedMatrix, x: &Activations) -> Result<(Vec<f64>, Vec<f64>)> {
+    w.validate()?;
     check_activations(x, w.geometry.cols)?;
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
     let table = w.value_table();
@@ -216,6 +219,29 @@ mod tests {
             .map(|_| half::f16::from_f32(0.01 + (next() % 1000) as f32 * 1e-5).to_f32())
             .collect();
         QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, None).unwrap()
+    }
+
+    /// A matrix edited by hand (its fields are public) is an error, not a panic.
+    #[test]
+    fn a_hand_edited_matrix_is_an_error() {
+        let g = Geometry::new(4, 256, 128, 2, 8, Code::OneMad).unwrap();
+        let x = Activations::from_f32(DType::F32, 1, 256, vec![1.0; 256]).unwrap();
+        let mut short_codes = random_matrix(g, 1);
+        short_codes.codes.pop();
+        let mut short_scales = random_matrix(g, 2);
+        short_scales.scales.pop();
+        let mut no_lut = random_matrix(g, 3);
+        no_lut.geometry.code = Code::Lut;
+        for (w, field) in [
+            (short_codes, "codes"),
+            (short_scales, "scales"),
+            (no_lut, "lut"),
+        ] {
+            let e = reduce(&w, &x).unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+            let e = real_sums(&w, &x).unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
+        }
     }
 
     /// The canonical order differs from the real sum only by rounding: check it against

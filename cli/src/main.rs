@@ -545,7 +545,16 @@ fn gaussian(
     )?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     data.extend((0..n).map(|_| rng.sample::<f32, _>(StandardNormal) * std));
-    Activations::from_f32(dtype, rows, cols, data)
+    let a = Activations::from_f32(dtype, rows, cols, data)?;
+    // A draw past the dtype's range rounds to infinity: no file of such values is useful.
+    if let Some(v) = a.data.iter().find(|v| !v.is_finite()) {
+        return Err(Error::invalid(
+            "std",
+            std,
+            format!("draws past the {dtype} range (a value rounded to {v})"),
+        ));
+    }
+    Ok(a)
 }
 
 fn random_dense(a: RandomDenseArgs) -> Result<()> {

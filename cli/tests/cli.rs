@@ -598,6 +598,77 @@ fn random_args<'a>(
 }
 
 #[test]
+fn generators_and_quantize_refuse_degenerate_data() {
+    let d = Dir::new();
+    let out = d.path("x.safetensors");
+    let o = s(&out);
+    // Draws past the dtype's range would be infinities.
+    fails(
+        &[
+            "random-dense",
+            "--rows",
+            "4",
+            "--cols",
+            "256",
+            "--dtype",
+            "f16",
+            "--std",
+            "1e5",
+            "--out",
+            o,
+        ],
+        &out,
+        &["std", "f16 range"],
+    );
+    // The safetensors header's own key is not a tensor name.
+    for cmd in ["random-x", "random-dense"] {
+        let mut args = vec![cmd, "--cols", "256", "--name", "__metadata__", "--out", o];
+        args.extend(match cmd {
+            "random-dense" => ["--rows", "4"],
+            _ => ["--m", "1"],
+        });
+        fails(&args, &out, &["__metadata__", "reserved"]);
+    }
+    // Rows whose scale would flush below f16's range are refused, not zeroed.
+    let dense = d.path("dense.safetensors");
+    ok(&[
+        "random-dense",
+        "--rows",
+        "4",
+        "--cols",
+        "256",
+        "--dtype",
+        "f32",
+        "--std",
+        "1e-8",
+        "--out",
+        s(&dense),
+    ]);
+    let w = d.path("w.safetensors");
+    fails(
+        &[
+            "quantize",
+            "--input",
+            s(&dense),
+            "--tensor",
+            "weight",
+            "--k",
+            "2",
+            "--l",
+            "8",
+            "--t",
+            "128",
+            "--code",
+            "1mad",
+            "--out",
+            s(&w),
+        ],
+        &w,
+        &["scale of row 0", "below the f16 range"],
+    );
+}
+
+#[test]
 fn random_rejects_bad_geometry() {
     let d = Dir::new();
     let out = d.path("w.safetensors");
