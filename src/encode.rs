@@ -433,18 +433,6 @@ impl<'a> RowEncoder<'a> {
                 "exceeds the f16 range of scales",
             ));
         }
-        // A scale below f16's normal range loses its precision (or all of it at zero):
-        // the row would decode as zeros or coarse multiples without a word.
-        if ls != 0.0 && ls.abs() < f16::MIN_POSITIVE.to_f64() {
-            return Err(Error::invalid(
-                format!("scale of row {r}"),
-                ls,
-                format!(
-                    "is below the f16 range of scales ({}): scale the weights up",
-                    f16::MIN_POSITIVE
-                ),
-            ));
-        }
         let scale = scale.to_f32();
         // The reported error uses the decoded weights, read back from the packed codes.
         let wpb = g.words_per_block();

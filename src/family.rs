@@ -88,11 +88,11 @@ pub trait Family: 'static {
     fn bytes(p: &Self::Problem) -> usize;
     /// The problem a command line describes (`trellis select`); families that cannot be
     /// described this way say so.
-    fn problem(spec: &ProblemSpec) -> Result<Self::Problem> {
+    fn problem(_spec: &ProblemSpec) -> Result<Self::Problem> {
         Err(Error::invalid(
             "family",
             Self::NAME,
-            format!("cannot be described by {spec:?}"),
+            "has no tuned choice to select (its problems are not described by flags)",
         ))
     }
     /// The problem as flags would describe it (what prior rules match on), when it can

@@ -681,6 +681,21 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     })?;
     io::write_quantized(&a.out, &a.prefix, &enc.matrix)?;
     let power = dense.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / dense.len() as f64;
+    // Rows too small for an f16 scale decode as zeros or coarse multiples: valid, but
+    // worth a word (on stdout: stderr stays empty on success).
+    let tiny: Vec<usize> = (0..rows)
+        .filter(|&r| {
+            enc.matrix.scales[r].abs() < half::f16::MIN_POSITIVE.to_f32()
+                && dense[r * cols..(r + 1) * cols].iter().any(|&v| v != 0.0)
+        })
+        .collect();
+    if let Some(&r) = tiny.first() {
+        println!(
+            "warning: {} rows have scales below f16's normal range (first: row {r}, scale {:e}): they decode as zeros or coarse multiples; scale the weights up",
+            tiny.len(),
+            enc.matrix.scales[r]
+        );
+    }
     println!("mse: {:e}", enc.mse);
     if power > 0.0 {
         println!("relative mse: {:.6}", enc.mse / power);
@@ -846,6 +861,18 @@ fn select(a: SelectArgs) -> Result<()> {
                 return;
             }
             self.out = Some(F::problem(&self.spec).and_then(|p| {
+                // An alias names a kind of problem (`gate_up_mixed`: two k): the flags
+                // must describe that kind, or the answer would be for another key.
+                if self.name != F::NAME && self.name != F::label(&p) {
+                    return Err(Error::invalid(
+                        "family",
+                        self.name,
+                        format!(
+                            "these flags describe a {} problem (a mixed pair needs --ku other than --k)",
+                            F::label(&p)
+                        ),
+                    ));
+                }
                 // A family without variants in this tier has no answer for it.
                 if F::candidates(&p, self.tier, true).is_empty() {
                     return Err(Error::invalid(

@@ -629,7 +629,7 @@ fn generators_and_quantize_refuse_degenerate_data() {
         });
         fails(&args, &out, &["__metadata__", "reserved"]);
     }
-    // Rows whose scale would flush below f16's range are refused, not zeroed.
+    // Rows whose scale falls below f16's normal range decode as zeros: said, not silent.
     let dense = d.path("dense.safetensors");
     ok(&[
         "random-dense",
@@ -645,26 +645,26 @@ fn generators_and_quantize_refuse_degenerate_data() {
         s(&dense),
     ]);
     let w = d.path("w.safetensors");
-    fails(
-        &[
-            "quantize",
-            "--input",
-            s(&dense),
-            "--tensor",
-            "weight",
-            "--k",
-            "2",
-            "--l",
-            "8",
-            "--t",
-            "128",
-            "--code",
-            "1mad",
-            "--out",
-            s(&w),
-        ],
-        &w,
-        &["scale of row 0", "below the f16 range"],
+    let stdout = ok(&[
+        "quantize",
+        "--input",
+        s(&dense),
+        "--tensor",
+        "weight",
+        "--k",
+        "2",
+        "--l",
+        "8",
+        "--t",
+        "128",
+        "--code",
+        "1mad",
+        "--out",
+        s(&w),
+    ]);
+    assert!(
+        stdout.contains("warning: 4 rows have scales below f16's normal range (first: row 0"),
+        "{stdout}"
     );
 }
 

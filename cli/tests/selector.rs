@@ -902,6 +902,21 @@ fn cli_select_rejects_bad_values() {
     args[f + 1] = "reduce_mma".into();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     fails(&args, &["tier = exact", "reduce_mma has no exact variants"]);
+    // An alias names its kind of problem: gate_up_mixed without a second k is refused.
+    let mut args = base("--tier", "exact");
+    let f = args.iter().position(|a| a == "--family").unwrap();
+    args[f + 1] = "gate_up_mixed".into();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fails(
+        &args,
+        &["gate_up_mixed", "describe a gate_up problem", "--ku"],
+    );
+    // A family without tuned choices says so in words.
+    let mut args = base("--tier", "exact");
+    let f = args.iter().position(|a| a == "--family").unwrap();
+    args[f + 1] = "expand".into();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fails(&args, &["expand", "no tuned choice"]);
 }
 
 #[test]
