@@ -47,9 +47,9 @@ pub struct TuneOptions {
     /// candidate's time, where a table entry keeps only the winner's, the runner-up's and
     /// the default's.
     pub trace: Option<std::path::PathBuf>,
-    /// Launches before a candidate's first sample after the device sat idle ([`warm_up_for`]):
-    /// an idle GPU starts at a low clock, so the first candidate of a run would time the
-    /// clock's ramp.
+    /// Launches before a candidate's first sample when the device sat idle (nothing
+    /// measured in the last second, see [`measure`]): an idle GPU starts at a low clock,
+    /// so the first candidate of a run would time the clock's ramp.
     pub warm_up: Duration,
 }
 
