@@ -23,6 +23,10 @@ pub trait Family: 'static {
     const NAME: &'static str;
     /// Other names that select this family (`gate_up_mixed` for `gate_up`).
     const ALIASES: &'static [&'static str] = &[];
+    /// The family that runs this family's problems in the fast tier when another one does
+    /// (`reduce_mma` for `reduce`): how the facade's names map to families
+    /// ([`crate::ops::family_for`]).
+    const FAST: Option<&'static str> = None;
 
     /// Everything that fixes a launch except the tunable variant.
     type Problem: Clone + PartialEq + fmt::Debug + fmt::Display;

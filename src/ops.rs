@@ -104,16 +104,26 @@ pub fn gate_up_problem(
 }
 
 /// The family this facade (and `trellis matvec|gate-up`) runs for a family name and a
-/// tier, by name (for `trellis select` and reports): the fast tier of `reduce` and
-/// `gate_up` (`gate_up_mixed`) runs on matrix units (`reduce_mma`, `gate_up_mma`); every
-/// other name is its own family. [`matvec`] and [`gate_up`] dispatch the same way, typed.
+/// tier, by name (for `trellis select` and reports): the fast tier of a family with a
+/// [`Family::FAST`](crate::family::Family::FAST) twin runs there (`reduce` on
+/// `reduce_mma`, `gate_up` and `gate_up_mixed` on `gate_up_mma`); every other name is its
+/// own family. [`matvec`] and [`gate_up`] dispatch the same way, typed.
 pub fn family_for(name: &str, tier: Tier) -> &str {
-    use crate::family::Family;
-    match (name, tier) {
-        ("reduce", Tier::Fast) => ReduceMmaFamily::NAME,
-        ("gate_up" | "gate_up_mixed", Tier::Fast) => GateUpMmaFamily::NAME,
-        _ => name,
+    use crate::family::{Family, FamilyVisitor};
+    struct Fast<'a>(&'a str, Option<&'static str>);
+    impl FamilyVisitor for Fast<'_> {
+        fn visit<F: Family>(&mut self) {
+            if crate::families::is::<F>(self.0) {
+                self.1 = self.1.or(F::FAST);
+            }
+        }
     }
+    if tier != Tier::Fast {
+        return name;
+    }
+    let mut fast = Fast(name, None);
+    crate::families::for_each(&mut fast);
+    fast.1.unwrap_or(name)
 }
 
 fn first(mut outs: Vec<Activations>) -> Activations {

@@ -319,6 +319,7 @@ impl GateUpFamily {
 impl Family for GateUpFamily {
     const NAME: &'static str = "gate_up";
     const ALIASES: &'static [&'static str] = &["gate_up_mixed"];
+    const FAST: Option<&'static str> = Some(super::gate_up_mma::GateUpMmaFamily::NAME);
     type Problem = GateUpProblem;
     type Variant = Variant;
     type Kernel = GateUp;

@@ -263,6 +263,7 @@ impl ReduceFamily {
 
 impl Family for ReduceFamily {
     const NAME: &'static str = "reduce";
+    const FAST: Option<&'static str> = Some(super::reduce_mma::ReduceMmaFamily::NAME);
     type Problem = ReduceProblem;
     type Variant = Variant;
     type Kernel = Reduce;

@@ -408,7 +408,7 @@ fn prior_for<F: Family>(
     tier: Tier,
 ) -> Option<Selection<F::Variant>> {
     let spec = F::spec(p)?;
-    let (file, rule) = prior::lookup(backend, device, F::label(p), &spec)?;
+    let (file, rule) = prior::lookup(backend, device, &[F::NAME, F::label(p)], &spec)?;
     let default = toml::Table::try_from(F::default_variant(p, tier)).ok()?;
     let variant: F::Variant = toml::Value::Table(rule.apply(default)).try_into().ok()?;
     Some(Selection {

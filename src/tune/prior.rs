@@ -66,17 +66,14 @@ pub fn apple_generation(device: &str) -> Option<u32> {
 }
 
 impl Rule {
-    fn matches(&self, device: &str, family: &str, p: &ProblemSpec) -> bool {
+    fn matches(&self, device: &str, families: &[&str], p: &ProblemSpec) -> bool {
         let dev = norm(device);
         let mixed = p.ku.is_some_and(|ku| ku != p.k);
         (self.devices.is_empty() || self.devices.iter().any(|d| norm(d) == dev))
             && self
                 .min_generation
                 .is_none_or(|g| apple_generation(device).is_some_and(|d| d >= g))
-            && self
-                .family
-                .as_deref()
-                .is_none_or(|f| f == family || (f == "gate_up" && family == "gate_up_mixed"))
+            && self.family.as_deref().is_none_or(|f| families.contains(&f))
             && self.mixed.is_none_or(|m| p.ku.is_some() && mixed == m)
             && self
                 .dtype
@@ -122,18 +119,19 @@ pub fn embedded() -> &'static [(&'static str, Priors)] {
     })
 }
 
-/// The first rule for `backend` that matches a problem of `family` on `device`.
+/// The first rule for `backend` that matches a problem on `device` of any of `families`
+/// (the problem's family and its label: `gate_up` and `gate_up_mixed` for a mixed pair).
 pub fn lookup(
     backend: &str,
     device: &str,
-    family: &str,
+    families: &[&str],
     p: &ProblemSpec,
 ) -> Option<(&'static str, &'static Rule)> {
     embedded()
         .iter()
         .filter(|(_, pr)| pr.backend == backend)
         .flat_map(|(name, pr)| pr.rules.iter().map(move |r| (*name, r)))
-        .find(|(_, r)| r.matches(device, family, p))
+        .find(|(_, r)| r.matches(device, families, p))
 }
 
 #[cfg(test)]
@@ -214,7 +212,7 @@ mod tests {
             pick::<ReduceFamily>("applegpu_g14d", &spec(3, None, 6)).0,
             ""
         );
-        assert!(lookup("cuda", "applegpu_g13s", "gate_up", &spec(3, Some(3), 1)).is_none());
+        assert!(lookup("cuda", "applegpu_g13s", &["gate_up"], &spec(3, Some(3), 1)).is_none());
         assert_eq!(apple_generation("applegpu_g16p"), Some(16));
         assert_eq!(apple_generation("nvidia-h200"), None);
     }
