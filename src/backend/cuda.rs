@@ -15,10 +15,15 @@ use std::sync::{Arc, Mutex};
 /// What the tuner and `trellis info --devices` report about a GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CudaDeviceInfo {
+    /// The driver's device name (e.g. `NVIDIA H200`).
     pub name: String,
+    /// Compute capability as `(major, minor)`; the backend compiles for `sm_{major}{minor}`.
     pub compute_capability: (i32, i32),
+    /// Number of streaming multiprocessors.
     pub sm_count: i32,
+    /// Total device memory in bytes.
     pub memory_bytes: usize,
+    /// Shared memory per block in bytes without opt-in (`MAX_SHARED_MEMORY_PER_BLOCK`).
     pub shared_per_block: usize,
     /// Stable id for tuning tables, e.g. `nvidia-h200`.
     pub id: String,
@@ -478,11 +483,13 @@ fn nvrtc_options(arch: &str, cap: Option<u32>) -> Vec<String> {
 /// A unit compiled offline: its CUBIN and what ptxas reported of the kernel's resources.
 #[derive(Clone, Debug)]
 pub struct CompiledUnit {
+    /// The CUBIN (an ELF image) NVRTC produced.
     pub cubin: Vec<u8>,
     /// Registers per thread.
     pub registers: u32,
     /// Bytes of register spills stored to and loaded from local memory, per thread.
     pub spill_stores: u32,
+    /// Bytes of register spills loaded from local memory, per thread.
     pub spill_loads: u32,
 }
 

@@ -70,17 +70,23 @@ pub fn dialect_of(name: &str) -> Option<crate::kernel::Dialect> {
 
 /// Generic code to run on whichever backend an [`AnyBackend`] holds.
 pub trait BackendVisitor {
+    /// What the visit returns.
     type Out;
+    /// Run on backend `b`, whatever its type.
     fn visit<B: Backend>(self, b: &B) -> Self::Out;
 }
 
 /// A backend chosen by name at run time: the one registry of backends. Open it once
 /// and keep it; it holds the compiled-kernel cache.
 pub enum AnyBackend {
+    /// `cpu`: C++ built by the host compiler, run on the CPU.
     Cpu(CpuBackend),
+    /// `metal-sim`: Metal kernels simulated on the CPU.
     MetalSim(metal_sim::MetalSimBackend),
+    /// `cuda`: an NVIDIA GPU (with the `cuda` feature).
     #[cfg(feature = "cuda")]
     Cuda(cuda::CudaBackend),
+    /// `metal`: the Apple GPU through MLX (macOS only).
     #[cfg(target_os = "macos")]
     Metal(metal::MetalBackend),
 }
