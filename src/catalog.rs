@@ -308,12 +308,19 @@ pub fn inline_registers(
 /// activation dtype and M.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Case {
+    /// Coding of the gate matrix (the only matrix for `reduce` and `expand`).
     pub gate: Proj,
+    /// Coding of the up matrix (the second matrix of `gate_up`).
     pub up: Proj,
+    /// Rows R (output features) of each matrix.
     pub rows: usize,
+    /// Columns C (input features) of each matrix.
     pub cols: usize,
+    /// Weights per block T (SPEC 1).
     pub t: usize,
+    /// Activation dtype.
     pub act: DType,
+    /// Samples M: rows of the activations `x`.
     pub m: u32,
 }
 

@@ -103,8 +103,11 @@ pub fn reduce_bound(dtype: DType, cols: usize, y_real: f64, abs: f64) -> f64 {
 /// Real sums of one projection for the fast check: `y*` and `sum |w* x|`, `[M, R]`.
 #[derive(Clone, Debug)]
 pub struct RealSums {
+    /// `y*[m, r] = sum_c w*(r, c) * x[m, c]` in f64, row-major `[M, R]`.
     pub y: Vec<f64>,
+    /// `sum_c |w*(r, c) * x[m, c]|` in f64, row-major `[M, R]`.
     pub abs: Vec<f64>,
+    /// Columns C of the matrix (the bound's `C`).
     pub cols: usize,
 }
 

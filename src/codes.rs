@@ -258,8 +258,11 @@ fn fold_search(s: f32) -> f32 {
 /// The numeric constants a kernel template needs, as literal text for the dialects.
 #[derive(Clone, Debug)]
 pub struct CodeConstants {
+    /// [`MAD_MUL`] (`1mad` multiplier).
     pub mad_mul: u32,
+    /// [`MAD_ADD`] (`1mad` additive constant).
     pub mad_add: u32,
+    /// [`MAD_CENTER`] (subtracted from `1mad`'s byte sum).
     pub mad_center: i32,
     /// `MAD_DIVISOR` as f32 bits.
     pub mad_divisor_bits: u32,
@@ -267,12 +270,19 @@ pub struct CodeConstants {
     pub mad_recip_bits: u32,
     /// f32 bits of the rest, `RN(1 / MAD_DIVISOR - hi)` (see [`onemad_recip_split`]).
     pub mad_recip_lo_bits: u32,
+    /// [`INST_MUL`] (`3inst` multiplier).
     pub inst_mul: u32,
+    /// [`INST_ADD`] (`3inst` additive constant).
     pub inst_add: u32,
+    /// [`MCG_MUL`] (`mcg` multiplier).
     pub mcg_mul: u32,
+    /// [`HALF_PAIR_MASK`] (`3inst`/`mcg` mask).
     pub half_pair_mask: u32,
+    /// [`HALF_PAIR_XOR`] (`3inst`/`mcg` xor after the mask).
     pub half_pair_xor: u32,
+    /// [`MUL1_MUL`] (`mul1` multiplier).
     pub mul1_mul: u32,
+    /// [`MUL1_OFFSET`] (added to `mul1`'s byte sum).
     pub mul1_offset: u32,
     /// `h(MUL1_SCALE_BITS)` as f32 bits.
     pub mul1_scale_f32_bits: u32,

@@ -6,8 +6,11 @@ use half::{bf16, f16};
 /// Activation dtype `T`: inputs `x`, outputs `y`/`mid`, and the rounding of weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
+    /// bfloat16 (`bf16`).
     Bf16,
+    /// IEEE binary16 (`f16`).
     F16,
+    /// IEEE binary32 (`f32`); `round_T` is the identity.
     F32,
 }
 
@@ -111,7 +114,9 @@ impl std::str::FromStr for DType {
 /// Dtype of the per-row `scales` tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScaleDType {
+    /// IEEE binary16 scales.
     F16,
+    /// IEEE binary32 scales.
     F32,
 }
 

@@ -9,40 +9,67 @@ pub enum Error {
     /// A geometry or tensor field outside the SPEC ranges, or disagreeing with another.
     #[error("invalid {field} = {value}: {reason}")]
     Invalid {
+        /// The offending field (e.g. `k`, `rows`).
         field: String,
+        /// Its value, as text.
         value: String,
+        /// What is wrong with it, or what was expected.
         reason: String,
     },
     /// A tensor whose shape disagrees with what the geometry or kernel expects.
     #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
     Shape {
+        /// The tensor's name (e.g. `codes`).
         name: String,
+        /// The shape it has.
         actual: Vec<usize>,
+        /// The shape it should have.
         expected: Vec<usize>,
     },
     /// A tensor with a dtype the operation does not accept.
     #[error("tensor `{name}` has dtype {actual}, expected {expected}")]
     DType {
+        /// The tensor's name.
         name: String,
+        /// The dtype it has.
         actual: String,
+        /// The dtype (or dtypes) accepted.
         expected: String,
     },
     /// A file that could not be read, parsed or written.
     #[error("{path}: {reason}")]
-    File { path: PathBuf, reason: String },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// A kernel that failed to compile; `log` holds the compiler's output.
     #[error("kernel `{kernel}` failed to compile on {backend}:\n{log}")]
     Compile {
+        /// The kernel's name or symbol (comma-separated for a batch).
         kernel: String,
+        /// The backend that compiled it.
         backend: String,
+        /// The compiler's output.
         log: String,
     },
     /// A backend that is not available on this machine (no driver, not built in, ...).
     #[error("backend `{backend}` is unavailable: {reason}")]
-    Unavailable { backend: String, reason: String },
+    Unavailable {
+        /// The backend's name (`cuda`, `metal`, ...).
+        backend: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// A failure reported by a backend while launching or copying.
     #[error("{backend}: {reason}")]
-    Backend { backend: String, reason: String },
+    Backend {
+        /// The backend's name.
+        backend: String,
+        /// The failure it reported.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -234,10 +234,15 @@ pub trait FamilyVisitor {
 pub struct TuneSpace {
     /// Matrix shapes; fused gate/up problems are made only for shapes marked `gate_up`.
     pub shapes: Vec<Shape>,
+    /// Sample counts M.
     pub ms: Vec<u32>,
+    /// Bits per weight k (gate/up families also pair each k with k + 1).
     pub ks: Vec<u32>,
+    /// State bits L.
     pub ls: Vec<u32>,
+    /// Codes (SPEC 3).
     pub codes: Vec<crate::Code>,
+    /// Activation dtype.
     pub dtype: DType,
     /// Weights per block.
     pub t: usize,
@@ -246,7 +251,9 @@ pub struct TuneSpace {
 /// One matrix shape to tune, `R x C`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
+    /// Rows R (output features).
     pub rows: usize,
+    /// Columns C (input features).
     pub cols: usize,
     /// An MLP's gate/up projection shape (also tune the fused gate/up kernel on it).
     pub gate_up: bool,
@@ -279,13 +286,22 @@ pub fn preset(name: &str) -> Option<Vec<Shape>> {
 /// optional second k (fused gate/up), the activation dtype and M.
 #[derive(Clone, Debug)]
 pub struct ProblemSpec {
+    /// Rows R.
     pub rows: usize,
+    /// Columns C.
     pub cols: usize,
+    /// Weights per block T.
     pub t: usize,
+    /// Bits per weight k (the gate's, for a fused gate/up).
     pub k: u32,
+    /// The up projection's k of a fused gate/up (`None`: a single matrix).
     pub ku: Option<u32>,
+    /// State bits L.
     pub l: u32,
+    /// The code (SPEC 3).
     pub code: crate::Code,
+    /// Activation dtype.
     pub dtype: DType,
+    /// Samples M.
     pub m: u32,
 }

@@ -68,9 +68,13 @@ pub fn from_st_dtype(d: Dtype) -> Option<DType> {
 /// One tensor of an open file: its name, dtype, shape and little-endian bytes.
 #[derive(Clone, Debug)]
 pub struct TensorRef<'a> {
+    /// The tensor's name in the file (e.g. `<prefix>.codes`, SPEC 8).
     pub name: String,
+    /// Its safetensors dtype.
     pub dtype: Dtype,
+    /// Its shape, row-major.
     pub shape: &'a [usize],
+    /// Its raw little-endian bytes.
     pub data: &'a [u8],
 }
 

@@ -10,9 +10,13 @@ use std::fmt;
 /// Element type of a kernel buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Elem {
+    /// 32-bit unsigned integer (the `codes` words).
     U32,
+    /// IEEE binary32.
     F32,
+    /// IEEE binary16.
     F16,
+    /// bfloat16.
     Bf16,
 }
 
@@ -79,8 +83,11 @@ impl From<crate::ScaleDType> for Elem {
 /// Name, element type and shape of one kernel argument.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorSpec {
+    /// The argument's name in the kernel signature.
     pub name: &'static str,
+    /// Its element type.
     pub elem: Elem,
+    /// Its shape, row-major (empty for a 0-d argument).
     pub shape: Vec<usize>,
 }
 
@@ -136,7 +143,9 @@ impl TensorSpec {
 /// emulates its simdgroups' lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Grid {
+    /// Threadgroups along x, y and z.
     pub groups: [u32; 3],
+    /// Threads per threadgroup, all along x.
     pub threads: u32,
 }
 
@@ -207,14 +216,20 @@ pub trait KernelSpec: fmt::Debug {
 
 /// A launch request as a backend sees it: everything but the typed wrapper.
 pub struct Launch<'a> {
+    /// The kernel's base name ([`KernelSpec::NAME`]).
     pub kernel: &'static str,
+    /// Identity of the specialization, the compiled-kernel cache key.
     pub id: KernelId,
+    /// The launch grid.
     pub grid: Grid,
+    /// Threadgroup/shared memory the body declares, in bytes.
     pub shared_bytes: usize,
     /// The outputs must start zeroed: fresh allocations are zeroed on every backend;
     /// where a backend makes fresh outputs per launch (MLX), it fills them with zeros.
     pub zero_outputs: bool,
+    /// Inputs, in signature order.
     pub inputs: Vec<TensorSpec>,
+    /// Outputs, in signature order.
     pub outputs: Vec<TensorSpec>,
     /// Renders the source; called only when the backend's cache misses.
     pub render: &'a dyn Fn(Dialect) -> Result<Rendered>,
@@ -360,8 +375,11 @@ pub fn check_launch<T: DeviceTensor>(
 /// module of its own, so its units keep the symbol the tables' hashes cover.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KernelId {
+    /// The kernel's base name.
     pub name: &'static str,
+    /// FNV-1a hash of the declaration's `Hash`: the symbol's hash and the tables' key.
     pub params: u64,
+    /// FNV-1a hash of the declaration's `Debug` form, telling `params` twins apart.
     pub detail: u64,
 }
 

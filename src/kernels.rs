@@ -57,7 +57,9 @@ impl Representation {
 /// Numerics tier: `exact` reproduces the SPEC 5 order bit for bit, `fast` may reorder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Tier {
+    /// Bit-identical to the SPEC 5 canonical order on every backend.
     Exact,
+    /// Any order and precision within the SPEC 7 bound.
     Fast,
 }
 
@@ -227,12 +229,15 @@ impl XStage {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
+    /// How the kernel obtains state values.
     pub repr: Representation,
+    /// How the M samples are spread over the grid.
     pub m_strategy: MStrategy,
     /// Rows (simdgroups) per threadgroup; rows per task on the CPU.
     pub rows_per_group: u32,
     /// Where x is read from.
     pub x_stage: XStage,
+    /// The numerics tier the variant belongs to.
     pub tier: Tier,
     /// Rows per simdgroup (1..=[`MAX_ROWS_PER_SIMD`]; the general space offers 1, 2 and 4):
     /// each lane holds its lane of every one of them, so one x load serves them all.
@@ -337,7 +342,9 @@ hash_debug_skipping_default!(
 /// with SPEC 4's bits (exhaustive test in `src/codes.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RowScales {
+    /// The matrix's `scales`, in their stored dtype.
     Stored(crate::ScaleDType),
+    /// `1mad` f16 scales folded with the divisor on the host, as f32.
     FoldedOneMad,
 }
 
@@ -439,8 +446,11 @@ impl fmt::Display for Variant {
 /// The coding of one projection: bits per weight, state bits, code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Proj {
+    /// Bits per weight k (1..=8).
     pub k: u32,
+    /// Trellis state bits L (`k < L <= 16`).
     pub l: u32,
+    /// The state -> value map (SPEC 3).
     pub code: Code,
 }
 

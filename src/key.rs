@@ -12,7 +12,9 @@ use std::fmt;
 /// selector then takes the one nearest the problem's shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Bucket {
+    /// Rows, rounded to a power of two.
     pub rows: u64,
+    /// Columns, rounded to a power of two.
     pub cols: u64,
 }
 
@@ -57,9 +59,13 @@ impl std::str::FromStr for Bucket {
 /// anchored size bucket.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TuneKey {
+    /// The family's listing label (`reduce`, `gate_up_mixed`, ...).
     pub family: String,
+    /// The family's own key fields (`bf16 M=1 k3 L12 1mad`).
     pub fields: String,
+    /// The numerics tier.
     pub tier: Tier,
+    /// The anchored size bucket.
     pub bucket: Bucket,
 }
 

@@ -8,7 +8,10 @@
 //! Layers, bottom up: [`kernel`](mod@kernel) and [`backend`] (runtime: launch, memory, compile
 //! cache, limits) beside [`codegen`] (each dialect's translation unit); [`family`] and
 //! [`families`] (kernel families, one module each beside its template); [`tune`] and
-//! [`verify`] (generic over families); [`ops`], the user facade, on top.
+//! [`verify`] (generic over families); [`ops`], the user facade, on top. [`key`] (what a
+//! tuned choice is keyed by) sits with the family contract.
+
+#![warn(missing_docs)]
 
 extern crate self as trellis;
 

@@ -9,6 +9,7 @@ use crate::layout;
 /// A trellis-coded matrix: geometry, packed codes, per-row scales and (code `lut`) its table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuantizedMatrix {
+    /// Shape and coding: R, C, T, k, L, code (SPEC 1).
     pub geometry: Geometry,
     /// `[R, C/T, T*k/32]`, row-major.
     pub codes: Vec<u32>,
@@ -140,6 +141,7 @@ pub const INTERLEAVE_COLS: usize = 1024;
 /// Activations `x` (or outputs `y`, `mid`): `[M, C]` values exactly representable in `dtype`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Activations {
+    /// The activation dtype `T` the values are representable in.
     pub dtype: DType,
     /// `M`.
     pub rows: usize,

@@ -19,10 +19,15 @@ pub use crate::check::{
 /// What one specialization did.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// The family's listing label for the problem (`reduce`, `gate_up_mixed`, ...).
     pub family: &'static str,
+    /// The kernel symbol, or `vector <file>` for a conformance vector.
     pub symbol: String,
+    /// The problem as displayed, or the vector's file name.
     pub case: String,
+    /// The variant as displayed.
     pub variant: String,
+    /// The variant's numerics tier.
     pub tier: Tier,
     /// `Ok(detail)` when it matched; `Err(detail)` on mismatch, compile or launch failure.
     pub result: std::result::Result<String, String>,

@@ -47,12 +47,16 @@ pub enum Param {
     Buffer {
         /// The declaration, e.g. `const device float* x`.
         decl: String,
+        /// The buffer slot `index` in `[[buffer(index)]]`, counted across all buffers.
         index: usize,
+        /// What the buffer carries.
         what: BufferKind,
     },
     /// A thread attribute the body names, e.g. `uint3 thread_position_in_grid`.
     Attribute {
+        /// The attribute's name, one of [`THREAD_ATTRIBUTES`].
         name: &'static str,
+        /// Its MSL type as MLX declares it (`uint` or `uint3`).
         ty: &'static str,
     },
 }
@@ -61,15 +65,32 @@ pub enum Param {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BufferKind {
     /// Input `i` (by pointer; `scalar`: a 0-d input, bound by reference).
-    Input { i: usize, scalar: bool },
+    Input {
+        /// Index of the input in the kernel's input list.
+        i: usize,
+        /// Whether the input is 0-d (bound by reference, not pointer).
+        scalar: bool,
+    },
     /// Output `i`.
-    Output { i: usize },
+    Output {
+        /// Index of the output in the kernel's output list.
+        i: usize,
+    },
     /// `<input i>_shape` (`const constant int*`).
-    Shape { i: usize },
+    Shape {
+        /// Index of the input whose shape this is.
+        i: usize,
+    },
     /// `<input i>_strides` (`const constant int64_t*`).
-    Strides { i: usize },
+    Strides {
+        /// Index of the input whose strides these are.
+        i: usize,
+    },
     /// `<input i>_ndim` (`const constant int&`).
-    Ndim { i: usize },
+    Ndim {
+        /// Index of the input whose rank this is.
+        i: usize,
+    },
 }
 
 /// The parameters MLX declares for a kernel with this body, inputs and outputs, in
@@ -182,7 +203,9 @@ pub const MAX_THREADS_PER_THREADGROUP: u64 = 1024;
 /// MLX dispatches threads, not groups (`dispatchThreads`): the grid counts threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MlxDispatch {
+    /// Threads along x, y, z: x is groups times threads per group, y and z are groups.
     pub grid: (i32, i32, i32),
+    /// Threads per threadgroup: `(grid.threads, 1, 1)`.
     pub thread_group: (i32, i32, i32),
 }
 

@@ -66,6 +66,7 @@ impl fmt::Display for Dialect {
 /// A kernel rendered for one dialect.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rendered {
+    /// The dialect the kernel was rendered for.
     pub dialect: Dialect,
     /// Device functions and constants (Metal: MLX's `header`).
     pub header: String,

@@ -30,13 +30,19 @@ use std::fmt;
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Expand {
+    /// Rows R of the matrix.
     pub rows: usize,
+    /// Columns C of the matrix.
     pub cols: usize,
+    /// Weights per block T.
     pub t: usize,
+    /// The matrix's coding (k, L, code).
     pub proj: Proj,
+    /// Dtype of the dense output (the activation dtype).
     pub act: DType,
     /// The row scales as stored (`expand` writes the weights: nothing to fold).
     pub scale: RowScales,
+    /// The tuned variant this specialization renders.
     pub variant: Variant,
 }
 
@@ -78,8 +84,11 @@ impl XLayout for Expand {
 /// An `expand` problem: one matrix, its scale dtype and the output dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExpandProblem {
+    /// The matrix's geometry (SPEC 1).
     pub geometry: Geometry,
+    /// The dtype of its row scales.
     pub scale: ScaleDType,
+    /// Dtype of the dense output.
     pub act: DType,
 }
 

@@ -33,18 +33,28 @@ use std::fmt;
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GateUp {
+    /// Rows R of each projection.
     pub rows: usize,
+    /// Columns C (inputs per sample).
     pub cols: usize,
+    /// Weights per block T (shared by both projections).
     pub t: usize,
+    /// The gate projection's coding.
     pub gate: Proj,
+    /// The up projection's coding.
     pub up: Proj,
+    /// Samples M.
     pub m: u32,
+    /// Activation dtype (of x and mid).
     pub act: DType,
     /// The row scales each projection's kernel reads (stored, or folded with `1mad`'s
     /// divisor).
     pub gate_scale: RowScales,
+    /// The up projection's row scales (as `gate_scale`).
     pub up_scale: RowScales,
+    /// How the SwiGLU of the two sums is computed.
     pub tail: Tail,
+    /// The tuned variant this specialization renders.
     pub variant: Variant,
 }
 
@@ -108,12 +118,19 @@ impl XLayout for GateUp {
 /// dtypes, the activation dtype, M and the tail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GateUpProblem {
+    /// The gate matrix's geometry.
     pub gate: Geometry,
+    /// The up matrix's geometry.
     pub up: Geometry,
+    /// The dtype of the gate's row scales.
     pub gate_scale: ScaleDType,
+    /// The dtype of the up's row scales.
     pub up_scale: ScaleDType,
+    /// Activation dtype.
     pub act: DType,
+    /// Samples M.
     pub m: u32,
+    /// The SwiGLU tail.
     pub tail: Tail,
 }
 
@@ -241,13 +258,17 @@ impl GateUpProblem {
 
 /// Host data of a `gate_up` instance.
 pub struct GateUpHost {
+    /// The gate matrix.
     pub gate: QuantizedMatrix,
+    /// The up matrix.
     pub up: QuantizedMatrix,
+    /// The activations, `[M, C]`.
     pub x: Activations,
 }
 
 /// The reference `mid` (SPEC 6 bits) and, computed on first use, the SPEC 7 real sums.
 pub struct GateUpExpected {
+    /// The reference result, `[M, R]`.
     pub mid: Activations,
     real: OnceCell<std::result::Result<(RealSums, RealSums), String>>,
 }
@@ -269,8 +290,11 @@ impl GateUpExpected {
 
 /// Uploaded `gate_up` data.
 pub struct GateUpDevice<B: Backend> {
+    /// The gate matrix on the device.
     pub gate: DeviceMatrix<B>,
+    /// The up matrix on the device.
     pub up: DeviceMatrix<B>,
+    /// The activations on the device.
     pub x: DeviceActivations<B>,
 }
 

@@ -39,16 +39,27 @@ use std::cell::OnceCell;
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GateUpMma {
+    /// Rows R of each matrix (outputs per sample).
     pub rows: usize,
+    /// Columns C of each matrix (inputs per sample).
     pub cols: usize,
+    /// Weights per block T (shared by both matrices).
     pub t: usize,
+    /// The gate matrix's coding (k, L, code).
     pub gate: Proj,
+    /// The up matrix's coding (its k may differ from the gate's).
     pub up: Proj,
+    /// Samples M (1..=[`MAX_M_MMA`]).
     pub m: u32,
+    /// Activation dtype (of x and mid).
     pub act: DType,
+    /// The dtype of the gate matrix's stored row scales.
     pub gate_scale: ScaleDType,
+    /// The dtype of the up matrix's stored row scales.
     pub up_scale: ScaleDType,
+    /// SwiGLU tail arithmetic (SPEC 6).
     pub tail: Tail,
+    /// The tuned variant this specialization renders.
     pub variant: MmaVariant,
 }
 
@@ -120,8 +131,11 @@ impl GateUpMmaExpected {
 
 /// Uploaded `gate_up_mma` data: both matrices, and x as [`Prescaled`].
 pub struct GateUpMmaDevice<B: Backend> {
+    /// The gate matrix on the device.
     pub gate: DeviceMatrix<B>,
+    /// The up matrix on the device.
     pub up: DeviceMatrix<B>,
+    /// x prescaled, with the unscale factors and tables (projections: gate, then up).
     pub ops: Prescaled<B>,
 }
 

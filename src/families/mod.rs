@@ -50,9 +50,13 @@ pub fn is<F: Family>(name: &str) -> bool {
 /// A quantized matrix uploaded to a backend, with its value table (for table
 /// representations) and a one-element placeholder (for inline ones).
 pub struct DeviceMatrix<B: Backend> {
+    /// The matrix's geometry (SPEC 1).
     pub geometry: Geometry,
+    /// The stored dtype of `scales`.
     pub scale_dtype: ScaleDType,
+    /// `codes` as u32, `[R, C/T, T*k/32]` (SPEC 2).
     pub codes: B::Tensor,
+    /// The row scales `[R]` in `scale_dtype`.
     pub scales: B::Tensor,
     /// `1mad` with f16 scales: the scales folded with the divisor (f32,
     /// [`crate::kernels::RowScales::FoldedOneMad`]).

@@ -29,14 +29,21 @@ use std::fmt;
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Reduce {
+    /// Rows R of the matrix (outputs per sample).
     pub rows: usize,
+    /// Columns C (inputs per sample).
     pub cols: usize,
+    /// Weights per block T.
     pub t: usize,
+    /// The matrix's coding (k, L, code).
     pub proj: Proj,
+    /// Samples M.
     pub m: u32,
+    /// Activation dtype (of x and y).
     pub act: DType,
     /// The row scales it reads (stored, or folded with `1mad`'s divisor).
     pub scale: RowScales,
+    /// The tuned variant this specialization renders.
     pub variant: Variant,
 }
 
@@ -79,9 +86,13 @@ impl XLayout for Reduce {
 /// A `reduce` problem: one matrix, its scale dtype, the activation dtype and M.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReduceProblem {
+    /// The matrix's geometry (SPEC 1).
     pub geometry: Geometry,
+    /// The dtype of its row scales.
     pub scale: ScaleDType,
+    /// Activation dtype.
     pub act: DType,
+    /// Samples M.
     pub m: u32,
 }
 
@@ -209,12 +220,15 @@ impl ReduceProblem {
 
 /// Host data of a `reduce` instance.
 pub struct ReduceHost {
+    /// The matrix.
     pub w: QuantizedMatrix,
+    /// The activations, `[M, C]`.
     pub x: Activations,
 }
 
 /// The reference `y` (SPEC 5 bits) and, computed on first use, the SPEC 7 real sums.
 pub struct ReduceExpected {
+    /// The reference result, `[M, R]`.
     pub y: Activations,
     real: OnceCell<std::result::Result<RealSums, String>>,
 }
@@ -231,7 +245,9 @@ impl ReduceExpected {
 
 /// Uploaded `reduce` data.
 pub struct ReduceDevice<B: Backend> {
+    /// The matrix on the device.
     pub w: DeviceMatrix<B>,
+    /// The activations on the device.
     pub x: DeviceActivations<B>,
 }
 

@@ -261,13 +261,21 @@ impl fmt::Display for MmaVariant {
 )]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReduceMma {
+    /// Rows R of the matrix (outputs per sample).
     pub rows: usize,
+    /// Columns C (inputs per sample).
     pub cols: usize,
+    /// Weights per block T.
     pub t: usize,
+    /// The matrix's coding (k, L, code).
     pub proj: Proj,
+    /// Samples M (1..=[`MAX_M_MMA`]).
     pub m: u32,
+    /// Activation dtype (of x and y).
     pub act: DType,
+    /// The dtype of the stored row scales.
     pub scale: ScaleDType,
+    /// The tuned variant this specialization renders.
     pub variant: MmaVariant,
 }
 
@@ -276,12 +284,19 @@ pub struct ReduceMma {
 /// ...), and `name`, the suffix of its variables in the body.
 #[derive(Clone, Copy, Debug)]
 pub struct MmaProj {
+    /// The projection's coding (k, L, code).
     pub proj: Proj,
+    /// Suffix of its variables in the body (`g`, `u`; empty for `reduce_mma`).
     pub name: &'static str,
+    /// Name of its codes argument.
     pub codes: &'static str,
+    /// Name of its scales argument.
     pub scales: &'static str,
+    /// Name of its value-table argument.
     pub table: &'static str,
+    /// u32 code words per matrix row.
     pub words_per_row: usize,
+    /// u32 code words per block of T weights.
     pub words_per_block: usize,
 }
 
@@ -1080,7 +1095,9 @@ pub fn beyond_f16_operands(
 
 /// Uploaded `reduce_mma` data: the matrix, and x as [`Prescaled`].
 pub struct ReduceMmaDevice<B: Backend> {
+    /// The matrix on the device.
     pub w: DeviceMatrix<B>,
+    /// x prescaled, with the unscale factors and table.
     pub ops: Prescaled<B>,
 }
 

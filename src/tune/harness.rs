@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 /// How to tune.
 #[derive(Clone, Debug)]
 pub struct TuneOptions {
+    /// The numerics tier whose candidates are measured.
     pub tier: Tier,
     /// Restrict launch shapes to a small set (CPU default: compiling is the cost).
     pub quick: bool,
@@ -29,7 +30,9 @@ pub struct TuneOptions {
     /// Timed repetitions per candidate: at least `min_reps`, more until the median is
     /// stable, at most `max_reps` or `time_cap` of measuring.
     pub min_reps: usize,
+    /// Most samples per candidate.
     pub max_reps: usize,
+    /// Measuring time after which a candidate's timing ends (checked after each round).
     pub time_cap: Duration,
     /// Launches per timed sample: on an asynchronous device, back-to-back launches hide
     /// the host's launch cost that a single launch between two events would include.
@@ -205,9 +208,13 @@ fn inject_fault(id: &str) {
 /// Robust statistics of one candidate's samples, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Stats {
+    /// Median sample, in microseconds.
     pub median: f64,
+    /// 10th percentile (nearest rank), in microseconds.
     pub p10: f64,
+    /// 90th percentile (nearest rank), in microseconds.
     pub p90: f64,
+    /// Number of samples.
     pub samples: usize,
 }
 
@@ -772,15 +779,22 @@ pub fn today() -> String {
 pub enum Event<'a> {
     /// Problem `i` of `n` starts (or is already in the table).
     Start {
+        /// Index of the problem, from 0.
         i: usize,
+        /// Number of problems in the run.
         n: usize,
+        /// The problem's tuning key.
         key: &'a TuneKey,
+        /// Whether the table already has a current entry (the problem is skipped).
         cached: bool,
     },
     /// Problem `i` finished.
     Done {
+        /// Index of the problem, from 0.
         i: usize,
+        /// Number of problems in the run.
         n: usize,
+        /// The entry now in the table.
         entry: &'a Entry,
     },
     /// Something the user must see (a problem not tuned, the budget spent).
@@ -792,7 +806,9 @@ pub enum Event<'a> {
 /// reported as an [`Event::Warn`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Untuned {
+    /// Problems not started because the time budget was spent.
     pub budget: usize,
+    /// Problems that failed and keep the built-in default.
     pub failed: usize,
 }
 

@@ -22,23 +22,36 @@ pub enum Source {
     /// The device's own table, exact key; `shape` is the `RxC` the entry was measured at
     /// (a bucket holds an entry per tuned shape).
     Table {
+        /// The table's name (`embedded:nvidia-h200.toml`, or its path).
         table: String,
+        /// The entry's key.
         key: String,
+        /// The `RxC` the entry was measured at.
         shape: String,
     },
     /// The device's own table (or a family member's), nearest bucket or nearest device.
     Nearest {
+        /// The table's name.
         table: String,
+        /// The entry's key (another bucket's, or another device's).
         key: String,
+        /// The `RxC` the entry was measured at.
         shape: String,
+        /// Why this entry stands in (`nearest bucket to ...`, a fallback to the runner-up).
         why: String,
     },
     /// No table had anything: the built-in default.
-    Default { why: String },
+    Default {
+        /// Why no table entry was taken.
+        why: String,
+    },
     /// No measured table for the device: a prior rule (`tuning/priors/`), with its source.
     Prior {
+        /// The prior file.
         file: String,
+        /// The rule's name.
         rule: String,
+        /// The rule's reason.
         why: String,
     },
 }
@@ -71,7 +84,9 @@ impl fmt::Display for Source {
 /// A chosen variant and why.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Selection<V> {
+    /// The variant to run.
     pub variant: V,
+    /// Where it came from (a table entry, a prior rule or the default, and why).
     pub source: Source,
     /// The table entry's runner-up, which [`fit`] takes where the winner does not fit
     /// the problem (an interleaved-x winner at columns that are not whole 1024-column

@@ -19,7 +19,9 @@ pub const EMBEDDED: &[(&str, &str)] = &[(
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Priors {
+    /// The backend whose devices the rules are for (`metal`).
     pub backend: String,
+    /// The rules, first match wins.
     #[serde(rename = "rule", default)]
     pub rules: Vec<Rule>,
 }
@@ -29,19 +31,29 @@ pub struct Priors {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
+    /// The rule's name (the seed's name for the choice).
     pub name: String,
+    /// Why the seed made this choice, as `trellis select` reports it.
     pub why: String,
+    /// Device ids it applies to (empty: every device).
     #[serde(default)]
     pub devices: Vec<String>,
+    /// The lowest Apple GPU generation it applies to (`applegpu_g15d`: 15).
     pub min_generation: Option<u32>,
     /// Family label (`reduce`, `gate_up`).
     pub family: Option<String>,
+    /// Only fused gate/up pairs whose two k differ (`true`) or agree (`false`).
     pub mixed: Option<bool>,
+    /// Only this activation dtype.
     pub dtype: Option<String>,
+    /// Only M at least this.
     pub m_min: Option<u32>,
+    /// Only M at most this.
     pub m_max: Option<u32>,
+    /// Only these k (empty: any).
     #[serde(default)]
     pub k: Vec<u32>,
+    /// Only L at most this.
     pub l_max: Option<u32>,
     /// Variant fields set over the default (`repr`, `m_strategy`, `rows_per_group`,
     /// `x_stage`, ...: whatever the family's variant has).

@@ -51,8 +51,11 @@ impl DeviceRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatsRecord {
+    /// Median sample.
     pub median_us: f64,
+    /// 10th percentile (nearest rank).
     pub p10_us: f64,
+    /// 90th percentile (nearest rank).
     pub p90_us: f64,
     /// Timed repetitions.
     pub samples: usize,
@@ -66,7 +69,9 @@ pub struct Entry {
     pub family: String,
     /// The family's key fields (dtype, M, coding, ...).
     pub key: String,
+    /// Numerics tier name (`exact`, `fast`).
     pub tier: String,
+    /// Anchored size bucket, `ROWSxCOLS` in powers of two.
     pub bucket: String,
     /// The shape measured (a representative of the bucket).
     pub shape: String,
@@ -79,6 +84,7 @@ pub struct Entry {
     pub space_hash: Option<String>,
     /// The chosen variant, in the family's own fields.
     pub winner: toml::Table,
+    /// The winner's statistics.
     pub stats: StatsRecord,
     /// The built-in default's statistics (absent when it could not run).
     pub default: Option<StatsRecord>,
@@ -86,7 +92,9 @@ pub struct Entry {
     pub speedup: f64,
     /// Bytes a launch must move, over the median time.
     pub bandwidth_gbs: f64,
+    /// The fastest timed candidate other than the winner (absent when none).
     pub runner_up: Option<toml::Table>,
+    /// The runner-up's statistics.
     pub runner_up_stats: Option<StatsRecord>,
     /// Where the winner sits at the edge of the candidate space (widen it and re-tune).
     #[serde(default)]
@@ -135,7 +143,9 @@ fn toml_line(t: &toml::Table) -> String {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Table {
+    /// The header: who measured, where.
     pub device: DeviceRecord,
+    /// One per tuned key and measured shape (`[[entry]]` in the file).
     #[serde(default, rename = "entry")]
     pub entries: Vec<Entry>,
 }

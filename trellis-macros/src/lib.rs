@@ -206,6 +206,10 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     let out_names: Vec<&Ident> = args.outputs.iter().map(|t| &t.name).collect();
     let out_idx = 0..out_names.len();
     let doc_outputs = format!("Outputs of [`{ty}`], one field per declared output.");
+    let out_docs: Vec<String> = out_names
+        .iter()
+        .map(|n| format!("The declared output `{n}`."))
+        .collect();
 
     Ok(quote! {
         #item
@@ -251,7 +255,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
         }
 
         #[doc = #doc_outputs]
-        #vis struct #outputs_ty<T> { #(pub #out_names: T),* }
+        #vis struct #outputs_ty<T> { #(#[doc = #out_docs] pub #out_names: T),* }
 
         impl #ty {
             /// Check every argument, then compile (cached per backend) and run, allocating outputs.
