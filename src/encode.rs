@@ -716,7 +716,7 @@ mod tests {
 
     /// The MSE the reference decoder gives for `e` against `dense`.
     fn reference_mse(e: &Encoded, dense: &[f32]) -> f64 {
-        let w = reference::dequantize(&e.matrix, DType::F32);
+        let w = reference::dequantize(&e.matrix, DType::F32).unwrap();
         let sse: f64 = w
             .iter()
             .zip(dense)

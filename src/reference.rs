@@ -8,11 +8,12 @@ use crate::matrix::{Activations, QuantizedMatrix};
 use rayon::prelude::*;
 
 /// SPEC section 4: `w(r, c) = round_T(value(s) * f32(scales[r]))` for every row, `[R, C]`.
-pub fn dequantize(w: &QuantizedMatrix, dtype: DType) -> Vec<f32> {
+pub fn dequantize(w: &QuantizedMatrix, dtype: DType) -> Result<Vec<f32>> {
+    w.validate()?;
     let g = &w.geometry;
-    let mut out = vec![0.0f32; g.rows * g.cols];
+    let mut out = filled(g.rows, g.cols, 0.0f32, "dequantized weights (rows x cols)")?;
     dequantize_into(w, dtype, &mut out);
-    out
+    Ok(out)
 }
 
 fn dequantize_into(w: &QuantizedMatrix, dtype: DType, out: &mut [f32]) {
@@ -241,6 +242,8 @@ mod tests {
             assert!(e.contains(field), "{field}: {e}");
             let e = real_sums(&w, &x).unwrap_err().to_string();
             assert!(e.contains(field), "{field}: {e}");
+            let e = dequantize(&w, DType::F32).unwrap_err().to_string();
+            assert!(e.contains(field), "{field}: {e}");
         }
     }
 
@@ -265,7 +268,7 @@ mod tests {
             )
             .unwrap();
             let y = reduce(&w, &x).unwrap();
-            let dense = dequantize(&w, dtype);
+            let dense = dequantize(&w, dtype).unwrap();
             for m in 0..3 {
                 for r in 0..g.rows {
                     let (mut exact, mut abs) = (0.0f64, 0.0f64);

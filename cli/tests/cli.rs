@@ -538,7 +538,7 @@ fn quantize_prints_a_plausible_mse() {
         let rel = mse / power;
         assert!(rel > 0.0 && rel < 0.25, "{code} k={k}: relative mse {rel}");
         let m = io::read_quantized(&w, "w").unwrap();
-        let deq = reference::dequantize(&m, DType::F32);
+        let deq = reference::dequantize(&m, DType::F32).unwrap();
         let ours = deq
             .iter()
             .zip(&dense)

@@ -176,7 +176,7 @@ impl Family for ExpandFamily {
             dtype: p.act,
             rows: g.rows,
             cols: g.cols,
-            data: crate::reference::dequantize(w, p.act),
+            data: crate::reference::dequantize(w, p.act)?,
         })
     }
     fn check(
