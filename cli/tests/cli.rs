@@ -602,24 +602,24 @@ fn generators_and_quantize_refuse_degenerate_data() {
     let d = Dir::new();
     let out = d.path("x.safetensors");
     let o = s(&out);
-    // Draws past the dtype's range would be infinities.
-    fails(
-        &[
+    /// A 4 x 256 `random-dense` matrix of `dtype` and `std`, written to `to`.
+    fn dense_args<'a>(dtype: &'a str, std: &'a str, to: &'a str) -> Vec<&'a str> {
+        vec![
             "random-dense",
             "--rows",
             "4",
             "--cols",
             "256",
             "--dtype",
-            "f16",
+            dtype,
             "--std",
-            "1e5",
+            std,
             "--out",
-            o,
-        ],
-        &out,
-        &["std", "f16 range"],
-    );
+            to,
+        ]
+    }
+    // Draws past the dtype's range would be infinities.
+    fails(&dense_args("f16", "1e5", o), &out, &["std", "f16 range"]);
     // The safetensors header's own key is not a tensor name.
     for cmd in ["random-x", "random-dense"] {
         let mut args = vec![cmd, "--cols", "256", "--name", "__metadata__", "--out", o];
@@ -631,19 +631,7 @@ fn generators_and_quantize_refuse_degenerate_data() {
     }
     // Rows whose scale falls below f16's normal range decode as zeros: said, not silent.
     let dense = d.path("dense.safetensors");
-    ok(&[
-        "random-dense",
-        "--rows",
-        "4",
-        "--cols",
-        "256",
-        "--dtype",
-        "f32",
-        "--std",
-        "1e-8",
-        "--out",
-        s(&dense),
-    ]);
+    ok(&dense_args("f32", "1e-8", s(&dense)));
     let w = d.path("w.safetensors");
     let stdout = ok(&[
         "quantize",

@@ -159,6 +159,27 @@ impl GateUpProblem {
         let (g, u) = (self.gate.code.to_string(), self.up.code.to_string());
         Some(if g == u { g } else { format!("{g}+{u}") })
     }
+    /// The problem of a gate/up pair and activations (their shapes checked against each
+    /// other), for a family taking M up to `max_m`.
+    pub fn of(
+        gate: &QuantizedMatrix,
+        up: &QuantizedMatrix,
+        x: &Activations,
+        tail: Tail,
+        max_m: u32,
+    ) -> Result<Self> {
+        crate::reference::check_pair(gate, up)?;
+        crate::reference::check_activations(x, gate.geometry.cols)?;
+        Ok(GateUpProblem {
+            gate: gate.geometry,
+            up: up.geometry,
+            gate_scale: gate.scale_dtype,
+            up_scale: up.scale_dtype,
+            act: x.dtype,
+            m: super::samples_of(x, max_m)?,
+            tail,
+        })
+    }
     /// The problem flags describe (`trellis select`; up takes `ku`, else `k`), for a
     /// family taking M up to `max_m`.
     pub fn from_spec(s: &ProblemSpec, max_m: u32) -> Result<Self> {
@@ -326,17 +347,7 @@ impl GateUpFamily {
         x: &Activations,
         tail: Tail,
     ) -> Result<GateUpProblem> {
-        crate::reference::check_pair(gate, up)?;
-        crate::reference::check_activations(x, gate.geometry.cols)?;
-        Ok(GateUpProblem {
-            gate: gate.geometry,
-            up: up.geometry,
-            gate_scale: gate.scale_dtype,
-            up_scale: up.scale_dtype,
-            act: x.dtype,
-            m: super::samples_of(x, MAX_M)?,
-            tail,
-        })
+        GateUpProblem::of(gate, up, x, tail, MAX_M)
     }
 }
 

@@ -166,18 +166,7 @@ impl GateUpMmaFamily {
         x: &Activations,
         tail: Tail,
     ) -> Result<GateUpMmaProblem> {
-        crate::reference::check_pair(gate, up)?;
-        crate::reference::check_activations(x, gate.geometry.cols)?;
-        let m = super::samples_of(x, MAX_M_MMA)?;
-        Ok(GateUpMmaProblem {
-            gate: gate.geometry,
-            up: up.geometry,
-            gate_scale: gate.scale_dtype,
-            up_scale: up.scale_dtype,
-            act: x.dtype,
-            m,
-            tail,
-        })
+        GateUpMmaProblem::of(gate, up, x, tail, MAX_M_MMA)
     }
 }
 

@@ -144,6 +144,17 @@ impl ReduceProblem {
     pub fn source_slice(&self) -> Option<String> {
         Some(self.geometry.code.to_string())
     }
+    /// The problem of a matrix and activations (their shapes checked against each other),
+    /// for a family taking M up to `max_m`.
+    pub fn of(w: &QuantizedMatrix, x: &Activations, max_m: u32) -> Result<Self> {
+        crate::reference::check_activations(x, w.geometry.cols)?;
+        Ok(ReduceProblem {
+            geometry: w.geometry,
+            scale: w.scale_dtype,
+            act: x.dtype,
+            m: super::samples_of(x, max_m)?,
+        })
+    }
     /// The problem flags describe (`trellis select`), for a family taking M up to `max_m`.
     pub fn from_spec(s: &ProblemSpec, max_m: u32) -> Result<Self> {
         if let Some(ku) = s.ku.filter(|&ku| ku != s.k) {
@@ -267,13 +278,7 @@ pub struct ReduceFamily;
 impl ReduceFamily {
     /// The problem of a matrix and activations (their shapes checked against each other).
     pub fn problem_of(w: &QuantizedMatrix, x: &Activations) -> Result<ReduceProblem> {
-        crate::reference::check_activations(x, w.geometry.cols)?;
-        Ok(ReduceProblem {
-            geometry: w.geometry,
-            scale: w.scale_dtype,
-            act: x.dtype,
-            m: super::samples_of(x, MAX_M)?,
-        })
+        ReduceProblem::of(w, x, MAX_M)
     }
 }
 

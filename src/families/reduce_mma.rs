@@ -1117,14 +1117,7 @@ pub struct ReduceMmaFamily;
 impl ReduceMmaFamily {
     /// The problem of a matrix and activations (M in 1..=16).
     pub fn problem_of(w: &QuantizedMatrix, x: &Activations) -> Result<ReduceMmaProblem> {
-        crate::reference::check_activations(x, w.geometry.cols)?;
-        let m = super::samples_of(x, MAX_M_MMA)?;
-        Ok(ReduceMmaProblem {
-            geometry: w.geometry,
-            scale: w.scale_dtype,
-            act: x.dtype,
-            m,
-        })
+        ReduceMmaProblem::of(w, x, MAX_M_MMA)
     }
 }
 

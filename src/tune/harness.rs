@@ -4,8 +4,9 @@
 //! before timing it (mismatches, compile failures, hangs and crashes are rejected with
 //! their reason); time survivors with everything prepared ahead (outputs allocated,
 //! arguments bound and checked: the timed region only enqueues the kernel), after a
-//! warm-up when the device sat idle, until the median is stable (one over `prune` times the best so far stops after its first round);
-//! keep the fastest unless it is within the default's spread.
+//! warm-up when the device sat idle, until the median is stable (one over `prune` times
+//! the best so far stops after its first round); keep the fastest unless it is within the
+//! default's spread.
 
 use super::table::{DeviceRecord, Entry, StatsRecord, Table};
 use super::TuneKey;
