@@ -184,6 +184,14 @@ pub fn onemad_quotient(a: f32) -> f32 {
     a.mul_add(hi, a * lo)
 }
 
+/// The f32 2^23: the bits of `2^23 + n` are this value's bits plus `n` for every integer
+/// `0 <= n < 2^23`, so a byte sum added onto them (`dp4a`'s accumulator) spells an exact
+/// f32 without a conversion instruction.
+pub const F32_INT_BASE: f32 = 8388608.0;
+/// The f16 bits of 1024; likewise `F16_INT_BASE_BITS + n` are the f16 bits of `1024 + n`
+/// for `0 <= n < 1024` (f16's spacing at 1024..2047 is 1).
+pub const F16_INT_BASE_BITS: u16 = 0x6400;
+
 /// `1mad`'s byte sum as the kernels read it: `dp4a` adds the four bytes onto the bits of
 /// `MAD_BIAS - MAD_CENTER`, so the f32 they spell is `MAD_BIAS + y` for the centred sum
 /// `y`, exactly (one binade, ulp 1, for every `y` in -510..=510).
@@ -288,6 +296,23 @@ pub struct CodeConstants {
     pub mul1_scale_f32_bits: u32,
     /// `h(MUL1_BIAS_BITS)` as f32 bits.
     pub mul1_bias_f32_bits: u32,
+    /// [`MAD_BIAS`] (the biased byte sum's offset).
+    pub mad_bias: f32,
+    /// [`MAD_BIAS_BITS`].
+    pub mad_bias_bits: u32,
+    /// [`F32_INT_BASE`].
+    pub f32_int_base: f32,
+    /// [`F32_INT_BASE`]'s bits.
+    pub f32_int_base_bits: u32,
+    /// [`F16_INT_BASE_BITS`].
+    pub f16_int_base_bits: u32,
+    /// The f16x2 bits of `1024 + MAD_CENTER` in both halves: subtracted from two packed
+    /// `1024 + byte sum` (f16 `1mad` operands) it leaves both centred sums, exactly.
+    pub mad_f16x2_centre: u32,
+    /// The bits of the f32 `-(2^23 + MAD_CENTER)`, as the i32 the templates have always
+    /// written (C's minus on the unsigned literal gives the same bits): added to `2^23 +
+    /// byte sum` it leaves the centred sum, exactly (bf16 `1mad` operands).
+    pub mad_f32_neg_centre_bits: i32,
 }
 
 impl CodeConstants {
@@ -309,6 +334,13 @@ impl CodeConstants {
             mul1_offset: MUL1_OFFSET,
             mul1_scale_f32_bits: f16::from_bits(MUL1_SCALE_BITS).to_f32().to_bits(),
             mul1_bias_f32_bits: f16::from_bits(MUL1_BIAS_BITS).to_f32().to_bits(),
+            mad_bias: MAD_BIAS,
+            mad_bias_bits: MAD_BIAS_BITS,
+            f32_int_base: F32_INT_BASE,
+            f32_int_base_bits: F32_INT_BASE.to_bits(),
+            f16_int_base_bits: F16_INT_BASE_BITS as u32,
+            mad_f16x2_centre: (F16_INT_BASE_BITS as u32 + MAD_CENTER as u32) * 0x10001,
+            mad_f32_neg_centre_bits: (-(F32_INT_BASE + MAD_CENTER as f32)).to_bits() as i32,
         }
     }
 }
@@ -316,6 +348,29 @@ impl CodeConstants {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_bases_spell_exact_sums() {
+        // What the templates rely on when they add a byte sum onto these bits.
+        for n in [0u32, 1, 510, 1020, 4095] {
+            assert_eq!(
+                f32::from_bits(F32_INT_BASE.to_bits() + n),
+                F32_INT_BASE + n as f32
+            );
+        }
+        for n in 0..1024u16 {
+            assert_eq!(
+                f16::from_bits(F16_INT_BASE_BITS + n).to_f32(),
+                1024.0 + n as f32
+            );
+        }
+        let c = CodeConstants::spec();
+        let centre = f16::from_f32(1024.0 + MAD_CENTER as f32).to_bits() as u32;
+        assert_eq!(c.mad_f16x2_centre, centre | (centre << 16));
+        let neg = f32::from_bits(c.mad_f32_neg_centre_bits as u32);
+        assert_eq!(neg, -(F32_INT_BASE + MAD_CENTER as f32));
+        assert_eq!(f32::from_bits(c.mad_bias_bits), MAD_BIAS);
+    }
 
     #[test]
     fn names_round_trip() {

@@ -76,6 +76,31 @@ pub fn run_window_words(t_len: usize, k: u32, u: usize) -> (usize, usize) {
     ((t_len - 32 - 32 * u) * k as usize / 32, k as usize + 1)
 }
 
+/// Bit of a run's words (counted from [`run_window_words`]'s first word) where weight `j`
+/// (0..32) of the run starts: `(31 - j) k`. The run's first weight starts at a multiple of
+/// 32 bits from the block's (`T - 32 - 32u` weights of `k` bits), so this is the same
+/// for every run.
+pub fn run_bit(j: u32, k: u32) -> u32 {
+    (31 - j) * k
+}
+
+/// [`run_bit`] as the C expression the templates' state macros write, of the macro
+/// arguments named `j` and `k`: the formula has one source here.
+pub fn run_bit_c(j: &str, k: &str) -> String {
+    format!("((31u - ({j})) * ({k}))")
+}
+
+/// [`run_window_words`]'s first word as the C expression the templates' run loads write,
+/// for `t_len`-weight blocks at `k` bits (numbers, as the templates hold them) and the
+/// run's first weight named `t0` (32 u).
+pub fn run_first_word_c(
+    t_len: impl std::fmt::Display,
+    t0: &str,
+    k: impl std::fmt::Display,
+) -> String {
+    format!("({t_len}u - 32u - {t0}) * {k}u / 32u")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +154,9 @@ mod tests {
                     let off = (b / 32 + words - w0) % words;
                     prop_assert!(off < n.min(words), "t {} bit {} word offset {}", t, b, off);
                 }
+                // The run's weight t - 32 u starts at run_bit from the run's first word.
+                let start = (t_len - 1 - t) * k as usize - 32 * w0;
+                prop_assert_eq!(start, run_bit((t - 32 * u) as u32, k) as usize);
             }
         }
     }

@@ -12,7 +12,7 @@
 // which equals the IEEE division for all 1021 centred sums (exhaustive test in
 // src/codes.rs): one multiply and one fma, identical bits in every dialect.
 DEVICE float trellis_value_onemad(uint s) {
-  const float a = add32(as_f32(bytesum_acc(s * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x4B400000u - 510u)), -12582912.0f);
+  const float a = add32(as_f32(bytesum_acc(s * {{ c.mad_mul }}u + {{ c.mad_add }}u, {{ "{:#X}"|format(c.mad_bias_bits) }}u - {{ c.mad_center }}u)), -{{ "{:.1}"|format(c.mad_bias) }}f);
   return fma32(a, as_f32({{ c.mad_recip_bits }}u), mul32(a, as_f32({{ c.mad_recip_lo_bits }}u)));
 }
 // 3inst and mcg: two halves of a masked word, added, rounded to f16.
@@ -24,7 +24,7 @@ DEVICE float trellis_value_threeinst(uint s) { return trellis_half_pair(s * {{ c
 DEVICE float trellis_value_mcg(uint s) { return trellis_half_pair(s * {{ c.mcg_mul }}u); }
 // mul1: byte sum through one f16 multiply-add (exact in f32, so one rounding).
 DEVICE float trellis_value_mul1(uint s) {
-  const float y = as_f32(bytesum_acc(s * {{ c.mul1_mul }}u, 0x4B000000u + {{ c.mul1_offset }}u)) - 8388608.0f;
+  const float y = as_f32(bytesum_acc(s * {{ c.mul1_mul }}u, {{ "{:#X}"|format(c.f32_int_base_bits) }}u + {{ c.mul1_offset }}u)) - {{ "{:.1}"|format(c.f32_int_base) }}f;
   return round_f16(fma32(y, as_f32({{ c.mul1_scale_f32_bits }}u), as_f32({{ c.mul1_bias_f32_bits }}u)));
 }
 
@@ -32,10 +32,11 @@ DEVICE float trellis_value_mul1(uint s) {
 // (SPEC 2: weight t starts at bit (T-1-t)*k; the run's words start at a word boundary).
 // With j unrolled every shift is a constant: one shift (a funnel shift when the window
 // crosses a word) and one mask.
+{%- let b = crate::layout::run_bit_c("j", "K") %}
 #define TRELLIS_STATE(w, j, K, L) \
-  (((((31u - (j)) * (K)) & 31u) + (L) > 32u \
-     ? funnel_r((w)[((31u - (j)) * (K)) >> 5], (w)[(((31u - (j)) * (K)) >> 5) + 1u], ((31u - (j)) * (K)) & 31u) \
-     : (w)[((31u - (j)) * (K)) >> 5] >> (((31u - (j)) * (K)) & 31u)) \
+  ((({{ b }} & 31u) + (L) > 32u \
+     ? funnel_r((w)[{{ b }} >> 5], (w)[({{ b }} >> 5) + 1u], {{ b }} & 31u) \
+     : (w)[{{ b }} >> 5] >> ({{ b }} & 31u)) \
    & ((1u << (L)) - 1u))
 
 // SPEC 6 exp_spec: a fixed sequence of f32 operations, identical on every backend.

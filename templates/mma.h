@@ -7,23 +7,23 @@
 // d0 < 2^16, so the packing is one multiply-add (the integer ALU pipe, busiest with the
 // state windows, is spared a PRMT).
 DEVICE uint trellis_f16x2_onemad(uint s0, uint s1) {
-  const uint d0 = bytesum_acc(s0 * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x6400u);
-  const uint d1 = bytesum_acc(s1 * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x6400u);
-  return f16x2_sub(d1 * 65536u + d0, {{ (25600 + c.mad_center) * 65537 }}u);
+  const uint d0 = bytesum_acc(s0 * {{ c.mad_mul }}u + {{ c.mad_add }}u, {{ "{:#X}"|format(c.f16_int_base_bits) }}u);
+  const uint d1 = bytesum_acc(s1 * {{ c.mad_mul }}u + {{ c.mad_add }}u, {{ "{:#X}"|format(c.f16_int_base_bits) }}u);
+  return f16x2_sub(d1 * 65536u + d0, {{ c.mad_f16x2_centre }}u);
 }
 // bf16 operands: the centred byte sum exactly in f32 (2^23 + sum as bits, less 2^23 + the
 // centre: both in one binade), two rounded to bf16 (2^-9) and packed.
 DEVICE uint trellis_bf16x2_onemad(uint s0, uint s1) {
-  const float y0 = add32(as_f32(bytesum_acc(s0 * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x4B000000u)), as_f32({{ 3405774848 + c.mad_center }}u));
-  const float y1 = add32(as_f32(bytesum_acc(s1 * {{ c.mad_mul }}u + {{ c.mad_add }}u, 0x4B000000u)), as_f32({{ 3405774848 + c.mad_center }}u));
+  const float y0 = add32(as_f32(bytesum_acc(s0 * {{ c.mad_mul }}u + {{ c.mad_add }}u, {{ "{:#X}"|format(c.f32_int_base_bits) }}u)), as_f32({{ c.mad_f32_neg_centre_bits }}u));
+  const float y1 = add32(as_f32(bytesum_acc(s1 * {{ c.mad_mul }}u + {{ c.mad_add }}u, {{ "{:#X}"|format(c.f32_int_base_bits) }}u)), as_f32({{ c.mad_f32_neg_centre_bits }}u));
   return pack_bf16x2(y0, y1);
 }
 DEVICE float trellis_onemad_divisor() { return as_f32({{ c.mad_divisor_bits }}u); }
 // The L-bit state of weight j as TRELLIS_STATE, with a window inside one word taken as a
 // multiply by a power of two (top-aligned: IMAD.SHL, the FMA pipe) and one right shift,
 // instead of shift and mask (both on the integer ALU pipe).
-#define MMA_SH_(j, K) (((31u - (j)) * (K)) & 31u)
-#define MMA_IX_(j, K) (((31u - (j)) * (K)) >> 5)
+#define MMA_SH_(j, K) ({{ crate::layout::run_bit_c("j", "K") }} & 31u)
+#define MMA_IX_(j, K) ({{ crate::layout::run_bit_c("j", "K") }} >> 5)
 #define MMA_STATE(w, j, K, L) \
   ((MMA_SH_(j, K) + (L) > 32u) \
      ? (funnel_r((w)[MMA_IX_(j, K)], (w)[MMA_IX_(j, K) + 1u], MMA_SH_(j, K)) & ((1u << (L)) - 1u)) \

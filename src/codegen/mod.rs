@@ -78,15 +78,35 @@ pub struct Rendered {
 /// state window) that precede every kernel header.
 pub fn prelude(dialect: Dialect) -> String {
     let shim = match dialect {
-        Dialect::Metal => include_str!("../../templates/dialect/metal.h"),
-        Dialect::Cuda => include_str!("../../templates/dialect/cuda.h"),
-        Dialect::Cpu => include_str!("../../templates/dialect/cpu.h"),
+        Dialect::Metal => with_simt_gpu(include_str!("../../templates/dialect/metal.h")),
+        Dialect::Cuda => with_simt_gpu(include_str!("../../templates/dialect/cuda.h")),
+        Dialect::Cpu => include_str!("../../templates/dialect/cpu.h").to_string(),
     };
     shim_then(
-        shim,
+        &shim,
         CommonHeader {
             c: crate::codes::CodeConstants::spec(),
         },
+    )
+}
+
+/// A GPU dialect shim with its `#include "simt_gpu.h"` line replaced by that file: the
+/// row and lane vocabulary CUDA and Metal share (a simdgroup is the hardware's warp or
+/// SIMD group, so every lane loop runs once, as the thread's lane). Inlined here rather
+/// than left to the compilers so that a unit is one self-contained text (MLX takes no
+/// include paths, and the tuning tables hash the text).
+fn with_simt_gpu(shim: &str) -> String {
+    const MARK: &str = "#include \"simt_gpu.h\"";
+    let start = shim.find(MARK).expect("a GPU shim names simt_gpu.h");
+    let end = start
+        + shim[start..]
+            .find('\n')
+            .map_or(shim.len() - start, |i| i + 1);
+    format!(
+        "{}{}{}",
+        &shim[..start],
+        include_str!("../../templates/dialect/simt_gpu.h"),
+        &shim[end..]
     )
 }
 

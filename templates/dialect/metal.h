@@ -20,15 +20,7 @@ typedef ulong ulong_t;
 #define SIMDGROUP_ID simdgroup_id_
 #define LANE_ID lane_id_
 
-#define FOR_EACH_ROW(row, R, RPG) \
-  for (uint row = GROUP_X * (RPG) + SIMDGROUP_ID, once_row_ = 1u; once_row_ && row < (R); once_row_ = 0u)
-#define FOR_EACH_ROWS(row0, R, RPG, RPS) \
-  for (uint row0 = (GROUP_X * (RPG) + SIMDGROUP_ID) * (RPS), once_row_ = 1u; once_row_ && row0 < (R); once_row_ = 0u)
-#define LANE_ARRAY(type, name, n) type name[1][n]
-#define FOR_EACH_LANE(lane) for (uint lane = LANE_ID, once_lane_ = 1u; once_lane_; once_lane_ = 0u)
-#define LANE(name) name[0]
-#define LANE_IS_ZERO (LANE_ID == 0u)
-#define BUTTERFLY(name, i) lane_butterfly(name[0][i])
+#include "simt_gpu.h"  // the row and lane vocabulary, shared with CUDA (codegen::prelude inlines it)
 #define REDUCE_FAST(name, i) simd_sum(name[0][i])
 
 // SPEC 5 step 4 with explicit xor shuffles (simd_sum's order is unspecified).
