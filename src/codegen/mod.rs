@@ -90,23 +90,37 @@ pub fn prelude(dialect: Dialect) -> String {
     )
 }
 
-/// A GPU dialect shim with its `#include "simt_gpu.h"` line replaced by that file: the
-/// row and lane vocabulary CUDA and Metal share (a simdgroup is the hardware's warp or
-/// SIMD group, so every lane loop runs once, as the thread's lane). Inlined here rather
-/// than left to the compilers so that a unit is one self-contained text (MLX takes no
-/// include paths, and the tuning tables hash the text).
-fn with_simt_gpu(shim: &str) -> String {
-    const MARK: &str = "#include \"simt_gpu.h\"";
-    let start = shim.find(MARK).expect("a GPU shim names simt_gpu.h");
+/// A shim with its `#include "NAME"` line replaced by `text`, the shim part two dialects
+/// share (`simt_gpu.h`: the row and lane vocabulary of CUDA and Metal, where a simdgroup
+/// is the hardware's warp or SIMD group; `mma_emulated.h`: the m16n8k16 fragment layout
+/// the CPU and Metal emulate). Inlined here rather than left to the compilers so that a
+/// unit is one self-contained text (MLX takes no include paths, and the tuning tables
+/// hash the text).
+fn inline_shared(shim: &str, name: &str, text: &str) -> String {
+    let mark = format!("#include \"{name}\"");
+    let start = shim.find(&mark).expect("the shim names the shared part");
     let end = start
         + shim[start..]
             .find('\n')
             .map_or(shim.len() - start, |i| i + 1);
-    format!(
-        "{}{}{}",
-        &shim[..start],
+    format!("{}{text}{}", &shim[..start], &shim[end..])
+}
+
+/// [`inline_shared`] of `simt_gpu.h`.
+fn with_simt_gpu(shim: &str) -> String {
+    inline_shared(
+        shim,
+        "simt_gpu.h",
         include_str!("../../templates/dialect/simt_gpu.h"),
-        &shim[end..]
+    )
+}
+
+/// [`inline_shared`] of `mma_emulated.h`.
+fn with_mma_emulated(shim: &str) -> String {
+    inline_shared(
+        shim,
+        "mma_emulated.h",
+        include_str!("../../templates/dialect/mma_emulated.h"),
     )
 }
 
@@ -151,12 +165,12 @@ struct MatrixUnitHeader {
 /// from them) do not change when it does.
 pub fn matrix_units(dialect: Dialect) -> String {
     let shim = match dialect {
-        Dialect::Metal => include_str!("../../templates/dialect/metal_mma.h"),
-        Dialect::Cuda => include_str!("../../templates/dialect/cuda_mma.h"),
-        Dialect::Cpu => include_str!("../../templates/dialect/cpu_mma.h"),
+        Dialect::Metal => with_mma_emulated(include_str!("../../templates/dialect/metal_mma.h")),
+        Dialect::Cuda => include_str!("../../templates/dialect/cuda_mma.h").to_string(),
+        Dialect::Cpu => with_mma_emulated(include_str!("../../templates/dialect/cpu_mma.h")),
     };
     shim_then(
-        shim,
+        &shim,
         MatrixUnitHeader {
             c: crate::codes::CodeConstants::spec(),
         },

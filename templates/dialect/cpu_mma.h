@@ -12,11 +12,11 @@ DEVICE float operand_half(uint w, uint i, bool bf16) {
   const uint h = (w >> (16u * i)) & 0xFFFFu;
   return bf16 ? as_f32(h << 16) : half_bits_to_f32(h);
 }
-// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: the 32 lanes' fragments in the PTX
-// layouts (lane = 4 g + t: a0 (row g, k 2t, 2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..),
-// a3 (g+8, 2t+8..); b0 (k 2t.., col g), b1 (k 2t+8.., col g); c0/c1 (g, 2t/2t+1),
-// c2/c3 (g+8, 2t/2t+1); lower half = lower k), D = A B + C with the 16 products
-// (exact in f32) added to C in f32, k ascending.
+DEVICE uint pack_f16x2(float lo, float hi) { return (uint)f32_to_half_bits(lo) | ((uint)f32_to_half_bits(hi) << 16); }
+DEVICE uint pack_bf16x2(float lo, float hi) { return (uint)f32_to_bf16_bits(lo) | ((uint)f32_to_bf16_bits(hi) << 16); }
+#include "mma_emulated.h"  // the fragment layout and operand helpers, shared with Metal
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} over the 32 lanes' fragments: D = A B
+// + C with the 16 products (exact in f32) added to C in f32, k ascending.
 DEVICE void warp_mma_m16n8k16(float* acc, uint as, uint ai, const uint* a, uint aw, const uint* b, uint bw, uint bi, bool bf16) {
   float A[16][16], B[16][8], C[16][8];
   for (uint lane = 0; lane < 32u; ++lane) {
@@ -25,15 +25,10 @@ DEVICE void warp_mma_m16n8k16(float* acc, uint as, uint ai, const uint* a, uint 
     const uint* fb = b + lane * bw + bi;
     const float* fc = acc + lane * as + ai;
     for (uint e = 0; e < 2u; ++e) {
-      A[g][2 * t + e] = operand_half(fa[0], e, bf16);
-      A[g + 8][2 * t + e] = operand_half(fa[1], e, bf16);
-      A[g][2 * t + 8 + e] = operand_half(fa[2], e, bf16);
-      A[g + 8][2 * t + 8 + e] = operand_half(fa[3], e, bf16);
-      B[2 * t + e][g] = operand_half(fb[0], e, bf16);
-      B[2 * t + 8 + e][g] = operand_half(fb[1], e, bf16);
-      C[g][2 * t + e] = fc[e];
-      C[g + 8][2 * t + e] = fc[2 + e];
+      for (uint i = 0; i < 4u; ++i) A[frag_a_row(i, g)][frag_a_k(i, t) + e] = operand_half(fa[i], e, bf16);
+      for (uint i = 0; i < 2u; ++i) B[frag_b_k(i, t) + e][g] = operand_half(fb[i], e, bf16);
     }
+    for (uint i = 0; i < 4u; ++i) C[frag_c_row(i, g)][frag_c_col(i, t)] = fc[i];
   }
   for (uint r = 0; r < 16u; ++r)
     for (uint n = 0; n < 8u; ++n) {
@@ -44,29 +39,13 @@ DEVICE void warp_mma_m16n8k16(float* acc, uint as, uint ai, const uint* a, uint 
   for (uint lane = 0; lane < 32u; ++lane) {
     const uint g = lane >> 2, t = lane & 3u;
     float* fc = acc + lane * as + ai;
-    for (uint e = 0; e < 2u; ++e) {
-      fc[e] = C[g][2 * t + e];
-      fc[2 + e] = C[g + 8][2 * t + e];
-    }
+    for (uint i = 0; i < 4u; ++i) fc[i] = C[frag_c_row(i, g)][frag_c_col(i, t)];
   }
 }
-DEVICE uint pack_f16x2(float lo, float hi) { return (uint)f32_to_half_bits(lo) | ((uint)f32_to_half_bits(hi) << 16); }
-DEVICE uint pack_bf16x2(float lo, float hi) { return (uint)f32_to_bf16_bits(lo) | ((uint)f32_to_bf16_bits(hi) << 16); }
 // The step loop unrolled twice: the next step's words land in the other buffer, no copies.
 #define UNROLL2 _Pragma("GCC unroll 2")
-#define GROUP_ALIGN16
 DEVICE void group_load4(uint* w, const uint* p) { w[0] = p[0]; w[1] = p[1]; w[2] = p[2]; w[3] = p[3]; }
 DEVICE void group_load2(uint* w, const uint* p) { w[0] = p[0]; w[1] = p[1]; }
-DEVICE uint mul_lo(uint a, uint b) { return a * b; }
-DEVICE uint dup_lo16(uint w) { return (w & 0xFFFFu) * 0x10001u; }
-DEVICE uint dup_hi16(uint w) { return (w >> 16) * 0x10001u; }
-DEVICE uint f16x2_sub(uint a, uint b) {
-  return pack_f16x2(half_bits_to_f32(a & 0xFFFFu) - half_bits_to_f32(b & 0xFFFFu),
-                    half_bits_to_f32(a >> 16) - half_bits_to_f32(b >> 16));
-}
-DEVICE uint and_xor(uint x, uint m, uint c) { return (x & m) ^ c; }
-DEVICE uint opaque_u32(uint v) { return v; }
-#define LOAD_STREAM(p) (*(p))
 DEVICE void x_bf16x2_quad2(const bf16_t* p, uint* b) {
   for (uint i = 0; i < 4u; ++i) b[i] = (uint)p[2u * i].bits | ((uint)p[2u * i + 1u].bits << 16);
 }

@@ -1,8 +1,9 @@
 // ---- Matrix units (fast tier) through simdgroup_matrix<half, 8, 8> (float for bf16
-// operands). The body builds its operand words in the PTX m16n8k16 fragment layout (the
-// decode is the same on every dialect); here a simdgroup stages one tile's fragments in
-// threadgroup memory, multiplies the 16 x 16 A by the 16 x 8 B as 2 x 2 blocks of 8 x 8
-// matrices with simdgroup_multiply_accumulate, and reads its accumulator fragment back.
+// operands). The body builds its operand words in the PTX m16n8k16 fragment layout
+// (mma_emulated.h; the decode is the same on every dialect); here a simdgroup stages one
+// tile's fragments in threadgroup memory, multiplies the 16 x 16 A by the 16 x 8 B as
+// 2 x 2 blocks of 8 x 8 matrices with simdgroup_multiply_accumulate, and reads its
+// accumulator fragment back.
 #define FOR_EACH_SIMDGROUP(sg, N) for (uint sg = SIMDGROUP_ID, once_sg_ = 1u; once_sg_; once_sg_ = 0u)
 #define MAX_REGISTERS(n)  /* MLX writes the signature; the compiler budgets registers */
 // A and B stage as half (f16 operands) or as float (bf16 operands: exact, products and
@@ -14,6 +15,11 @@
 #define WARP_MMA_F16(acc, ai, a, b, bi) \
   simdgroup_mma_m16n8k16(&(acc)[0][ai], (a)[0], &(b)[0][bi], mma_a_ + SIMDGROUP_ID * 256u, mma_b_ + SIMDGROUP_ID * 128u, mma_c_ + SIMDGROUP_ID * 128u, LANE_ID)
 #define WARP_MMA_BF16(acc, ai, a, b, bi) WARP_MMA_F16(acc, ai, a, b, bi)
+DEVICE uint pack_f16x2(float lo, float hi) { return uint(as_type<ushort>(half(lo))) | (uint(as_type<ushort>(half(hi))) << 16); }
+// bf16 through f32 bits (MLX's `bfloat16_t` is `bfloat` or its own type: both convert).
+DEVICE uint bf16_bits(float v) { return as_type<uint>(float(bfloat16_t(v))) >> 16; }
+DEVICE uint pack_bf16x2(float lo, float hi) { return bf16_bits(lo) | (bf16_bits(hi) << 16); }
+#include "mma_emulated.h"  // the fragment layout and operand helpers, shared with the CPU
 DEVICE half lo_half(uint w) { return as_type<half>(ushort(w & 0xFFFFu)); }
 DEVICE half hi_half(uint w) { return as_type<half>(ushort(w >> 16)); }
 // The lower (upper) operand of a word as the staging type: f16 as half, bf16 as float.
@@ -26,14 +32,15 @@ DEVICE void simdgroup_mma_m16n8k16(thread float* c, thread const uint* a, thread
                                    GROUP_PTR T* sa, GROUP_PTR T* sb, GROUP_PTR float* sc, uint lane) {
   const uint g = lane >> 2, t = lane & 3u;
   const T z = T(0);
-  sa[g * 16u + 2u * t] = operand_lo(a[0], z);             sa[g * 16u + 2u * t + 1u] = operand_hi(a[0], z);
-  sa[(g + 8u) * 16u + 2u * t] = operand_lo(a[1], z);      sa[(g + 8u) * 16u + 2u * t + 1u] = operand_hi(a[1], z);
-  sa[g * 16u + 2u * t + 8u] = operand_lo(a[2], z);        sa[g * 16u + 2u * t + 9u] = operand_hi(a[2], z);
-  sa[(g + 8u) * 16u + 2u * t + 8u] = operand_lo(a[3], z); sa[(g + 8u) * 16u + 2u * t + 9u] = operand_hi(a[3], z);
-  sb[(2u * t) * 8u + g] = operand_lo(b[0], z);            sb[(2u * t + 1u) * 8u + g] = operand_hi(b[0], z);
-  sb[(2u * t + 8u) * 8u + g] = operand_lo(b[1], z);       sb[(2u * t + 9u) * 8u + g] = operand_hi(b[1], z);
-  sc[g * 8u + 2u * t] = c[0];                       sc[g * 8u + 2u * t + 1u] = c[1];
-  sc[(g + 8u) * 8u + 2u * t] = c[2];                sc[(g + 8u) * 8u + 2u * t + 1u] = c[3];
+  UNROLL for (uint i = 0; i < 4u; ++i) {
+    sa[frag_a_row(i, g) * 16u + frag_a_k(i, t)] = operand_lo(a[i], z);
+    sa[frag_a_row(i, g) * 16u + frag_a_k(i, t) + 1u] = operand_hi(a[i], z);
+    sc[frag_c_row(i, g) * 8u + frag_c_col(i, t)] = c[i];
+  }
+  UNROLL for (uint i = 0; i < 2u; ++i) {
+    sb[frag_b_k(i, t) * 8u + g] = operand_lo(b[i], z);
+    sb[(frag_b_k(i, t) + 1u) * 8u + g] = operand_hi(b[i], z);
+  }
   simdgroup_barrier(mem_flags::mem_threadgroup);
   simdgroup_matrix<T, 8, 8> a00, a01, a10, a11, b0, b1;
   simdgroup_float8x8 c0, c1;
@@ -52,28 +59,13 @@ DEVICE void simdgroup_mma_m16n8k16(thread float* c, thread const uint* a, thread
   simdgroup_store(c0, sc, 8);
   simdgroup_store(c1, sc + 64, 8);
   simdgroup_barrier(mem_flags::mem_threadgroup);
-  c[0] = sc[g * 8u + 2u * t];        c[1] = sc[g * 8u + 2u * t + 1u];
-  c[2] = sc[(g + 8u) * 8u + 2u * t]; c[3] = sc[(g + 8u) * 8u + 2u * t + 1u];
+  UNROLL for (uint i = 0; i < 4u; ++i) c[i] = sc[frag_c_row(i, g) * 8u + frag_c_col(i, t)];
   simdgroup_barrier(mem_flags::mem_threadgroup);
 }
-DEVICE uint pack_f16x2(float lo, float hi) { return uint(as_type<ushort>(half(lo))) | (uint(as_type<ushort>(half(hi))) << 16); }
-// bf16 through f32 bits (MLX's `bfloat16_t` is `bfloat` or its own type: both convert).
-DEVICE uint bf16_bits(float v) { return as_type<uint>(float(bfloat16_t(v))) >> 16; }
-DEVICE uint pack_bf16x2(float lo, float hi) { return bf16_bits(lo) | (bf16_bits(hi) << 16); }
-// The step loop unrolled twice: the next step's words land in the other buffer, no copies.
-#define UNROLL2 
-#define GROUP_ALIGN16
+// The step loop as the compiler unrolls it (the CPU and CUDA shims ask for two steps).
+#define UNROLL2
 DEVICE void group_load4(thread uint* w, const GROUP_PTR uint* p) { w[0] = p[0]; w[1] = p[1]; w[2] = p[2]; w[3] = p[3]; }
 DEVICE void group_load2(thread uint* w, const GROUP_PTR uint* p) { w[0] = p[0]; w[1] = p[1]; }
-DEVICE uint mul_lo(uint a, uint b) { return a * b; }
-DEVICE uint dup_lo16(uint w) { return (w & 0xFFFFu) * 0x10001u; }
-DEVICE uint dup_hi16(uint w) { return (w >> 16) * 0x10001u; }
-DEVICE uint f16x2_sub(uint a, uint b) {
-  return pack_f16x2(float(lo_half(a)) - float(lo_half(b)), float(hi_half(a)) - float(hi_half(b)));
-}
-DEVICE uint and_xor(uint x, uint m, uint c) { return (x & m) ^ c; }
-DEVICE uint opaque_u32(uint v) { return v; }
-#define LOAD_STREAM(p) (*(p))
 DEVICE void x_bf16x2_quad2(const device bfloat16_t* p, thread uint* b) {
   for (uint i = 0; i < 4u; ++i) b[i] = bf16_bits(float(p[2u * i])) | (bf16_bits(float(p[2u * i + 1u])) << 16);
 }
