@@ -96,6 +96,12 @@ DEVICE uint funnel_r(uint lo, uint hi, uint off) { return (lo >> off) | (hi << (
 // x of one run in registers (x_stage = registers): plain loads.
 template <typename T> struct xrun { T v[32]; };
 template <typename T> DEVICE void xrun_load(xrun<T>& r, const T* p) { std::memcpy(r.v, p, sizeof r.v); }
+// Run l of the 1024-column slice of a lane-interleaved x (`Activations::lane_interleaved`):
+// 16-byte chunk i at chunk 32 i + l.
+template <typename T> DEVICE void xrun_load_interleaved(xrun<T>& r, const T* slice, uint l) {
+  constexpr uint e = 16u / sizeof(T);
+  for (uint i = 0; i < 32u / e; ++i) std::memcpy(&r.v[i * e], slice + (32u * i + l) * e, 16);
+}
 template <typename T> DEVICE float xrun_at(const xrun<T>& r, uint j) { return to_f32(r.v[j]); }
 template <uint N> DEVICE void load_words(uint* w, const uint32_t* p) {
   for (uint i = 0; i < N; ++i) w[i] = p[i];

@@ -59,6 +59,16 @@ template <typename T> DEVICE void xrun_load(thread xrun<T>& r, const device T* p
     r.v[4u * i] = f.x; r.v[4u * i + 1u] = f.y; r.v[4u * i + 2u] = f.z; r.v[4u * i + 3u] = f.w;
   }
 }
+// Run l of the 1024-column slice of a lane-interleaved x (`Activations::lane_interleaved`):
+// 16-byte chunk i at chunk 32 i + l.
+template <typename T> DEVICE void xrun_load_interleaved(thread xrun<T>& r, const device T* slice, uint l) {
+  const uint e = 16u / sizeof(T);
+  UNROLL for (uint i = 0; i < 8u; ++i) {
+    const uint j = 4u * i;  // the run's value j: chunk j / e, its (j % e)-th value
+    const float4 f = float4(*(const device vec<T, 4>*)(slice + (32u * (j / e) + l) * e + j % e));
+    r.v[j] = f.x; r.v[j + 1u] = f.y; r.v[j + 2u] = f.z; r.v[j + 3u] = f.w;
+  }
+}
 template <typename T> DEVICE float xrun_at(thread const xrun<T>& r, uint j) { return r.v[j]; }
 template <uint N> DEVICE void load_words(thread uint* w, const device uint32_t* p) {
   UNROLL for (uint i = 0; i < N; ++i) w[i] = p[i];
