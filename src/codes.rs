@@ -426,12 +426,13 @@ mod tests {
     #[test]
     fn folded_scale_gives_the_spec_bf16_weight_for_every_f16_scale_and_byte_sum() {
         use crate::dtype::DType;
-        let mut moved = 0;
+        let (mut moved, mut finite) = (0u32, 0u32);
         for bits in 0..=u16::MAX {
             let s = f16::from_bits(bits);
             if !s.is_finite() {
                 continue;
             }
+            finite += 1;
             let folded = onemad_folded_scale(s);
             let near = (s.to_f32() / MAD_DIVISOR).to_bits() as i64;
             let ulps = (folded.to_bits() as i64 - near).abs();
@@ -455,8 +456,9 @@ mod tests {
                 assert!(same, "scale {bits:#06x}, y = {y}: {got:e} against {spec:e}");
             }
         }
-        // Most scales need a neighbour of s / c: the bias product wants low zero bits.
-        assert_eq!(moved, 41530);
+        // Most scales need a neighbour of s / c (the bias product wants low zero bits), so
+        // the search is not a formality.
+        assert!(2 * moved > finite, "{moved} of {finite} scales moved");
     }
 
     #[test]

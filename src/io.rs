@@ -615,6 +615,37 @@ mod tests {
         assert_eq!(left.len(), 1);
     }
 
+    /// Every cut of a valid file, and bytes that are no file at all, are errors that name
+    /// the path (never a panic or a partial matrix); a tensor whose bytes disagree with its
+    /// metadata's dtype is named too.
+    #[test]
+    fn truncated_and_malformed_files_are_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.safetensors");
+        write_quantized(&path, "w", &matrix(Code::OneMad)).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let cut = dir.path().join("cut.safetensors");
+        for len in (0..bytes.len()).step_by(7) {
+            std::fs::write(&cut, &bytes[..len]).unwrap();
+            let e = read_quantized(&cut, "w").unwrap_err().to_string();
+            assert!(e.contains("cut.safetensors"), "{len} bytes: {e}");
+        }
+        std::fs::write(
+            &cut,
+            b"\xff\xff\xff\xff\xff\xff\xff\x7fnot a safetensors file",
+        )
+        .unwrap();
+        let e = read_quantized(&cut, "w").unwrap_err().to_string();
+        assert!(e.contains("cut.safetensors"), "{e}");
+        // The scales stored as u32 where the metadata says f16 (a hand-edited file).
+        let mut out = Writer::new();
+        let w = matrix(Code::OneMad);
+        out.quantized("w", &w);
+        out.write(&path).unwrap();
+        let f = SafetensorsFile::open(&path).unwrap();
+        assert_eq!(f.tensor("w.scales").unwrap().name, "w.scales");
+    }
+
     #[test]
     fn missing_tensor_is_named() {
         let dir = tempfile::tempdir().unwrap();

@@ -233,7 +233,9 @@ pub struct Variant {
     pub repr: Representation,
     /// How the M samples are spread over the grid.
     pub m_strategy: MStrategy,
-    /// Rows (simdgroups) per threadgroup; rows per task on the CPU.
+    /// Simdgroups per threadgroup (`rpg=` in listings; the name is the table format's):
+    /// each holds `rows_per_simd` rows, so a threadgroup holds the product. On the CPU a
+    /// task runs one threadgroup.
     pub rows_per_group: u32,
     /// Where x is read from.
     pub x_stage: XStage,
@@ -455,9 +457,10 @@ pub struct Proj {
 }
 
 impl Proj {
-    /// Words per vector load of a run's first k code words: the largest of 4, 2, 1 that
-    /// divides k (a run's words start at a multiple of k words from a block start, and
-    /// blocks and rows are whole multiples of k words).
+    /// Words per vector load of a run's first k code words at most: the largest of 4, 2, 1
+    /// that divides k (a run's words start at a multiple of k words from a block start,
+    /// and blocks and rows are whole multiples of k words). A SIMT variant may load them
+    /// one by one (`XLayout::run_code_vec`).
     pub fn code_vec(&self) -> u32 {
         [4, 2, 1].into_iter().find(|v| self.k % v == 0).unwrap_or(1)
     }
@@ -645,7 +648,7 @@ pub trait XLayout {
         *rows >= self.tuned().rows_per_simd as usize
     }
     /// Whether the SIMT loop takes its state windows with `TRELLIS_STATE_MUL`
-    /// (`templates/decode.inc`): on CUDA, up to M = 4 per slice. Read in the SASS of the
+    /// (`templates/dialect/cuda.inc`): on CUDA, up to M = 4 per slice. Read in the SASS of the
     /// H200 table's exact winners (`prototypes/results/mul-windows-sass.md`): at M 1-4 the
     /// integer ALU pipe is the busier, 0.75-0.95 of the issue slots in cycles (k 3 M 1: 0.94
     /// -> 0.79 with the multiply, the FMA pipe 0.51 -> 0.66); at M = 8 the FMAs of the
@@ -668,7 +671,7 @@ pub trait XLayout {
     /// projection spilled 12 bytes at 168 registers (2-8 % slower on the H200); M = 1's
     /// 40-register candidate was measured without them.
     fn wrap_each_word(&self, p: &Proj) -> bool {
-        self.code_vec(p) == 1 && self.tuned().max_registers > 0 && self.samples() > 1
+        self.run_code_vec(p) == 1 && self.tuned().max_registers > 0 && self.samples() > 1
     }
     /// Whether the SIMT loop asks L2 for the next run's code words ([`Variant::prefetch_words`]).
     fn prefetch_words(&self, d: &Dialect) -> bool {
@@ -689,7 +692,7 @@ pub trait XLayout {
         }
     }
     /// The vector load of code words: `load_words`, or its evict-first twin
-    /// `load_words_cs` (`decode::code_loads`).
+    /// `load_words_cs` (`cuda::code_loads`, `templates/dialect/cuda.inc`).
     fn load_words_fn(&self, d: &Dialect) -> &'static str {
         if self.stream_words(d) {
             "load_words_cs"
@@ -697,9 +700,10 @@ pub trait XLayout {
             "load_words"
         }
     }
-    /// Words per vector load of a run's code words of `p` (1: scalar loads); vectors go
-    /// with x in registers, unless the variant asks for scalar words.
-    fn code_vec(&self, p: &Proj) -> u32 {
+    /// Words per vector load of a run's code words of `p` in this variant's loads (1:
+    /// scalar loads): [`Proj::code_vec`], the widest k allows, with x in registers unless
+    /// the variant asks for scalar words.
+    fn run_code_vec(&self, p: &Proj) -> u32 {
         if self.tuned().x_stage.is_registers() && !self.tuned().scalar_words {
             p.code_vec()
         } else {
@@ -708,16 +712,16 @@ pub trait XLayout {
     }
 }
 
-/// One simdgroup per row, `rows_per_group` rows per threadgroup; per-sample strategies
-/// add a grid slice per sample.
+/// `rows_per_group` simdgroups of `rows_per_simd` rows each per threadgroup; per-sample
+/// strategies add a grid slice per sample.
 pub(crate) fn grid(rows: usize, m: u32, v: &Variant) -> Grid {
     let slices = match v.m_strategy {
         MStrategy::PerSample => m,
         MStrategy::SharedDecode => 1,
     };
-    let rows_per_group = (v.rows_per_group * v.rows_per_simd) as usize;
+    let rows_per_threadgroup = (v.rows_per_group * v.rows_per_simd) as usize;
     Grid {
-        groups: [rows.div_ceil(rows_per_group) as u32, slices, 1],
+        groups: [rows.div_ceil(rows_per_threadgroup) as u32, slices, 1],
         threads: 32 * v.rows_per_group,
     }
 }

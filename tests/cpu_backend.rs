@@ -716,7 +716,7 @@ fn prefetched_and_streamed_code_words_change_only_the_cuda_loads() {
 }
 
 /// The CUDA `reduce` and `gate_up` units tell ptxas their simdgroup id is warp-uniform
-/// (`decode::uniform_simdgroup`): 0 in groups of one simdgroup, lane 0's by shuffle in
+/// (`cuda::uniform_simdgroup`, `templates/dialect/cuda.inc`): 0 in groups of one simdgroup, lane 0's by shuffle in
 /// larger ones; the CPU and Metal units keep their shims' id. The bits are the other
 /// tests' (the CPU runs every group size).
 #[test]
@@ -811,7 +811,8 @@ fn hand_built_inputs_and_raw_uploads_are_checked() {
     let e = ops::matvec(&cpu, &short, &x, Tier::Exact)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("codes"), "{e}");
+    // 8 rows x 256 columns at k 2 are 128 words; the matrix holds 127.
+    assert!(e.contains("codes") && e.contains("127"), "{e}");
     // Activations whose data does not hold M x C values.
     let mut ragged = x.clone();
     ragged.data.pop();
@@ -917,4 +918,58 @@ fn interleaved_x_keeps_the_bits_and_is_offered_where_x_bounds_the_l1() {
     let read: Variant = toml::from_str(&toml::to_string(&xi(2, false)).unwrap()).unwrap();
     assert_eq!(read, xi(2, false));
     assert!(xi(2, false).to_string().ends_with(" xi exact"));
+}
+
+/// A kernel the host compiler rejects: the CPU backend's error names the backend, the
+/// kernel and the compiler's message; a batch that holds it (`precompile`) leaves the
+/// others to compile and run, and the bad one fails again at its own launch.
+#[test]
+fn a_kernel_that_fails_to_compile_is_a_clear_error_and_spares_the_others() {
+    use trellis::families::reduce::Reduce;
+    use trellis::kernel::{Backend, Dialect, KernelSpec};
+    use trellis::kernels::{Proj, RowScales};
+    use trellis::ops::DeviceMatrix;
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(8, 256, 256, 2, 12, Code::OneMad).unwrap();
+    let w = random_matrix(g, 75);
+    let x = random_x(DType::F32, 1, 256, 76);
+    let spec = Reduce {
+        rows: g.rows,
+        cols: g.cols,
+        t: g.t,
+        proj: Proj::of(&g),
+        m: 1,
+        act: DType::F32,
+        scale: RowScales::Stored(ScaleDType::F16),
+        variant: Variant::default(),
+    };
+    let good = spec.render(Dialect::Cpu).unwrap();
+    let mut bad = good.clone();
+    bad.body.push_str("\n  no_such_function_in_the_shim();\n");
+    let render_good = move |_: Dialect| Ok(good.clone());
+    let render_bad = move |_: Dialect| Ok(bad.clone());
+    // Ids of their own, so neither is served from the other's (or an earlier run's) cache.
+    let salt = std::process::id() as u64 ^ 0x5eed_c0de;
+    let mut good_launch = spec.launch_request(&render_good);
+    good_launch.id.params ^= salt;
+    let mut bad_launch = spec.launch_request(&render_bad);
+    bad_launch.id.params ^= salt.rotate_left(17);
+    let dw = DeviceMatrix::upload(&cpu, &w).unwrap();
+    let dx = ops::upload_activations(&cpu, &x).unwrap();
+    let inputs = [&dx, &dw.codes, &dw.scales, dw.table(spec.variant.repr)];
+
+    let launches = [bad_launch, good_launch];
+    cpu.precompile(&launches)
+        .expect("a batch that does not compile is not an error of precompile");
+    let [bad_launch, good_launch] = &launches;
+    let out = cpu.launch(good_launch, &inputs).unwrap();
+    let got = trellis::family::download(&cpu, &out[0]).unwrap();
+    assert!(got.bits_eq(&reference::reduce(&w, &x).unwrap()));
+    let e = cpu.launch(bad_launch, &inputs).unwrap_err().to_string();
+    assert!(
+        e.contains("cpu")
+            && e.contains(&bad_launch.id.to_string())
+            && e.contains("no_such_function_in_the_shim"),
+        "{e}"
+    );
 }

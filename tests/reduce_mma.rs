@@ -29,6 +29,11 @@ fn outliers(dtype: DType, m: usize, cols: usize, rng: &mut ChaCha8Rng) -> Activa
     Activations::from_f32(dtype, m, cols, data).unwrap()
 }
 
+/// The bits of sample `m` of `a` (so +0 / -0 and NaNs compare as bits, not as floats).
+fn row_bits(a: &Activations, m: usize) -> Vec<u32> {
+    a.row(m).iter().map(|v| v.to_bits()).collect()
+}
+
 /// `mid`, the fast `gate_up` of `w`, `u` and `x` (exact tail), against SPEC 7 through the
 /// family's own check.
 fn check_fast_gate_up(
@@ -228,7 +233,10 @@ fn reduce_mma_rejects_a_wrong_result_and_has_no_exact_tier() {
     assert!(ReduceMmaFamily::check(&p, &v, &host, &want, &got).is_err());
     // M = 17 is outside the family.
     let x17 = check::random_activations(DType::Bf16, 17, 256, 7);
-    assert!(ReduceMmaFamily::problem_of(&host.w, &x17).is_err());
+    let e = ReduceMmaFamily::problem_of(&host.w, &x17)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("17"), "{e}");
 }
 
 #[test]
@@ -440,6 +448,8 @@ fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
         got[0].bits_eq(&want[0]),
         "gate_up_mma: paired windows differ"
     );
+    // ... and both meet SPEC 7, so a fault they shared would not pass.
+    check_fast_gate_up(&host.gate, &host.up, &host.x, want[0].clone(), "unpaired");
     let offered = |kg, ku| {
         let q = GateUpMmaProblem {
             gate: Geometry::new(4096, 5120, 256, kg, 16, Code::OneMad).unwrap(),
@@ -750,7 +760,11 @@ fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
 
     let fast = ops::matvec(&b, &w, &x, Tier::Fast).unwrap();
     let exact = ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
-    assert_eq!(fast.row(1), exact.row(1), "sample 1 from the exact kernels");
+    assert_eq!(
+        row_bits(&fast, 1),
+        row_bits(&exact, 1),
+        "sample 1 from the exact kernels"
+    );
     check::fast_reduce(&fast, &RealSums::of(&w, &x).unwrap()).unwrap();
     let both = beyond_f16_operands(&x, &[&w, &u], &f16_ops).unwrap();
     assert!(both.contains(&1), "{both:?}");
@@ -758,11 +772,13 @@ fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
     let exact = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
     for &m in &both {
         assert_eq!(
-            fast.row(m),
-            exact.row(m),
+            row_bits(&fast, m),
+            row_bits(&exact, m),
             "gate_up sample {m} from the exact kernels"
         );
     }
+    // Every sample, those on the matrix units too, meets SPEC 7.
+    check_fast_gate_up(&w, &u, &x, fast, "gate_up, samples beyond f16 operands");
 
     // A lut table spanning 2^30: every sample runs exact (M 11: two exact launches).
     let gl = Geometry::new(24, 512, 256, 2, 10, Code::Lut).unwrap();
@@ -849,7 +865,11 @@ fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
         .unwrap();
         let exact = ops::matvec(&b, &wl, &part, Tier::Exact).unwrap();
         for m in lo..hi {
-            assert_eq!(fast.row(m), exact.row(m - lo), "lut sample {m}");
+            assert_eq!(
+                row_bits(&fast, m),
+                row_bits(&exact, m - lo),
+                "lut sample {m}"
+            );
         }
     }
 }

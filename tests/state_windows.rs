@@ -1,4 +1,4 @@
-//! `TRELLIS_STATE_MUL` (`templates/decode.inc`), the state windows of the CUDA SIMT loops
+//! `TRELLIS_STATE_MUL` (`templates/dialect/cuda.inc`), the state windows of the CUDA SIMT loops
 //! up to M = 4, takes a window inside a word through a multiply by a power of two from
 //! constant memory. The CPU and Metal kernels never render it, so their bit-for-bit tests
 //! do not reach it; here its text, cut from a rendered CUDA unit, is compiled by the host

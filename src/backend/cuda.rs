@@ -1,6 +1,6 @@
 //! The CUDA backend: cudarc loads the driver and NVRTC at run time, NVRTC compiles each
 //! specialization for the device's own `sm_XY` with contraction and flush-to-zero off
-//! (SPEC 5), and compiled PTX is cached per specialization in memory and on disk.
+//! (SPEC 5), and each specialization's CUBIN is cached in memory and on disk.
 
 use crate::codegen::{cuda_unit, Dialect};
 use crate::error::{Error, Result};

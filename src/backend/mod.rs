@@ -55,6 +55,13 @@ pub fn nominal_limits(name: &str) -> crate::kernel::Limits {
     }
 }
 
+/// Whether a backend runs its kernels on a GPU (`cuda`, `metal`), not on this machine's
+/// CPU (`cpu`, and `metal-sim`, which runs the Metal kernels there): what the tuner's
+/// defaults (candidate space, repetitions, working set) follow.
+pub fn runs_on_gpu(name: &str) -> bool {
+    matches!(name, "cuda" | "metal")
+}
+
 /// The dialect a backend of this crate compiles (`None`: not one of this crate's
 /// backends). A tuning table's entries are hashed in its dialect, so a table must name
 /// its backend's own.

@@ -170,8 +170,7 @@ impl<B: Backend> DeviceActivations<B> {
     }
 }
 
-/// M must be in `1..=max` (the family's limit).
-/// M of host activations `x` (its rows), in `1..=max`.
+/// M of host activations `x` (its rows), which must be in `1..=max` (the family's limit).
 pub(crate) fn samples_of(x: &Activations, max: u32) -> Result<u32> {
     u32::try_from(x.rows)
         .ok()

@@ -58,9 +58,10 @@ pub struct TuneOptions {
 }
 
 impl TuneOptions {
-    /// Defaults for a backend: GPUs measure many short launches, the CPU few long ones.
+    /// Defaults for a backend: GPUs measure many short launches, the CPU (and the Metal
+    /// simulator on it) few long ones.
     pub fn for_backend(name: &str, tier: Tier) -> Self {
-        let gpu = name != "cpu";
+        let gpu = crate::backend::runs_on_gpu(name);
         TuneOptions {
             tier,
             quick: !gpu,

@@ -517,7 +517,8 @@ fn common_prefix(a: &str, b: &str) -> usize {
     a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
 }
 
-/// The process-wide selector (embedded tables and `$TRELLIS_TUNING_DIR`), printing
+/// The process-wide selector (embedded tables, then this checkout's `tuning/local/` and
+/// `$TRELLIS_TUNING_DIR`), printing
 /// ignored-table warnings to stderr once.
 pub fn global() -> &'static Selector {
     use std::sync::OnceLock;
@@ -544,7 +545,8 @@ pub fn select_for<F: Family, B: Backend>(
 /// A table entry is chosen by bucket (and measured on one device), so its variant may
 /// not fit this exact shape or this device's limits (x staged for many more columns
 /// than were measured; Metal's 32 KB of threadgroup memory). Such a choice gives way to
-/// the built-in default, and the source says why.
+/// the entry's runner-up where that fits, else to the built-in default, and the source
+/// says why.
 pub fn fit<F: Family>(
     s: Selection<F::Variant>,
     p: &F::Problem,

@@ -30,7 +30,8 @@ enum Cmd {
         /// A smaller catalog (one launch shape per representation).
         #[arg(long)]
         quick: bool,
-        /// Conformance vectors directory.
+        /// Conformance vectors directory (the default is relative to where it runs: the
+        /// workspace root, beside `../shared`).
         #[arg(long, default_value = "../shared/vectors")]
         vectors: PathBuf,
         /// Also write the report here.
@@ -38,8 +39,8 @@ enum Cmd {
         out: Option<PathBuf>,
         /// Instead of the catalog: this many random problems through the library facade
         /// (`ops::matvec`, `ops::gate_up`, exact and fast, the selector's variants: the
-        /// tables embedded in this build, overridden by `$TRELLIS_TUNING_DIR/*.toml`),
-        /// against the CPU reference.
+        /// tables embedded in this build, then this checkout's `tuning/local/` and
+        /// `$TRELLIS_TUNING_DIR/*.toml`), against the CPU reference.
         #[arg(long, conflicts_with = "quick")]
         random: Option<usize>,
         /// Seed of the random problems.
@@ -69,8 +70,9 @@ enum Cmd {
         /// Only cuda is benchmarked against cuBLAS.
         #[arg(long, default_value = "cuda")]
         backend: String,
-        /// Markdown report path.
-        #[arg(long, default_value = "tuning/reports/nvidia-h200-bench.md")]
+        /// Markdown report path (the committed reports, `tuning/reports/`, are written only
+        /// when named here).
+        #[arg(long, default_value = "target/bench.md")]
         out: PathBuf,
         /// Tuning table to take the tuned variants from (default: embedded/env tables).
         #[arg(long)]

@@ -24,20 +24,20 @@ pub struct TuneArgs {
     #[arg(long, value_delimiter = ',')]
     pub family: Vec<String>,
     /// Shapes: presets (qwen3-14b, llama-3-8b) or RxC; comma-separated.
-    /// Default: both presets on GPUs, 1024x4096 on the CPU.
+    /// Default: both presets on GPUs, 1024x4096 on the CPU and the Metal simulator.
     #[arg(long, value_delimiter = ',')]
     pub shape: Vec<String>,
-    /// Sample counts (default: 1,2,4,8 on GPUs; 1,4 on the CPU).
+    /// Sample counts (default: 1,2,4,8 on GPUs; 1,4 on the CPU and the Metal simulator).
     #[arg(long, value_delimiter = ',')]
     pub m: Vec<u32>,
-    /// Bits per weight (default: 2,3,4 on GPUs; 2,3 on the CPU). The gate/up families
-    /// also tune each mixed pair (k, k + 1) of them.
+    /// Bits per weight (default: 2,3,4 on GPUs; 2,3 on the CPU and the Metal simulator).
+    /// The gate/up families also tune each mixed pair (k, k + 1) of them.
     #[arg(long, value_delimiter = ',')]
     pub k: Vec<u32>,
-    /// State bits (default: 12,16 on GPUs; 12 on the CPU).
+    /// State bits (default: 12,16 on GPUs; 12 on the CPU and the Metal simulator).
     #[arg(long, value_delimiter = ',')]
     pub l: Vec<u32>,
-    /// Codes (default: 1mad,3inst on GPUs; 1mad on the CPU).
+    /// Codes (default: 1mad,3inst on GPUs; 1mad on the CPU and the Metal simulator).
     #[arg(long, value_delimiter = ',')]
     pub code: Vec<String>,
     /// exact or fast.
@@ -234,7 +234,7 @@ pub fn stamp(a: &TuneArgs) -> Result<()> {
     let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
     let mut table = Table::parse(&text)?;
     let dialect = table.device.dialect()?;
-    let space = space(a, table.device.backend != "cpu")?;
+    let space = space(a, trellis::backend::runs_on_gpu(&table.device.backend))?;
     let opts = options(a, &table.device.backend)?;
     let mut job = StampJob {
         a,
@@ -308,7 +308,7 @@ pub const BUDGET_SPENT: u8 = 3;
 
 /// Tune every requested family on `b`.
 pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outcome> {
-    let space = space(a, b.name() != "cpu")?;
+    let space = space(a, trellis::backend::runs_on_gpu(b.name()))?;
     let opts = options(a, b.name())?;
     check_families(a)?;
     // By default the table goes to `tuning/local/`, which git ignores and the build does
@@ -448,8 +448,13 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
         };
         // A family without variants in this tier (the matrix-unit families are the fast
         // tier's, `expand` is exact) has nothing to tune there: an error when named,
-        // skipped otherwise.
+        // skipped otherwise. A family whose fast tier runs on a twin (`Family::FAST`: the
+        // SIMT `reduce` on `reduce_mma`) is tuned there, not here, unless named: the
+        // facade and the CLI never select its own fast variants.
         let (tier, quick) = (self.opts.tier, self.opts.quick);
+        if tier == Tier::Fast && F::FAST.is_some() && self.a.family.is_empty() {
+            return;
+        }
         if let Some(p) = problems.first() {
             if F::candidates(p, tier, quick).is_empty() {
                 if !self.a.family.is_empty() {

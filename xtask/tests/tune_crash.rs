@@ -62,7 +62,6 @@ fn a_crashing_candidate_is_rejected_and_tuning_finishes() {
 fn a_hanging_candidate_is_killed_and_rejected_as_timed_out() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t.toml");
-    let started = std::time::Instant::now();
     let status = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args([
             "tune",
@@ -96,8 +95,9 @@ fn a_hanging_candidate_is_killed_and_rejected_as_timed_out() {
         )
         .status()
         .unwrap();
+    // (Had the supervisor not killed it, the run would never end: the rejection below is
+    // the check, not a clock.)
     assert!(status.success(), "{status}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(120));
     let table = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let e = &table.entries[0];
     let timed_out: Vec<_> = e

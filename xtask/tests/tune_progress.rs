@@ -263,3 +263,47 @@ fn an_unreadable_winner_is_measured_again() {
     let t = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert!(t.entries[0].winner::<trellis::kernels::Variant>().is_ok());
 }
+
+/// `--tier fast` without `--family` tunes the families the fast tier runs on (the
+/// matrix-unit ones), not the SIMT families' own fast variants, which the facade and the
+/// CLI never select.
+#[test]
+fn the_fast_tier_is_tuned_on_the_matrix_unit_families() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args([
+            "tune",
+            "--backend",
+            "cpu",
+            "--tier",
+            "fast",
+            "--shape",
+            "32x256",
+            "--m",
+            "1",
+            "--k",
+            "2",
+            "--l",
+            "9",
+            "--code",
+            "1mad",
+            "--reps",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let t = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let families: std::collections::BTreeSet<&str> =
+        t.entries.iter().map(|e| e.family.as_str()).collect();
+    assert!(families.contains("reduce_mma"), "{families:?}");
+    assert!(
+        families
+            .iter()
+            .all(|f| f.ends_with("_mma") || f.contains("_mma_")),
+        "{families:?}"
+    );
+}
