@@ -306,4 +306,42 @@ mod tests {
         let e = expand(args, item).expect_err("x twice");
         assert_eq!(e.to_string(), "tensor `x` declared twice");
     }
+
+    /// A declaration without a required argument, or with one the macro does not know, is
+    /// a compile error that names it.
+    #[test]
+    fn missing_and_unknown_arguments_are_named() {
+        let full = [
+            "name = \"k\"",
+            "template = \"k.kernel\"",
+            "grid = g()",
+            "outputs(y: f32[4])",
+        ];
+        let wants = [
+            "kernel needs `name = \"...\"`",
+            "kernel needs `template = \"file\"`",
+            "kernel needs `grid = expr`",
+            "kernel needs at least one output",
+        ];
+        for (skip, want) in wants.iter().enumerate() {
+            let text: Vec<&str> = (0..full.len())
+                .filter(|&i| i != skip)
+                .map(|i| full[i])
+                .collect();
+            let args = syn::parse_str::<KernelArgs>(&text.join(", ")).unwrap();
+            let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
+            let e = expand(args, item).expect_err(want);
+            assert_eq!(e.to_string(), *want);
+        }
+        let e = syn::parse_str::<KernelArgs>("name = \"k\", grids = g()")
+            .err()
+            .expect("an unknown argument");
+        assert!(
+            e.to_string().starts_with("unknown kernel argument `grids`"),
+            "{e}"
+        );
+        let args = syn::parse_str::<KernelArgs>(&full.join(", ")).unwrap();
+        let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
+        assert!(expand(args, item).is_ok());
+    }
 }
