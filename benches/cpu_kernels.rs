@@ -12,7 +12,7 @@ use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::family::{self, Family};
 use trellis::kernel::{Backend, Dialect, KernelSpec};
-use trellis::kernels::{Tail, Tier};
+use trellis::numerics::{Tail, Tier};
 use trellis::tune::select_for;
 use trellis::{reference, Code, DType, Geometry, ScaleDType};
 

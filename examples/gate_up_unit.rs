@@ -14,7 +14,8 @@
 use trellis::catalog::inline_registers;
 use trellis::families::gate_up::GateUp;
 use trellis::kernel::{Dialect, KernelSpec};
-use trellis::kernels::{Proj, Representation, RowScales, Tail, Tier, Variant};
+use trellis::numerics::{Tail, Tier};
+use trellis::simt::{Proj, Representation, RowScales, Variant};
 use trellis::{Code, DType, ScaleDType};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -12,7 +12,7 @@
 //! f16 scales, T = 256.
 use trellis::families::reduce_mma::{MmaOperands, MmaVariant, MmaXStage, ReduceMma};
 use trellis::kernel::{Dialect, KernelSpec};
-use trellis::kernels::Proj;
+use trellis::simt::Proj;
 use trellis::{Code, DType, ScaleDType};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -14,7 +14,8 @@
 use trellis::catalog::inline_registers;
 use trellis::families::reduce::Reduce;
 use trellis::kernel::{Dialect, KernelSpec};
-use trellis::kernels::{Proj, Representation, RowScales, Tier, Variant};
+use trellis::numerics::Tier;
+use trellis::simt::{Proj, Representation, RowScales, Variant};
 use trellis::{Code, DType, ScaleDType};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

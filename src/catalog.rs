@@ -5,8 +5,9 @@ use crate::codes::Code;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::geometry::Geometry;
-use crate::kernels::{MStrategy, Proj, Representation, Tier, Variant, XStage, ROWS_PER_SIMD};
 use crate::matrix::INTERLEAVE_COLS;
+use crate::numerics::Tier;
+use crate::simt::{MStrategy, Proj, Representation, Variant, XStage, ROWS_PER_SIMD};
 
 /// Launch shapes and representations the tuner and verifier enumerate for a tier.
 ///
@@ -268,7 +269,7 @@ pub fn interleaved_x_variants(tier: Tier, m: u32, rows: usize, cols: usize) -> V
 
 /// One candidate of 8 rows per simdgroup at every M, from [`TUNED_ROWS`] rows: the probe
 /// past the tuned winners' edge (`rows_per_simd` 4, the largest [`variants`] offers, whose
-/// double the kernels take: `kernels::MAX_ROWS_PER_SIMD`), so that the tuner measures
+/// double the kernels take: `simt::MAX_ROWS_PER_SIMD`), so that the tuner measures
 /// the next width instead of reporting the winners at a bound. It lost all 96 keys on the
 /// H200 (eighth session: 58 pruned after the first round, the rest 7-30 % behind), as
 /// 5-12 rows at M <= 2 had (3-9 % behind 3 rows: too few simdgroups per scheduler to hide

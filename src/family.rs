@@ -8,9 +8,9 @@
 
 use crate::error::{Error, Result};
 use crate::kernel::{Backend, DeviceTensor, Dialect, Elem, KernelSpec, Limits};
-use crate::kernels::Tier;
 use crate::key::{Bucket, TuneKey};
 use crate::matrix::Activations;
+use crate::numerics::Tier;
 use crate::DType;
 use serde::{de::DeserializeOwned, Serialize};
 use std::fmt;

@@ -367,7 +367,7 @@ pub fn check_launch<T: DeviceTensor>(
 ///
 /// `params` (the symbol, [`fmt::Display`]) is the hash the tables were measured under,
 /// which leaves defaulted fields out without naming the ones set
-/// (`kernels::hash_debug_skipping_default`), so code-word twins such as `prefetch_words`
+/// (`simt::hash_debug_skipping_default`), so code-word twins such as `prefetch_words`
 /// alone and `stream_words` alone share it. `detail`, a hash of the `Debug` form (which
 /// names every field it prints), tells them apart: caches key on the whole id, and the
 /// dialects that put several kernels in one namespace (the CPU's shared library, MLX's

@@ -3,7 +3,7 @@
 //! selector in [`crate::tune`].
 
 use crate::error::{Error, Result};
-use crate::kernels::Tier;
+use crate::numerics::Tier;
 use std::fmt;
 
 /// Anchored size bucket: rows and cols each rounded to the nearest power of two (in log

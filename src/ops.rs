@@ -16,8 +16,9 @@ use crate::families::reduce::{ReduceFamily, ReduceProblem};
 use crate::families::reduce_mma::{beyond_f16_operands, ReduceMmaDevice, ReduceMmaFamily};
 use crate::family;
 use crate::kernel::Backend;
-use crate::kernels::{Tail, Tier, Variant, MAX_M};
 use crate::matrix::{Activations, QuantizedMatrix};
+use crate::numerics::{Tail, Tier};
+use crate::simt::{Variant, MAX_M};
 use crate::DType;
 
 pub use crate::families::{upload_activations, DeviceMatrix};
@@ -229,7 +230,7 @@ pub fn expand<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::family_for;
-    use crate::kernels::Tier;
+    use crate::numerics::Tier;
 
     #[test]
     fn the_fast_tier_of_reduce_and_gate_up_runs_on_matrix_units() {

@@ -9,7 +9,8 @@ use crate::families::gate_up::{GateUpDevice, GateUpFamily};
 use crate::families::reduce::{ReduceDevice, ReduceFamily};
 use crate::family::{self, Family, FamilyVisitor};
 use crate::kernel::{Backend, KernelSpec};
-use crate::kernels::{Representation, Tail, Tier, Variant};
+use crate::numerics::{Tail, Tier};
+use crate::simt::{Representation, Variant};
 use std::path::Path;
 
 pub use crate::check::{

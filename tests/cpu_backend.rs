@@ -1,7 +1,8 @@
 //! The CPU backend runs the generated kernels and matches the reference bit for bit.
 
 use trellis::backend::CpuBackend;
-use trellis::kernels::{MStrategy, Representation, Tail, Tier, Variant, XStage};
+use trellis::numerics::{Tail, Tier};
+use trellis::simt::{MStrategy, Representation, Variant, XStage};
 use trellis::{ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
 fn xorshift(seed: u64) -> impl FnMut() -> u64 {
@@ -275,7 +276,7 @@ fn rows_per_simd_out_of_range_is_an_error() {
     let g = Geometry::new(40, 256, 256, 2, 12, Code::OneMad).unwrap();
     let w = random_matrix(g, 3);
     let x = random_x(DType::Bf16, 1, g.cols, 4);
-    for rps in [0, trellis::kernels::MAX_ROWS_PER_SIMD + 1] {
+    for rps in [0, trellis::simt::MAX_ROWS_PER_SIMD + 1] {
         let variant = Variant {
             x_stage: XStage::Registers,
             rows_per_simd: rps,
@@ -407,7 +408,7 @@ fn folded_onemad_scales_match_reference_bit_for_bit() {
     use trellis::backend::metal_sim::MetalSimBackend;
     use trellis::families::reduce::{ReduceFamily, ReduceProblem};
     use trellis::family::Family;
-    use trellis::kernels::RowScales;
+    use trellis::simt::RowScales;
     let g = Geometry::new(40, 1280, 256, 3, 12, Code::OneMad).unwrap();
     let mut w = random_matrix(g, 41);
     let special: [u16; 12] = [
@@ -927,8 +928,8 @@ fn interleaved_x_keeps_the_bits_and_is_offered_where_x_bounds_the_l1() {
 fn a_kernel_that_fails_to_compile_is_a_clear_error_and_spares_the_others() {
     use trellis::families::reduce::Reduce;
     use trellis::kernel::{Backend, Dialect, KernelSpec};
-    use trellis::kernels::{Proj, RowScales};
     use trellis::ops::DeviceMatrix;
+    use trellis::simt::{Proj, RowScales};
     let cpu = CpuBackend::new().unwrap();
     let g = Geometry::new(8, 256, 256, 2, 12, Code::OneMad).unwrap();
     let w = random_matrix(g, 75);

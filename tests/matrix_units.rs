@@ -7,7 +7,7 @@ use trellis::families::reduce::ReduceFamily;
 use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::Family;
 use trellis::kernel::KernelSpec;
-use trellis::kernels::Tier;
+use trellis::numerics::Tier;
 
 #[test]
 fn only_matrix_unit_kernels_include_the_matrix_unit_vocabulary() {

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 use trellis::family::{Family, FamilyVisitor};
 use trellis::kernel::{Dialect, KernelSpec};
-use trellis::kernels::Tier;
+use trellis::numerics::Tier;
 
 const SHIM_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/templates/dialect/msl_shim");
 const FLAGS: &[&str] = &["-std=c++17", "-Wno-attributes", "-Wno-unknown-pragmas"];

@@ -8,8 +8,9 @@ use trellis::backend::metal_sim::{MetalSimBackend, SimTensor};
 use trellis::codegen::metal::MlxDispatch;
 use trellis::families::reduce::Reduce;
 use trellis::kernel::{Backend, Dialect, Elem, Grid, KernelSpec, Launch, Rendered, TensorSpec};
-use trellis::kernels::{MStrategy, Proj, Representation, Tier, Variant, XStage};
+use trellis::numerics::Tier;
 use trellis::ops::{self, DeviceMatrix};
+use trellis::simt::{MStrategy, Proj, Representation, Variant, XStage};
 use trellis::{reference, verify, Code, DType, Error, Geometry, ScaleDType};
 
 fn backend() -> MetalSimBackend {
@@ -462,7 +463,7 @@ fn reduce_spec(c: &Case, repr: Representation, x_stage: XStage) -> Reduce {
         proj: Proj::of(&c.w.geometry),
         m: 2,
         act: DType::F32,
-        scale: trellis::kernels::RowScales::Stored(ScaleDType::F16),
+        scale: trellis::simt::RowScales::Stored(ScaleDType::F16),
         variant: Variant {
             repr,
             m_strategy: MStrategy::SharedDecode,

@@ -10,7 +10,7 @@ use trellis::check::{self, RealSums};
 use trellis::families::reduce_mma::{MmaOperands, MmaVariant, MmaXStage, ReduceMmaFamily};
 use trellis::family::{self, Family};
 use trellis::kernel::Backend as _;
-use trellis::kernels::Tier;
+use trellis::numerics::Tier;
 use trellis::{Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
 /// Unit-scale activations with one column in 37 set to +-2^15 (f16: +-2^10).
@@ -44,7 +44,7 @@ fn check_fast_gate_up(
     what: &str,
 ) {
     use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
-    use trellis::kernels::Tail;
+    use trellis::numerics::Tail;
     let p = GateUpMmaFamily::problem_of(w, u, x, Tail::Exact).unwrap();
     let host = GateUpMmaHost {
         gate: w.clone(),
@@ -242,7 +242,7 @@ fn reduce_mma_rejects_a_wrong_result_and_has_no_exact_tier() {
 #[test]
 fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
     use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
-    use trellis::kernels::Tail;
+    use trellis::numerics::Tail;
     let b = CpuBackend::new().expect("cpu backend");
     let mut rng = ChaCha8Rng::seed_from_u64(0x006a_7e11);
     let codes = Code::ALL;
@@ -339,7 +339,7 @@ fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
     use trellis::backend::metal_sim::MetalSimBackend;
     use trellis::families::reduce_mma::{paired_windows_fit, ReduceMmaProblem};
     use trellis::kernel::{Dialect, KernelSpec as _};
-    use trellis::kernels::Proj;
+    use trellis::simt::Proj;
     let cpu = CpuBackend::new().expect("cpu backend");
     let sim = MetalSimBackend::new().expect("metal-sim backend");
     let mut rng = ChaCha8Rng::seed_from_u64(77);
@@ -424,7 +424,7 @@ fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
     // gate_up_mma: the same bits with pairs (here only the up projection's k 4 pairs);
     // offered where either projection pairs.
     use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost, GateUpMmaProblem};
-    use trellis::kernels::Tail;
+    use trellis::numerics::Tail;
     let geometry = |rows, k| Geometry::new(rows, 768, 256, k, 12, Code::OneMad).unwrap();
     let gate = check::random_matrix(geometry(40, 3), 91);
     let up = check::random_matrix(geometry(40, 4), 92);
@@ -521,7 +521,7 @@ fn reduce_mma_bf16_operands_are_checked() {
 /// such sums reaches about 2^48), through the facade's default variants and forced ones.
 #[test]
 fn fast_tier_stays_finite_with_every_activation_at_2_15() {
-    use trellis::kernels::Tail;
+    use trellis::numerics::Tail;
     use trellis::ops;
     let b = CpuBackend::new().expect("cpu backend");
     let mut rng = ChaCha8Rng::seed_from_u64(0x2f15);
@@ -622,7 +622,7 @@ fn reduce_mma_space_widens_past_the_tuned_edges_at_the_tuned_sizes() {
 #[test]
 fn fast_tier_meets_spec7_at_every_activation_and_table_magnitude() {
     use trellis::families::reduce_mma::{operand_exponent, ReduceMmaHost};
-    use trellis::kernels::Tail;
+    use trellis::numerics::Tail;
     use trellis::ops;
     let b = CpuBackend::new().expect("cpu backend");
     let mut rng = ChaCha8Rng::seed_from_u64(0x5ca1e);
@@ -720,7 +720,7 @@ fn operand_exponent_puts_the_largest_magnitude_below_2_14() {
 #[test]
 fn samples_beyond_f16_operands_run_on_the_exact_kernels() {
     use trellis::families::reduce_mma::beyond_f16_operands;
-    use trellis::kernels::Tail;
+    use trellis::numerics::Tail;
     use trellis::ops;
     let b = CpuBackend::new().expect("cpu backend");
     let g = Geometry::new(24, 512, 256, 2, 12, Code::OneMad).unwrap();

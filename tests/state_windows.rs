@@ -8,7 +8,8 @@
 use std::process::Command;
 use trellis::families::reduce::Reduce;
 use trellis::kernel::{Dialect, KernelSpec};
-use trellis::kernels::{MStrategy, Proj, Representation, RowScales, Tier, Variant, XStage};
+use trellis::numerics::Tier;
+use trellis::simt::{MStrategy, Proj, Representation, RowScales, Variant, XStage};
 use trellis::{Code, DType, ScaleDType};
 
 fn cuda_unit(m: u32) -> String {

@@ -7,7 +7,7 @@
 use trellis::backend::{Backend, CpuBackend};
 use trellis::families::gate_up::GateUpFamily;
 use trellis::families::reduce::ReduceFamily;
-use trellis::kernels::{Tail, Tier};
+use trellis::numerics::{Tail, Tier};
 use trellis::tune::{fit, Selector, Source};
 use trellis::{check, ops, reference, Code, DType, Geometry};
 

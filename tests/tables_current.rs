@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use trellis::family::{Family, FamilyVisitor, Shape, TuneSpace};
 use trellis::kernel::Dialect;
-use trellis::kernels::Tier;
+use trellis::numerics::Tier;
 use trellis::tune::harness::TuneOptions;
 use trellis::tune::{Selector, Table};
 use trellis::{Code, DType};
@@ -146,7 +146,7 @@ fn shipped_tables_are_current() {
 fn source_hashes_follow_the_codes_and_fall_back_to_the_family() {
     use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
     use trellis::families::reduce::{ReduceFamily, ReduceProblem};
-    use trellis::kernels::Tail;
+    use trellis::numerics::Tail;
     use trellis::tune::{source_hash, source_hash_of};
     use trellis::{Geometry, ScaleDType};
     let d = Dialect::Cuda;

@@ -302,7 +302,7 @@ struct SelectArgs {
 
 use trellis::backend::{AnyBackend, BackendVisitor};
 use trellis::kernel::Backend;
-use trellis::kernels::{Tail, Tier};
+use trellis::numerics::{Tail, Tier};
 
 mod limits;
 mod same_file;

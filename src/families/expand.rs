@@ -7,10 +7,9 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::family::Family;
 use crate::kernel::Backend;
-use crate::kernels::{
-    check_common, grid, MStrategy, Proj, RowScales, Tier, Variant, XLayout, XStage,
-};
 use crate::matrix::{Activations, QuantizedMatrix};
+use crate::numerics::Tier;
+use crate::simt::{check_common, grid, MStrategy, Proj, RowScales, Variant, XLayout, XStage};
 use crate::Geometry;
 use std::fmt;
 

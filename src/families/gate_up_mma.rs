@@ -14,8 +14,9 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem};
-use crate::kernels::{Proj, Tail, Tier};
 use crate::matrix::{Activations, QuantizedMatrix};
+use crate::numerics::{Tail, Tier};
+use crate::simt::Proj;
 use std::cell::OnceCell;
 
 /// Fast `mid = silu(G x) * (U x)` on matrix units.

@@ -15,8 +15,8 @@ use crate::error::Result;
 use crate::family::{Family, FamilyVisitor};
 use crate::geometry::Geometry;
 use crate::kernel::{Backend, DeviceTensor as _, Elem};
-use crate::kernels::{Proj, Representation, RowScales, Variant};
 use crate::matrix::{Activations, QuantizedMatrix};
+use crate::simt::{Proj, Representation, RowScales, Variant};
 
 /// Visit every registered family. Adding a family is its module, its template, and
 /// one line here.
@@ -59,7 +59,7 @@ pub struct DeviceMatrix<B: Backend> {
     /// The row scales `[R]` in `scale_dtype`.
     pub scales: B::Tensor,
     /// `1mad` with f16 scales: the scales folded with the divisor (f32,
-    /// [`crate::kernels::RowScales::FoldedOneMad`]).
+    /// [`crate::simt::RowScales::FoldedOneMad`]).
     folded: Option<B::Tensor>,
     table: B::Tensor,
     placeholder: B::Tensor,
@@ -157,7 +157,7 @@ impl<B: Backend> DeviceActivations<B> {
         })
     }
     /// The layout variant `v` reads. An interleaved variant validates only where the
-    /// columns have the interleaved copy (`kernels::check_common`).
+    /// columns have the interleaved copy (`simt::check_common`).
     pub fn for_variant(&self, v: &Variant) -> &B::Tensor {
         match (&self.interleaved, v.interleaved_x) {
             (Some(xi), true) => xi,

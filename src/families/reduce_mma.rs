@@ -31,8 +31,9 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem, Grid};
-use crate::kernels::{is_default, Proj, Representation, Tier, MAX_SHARED_BYTES};
 use crate::matrix::{Activations, QuantizedMatrix};
+use crate::numerics::Tier;
+use crate::simt::{is_default, Proj, Representation, MAX_SHARED_BYTES};
 use crate::Geometry;
 use std::cell::OnceCell;
 use std::fmt;
@@ -79,7 +80,7 @@ pub struct MmaVariant {
     pub paired_windows: bool,
 }
 
-crate::kernels::hash_debug_skipping_default!(
+crate::simt::hash_debug_skipping_default!(
     MmaVariant {
         row_tiles,
         col_split,
@@ -985,7 +986,7 @@ impl<B: Backend> Prescaled<B> {
     pub fn table<'d>(&'d self, i: usize, w: &'d DeviceMatrix<B>) -> &'d B::Tensor {
         match self.tables.get(i) {
             Some(Some(t)) => t,
-            _ => w.table(crate::kernels::Representation::Inline),
+            _ => w.table(crate::simt::Representation::Inline),
         }
     }
 }

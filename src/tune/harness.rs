@@ -13,7 +13,7 @@ use super::TuneKey;
 use crate::error::{Error, Result};
 use crate::family::{self, Family};
 use crate::kernel::{Backend, Dialect, KernelSpec};
-use crate::kernels::Tier;
+use crate::numerics::Tier;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -891,7 +891,7 @@ pub fn tune<F: Family, B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{MStrategy, Representation, Variant, XStage};
+    use crate::simt::{MStrategy, Representation, Variant, XStage};
 
     fn stats(median: f64, p10: f64, p90: f64) -> Stats {
         Stats {

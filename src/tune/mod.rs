@@ -12,7 +12,7 @@ pub use table::{DeviceRecord, Entry, StatsRecord, Table};
 use crate::error::{Error, Result};
 use crate::family::Family;
 use crate::kernel::{Backend, Dialect, KernelSpec, Limits};
-use crate::kernels::Tier;
+use crate::numerics::Tier;
 use std::fmt;
 use std::path::{Path, PathBuf};
 

@@ -15,7 +15,8 @@ use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::preset;
 use trellis::kernel::{Backend, Dialect, Elem, KernelSpec, TensorSpec};
-use trellis::kernels::{MStrategy, Representation, Tail, Tier, Variant, XStage, ROWS_PER_SIMD};
+use trellis::numerics::{Tail, Tier};
+use trellis::simt::{MStrategy, Representation, Variant, XStage, ROWS_PER_SIMD};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
 use trellis::tune::Selector;
 use trellis::{Code, DType, Error, Geometry, Result, ScaleDType};
@@ -543,7 +544,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
         add_paired_twins, paired_windows_fit, register_budget, MmaOperands, MmaVariant,
         ReduceMmaProblem,
     };
-    use trellis::kernels::Proj;
+    use trellis::simt::Proj;
     let b = CudaBackend::new(0)?;
     let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
     let o = TuneOptions::for_backend("cuda", Tier::Fast);

@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use std::fmt::Write;
 use trellis::check::{self, RealSums};
 use trellis::kernel::Backend;
-use trellis::kernels::{Tail, Tier};
+use trellis::numerics::{Tail, Tier};
 use trellis::{ops, reference, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
 /// `verify --random` on whichever backend was opened.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use trellis::family::{preset, Family, FamilyVisitor, Shape, TuneSpace};
 use trellis::kernel::Backend;
-use trellis::kernels::Tier;
+use trellis::numerics::Tier;
 use trellis::tune::harness::{self, Event, Journal, TuneOptions};
 use trellis::tune::Table;
 use trellis::{Code, DType, Error, Result};

@@ -77,7 +77,7 @@ pub fn run<B: Backend>(b: &B, quick: bool, vectors: &Path) -> trellis::Result<(S
             symbol: "index.json".into(),
             case: vectors.display().to_string(),
             variant: Default::default(),
-            tier: trellis::kernels::Tier::Exact,
+            tier: trellis::numerics::Tier::Exact,
             result: Err(format!(
                 "conformance vectors not found at {}",
                 vectors.display()

@@ -42,7 +42,7 @@ pub mod family {
     use super::ScaleRows;
     use trellis::family::Family;
     use trellis::kernel::{Backend, Elem};
-    use trellis::kernels::Tier;
+    use trellis::numerics::Tier;
     use trellis::{Activations, DType, Result};
 
     /// One `scale_rows` problem.

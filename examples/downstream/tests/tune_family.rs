@@ -5,7 +5,7 @@
 use trellis::backend::CpuBackend;
 use trellis::family::Family;
 use trellis::kernel::Backend;
-use trellis::kernels::Tier;
+use trellis::numerics::Tier;
 use trellis::tune::harness::{self, TuneOptions};
 use trellis::tune::{Selector, Source, Table};
 use trellis::{Activations, DType, Result};

@@ -1,7 +1,8 @@
-//! The vocabulary this crate's kernel families share: the projection coding ([`Proj`]),
-//! the tunable [`Variant`] of the SIMT families and its parts, the numerics [`Tier`],
-//! the SwiGLU [`Tail`], and the x-staging helpers templates call ([`XLayout`]). The
-//! families themselves live in [`crate::families`], above this module.
+//! The vocabulary of this crate's SIMT kernel families (`reduce`, `gate_up`, `expand`):
+//! the projection coding ([`Proj`], which the matrix-unit families share), the tunable
+//! [`Variant`] and its parts, and the x-staging helpers templates call ([`XLayout`]). The
+//! families themselves live in [`crate::families`], above this module; the numerics
+//! choices ([`Tier`], [`Tail`]) in [`crate::numerics`].
 
 use crate::codes::Code;
 use crate::dtype::DType;
@@ -9,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::kernel::{Dialect, Elem, Grid};
 use crate::matrix::INTERLEAVE_COLS;
+use crate::numerics::{Tail, Tier};
 use std::fmt;
 
 /// Largest M a kernel accepts.
@@ -51,52 +53,6 @@ impl Representation {
     /// For templates.
     pub fn is_global(&self) -> bool {
         *self == Representation::GlobalTable
-    }
-}
-
-/// Numerics tier: `exact` reproduces the SPEC 5 order bit for bit, `fast` may reorder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Tier {
-    /// Bit-identical to the SPEC 5 canonical order on every backend.
-    Exact,
-    /// Any order and precision within the SPEC 7 bound.
-    Fast,
-}
-
-impl Tier {
-    /// Name in tables and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Tier::Exact => "exact",
-            Tier::Fast => "fast",
-        }
-    }
-    /// For templates.
-    pub fn is_exact(&self) -> bool {
-        *self == Tier::Exact
-    }
-}
-
-/// SwiGLU tail arithmetic (SPEC 6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Tail {
-    /// `exp_spec`, bit-reproducible everywhere.
-    Exact,
-    /// The backend's own exp (GPU dialects); compared within a tolerance.
-    Native,
-}
-
-impl Tail {
-    /// Name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Tail::Exact => "exact",
-            Tail::Native => "native",
-        }
-    }
-    /// For templates.
-    pub fn is_exact(&self) -> bool {
-        *self == Tail::Exact
     }
 }
 
@@ -299,7 +255,7 @@ macro_rules! hash_debug_skipping_default {
             fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
                 $(std::hash::Hash::hash(&self.$field, h);)*
                 $(
-                    if !$crate::kernels::is_default(&self.$last) {
+                    if !$crate::simt::is_default(&self.$last) {
                         std::hash::Hash::hash(&self.$last, h);
                     }
                 )+
@@ -310,7 +266,7 @@ macro_rules! hash_debug_skipping_default {
                 let mut d = f.debug_struct(stringify!($ty));
                 $(d.field(stringify!($field), &self.$field);)*
                 $(
-                    if !$crate::kernels::is_default(&self.$last) {
+                    if !$crate::simt::is_default(&self.$last) {
                         d.field(stringify!($last), &self.$last);
                     }
                 )+
