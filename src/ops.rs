@@ -1,7 +1,8 @@
 //! The user facade: `matvec`, `gate_up` and `expand` on a backend you hold (make it
 //! once: it keeps its compiled kernels). The tier picks the family: `exact` runs the
-//! SIMT families (`reduce`, `gate_up`: SPEC 5 bits), `fast` the matrix-unit families
-//! (`reduce_mma`, `gate_up_mma`: the SPEC 7 bound, M up to 16); the tuning tables choose
+//! SIMT families (`reduce`, `gate_up`: SPEC 5 bits, M up to 8 a launch), `fast` the
+//! matrix-unit families (`reduce_mma`, `gate_up_mma`: the SPEC 7 bound, M up to 16 a
+//! launch); a larger M runs as several launches, with the same bits. The tuning tables choose
 //! the variant ([`crate::tune::select_for`]), and the `_with` forms force one. Host data
 //! in, host data out; every input is validated before any kernel runs. The fast tier runs
 //! the rare sample its f16 operands cannot hold (values spanning more than 2^28 where a
@@ -13,7 +14,9 @@ use crate::families::expand::{ExpandFamily, ExpandProblem};
 use crate::families::gate_up::{GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
 use crate::families::reduce::{ReduceFamily, ReduceProblem};
-use crate::families::reduce_mma::{beyond_f16_operands, ReduceMmaDevice, ReduceMmaFamily};
+use crate::families::reduce_mma::{
+    beyond_f16_operands, ReduceMmaDevice, ReduceMmaFamily, MAX_M_MMA,
+};
 use crate::family;
 use crate::kernel::Backend;
 use crate::matrix::{Activations, QuantizedMatrix};
@@ -69,6 +72,46 @@ fn with_exact_samples(
             cols: parts[0].cols,
             data: parts.iter().flat_map(|p| p.data.iter().copied()).collect(),
         }),
+    }
+}
+
+/// `f` over `x` in chunks of at most `max` samples, their outputs stacked in sample order.
+/// Every sample's result depends on its own activations only (SPEC 5's order and SPEC 7's
+/// bound are per sample), so the bits are those a launch of all M would give: the
+/// families take M up to their limit (exact [`MAX_M`], fast [`MAX_M_MMA`]), and a larger
+/// M runs as several launches. `x` is checked against `cols` first (it is sliced here).
+fn in_chunks(
+    x: &Activations,
+    cols: usize,
+    max: u32,
+    f: impl Fn(&Activations) -> Result<Activations>,
+) -> Result<Activations> {
+    crate::reference::check_activations(x, cols)?;
+    let max = max as usize;
+    let mut out: Option<Activations> = None;
+    for lo in (0..x.rows).step_by(max) {
+        let hi = (lo + max).min(x.rows);
+        let part = f(&Activations {
+            data: x.data[lo * x.cols..hi * x.cols].to_vec(),
+            rows: hi - lo,
+            ..*x
+        })?;
+        match &mut out {
+            None => out = Some(part),
+            Some(y) => {
+                y.data.extend_from_slice(&part.data);
+                y.rows += part.rows;
+            }
+        }
+    }
+    out.ok_or_else(|| Error::invalid("M", 0, "x must have at least one row"))
+}
+
+/// The most samples one launch of `tier`'s families takes.
+fn max_samples(tier: Tier) -> u32 {
+    match tier {
+        Tier::Exact => MAX_M,
+        Tier::Fast => MAX_M_MMA,
     }
 }
 
@@ -139,6 +182,14 @@ pub fn matvec<B: Backend>(
     x: &Activations,
     tier: Tier,
 ) -> Result<Activations> {
+    if x.rows > max_samples(tier) as usize {
+        if tier == Tier::Fast {
+            check_finite(x)?; // every chunk's, before any kernel runs
+        }
+        return in_chunks(x, w.geometry.cols, max_samples(tier), |xs| {
+            matvec(b, w, xs, tier)
+        });
+    }
     if tier == Tier::Fast {
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
@@ -177,6 +228,14 @@ pub fn gate_up<B: Backend>(
     tail: Tail,
     tier: Tier,
 ) -> Result<Activations> {
+    if x.rows > max_samples(tier) as usize {
+        if tier == Tier::Fast {
+            check_finite(x)?; // every chunk's, before any kernel runs
+        }
+        return in_chunks(x, gate.geometry.cols, max_samples(tier), |xs| {
+            gate_up(b, gate, up, xs, tail, tier)
+        });
+    }
     if tier == Tier::Fast {
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;

@@ -974,3 +974,32 @@ fn a_kernel_that_fails_to_compile_is_a_clear_error_and_spares_the_others() {
         "{e}"
     );
 }
+
+/// A batch larger than one launch takes (exact 8 samples, fast 16) runs as several: exact
+/// bit for bit with the reference, fast within SPEC 7, `matvec` and `gate_up`; a NaN in a
+/// later chunk of a fast batch is refused before any kernel runs.
+#[test]
+fn a_batch_larger_than_a_launch_runs_as_several() {
+    use trellis::check::{fast_gate_up, fast_reduce, RealSums};
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(24, 512, 256, 2, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 81), random_matrix(g, 82));
+    let x = random_x(DType::Bf16, 20, 512, 83);
+    let y = ops::matvec(&cpu, &w, &x, Tier::Exact).unwrap();
+    assert_eq!(y.rows, 20);
+    assert!(y.bits_eq(&reference::reduce(&w, &x).unwrap()));
+    let mid = ops::gate_up(&cpu, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
+    assert!(mid.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()));
+    // Fast: 40 samples are launches of 16, 16 and 8.
+    let x40 = random_x(DType::F32, 40, 512, 84);
+    let (rw, ru) = (RealSums::of(&w, &x40).unwrap(), RealSums::of(&u, &x40).unwrap());
+    let yf = ops::matvec(&cpu, &w, &x40, Tier::Fast).unwrap();
+    assert_eq!(yf.rows, 40);
+    fast_reduce(&yf, &rw).unwrap();
+    let mf = ops::gate_up(&cpu, &w, &u, &x40, Tail::Exact, Tier::Fast).unwrap();
+    fast_gate_up(&mf, &rw, &ru, false).unwrap();
+    let mut bad = x40.clone();
+    bad.data[33 * 512 + 5] = f32::NAN;
+    let e = ops::matvec(&cpu, &w, &bad, Tier::Fast).unwrap_err().to_string();
+    assert!(e.contains("x[33, 5]"), "{e}");
+}
