@@ -992,7 +992,10 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
     assert!(mid.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()));
     // Fast: 40 samples are launches of 16, 16 and 8.
     let x40 = random_x(DType::F32, 40, 512, 84);
-    let (rw, ru) = (RealSums::of(&w, &x40).unwrap(), RealSums::of(&u, &x40).unwrap());
+    let (rw, ru) = (
+        RealSums::of(&w, &x40).unwrap(),
+        RealSums::of(&u, &x40).unwrap(),
+    );
     let yf = ops::matvec(&cpu, &w, &x40, Tier::Fast).unwrap();
     assert_eq!(yf.rows, 40);
     fast_reduce(&yf, &rw).unwrap();
@@ -1000,6 +1003,8 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
     fast_gate_up(&mf, &rw, &ru, false).unwrap();
     let mut bad = x40.clone();
     bad.data[33 * 512 + 5] = f32::NAN;
-    let e = ops::matvec(&cpu, &w, &bad, Tier::Fast).unwrap_err().to_string();
+    let e = ops::matvec(&cpu, &w, &bad, Tier::Fast)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("x[33, 5]"), "{e}");
 }
