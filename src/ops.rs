@@ -33,46 +33,34 @@ fn check_finite(x: &Activations) -> Result<()> {
 }
 
 /// The fast tier's output: the fast kernels' (`fast`), with the samples `wide` of `x`
-/// that their f16 operands cannot hold ([`beyond_f16_operands`]) from `exact` (up to
-/// [`MAX_M`] at a time; exact results meet SPEC 7's bound as well). Where every sample
-/// is wide the fast kernels do not run.
+/// (ascending) that their f16 operands cannot hold ([`beyond_f16_operands`]) from `exact`
+/// (exact results meet SPEC 7's bound as well; `exact` runs a batch past one launch as
+/// several itself). Where every sample is wide the fast kernels do not run.
 fn with_exact_samples(
     x: &Activations,
     wide: &[usize],
     fast: impl FnOnce() -> Result<Activations>,
     exact: impl Fn(&Activations) -> Result<Activations>,
 ) -> Result<Activations> {
-    let mut y: Option<Activations> = (wide.len() < x.rows).then(fast).transpose()?;
-    let mut parts = Vec::new();
-    for chunk in wide.chunks(MAX_M as usize) {
-        let data = chunk
+    if wide.is_empty() {
+        return fast();
+    }
+    let part = exact(&Activations {
+        data: wide
             .iter()
             .flat_map(|&m| x.row(m).iter().copied())
-            .collect();
-        let part = exact(&Activations {
-            data,
-            rows: chunk.len(),
-            ..*x
-        })?;
-        match &mut y {
-            Some(y) => {
-                for (i, &m) in chunk.iter().enumerate() {
-                    y.data[m * y.cols..(m + 1) * y.cols].copy_from_slice(part.row(i));
-                }
-            }
-            // Every sample wide, in order: the parts are the output.
-            None => parts.push(part),
-        }
+            .collect(),
+        rows: wide.len(),
+        ..*x
+    })?;
+    if wide.len() == x.rows {
+        return Ok(part); // every sample wide, in order: the exact part is the output
     }
-    match y {
-        Some(y) => Ok(y),
-        None => Ok(Activations {
-            dtype: x.dtype,
-            rows: x.rows,
-            cols: parts[0].cols,
-            data: parts.iter().flat_map(|p| p.data.iter().copied()).collect(),
-        }),
+    let mut y = fast()?;
+    for (i, &m) in wide.iter().enumerate() {
+        y.data[m * y.cols..(m + 1) * y.cols].copy_from_slice(part.row(i));
     }
+    Ok(y)
 }
 
 /// `f` over `x` in chunks of at most `max` samples, their outputs stacked in sample order.
@@ -87,24 +75,25 @@ fn in_chunks(
     f: impl Fn(&Activations) -> Result<Activations>,
 ) -> Result<Activations> {
     crate::reference::check_activations(x, cols)?;
-    let max = max as usize;
-    let mut out: Option<Activations> = None;
-    for lo in (0..x.rows).step_by(max) {
-        let hi = (lo + max).min(x.rows);
+    if x.cols == 0 {
+        return f(x); // a hand-made matrix of no columns: the family names what is wrong
+    }
+    let (mut data, mut out_cols) = (Vec::new(), 0);
+    for chunk in x.data.chunks(max as usize * x.cols) {
         let part = f(&Activations {
-            data: x.data[lo * x.cols..hi * x.cols].to_vec(),
-            rows: hi - lo,
+            data: chunk.to_vec(),
+            rows: chunk.len() / x.cols,
             ..*x
         })?;
-        match &mut out {
-            None => out = Some(part),
-            Some(y) => {
-                y.data.extend_from_slice(&part.data);
-                y.rows += part.rows;
-            }
-        }
+        out_cols = part.cols;
+        data.extend_from_slice(&part.data);
     }
-    out.ok_or_else(|| Error::invalid("M", 0, "x must have at least one row"))
+    Ok(Activations {
+        dtype: x.dtype,
+        rows: x.rows,
+        cols: out_cols,
+        data,
+    })
 }
 
 /// The most samples one launch of `tier`'s families takes.

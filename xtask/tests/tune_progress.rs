@@ -5,32 +5,25 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-fn tune(out: &Path, extra: &[&str]) -> Output {
+/// `cargo xtask tune` on the CPU over one small key (M 1, k 2, L 9, 1mad, one rep per
+/// round), writing `out`, with `args` added.
+fn tune_with(args: &[&str], out: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["tune", "--backend", "cpu"])
+        .args(args)
         .args([
-            "tune",
-            "--backend",
-            "cpu",
-            "--family",
-            "reduce",
-            "--shape",
-            "64x256",
-            "--m",
-            "1",
-            "--k",
-            "2",
-            "--l",
-            "9",
-            "--code",
-            "1mad",
-            "--reps",
-            "1",
-            "--out",
+            "--m", "1", "--k", "2", "--l", "9", "--code", "1mad", "--reps", "1", "--out",
         ])
         .arg(out)
-        .args(extra)
         .output()
         .unwrap()
+}
+
+/// [`tune_with`] of the `reduce` family at 64 x 256, then `extra`.
+fn tune(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["--family", "reduce", "--shape", "64x256"];
+    args.extend_from_slice(extra);
+    tune_with(&args, out)
 }
 
 fn text(b: &[u8]) -> String {
@@ -271,30 +264,7 @@ fn an_unreadable_winner_is_measured_again() {
 fn the_fast_tier_is_tuned_on_the_matrix_unit_families() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t.toml");
-    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args([
-            "tune",
-            "--backend",
-            "cpu",
-            "--tier",
-            "fast",
-            "--shape",
-            "32x256",
-            "--m",
-            "1",
-            "--k",
-            "2",
-            "--l",
-            "9",
-            "--code",
-            "1mad",
-            "--reps",
-            "1",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = tune_with(&["--tier", "fast", "--shape", "32x256"], &out);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let t = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let families: std::collections::BTreeSet<&str> =
