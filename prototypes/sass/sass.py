@@ -4,7 +4,9 @@ disassemble it, print the opcode histogram. SASS_DUMP=path keeps the disassembly
 NVRTC and nvdisasm come from the pip wheels (see README.md): CUDA_WHEELS=/opt/cu."""
 import ctypes, sys, subprocess, re, collections, tempfile, os
 root = os.environ.get("CUDA_WHEELS", "/opt/cu")
-lib = ctypes.CDLL(f"{root}/nvidia/cuda_nvrtc/lib/libnvrtc.so.12")
+# CUDA 13 (the wheel CI installs, the device's major version) first, else the CUDA 12 wheel.
+_libs = [f"{root}/nvidia/cu13/lib/libnvrtc.so.13", f"{root}/nvidia/cuda_nvrtc/lib/libnvrtc.so.12"]
+lib = ctypes.CDLL(next((p for p in _libs if os.path.exists(p)), _libs[-1]))
 src = open(sys.argv[1]).read() if len(sys.argv) > 1 and sys.argv[1] != "-" else sys.stdin.read()
 prog = ctypes.c_void_p()
 assert lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"u.cu", 0, None, None) == 0
