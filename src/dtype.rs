@@ -61,6 +61,27 @@ impl DType {
         }
     }
 
+    /// `round_T` of an f64, nearest-even in one rounding (subnormals of T included; past
+    /// T's largest finite value, infinity), returned as the (exact) f32 value. For results
+    /// computed in f64, where rounding to f32 first could round twice.
+    pub fn round_f64(self, v: f64) -> f32 {
+        if v == 0.0 || !v.is_finite() {
+            return v as f32;
+        }
+        let (emin, emax) = self.normal_exponents();
+        let p = self.mantissa_bits();
+        // The spacing of T's values in v's binade (f64's exponent field: v is normal in
+        // f64 here, far inside its range), at least T's subnormal spacing.
+        let e = (((v.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(emin);
+        let spacing = 2f64.powi(e - p);
+        let r = (v / spacing).round_ties_even() * spacing; // exact: powers of two
+        let largest = (2.0 - 2f64.powi(-p)) * 2f64.powi(emax);
+        if r.abs() > largest {
+            return f32::INFINITY.copysign(v as f32);
+        }
+        r as f32
+    }
+
     /// Encode f32 values (already representable) as little-endian bytes of the dtype.
     pub fn encode(self, values: &[f32]) -> Vec<u8> {
         match self {
@@ -140,5 +161,44 @@ impl ScaleDType {
 impl std::fmt::Display for ScaleDType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DType;
+
+    #[test]
+    fn round_f64_rounds_once() {
+        // Values an f32 holds: the same as round_T of that f32.
+        for dt in DType::ALL {
+            for v in [1.0f32, -2.7182817, 1.0e-30, 6.0e-8, 65519.0, 1.0e20] {
+                assert_eq!(
+                    dt.round_f64(v as f64).to_bits(),
+                    dt.round(v).to_bits(),
+                    "{dt:?} {v}"
+                );
+            }
+        }
+        // Just above a bf16 tie by less than f32 keeps: once 1 + 2^-7, through f32 1.0.
+        let v = 1.0 + 2f64.powi(-8) + 2f64.powi(-30);
+        assert_eq!(DType::Bf16.round_f64(v), 1.0078125);
+        assert_eq!(DType::Bf16.round(v as f32), 1.0);
+        // f16's subnormals and its end: 2^-25 ties to 0, 1.5 * 2^-25 rounds up, 65520
+        // rounds to 65536: infinity.
+        assert_eq!(DType::F16.round_f64(2f64.powi(-25)), 0.0);
+        assert_eq!(DType::F16.round_f64(1.5 * 2f64.powi(-25)), 2f32.powi(-24));
+        assert_eq!(DType::F16.round_f64(-65520.0), f32::NEG_INFINITY);
+        assert_eq!(DType::F16.round_f64(65519.0), 65504.0);
+        // bf16 and f32 subnormals.
+        assert_eq!(
+            DType::Bf16.round_f64(1.4 * 2f64.powi(-133)),
+            2f32.powi(-133)
+        );
+        assert_eq!(
+            DType::F32.round_f64(2.6 * 2f64.powi(-149)),
+            3.0 * 2f32.powi(-149)
+        );
+        assert_eq!(DType::F32.round_f64(-0.0).to_bits(), (-0.0f32).to_bits());
     }
 }

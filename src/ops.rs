@@ -6,8 +6,9 @@
 //! the variant ([`crate::tune::select_for`]), and the `_with` forms force one. Host data
 //! in, host data out; every input is validated before any kernel runs. The fast tier runs
 //! the rare sample its f16 operands cannot hold (values spanning more than 2^28 where a
-//! row weights only the tiny ones, [`crate::families::reduce_mma::beyond_f16_operands`])
-//! again on the exact kernels, whose results meet its bound too.
+//! row weights only the tiny ones, magnitudes near the ends of f32's range:
+//! [`crate::families::reduce_mma::beyond_f16_operands`]) on the exact kernels instead, at
+//! f32 with unit row scales, and applies the scales in f64 (so no weight is rounded to T).
 
 use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};
@@ -15,14 +16,14 @@ use crate::families::gate_up::{GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
 use crate::families::reduce::{ReduceFamily, ReduceProblem};
 use crate::families::reduce_mma::{
-    beyond_f16_operands, ReduceMmaDevice, ReduceMmaFamily, MAX_M_MMA,
+    beyond_f16_operands, operand_exponent, ReduceMmaDevice, ReduceMmaFamily, MAX_M_MMA,
 };
 use crate::family;
 use crate::kernel::Backend;
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::simt::{Variant, MAX_M};
-use crate::DType;
+use crate::{DType, ScaleDType};
 
 pub use crate::families::{upload_activations, DeviceMatrix};
 
@@ -32,35 +33,112 @@ fn check_finite(x: &Activations) -> Result<()> {
     check_each(x, |v| v.is_finite(), "activations must be finite")
 }
 
-/// The fast tier's output: the fast kernels' (`fast`), with the samples `wide` of `x`
-/// (ascending) that their f16 operands cannot hold ([`beyond_f16_operands`]) from `exact`
-/// (exact results meet SPEC 7's bound as well; `exact` runs a batch past one launch as
-/// several itself). Where every sample is wide the fast kernels do not run.
-fn with_exact_samples(
+/// The fast tier's output: the fast kernels' (`fast`), with the samples `held` of `x`
+/// (ascending) that their f16 operands cannot hold ([`beyond_f16_operands`]) from
+/// `fallback`. Where every sample is held the fast kernels do not run.
+fn with_held_samples(
     x: &Activations,
-    wide: &[usize],
+    held: &[usize],
     fast: impl FnOnce() -> Result<Activations>,
-    exact: impl Fn(&Activations) -> Result<Activations>,
+    fallback: impl Fn(&Activations) -> Result<Activations>,
 ) -> Result<Activations> {
-    if wide.is_empty() {
+    if held.is_empty() {
         return fast();
     }
-    let part = exact(&Activations {
-        data: wide
+    let part = fallback(&Activations {
+        data: held
             .iter()
             .flat_map(|&m| x.row(m).iter().copied())
             .collect(),
-        rows: wide.len(),
+        rows: held.len(),
         ..*x
     })?;
-    if wide.len() == x.rows {
-        return Ok(part); // every sample wide, in order: the exact part is the output
+    if held.len() == x.rows {
+        return Ok(part); // every sample held, in order: the fallback's part is the output
     }
     let mut y = fast()?;
-    for (i, &m) in wide.iter().enumerate() {
+    for (i, &m) in held.iter().enumerate() {
         y.data[m * y.cols..(m + 1) * y.cols].copy_from_slice(part.row(i));
     }
     Ok(y)
+}
+
+/// The fast tier's fallback: SPEC 7's real sums `y*[m, r] = scale_r sum_c value x[m, c]`
+/// of `w`, `[M * R]` in f64, to f32 accumulation error only. `b`'s exact kernels (T = f32)
+/// run on `w` with unit row scales (its lut table and each sample of x divided by a
+/// power of two, [`operand_exponent`], exactly), so no weight is rounded; the scales and
+/// the powers are applied here, in f64. (The exact tier's own results round every weight
+/// to T, which SPEC 7's 2^-8 does not cover where the weights are subnormal in T: a row
+/// scale of 2^-136 with bf16 x, say.)
+fn real_sums_on<B: Backend>(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Vec<f64>> {
+    let pow2 = |e: i32| 2f32.powi(e); // e within +-126 here: exact
+    let table_e = w.lut.as_deref().map_or(0, operand_exponent);
+    let unit = QuantizedMatrix {
+        geometry: w.geometry,
+        codes: w.codes.clone(),
+        scales: vec![1.0; w.geometry.rows],
+        scale_dtype: ScaleDType::F32,
+        lut: w
+            .lut
+            .as_ref()
+            .map(|t| t.iter().map(|v| v * pow2(-table_e)).collect()),
+    };
+    let exps: Vec<i32> = (0..x.rows).map(|m| operand_exponent(x.row(m))).collect();
+    let data = (0..x.rows)
+        .flat_map(|m| {
+            x.row(m)
+                .iter()
+                .map(|v| v * pow2(-exps[m]))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let xs = Activations {
+        dtype: DType::F32,
+        data,
+        ..*x
+    };
+    let y = matvec(b, &unit, &xs, Tier::Exact)?;
+    let rows = w.geometry.rows;
+    Ok(y.data
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let (m, r) = (i / rows, i % rows);
+            v as f64 * w.scales[r] as f64 * 2f64.powi(exps[m] + table_e)
+        })
+        .collect())
+}
+
+/// The fallback's `y`: its real sums rounded to T once.
+fn fallback_matvec<B: Backend>(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
+    let y = real_sums_on(b, w, x)?;
+    Ok(Activations {
+        dtype: x.dtype,
+        rows: x.rows,
+        cols: w.geometry.rows,
+        data: y.iter().map(|&v| x.dtype.round_f64(v)).collect(),
+    })
+}
+
+/// The fallback's `mid`: `silu(g) u` of its real sums, in f64, rounded to T once (within
+/// SPEC 7's `gate_up` bound for either tail, whose tail error it leaves at 0).
+fn fallback_gate_up<B: Backend>(
+    b: &B,
+    gate: &QuantizedMatrix,
+    up: &QuantizedMatrix,
+    x: &Activations,
+) -> Result<Activations> {
+    let (g, u) = (real_sums_on(b, gate, x)?, real_sums_on(b, up, x)?);
+    Ok(Activations {
+        dtype: x.dtype,
+        rows: x.rows,
+        cols: gate.geometry.rows,
+        data: g
+            .iter()
+            .zip(&u)
+            .map(|(&g, &u)| x.dtype.round_f64(crate::reference::silu_f64(g) * u))
+            .collect(),
+    })
 }
 
 /// `f` over `x` in chunks of at most `max` samples, their outputs stacked in sample order.
@@ -183,12 +261,12 @@ pub fn matvec<B: Backend>(
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
-        let wide = beyond_f16_operands(x, &[w], &v)?;
+        let held = beyond_f16_operands(x, &[w], &v)?;
         let fast = || {
             let d = ReduceMmaDevice::upload(b, w, x)?;
             family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first)
         };
-        return with_exact_samples(x, &wide, fast, |xs| matvec(b, w, xs, Tier::Exact));
+        return with_held_samples(x, &held, fast, |xs| fallback_matvec(b, w, xs));
     }
     let p = reduce_problem(w, x)?;
     let v = crate::tune::select_for::<ReduceFamily, B>(b, &p, tier).variant;
@@ -229,14 +307,12 @@ pub fn gate_up<B: Backend>(
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
-        let wide = beyond_f16_operands(x, &[gate, up], &v)?;
+        let held = beyond_f16_operands(x, &[gate, up], &v)?;
         let fast = || {
             let d = GateUpMmaDevice::upload(b, gate, up, x)?;
             family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first)
         };
-        return with_exact_samples(x, &wide, fast, |xs| {
-            gate_up(b, gate, up, xs, tail, Tier::Exact)
-        });
+        return with_held_samples(x, &held, fast, |xs| fallback_gate_up(b, gate, up, xs));
     }
     let p = gate_up_problem(gate, up, x, tail)?;
     let v = crate::tune::select_for::<GateUpFamily, B>(b, &p, tier).variant;

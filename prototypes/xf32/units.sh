@@ -19,8 +19,9 @@ one() {  # file, twin, then reduce_unit's arguments
     grep -q 'xrun<float> xr\[' $f || { echo "$f: the x load was not rewritten"; exit 1; }
   fi
   sed -i "s/\btrellis_pow2\b/trellis_pow2_$tag/g; s/$sym/${sym}_$tag/" $f
-  printf '\nextern "C" void launch_%s(dim3 g, dim3 b, const void* x, const void* c, const void* s, void* y) {\n  %s<<<g, b>>>((decltype(&*(%s*)0))x, (const uint32_t*)c, (const float*)s, nullptr, (bf16_t*)y);\n}\n' \
-    $tag ${sym}_$tag $( [ $twin = f ] && echo "const float" || echo "const bf16_t") >> $f
+  local xt=bf16_t; [ $twin = f ] && xt=float
+  printf '\nextern "C" void launch_%s(dim3 g, dim3 b, const void* x, const void* c, const void* s, void* y) {\n  %s<<<g, b>>>((const %s*)x, (const uint32_t*)c, (const float*)s, nullptr, (bf16_t*)y);\n}\n' \
+    $tag ${sym}_$tag $xt >> $f
 }
 # name rows cols k M rpg rps regs prefetch stream  (p = plain, the table's winner's loads)
 render() {

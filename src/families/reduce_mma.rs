@@ -928,8 +928,8 @@ fn pow2(e: i32) -> f32 {
 /// keep their values (a scale could push small ones below f16's normal range). What f16
 /// cannot hold even then (values spanning more than 2^28 in a sample that a row weights
 /// only at its tiny values, a table spanning that much, magnitudes past what f32's
-/// exponent leaves the epilogue), the facade runs on the exact kernels
-/// ([`beyond_f16_operands`]).
+/// exponent leaves the epilogue), the facade runs on its fallback, the exact kernels at
+/// f32 with unit row scales ([`beyond_f16_operands`]).
 pub struct Prescaled<B: Backend> {
     /// x with `2^-e_n` taken out of each sample n.
     pub x: B::Tensor,
@@ -993,8 +993,9 @@ impl<B: Backend> Prescaled<B> {
 
 /// The samples (rows of x) for which the fast kernels' f16 operands or their f32
 /// epilogue might miss SPEC 7's bound even after [`Prescaled`] puts each sample's
-/// largest magnitude in `[2^13, 2^14)`; the facade runs them on the exact kernels,
-/// whose results meet SPEC 7 too. None with bf16 operands (exact for bf16 x; bf16's
+/// largest magnitude in `[2^13, 2^14)`; the facade runs them on its fallback (the exact
+/// kernels at f32 with unit row scales, the scales applied in f64: no weight rounded, so
+/// SPEC 7 holds even where T's weights would be subnormal). None with bf16 operands (exact for bf16 x; bf16's
 /// range holds any table).
 ///
 /// - **Tiny values.** A value below 2^-28 of its sample's largest may land below 2^-15,
