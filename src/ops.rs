@@ -16,7 +16,7 @@ use crate::families::gate_up::{GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
 use crate::families::reduce::{ReduceFamily, ReduceProblem};
 use crate::families::reduce_mma::{
-    beyond_f16_operands, operand_exponent, ReduceMmaDevice, ReduceMmaFamily, MAX_M_MMA,
+    beyond_f16_operands, operand_exponent, pow2, ReduceMmaDevice, ReduceMmaFamily, MAX_M_MMA,
 };
 use crate::family;
 use crate::kernel::Backend;
@@ -71,7 +71,6 @@ fn with_held_samples(
 /// to T, which SPEC 7's 2^-8 does not cover where the weights are subnormal in T: a row
 /// scale of 2^-136 with bf16 x, say.)
 fn real_sums_on<B: Backend>(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Vec<f64>> {
-    let pow2 = |e: i32| 2f32.powi(e); // e within +-126 here: exact
     let table_e = w.lut.as_deref().map_or(0, operand_exponent);
     let unit = QuantizedMatrix {
         geometry: w.geometry,
@@ -86,10 +85,8 @@ fn real_sums_on<B: Backend>(b: &B, w: &QuantizedMatrix, x: &Activations) -> Resu
     let exps: Vec<i32> = (0..x.rows).map(|m| operand_exponent(x.row(m))).collect();
     let data = (0..x.rows)
         .flat_map(|m| {
-            x.row(m)
-                .iter()
-                .map(|v| v * pow2(-exps[m]))
-                .collect::<Vec<_>>()
+            let f = pow2(-exps[m]); // exponents within +-126: exact
+            x.row(m).iter().map(move |v| v * f)
         })
         .collect();
     let xs = Activations {

@@ -912,7 +912,7 @@ fn exponent_clamped(max: f32) -> bool {
 }
 
 /// `2^e` as f32 (`e` within +-126: exact).
-fn pow2(e: i32) -> f32 {
+pub(crate) fn pow2(e: i32) -> f32 {
     f32::from_bits(((e + 127) as u32) << 23)
 }
 
