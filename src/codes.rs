@@ -65,9 +65,20 @@ impl Code {
     }
 
     /// Value of state `s` (only the low L bits are used by callers). `lut` is read for
-    /// code `lut` and must have at least `s + 1` entries.
-    pub fn value(self, s: u32, lut: Option<&[f32]>) -> f32 {
-        match self {
+    /// code `lut`: a missing table, or one without entry `s`, is an error naming it.
+    pub fn value(self, s: u32, lut: Option<&[f32]>) -> Result<f32> {
+        Ok(match self {
+            Code::Lut => {
+                let lut =
+                    lut.ok_or_else(|| Error::invalid("lut", "missing", "code lut needs a table"))?;
+                *lut.get(s as usize).ok_or_else(|| {
+                    Error::invalid(
+                        "state",
+                        s,
+                        format!("beyond the lut's {} entries", lut.len()),
+                    )
+                })?
+            }
             Code::OneMad => {
                 let y = bytesum(s.wrapping_mul(MAD_MUL).wrapping_add(MAD_ADD));
                 (y as i32 - MAD_CENTER) as f32 / MAD_DIVISOR
@@ -84,8 +95,7 @@ impl Code {
                 );
                 f16::from_f32(v).to_f32()
             }
-            Code::Lut => lut.expect("code lut needs its table")[s as usize],
-        }
+        })
     }
 
     /// The value of every state for `l` state bits. Code `lut` returns a copy of `lut`
@@ -104,7 +114,7 @@ impl Code {
             }
             return Ok(lut.to_vec());
         }
-        Ok((0..n as u32).map(|s| self.value(s, None)).collect())
+        (0..n as u32).map(|s| self.value(s, None)).collect()
     }
 }
 
@@ -348,6 +358,24 @@ impl CodeConstants {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Code `lut` reads its table: a missing one, or a state past its end, is an error
+    /// naming it (the other codes ignore the argument).
+    #[test]
+    fn lut_values_need_their_table() {
+        let e = Code::Lut.value(3, None).unwrap_err().to_string();
+        assert!(e.contains("lut") && e.contains("missing"), "{e}");
+        let e = Code::Lut.value(4, Some(&[0.5; 4])).unwrap_err().to_string();
+        assert!(e.contains("state = 4") && e.contains("4 entries"), "{e}");
+        assert_eq!(
+            Code::Lut.value(3, Some(&[0.0, 0.0, 0.0, 0.5])).unwrap(),
+            0.5
+        );
+        assert_eq!(
+            Code::OneMad.value(7, Some(&[0.5])).unwrap(),
+            Code::OneMad.value(7, None).unwrap()
+        );
+    }
 
     #[test]
     fn integer_bases_spell_exact_sums() {

@@ -155,11 +155,14 @@ impl Geometry {
                 ));
             }
             seen.push(key.trim());
+            // Decimal digits only (`parse` would also take a sign: `k=+2`).
             let num = |field: &str| -> Result<u64> {
-                value
-                    .trim()
-                    .parse::<u64>()
-                    .map_err(|_| Error::invalid(field, value, "not a non-negative integer"))
+                let v = value.trim();
+                v.bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| v.parse::<u64>().ok())
+                    .flatten()
+                    .ok_or_else(|| Error::invalid(field, value, "not a non-negative integer"))
             };
             match key.trim() {
                 "code" => code = Some(value.trim().parse::<Code>()?),
@@ -267,6 +270,8 @@ mod tests {
             ("code=1mad;k=3;L=12;T=256;rows=4", "cols"),
             ("code=zzz;k=3;L=12;T=256;rows=4;cols=256", "code"),
             ("code=1mad;k=x;L=12;T=256;rows=4;cols=256", "k = x"),
+            ("code=1mad;k=+2;L=12;T=256;rows=4;cols=256", "k = +2"),
+            ("code=1mad;k=2;L=12;T=-256;rows=4;cols=256", "T = -256"),
             ("code=1mad;k=3;L=12;T=256;rows=4;cols=256;q=1", "q"),
             ("garbage", "garbage"),
             (

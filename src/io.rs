@@ -120,20 +120,19 @@ impl TensorRef<'_> {
         Ok(())
     }
 
-    /// Require rank 2 and return `(rows, cols)`. A tensor of another rank is reported
-    /// with the rank-2 shape it would most plausibly have been (`[C]` -> `[1, C]`).
+    /// Require rank 2 and return `(rows, cols)`; another rank is an error naming it
+    /// (one vector of C values is `[1, C]`).
     pub fn matrix_shape(&self) -> Result<(usize, usize)> {
         match *self.shape {
             [rows, cols] => Ok((rows, cols)),
-            _ => {
-                let cols = self.shape.last().copied().unwrap_or(1);
-                let rows = self.shape.iter().product::<usize>() / cols.max(1);
-                Err(Error::Shape {
-                    name: self.name.clone(),
-                    actual: self.shape.to_vec(),
-                    expected: vec![rows, cols],
-                })
-            }
+            _ => Err(Error::invalid(
+                format!("tensor `{}` shape", self.name),
+                format!("{:?}", self.shape),
+                match *self.shape {
+                    [c] => format!("must be [rows, cols]: one vector of {c} values is [1, {c}]"),
+                    _ => format!("must be [rows, cols], not {} dimensions", self.shape.len()),
+                },
+            )),
         }
     }
 }
@@ -155,14 +154,122 @@ impl std::fmt::Debug for SafetensorsFile {
     }
 }
 
+/// The safetensors crate's limit on the header (a longer one it refuses).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// The first key a safetensors header gives twice, at its top level or inside
+/// `__metadata__` (JSON parsers, serde_json and so the safetensors crate among them,
+/// keep the last of repeated keys silently: two `codes` tensors or two descriptions of
+/// a matrix would be read as whichever came last).
+struct RepeatedKey(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for RepeatedKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Keys {
+            top: bool,
+        }
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = Option<String>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let (mut seen, mut first) = (std::collections::HashSet::new(), None);
+                while let Some(key) = map.next_key::<String>()? {
+                    if self.top && key == "__metadata__" {
+                        let inner = map.next_value::<Nested>()?.0;
+                        first = first.or(inner.map(|k| format!("__metadata__.{k}")));
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                    if !seen.insert(key.clone()) {
+                        first = first.or(Some(key));
+                    }
+                }
+                Ok(first)
+            }
+        }
+        struct Nested(Option<String>);
+        impl<'de> serde::Deserialize<'de> for Nested {
+            fn deserialize<D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> std::result::Result<Self, D::Error> {
+                d.deserialize_map(Keys { top: false }).map(Nested)
+            }
+        }
+        d.deserialize_map(Keys { top: true }).map(RepeatedKey)
+    }
+}
+
 impl SafetensorsFile {
     /// Read and parse a file. A missing, truncated or garbage file is an [`Error::File`].
+    /// The header is read and checked against the file's length before the data is:
+    /// a device, a pipe or a file whose header declares other sizes is refused without
+    /// reading it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        use std::io::Read;
         let path = path.as_ref();
-        let bytes =
-            std::fs::read(path).map_err(|e| Error::file(path, format!("cannot read: {e}")))?;
+        let bad = |why: String| Error::file(path, why);
+        let mut f = std::fs::File::open(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+        let kind = f.metadata().map_err(|e| bad(format!("cannot read: {e}")))?;
+        if !kind.is_file() {
+            let what = if kind.is_dir() {
+                "a directory"
+            } else {
+                "a device, pipe or socket"
+            };
+            return Err(bad(format!(
+                "not a regular file ({what}): a safetensors file is read whole"
+            )));
+        }
+        let file_len = kind.len();
+        let mut len = [0u8; 8];
+        f.read_exact(&mut len).map_err(|_| {
+            bad(format!(
+                "not a valid safetensors file: {file_len} bytes, fewer than its 8-byte \
+                 header length"
+            ))
+        })?;
+        let n = u64::from_le_bytes(len);
+        if n > MAX_HEADER_BYTES || n > file_len - 8 {
+            return Err(bad(format!(
+                "not a valid safetensors file: its header length {n} exceeds {} bytes",
+                (file_len - 8).min(MAX_HEADER_BYTES)
+            )));
+        }
+        let mut bytes = crate::error::reserve(file_len as usize, "file length", file_len)
+            .map_err(|e| bad(e.to_string()))?;
+        bytes.extend_from_slice(&len);
+        (&mut f)
+            .take(n)
+            .read_to_end(&mut bytes)
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        let header: Metadata = serde_json::from_slice(&bytes[8..])
+            .map_err(|e| bad(format!("not a valid safetensors file: header: {e}")))?;
+        if let Some(key) = serde_json::from_slice::<RepeatedKey>(&bytes[8..])
+            .ok()
+            .and_then(|r| r.0)
+        {
+            return Err(bad(format!(
+                "not a valid safetensors file: header key `{key}` appears more than once"
+            )));
+        }
+        let data_len = file_len - 8 - n;
+        if header.data_len() as u64 != data_len {
+            return Err(bad(format!(
+                "not a valid safetensors file: its header declares {} data bytes, the file \
+                 holds {data_len} after the header (truncated or padded)",
+                header.data_len()
+            )));
+        }
+        f.read_to_end(&mut bytes)
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        // The full check of the crate, on the bytes as read (the file may have changed).
         let (n, meta) = SafeTensors::read_metadata(&bytes)
-            .map_err(|e| Error::file(path, format!("not a valid safetensors file: {e}")))?;
+            .map_err(|e| bad(format!("not a valid safetensors file: {e}")))?;
         Ok(SafetensorsFile {
             path: path.to_path_buf(),
             bytes,
@@ -636,6 +743,74 @@ mod tests {
         .unwrap();
         let e = read_quantized(&cut, "w").unwrap_err().to_string();
         assert!(e.contains("cut.safetensors"), "{e}");
+    }
+
+    /// A file whose header declares other sizes than it holds, a repeated header key and
+    /// a path that is no regular file are refused, each by what is wrong.
+    #[test]
+    fn padded_repeated_and_irregular_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.safetensors");
+        write_quantized(&path, "w", &matrix(Code::OneMad)).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let bad = dir.path().join("bad.safetensors");
+        let open_err = |b: &[u8]| {
+            std::fs::write(&bad, b).unwrap();
+            SafetensorsFile::open(&bad).unwrap_err().to_string()
+        };
+
+        let mut padded = bytes.clone();
+        padded.extend_from_slice(&[0; 5]);
+        let e = open_err(&padded);
+        assert!(
+            e.contains("bad.safetensors") && e.contains("data bytes"),
+            "{e}"
+        );
+
+        // A header length beyond the file, and beyond the crate's header limit.
+        let mut long = bytes.clone();
+        long[..8].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+        assert!(open_err(&long).contains("header length"));
+        long[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(open_err(&long).contains("header length"));
+
+        // Repeated keys, at the top level and in __metadata__, spaces kept so the
+        // offsets stay right.
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
+        let with = |h: String| {
+            let mut b = (h.len() as u64).to_le_bytes().to_vec();
+            b.extend_from_slice(h.as_bytes());
+            b.extend_from_slice(&bytes[8 + n..]);
+            b
+        };
+        let meta_dup = header.replacen(
+            "\"__metadata__\":{",
+            "\"__metadata__\":{\"a\":\"1\",\"a\":\"2\",",
+            1,
+        );
+        assert_ne!(meta_dup, header);
+        let e = open_err(&with(meta_dup));
+        assert!(
+            e.contains("`__metadata__.a`") && e.contains("more than once"),
+            "{e}"
+        );
+        let at = header.find("\"w.scales\":").unwrap();
+        let entry = &header[at..at + header[at..].find('}').unwrap() + 1];
+        let top = header.trim_end().strip_suffix('}').unwrap();
+        let e = open_err(&with(format!("{top},{entry}}}")));
+        assert!(
+            e.contains("`w.scales`") && e.contains("more than once"),
+            "{e}"
+        );
+
+        let e = SafetensorsFile::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        #[cfg(unix)]
+        {
+            let e = SafetensorsFile::open("/dev/zero").unwrap_err().to_string();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
     }
 
     #[test]

@@ -113,6 +113,38 @@ impl QuantizedMatrix {
         Ok(())
     }
 
+    /// Check that every SPEC 4 weight `round_T(value * scale)` is finite in `dtype`: finite
+    /// values and scales can still overflow T (f16 scales near 65504, f32 scales near
+    /// 2^127), and an infinite weight makes the exact tier's sums inf or NaN where the
+    /// real sum is finite (SPEC 7 forbids that). One pass over the scales against the
+    /// largest table value; only a row that could overflow is decoded.
+    pub fn check_weights_finite(&self, dtype: DType) -> Result<()> {
+        self.validate()?; // a hand-edited matrix: its table and lengths are read below
+        let table = self.value_table();
+        let largest = table.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for (r, &s) in self.scales.iter().enumerate() {
+            // Rounding is monotone, so no weight of the row exceeds this one.
+            if dtype.round(largest * s.abs()).is_finite() {
+                continue;
+            }
+            for c in 0..self.geometry.cols {
+                let v = table[self.state(r, c) as usize];
+                if !dtype.round(v * s).is_finite() {
+                    return Err(Error::invalid(
+                        format!("weight w[{r}, {c}]"),
+                        format!("value {v} * scales[{r}] {s}"),
+                        format!(
+                            "overflows {dtype}: exact weights are round_T(value * scale) \
+                             (SPEC 4) and an infinite one makes the output inf or NaN; \
+                             the fast tier (no weight rounding) or f32 activations may hold it"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The words of block `b` of row `r`.
     pub fn block(&self, r: usize, b: usize) -> &[u32] {
         let wpb = self.geometry.words_per_block();
@@ -222,6 +254,43 @@ impl Activations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A weight that overflows T is found (and named) whether the scale or the table
+    /// makes it large; rows the largest table value keeps finite pass untouched, and a
+    /// row whose used states stay small passes though its table's largest would not.
+    #[test]
+    fn weights_infinite_in_t_are_named() {
+        let g = Geometry::new(2, 64, 64, 2, 6, Code::Lut).unwrap();
+        let n = g.codes_shape().iter().product::<usize>();
+        let mut lut = vec![1.0f32; 64];
+        lut[63] = 1e38; // state 63: all ones
+        let w = QuantizedMatrix::new(g, vec![0; n], vec![1.0, 8.0], ScaleDType::F32, Some(lut))
+            .unwrap();
+        // Every state is 0 (value 1): the large table entry is never used.
+        for t in [DType::Bf16, DType::F16, DType::F32] {
+            w.check_weights_finite(t).unwrap();
+        }
+        let ones = QuantizedMatrix {
+            codes: vec![u32::MAX; n],
+            ..w.clone()
+        };
+        ones.check_weights_finite(DType::F16).unwrap_err();
+        let e = ones
+            .check_weights_finite(DType::F32)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("w[1, 0]") && e.contains("overflows f32"), "{e}");
+        let small = QuantizedMatrix {
+            scales: vec![1.0, 1.0],
+            ..ones.clone()
+        };
+        small.check_weights_finite(DType::F32).unwrap();
+        let e = small
+            .check_weights_finite(DType::F16)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("w[0, 0]") && e.contains("overflows f16"), "{e}");
+    }
 
     /// Lane l's chunk q (columns 32 l + e q .. + e - 1 of a slice, e values per 16 bytes)
     /// lands at chunk 32 q + l; a ragged width has no interleaved copy.

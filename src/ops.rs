@@ -142,10 +142,13 @@ fn fallback_gate_up<B: Backend>(
 /// Every sample's result depends on its own activations only (SPEC 5's order and SPEC 7's
 /// bound are per sample), so the bits are those a launch of all M would give: the
 /// families take M up to their limit (exact [`MAX_M`], fast [`MAX_M_MMA`]), and a larger
-/// M runs as several launches. `x` is checked against `cols` first (it is sliced here).
+/// M runs as several launches. `x` is checked against `cols` first (it is sliced here),
+/// and the `[M, out_cols]` output is allocated before any chunk runs (a huge M is an
+/// error naming it, not an allocation abort half way).
 fn in_chunks(
     x: &Activations,
     cols: usize,
+    out_cols: usize,
     max: u32,
     f: impl Fn(&Activations) -> Result<Activations>,
 ) -> Result<Activations> {
@@ -153,14 +156,21 @@ fn in_chunks(
     if x.cols == 0 {
         return f(x); // a hand-made matrix of no columns: the family names what is wrong
     }
-    let (mut data, mut out_cols) = (Vec::new(), 0);
+    let n = x.rows.checked_mul(out_cols).ok_or_else(|| {
+        Error::invalid(
+            "output (M x rows)",
+            format!("{} x {out_cols}", x.rows),
+            "the element count overflows",
+        )
+    })?;
+    let mut data =
+        crate::error::reserve(n, "output (M x rows)", format!("{} x {out_cols}", x.rows))?;
     for chunk in x.data.chunks(max as usize * x.cols) {
         let part = f(&Activations {
             data: chunk.to_vec(),
             rows: chunk.len() / x.cols,
             ..*x
         })?;
-        out_cols = part.cols;
         data.extend_from_slice(&part.data);
     }
     Ok(Activations {
@@ -171,8 +181,9 @@ fn in_chunks(
     })
 }
 
-/// The most samples one launch of `tier`'s families takes.
-fn max_samples(tier: Tier) -> u32 {
+/// The most samples one launch of `tier`'s families takes; [`matvec`] and [`gate_up`]
+/// run a larger M as launches of this many and one of the rest.
+pub fn max_samples(tier: Tier) -> u32 {
     match tier {
         Tier::Exact => MAX_M,
         Tier::Fast => MAX_M_MMA,
@@ -191,15 +202,17 @@ fn check_each(x: &Activations, ok: impl Fn(f32) -> bool, reason: &str) -> Result
     }
 }
 
-/// The `reduce` problem of a matrix and activations (validated: shapes, M, finite x).
+/// The exact `reduce` problem of a matrix and activations (validated: shapes, M, finite
+/// x, weights finite in T: [`QuantizedMatrix::check_weights_finite`]).
 pub fn reduce_problem(w: &QuantizedMatrix, x: &Activations) -> Result<ReduceProblem> {
     let p = ReduceFamily::problem_of(w, x)?;
     check_finite(x)?;
+    w.check_weights_finite(x.dtype)?;
     Ok(p)
 }
 
-/// The `gate_up` problem of a pair of matrices and activations (validated: shapes, M,
-/// finite x).
+/// The exact `gate_up` problem of a pair of matrices and activations (validated: shapes,
+/// M, finite x, weights finite in T).
 pub fn gate_up_problem(
     gate: &QuantizedMatrix,
     up: &QuantizedMatrix,
@@ -208,6 +221,8 @@ pub fn gate_up_problem(
 ) -> Result<GateUpProblem> {
     let p = GateUpFamily::problem_of(gate, up, x, tail)?;
     check_finite(x)?;
+    gate.check_weights_finite(x.dtype)?;
+    up.check_weights_finite(x.dtype)?;
     Ok(p)
 }
 
@@ -250,7 +265,8 @@ pub fn matvec<B: Backend>(
         if tier == Tier::Fast {
             check_finite(x)?; // every chunk's, before any kernel runs
         }
-        return in_chunks(x, w.geometry.cols, max_samples(tier), |xs| {
+        let (cols, rows) = (w.geometry.cols, w.geometry.rows);
+        return in_chunks(x, cols, rows, max_samples(tier), |xs| {
             matvec(b, w, xs, tier)
         });
     }
@@ -296,7 +312,8 @@ pub fn gate_up<B: Backend>(
         if tier == Tier::Fast {
             check_finite(x)?; // every chunk's, before any kernel runs
         }
-        return in_chunks(x, gate.geometry.cols, max_samples(tier), |xs| {
+        let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
+        return in_chunks(x, cols, rows, max_samples(tier), |xs| {
             gate_up(b, gate, up, xs, tail, tier)
         });
     }
@@ -350,8 +367,9 @@ pub fn expand<B: Backend>(
 
 #[cfg(test)]
 mod tests {
-    use super::family_for;
+    use super::{family_for, in_chunks};
     use crate::numerics::Tier;
+    use crate::{Activations, Result};
 
     #[test]
     fn the_fast_tier_of_reduce_and_gate_up_runs_on_matrix_units() {
@@ -369,6 +387,23 @@ mod tests {
                     "{name} {tier:?}: {f}"
                 );
             }
+        }
+    }
+
+    /// An output of more elements than memory holds (or than usize counts) is an error
+    /// naming M and the rows before any chunk runs.
+    #[test]
+    fn a_huge_chunked_output_is_an_error_before_any_launch() {
+        let x = Activations::from_f32(crate::DType::F32, 17, 1, vec![1.0; 17]).unwrap();
+        let never = |_: &Activations| -> Result<Activations> { panic!("no chunk may run") };
+        for out_cols in [usize::MAX / 8, 1 << 58] {
+            let e = in_chunks(&x, 1, out_cols, 16, never)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("output (M x rows)") && e.contains(&format!("17 x {out_cols}")),
+                "{e}"
+            );
         }
     }
 }

@@ -41,6 +41,13 @@ fn filled<T: Clone>(a: usize, b: usize, fill: T, what: &str) -> Result<Vec<T>> {
 
 /// Check that `x` fits a matrix with `cols` input features.
 pub fn check_activations(x: &Activations, cols: usize) -> Result<()> {
+    if x.cols != cols && x.rows == cols {
+        return Err(Error::invalid(
+            "x shape",
+            format!("[{}, {}]", x.rows, x.cols),
+            format!("x is [M, C] with C = {cols}, the matrix's cols: this one looks transposed"),
+        ));
+    }
     if x.cols != cols {
         return Err(Error::Shape {
             name: "x".into(),

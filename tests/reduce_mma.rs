@@ -721,7 +721,7 @@ fn samples_beyond_f16_operands_run_on_the_fallback() {
     let b = CpuBackend::new().expect("cpu backend");
     let g = Geometry::new(24, 512, 256, 2, 12, Code::OneMad).unwrap();
     let (w, u) = (check::random_matrix(g, 101), check::random_matrix(g, 102));
-    let value = |r: usize, c: usize| g.code.value(w.state(r, c), None);
+    let value = |r: usize, c: usize| g.code.value(w.state(r, c), None).unwrap();
     // A column some row weights at zero (1mad: byte sum 510), and one every row weights.
     let zero_col = (0..512)
         .find(|&c| (0..24).any(|r| value(r, c) == 0.0))

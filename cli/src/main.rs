@@ -196,8 +196,9 @@ struct MatvecArgs {
     /// Output file; gets tensor `y` [M, R] in the dtype of x.
     #[arg(long, value_name = "Y.safetensors")]
     out: PathBuf,
-    /// Backend that runs the product: reference, cpu, cuda or metal (default: the best
-    /// available here: cuda with a driver, metal on macOS, else cpu).
+    /// Backend that runs the product: reference, cpu, cuda, metal or metal-sim (the
+    /// Metal kernels on the CPU) (default: the best available here: cuda with a
+    /// driver, metal on macOS, else cpu).
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
     /// Numerics tier: `exact` (SPEC section 5 bits) or `fast` (within the SPEC section 7
@@ -223,8 +224,9 @@ struct GateUpArgs {
     /// SwiGLU tail: `exact` (SPEC section 6, bit-reproducible) or `native` (a backend's own).
     #[arg(long, default_value = "exact")]
     tail: String,
-    /// Backend that runs the product: reference, cpu, cuda or metal (default: the best
-    /// available here: cuda with a driver, metal on macOS, else cpu).
+    /// Backend that runs the product: reference, cpu, cuda, metal or metal-sim (the
+    /// Metal kernels on the CPU) (default: the best available here: cuda with a
+    /// driver, metal on macOS, else cpu).
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
     /// Numerics tier: `exact` (SPEC section 6 bits) or `fast` (within the SPEC section 7
@@ -325,6 +327,7 @@ fn run_matvec(
     tier: Tier,
 ) -> Result<Activations> {
     if backend == "reference" {
+        w.check_weights_finite(x.dtype)?; // as the facade does: no inf weight in T
         return reference::reduce(w, x);
     }
     struct Job<'a>(&'a QuantizedMatrix, &'a Activations, Tier);
@@ -357,6 +360,8 @@ fn run_gate_up(
         ));
     }
     if backend == "reference" {
+        gate.check_weights_finite(x.dtype)?;
+        up.check_weights_finite(x.dtype)?;
         return reference::gate_up(gate, up, x);
     }
     struct Job<'a>(
@@ -904,23 +909,48 @@ fn select(a: SelectArgs) -> Result<()> {
             a.family
         );
     }
-    let mut v = Select {
-        name: family,
-        spec,
-        tier,
-        backend: &backend,
-        device,
-        selector: &selector,
-        out: None,
+    let answer = |spec: ProblemSpec| {
+        let mut v = Select {
+            name: family,
+            spec,
+            tier,
+            backend: &backend,
+            device,
+            selector: &selector,
+            out: None,
+        };
+        trellis::families::for_each(&mut v);
+        v.out.unwrap_or_else(|| {
+            Err(Error::invalid(
+                "family",
+                &a.family,
+                format!("expected one of {}", trellis::families::names().join(", ")),
+            ))
+        })
     };
-    trellis::families::for_each(&mut v);
-    let lines = v.out.unwrap_or_else(|| {
-        Err(Error::invalid(
-            "family",
-            &a.family,
-            format!("expected one of {}", trellis::families::names().join(", ")),
-        ))
-    })?;
+    let lines = match answer(spec.clone()) {
+        // An M beyond one launch runs as launches of the most samples and one of the
+        // rest (`trellis::ops::matvec`): answer for each launch size.
+        Err(_) if spec.m > trellis::ops::max_samples(tier) => {
+            let max = trellis::ops::max_samples(tier);
+            let mut sizes = vec![max];
+            sizes.extend((spec.m % max != 0).then_some(spec.m % max));
+            let mut lines = vec![format!(
+                "M = {} runs as launches of at most {max} samples: {} of M = {max}{} \
+                 (each sample's result as in one launch)",
+                spec.m,
+                spec.m / max,
+                sizes
+                    .get(1)
+                    .map_or(String::new(), |r| format!(", 1 of M = {r}"))
+            )];
+            for m in sizes {
+                lines.extend(answer(ProblemSpec { m, ..spec.clone() })?);
+            }
+            lines
+        }
+        other => other?,
+    };
     for l in lines {
         println!("{l}");
     }

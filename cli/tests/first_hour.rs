@@ -297,6 +297,71 @@ fn non_finite_activations_are_rejected_like_non_finite_weights() {
     }
 }
 
+/// Finite values and scales whose SPEC 4 weight `round_T(value * scale)` overflows T:
+/// the exact tier would answer inf or NaN (SPEC 7 forbids it), so it refuses, naming the
+/// weight, on every backend; the fast tier does not round weights to T and runs.
+#[test]
+fn weights_that_overflow_the_activation_dtype_are_refused_by_the_exact_tier() {
+    use trellis::{Code, Geometry, QuantizedMatrix, ScaleDType};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let g = Geometry::new(4, 256, 256, 2, 12, Code::OneMad).unwrap();
+    let codes = (0..g.codes_shape().iter().product::<usize>() as u32)
+        .map(|i| i.wrapping_mul(0x9E37_79B9))
+        .collect();
+    let scales = vec![1.0, 65504.0, 1.0, 1.0];
+    let w = QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, None).unwrap();
+    let mut f = Writer::new();
+    f.quantized("w", &w);
+    f.write(&dir.join("big.safetensors")).unwrap();
+    write_x(
+        &dir.join("x.safetensors"),
+        vec![1.0 / 1024.0; 512],
+        DType::F16,
+    );
+    let gate_up = [
+        "gate-up",
+        "--gate",
+        "big.safetensors",
+        "--up",
+        "big.safetensors",
+    ];
+    for backend in ["cpu", "reference"] {
+        for cmd in [
+            &["matvec", "--weights", "big.safetensors"][..],
+            &gate_up[..],
+        ] {
+            let mut args = cmd.to_vec();
+            args.extend(["--x", "x.safetensors", "--out", "y.safetensors"]);
+            args.extend(["--backend", backend]);
+            one_error(
+                dir,
+                &args,
+                &["weight w[1, ", "scales[1] 65504", "overflows f16"],
+            );
+            assert!(!dir.join("y.safetensors").exists());
+        }
+    }
+    let mut args = vec![
+        "matvec",
+        "--weights",
+        "big.safetensors",
+        "--x",
+        "x.safetensors",
+    ];
+    args.extend([
+        "--out",
+        "y.safetensors",
+        "--backend",
+        "cpu",
+        "--tier",
+        "fast",
+    ]);
+    ok(dir, &args);
+    let y = io::read_activations(&dir.join("y.safetensors"), "y").unwrap();
+    assert!(y.data.iter().all(|v| v.is_finite()), "{:?}", y.data);
+}
+
 #[test]
 fn a_scale_that_overflows_f16_names_the_file_and_tensor() {
     let tmp = tempfile::tempdir().unwrap();

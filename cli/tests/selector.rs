@@ -1083,3 +1083,36 @@ fn a_winner_that_does_not_fit_the_shape_gives_way_to_the_runner_up_or_the_defaul
     let got = trellis::ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
     assert!(got.bits_eq(&trellis::reference::reduce(&w, &x).unwrap()));
 }
+
+/// `select` answers for an M beyond one launch the way `matvec` runs it: one answer per
+/// launch size (8 and the rest exact, 16 and the rest fast); M = 0 stays an error.
+#[test]
+fn select_answers_an_m_beyond_one_launch_per_launch_size() {
+    let mut args = select_args("cpu", None, &[]);
+    args[12] = "19"; // --m
+    let (out, _) = ok(&args);
+    assert!(
+        out.starts_with("M = 19 runs as launches of at most 8 samples: 2 of M = 8, 1 of M = 3"),
+        "{out}"
+    );
+    let keys: Vec<&str> = out.lines().filter(|l| l.starts_with("key: ")).collect();
+    assert_eq!(keys.len(), 2, "{out}");
+    assert!(
+        keys[0].contains(" M=8 ") && keys[1].contains(" M=3 "),
+        "{out}"
+    );
+    args.extend(["--tier", "fast"]);
+    args[12] = "32";
+    let (out, _) = ok(&args);
+    assert!(
+        out.contains("M = 32 runs as launches of at most 16 samples: 2 of M = 16 ("),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("key: ")).count(),
+        1,
+        "{out}"
+    );
+    args[12] = "0";
+    fails(&args, &["m = 0"]);
+}

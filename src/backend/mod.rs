@@ -1,7 +1,9 @@
 //! Backends: where kernels run (launch, memory, compile cache, device id, limits), and
 //! the one registry that opens them by name ([`AnyBackend`]). `cpu` is always
-//! available; `cuda` when built with the `cuda` feature and a driver is found at run
-//! time; `metal` on macOS. Nothing here knows about families, tuning or the facade.
+//! available, and `metal-sim` (the Metal dialect's kernels run on the CPU through the
+//! shim); `cuda` when built with the `cuda` feature and a driver is found at run time;
+//! `metal` on macOS. (`reference` names the plain SPEC implementation, which the CLI
+//! runs without a backend.) Nothing here knows about families, tuning or the facade.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]

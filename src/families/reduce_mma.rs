@@ -5,10 +5,12 @@
 //! A simdgroup owns a tile of 16 rows: the weights are the A operand (16 rows x 16
 //! k-slots), the samples B's 8 columns (M 9..16: two B per A). Lane `4 g + t` decodes a
 //! run of 32 consecutive weights of rows `g` and `g + 8` per step (128 columns per
-//! step and tile). Operands are f16: 1mad feeds its centred byte sums (exact; the
-//! divisor and the row scale go to the f32 epilogue), 3inst/mcg the two f16 halves of
+//! step and tile). Operands are f16 by default: 1mad feeds its centred byte sums (exact;
+//! the divisor and the row scale go to the f32 epilogue), 3inst/mcg the two f16 halves of
 //! the masked word as two k-slots against x duplicated (the matrix unit adds them),
-//! mul1 and lut their values rounded to f16. x is converted to f16 per fragment as it is
+//! mul1 and lut their values rounded to f16. With bf16 activations, codes of one k-slot
+//! per weight may take bf16 operands instead ([`MmaOperands::Bf16`]: x as it is, the
+//! value rounded to bf16). x is converted to f16 per fragment as it is
 //! read (`x_stage = global`), or once per threadgroup into threadgroup memory (`shared`;
 //! `shared_dup` stores each value twice, the B words of 3inst/mcg); the host first takes
 //! a power of two out of each sample and out of each lut table, which the epilogue puts
@@ -1039,6 +1041,7 @@ pub fn beyond_f16_operands(
     let all = || Ok((0..x.rows).collect());
     // Per matrix, its values' largest magnitude.
     let mut largest_values = Vec::with_capacity(ws.len());
+    let mut tables = Vec::with_capacity(ws.len());
     for w in ws {
         let table = w.value_table();
         let vmax = max_abs(&table);
@@ -1063,6 +1066,7 @@ pub fn beyond_f16_operands(
         if product_log2 >= 126.0 || (smax > 0.0 && smin < pow2(-60)) || table_e < -60 {
             return all();
         }
+        tables.push(table);
     }
     if x.dtype == DType::F16 {
         return Ok(Vec::new());
@@ -1081,16 +1085,19 @@ pub fn beyond_f16_operands(
         largest.sort_by(|&a, &b| row[b].abs().total_cmp(&row[a].abs()));
         largest.truncate(LARGEST);
         let worst = n as f64 * max as f64 * 2f64.powi(-38);
-        ws.iter().zip(&largest_values).all(|(w, &vmax)| {
-            let value = |r, c| w.geometry.code.value(w.state(r, c), w.lut.as_deref()).abs();
-            (0..w.geometry.rows).all(|r| {
-                let sum: f64 = largest
-                    .iter()
-                    .map(|&c| value(r, c) as f64 * row[c].abs() as f64)
-                    .sum();
-                worst * vmax <= sum * 2f64.powi(-10)
+        ws.iter()
+            .zip(&tables)
+            .zip(&largest_values)
+            .all(|((w, table), &vmax)| {
+                let value = |r, c| table[w.state(r, c) as usize].abs();
+                (0..w.geometry.rows).all(|r| {
+                    let sum: f64 = largest
+                        .iter()
+                        .map(|&c| value(r, c) as f64 * row[c].abs() as f64)
+                        .sum();
+                    worst * vmax <= sum * 2f64.powi(-10)
+                })
             })
-        })
     };
     Ok((0..x.rows).filter(|&m| !held(m)).collect())
 }

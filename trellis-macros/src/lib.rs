@@ -8,25 +8,26 @@
 //!     inputs(x: act[self.rows, self.cols], s: f32[self.rows]),
 //!     outputs(y: act[self.rows, self.cols]),
 //! )]
-//! #[derive(Clone, Debug)]
+//! #[derive(Clone, Debug, Hash)]
 //! pub struct ScaleRows { pub rows: usize, pub cols: usize, pub act: Elem }
 //! ```
 //!
-//! Element types are `u32`, `f32`, `f16`, `bf16`, or the name of a field of type
-//! `trellis::kernel::Elem` (`act` above). Shapes are Rust expressions over `self`.
+//! Element types are `u32`, `f32`, `f16`, `bf16`, or the name of a field whose type
+//! converts into `trellis::kernel::Elem` (`act` above; a `DType` or `ScaleDType` does). Shapes are Rust expressions over `self`.
 //! Optional: `validate = expr` (a `Result<()>` checked before every launch),
 //! `shared = expr` (threadgroup bytes the body declares) and `zero_outputs = expr` (a
 //! `bool`: the outputs must start zeroed, as for arrival counters; the kernel leaves
 //! them as it found them, so a bound output stays valid for the next launch).
 //!
-//! The struct must implement `Hash` (its fields are the kernel's identity:
+//! The struct must implement `Hash` and `Debug` (its fields are the kernel's identity:
 //! [`KernelSpec::id`](../trellis/kernel/trait.KernelSpec.html#tymethod.id)).
 //!
 //! Generated: `impl KernelSpec`, two askama renderers (blocks `header` and `body`,
 //! with the declaration's fields and `dialect` in scope, so a template naming a field
 //! the kernel lacks fails the build), `<Name>Outputs<T>` with one field per output,
-//! and `launch` / `launch_into` / `launch_request` methods whose arguments are the
-//! named inputs (and outputs), checked for dtype and shape before the backend runs.
+//! and `launch` / `launch_into` methods whose arguments are the named inputs (and
+//! outputs), checked for dtype and shape before the backend runs. (`launch_request`,
+//! the data-free `Launch` for `Backend::precompile`, is `KernelSpec`'s own method.)
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};

@@ -16,11 +16,13 @@ use trellis::{Code, DType, Error, Result};
 
 #[derive(clap::Args, Debug)]
 pub struct TuneArgs {
-    /// cpu, cuda or metal (default: the best available).
+    /// cpu, cuda, metal or metal-sim (the Metal kernels run on the CPU; default: the
+    /// best available).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Families, comma-separated (default: every registered family that has problems
-    /// in the space: reduce, gate_up).
+    /// Families, comma-separated (default: every registered family with variants of the
+    /// tier and problems in the space: reduce and gate_up exact, reduce_mma and
+    /// gate_up_mma fast).
     #[arg(long, value_delimiter = ',')]
     pub family: Vec<String>,
     /// Shapes: presets (qwen3-14b, llama-3-8b) or RxC; comma-separated.
