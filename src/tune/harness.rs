@@ -678,8 +678,7 @@ pub fn tune_problem<F: Family, B: Backend>(
         }
         match outcome {
             Ok(stats) => timed.push((v, stats)),
-            // The table keeps the first line: what failed, not the log.
-            Err(why) => rejected.push(format!("{v}: {}", why.lines().next().unwrap_or_default())),
+            Err(why) => rejected.push(format!("{v}: {}", reason_line(&why))),
         }
     }
     let (winner, stats) = choose(default, &timed).ok_or_else(|| {
@@ -743,6 +742,19 @@ fn entry<F: Family>(
 
 fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
+}
+
+/// What a table keeps of a rejection: its first line (what failed), and where that line
+/// only announces a log (a compiler's), the log's first error, not the whole log.
+fn reason_line(why: &str) -> String {
+    let mut lines = why.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default();
+    if !first.ends_with(':') {
+        return first.to_string();
+    }
+    let log: Vec<&str> = lines.collect();
+    let error = log.iter().find(|l| l.contains("error")).or(log.first());
+    error.map_or(first.to_string(), |e| format!("{first} {e}"))
 }
 
 /// A fresh table header for `b`.

@@ -4,7 +4,7 @@
 
 use trellis::backend::CpuBackend;
 use trellis::family::Family;
-use trellis::kernel::Backend;
+use trellis::kernel::{Backend, Dialect, Grid, KernelId, KernelSpec, Rendered, TensorSpec};
 use trellis::numerics::Tier;
 use trellis::tune::harness::{self, TuneOptions};
 use trellis::tune::{Selector, Source, Table};
@@ -104,26 +104,72 @@ fn shapes_sharing_a_bucket_are_each_tuned_and_resumed() {
     assert_eq!(table.entries.len(), 2);
 }
 
-/// `scale_rows` with a planted defect: its `rpg=2` candidate binds a doubled scale, so
-/// its output is wrong while every other candidate is right.
-struct Planted;
+/// Planted defects: the `rpg=2` candidate binds a doubled scale (its output is wrong
+/// while every other candidate is right), or its unit does not compile.
+const WRONG_OUTPUT: u8 = 0;
+const NO_COMPILE: u8 = 1;
+
+/// `scale_rows` with the planted defect `D` in its `rpg=2` candidate.
+struct Planted<const D: u8>;
+
+/// `scale_rows`, or (`broken`) the same kernel under another id whose body the host
+/// compiler rejects.
+#[derive(Debug)]
+struct PlantedKernel {
+    inner: trellis_downstream_example::ScaleRows,
+    broken: bool,
+}
+
+impl KernelSpec for PlantedKernel {
+    const NAME: &'static str = "scale_rows";
+    fn id(&self) -> KernelId {
+        let id = self.inner.id();
+        match self.broken {
+            // Its own compile-cache entry, not the good kernel's.
+            true => KernelId::of("scale_rows_broken", &self.inner),
+            false => id,
+        }
+    }
+    fn inputs(&self) -> Vec<TensorSpec> {
+        self.inner.inputs()
+    }
+    fn outputs(&self) -> Vec<TensorSpec> {
+        self.inner.outputs()
+    }
+    fn grid(&self) -> Grid {
+        self.inner.grid()
+    }
+    fn validate(&self) -> Result<()> {
+        self.inner.validate()
+    }
+    fn render(&self, dialect: Dialect) -> Result<Rendered> {
+        let mut r = self.inner.render(dialect)?;
+        if self.broken {
+            r.body.push_str("\n  planted_undeclared_identifier += 1;\n");
+        }
+        Ok(r)
+    }
+}
 
 struct PlantedDevice<B: Backend> {
     inner: Device<B>,
     doubled: B::Tensor,
 }
 
-impl Family for Planted {
+impl<const D: u8> Family for Planted<D> {
     const NAME: &'static str = "scale_rows";
     type Problem = Problem;
     type Variant = Variant;
-    type Kernel = <ScaleRowsFamily as Family>::Kernel;
+    type Kernel = PlantedKernel;
     type Host = Host;
     type Expected = Activations;
     type Device<B: Backend> = PlantedDevice<B>;
 
     fn kernel(p: &Problem, v: Variant) -> Self::Kernel {
-        ScaleRowsFamily::kernel(p, v)
+        PlantedKernel {
+            inner: ScaleRowsFamily::kernel(p, v),
+            broken: D == NO_COMPILE && v.rows_per_group == 2,
+        }
     }
     fn tier(v: &Variant) -> Tier {
         ScaleRowsFamily::tier(v)
@@ -170,7 +216,7 @@ impl Family for Planted {
         })
     }
     fn inputs<'d, B: Backend>(d: &'d PlantedDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
-        let s = if v.rows_per_group == 2 {
+        let s = if D == WRONG_OUTPUT && v.rows_per_group == 2 {
             &d.doubled
         } else {
             &d.inner.s
@@ -197,12 +243,12 @@ fn a_wrong_candidate_is_rejected_and_never_chosen() {
         trace: Some(trace.clone()),
         ..options()
     };
-    let table = tune::<Planted>(&b, p, &o);
+    let table = tune::<Planted<WRONG_OUTPUT>>(&b, p, &o);
     let text = std::fs::read_to_string(&trace).unwrap();
     let _ = std::fs::remove_file(&trace);
     let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split('\t').collect()).collect();
     assert_eq!(lines[0][..3], ["key", "variant", "outcome"]);
-    let candidates = Planted::candidates(&p, Tier::Exact, false);
+    let candidates = Planted::<WRONG_OUTPUT>::candidates(&p, Tier::Exact, false);
     assert_eq!(lines.len(), 1 + candidates.len(), "{text}");
     for (line, v) in lines[1..].iter().zip(&candidates) {
         assert_eq!(line.len(), 7, "{line:?}");
@@ -227,4 +273,33 @@ fn a_wrong_candidate_is_rejected_and_never_chosen() {
         e.rejected
     );
     assert_ne!(e.winner::<Variant>().unwrap().rows_per_group, 2);
+}
+
+/// A candidate whose unit the host compiler rejects is disqualified with the compiler's
+/// reason, the others are timed, and the table never chooses it; the broken unit's
+/// compile error does not take its batch's good kernels with it.
+#[test]
+fn a_candidate_that_does_not_compile_is_rejected_and_never_chosen() {
+    let b = CpuBackend::new().unwrap();
+    let p = Problem {
+        rows: 16,
+        cols: 512,
+        act: DType::F32,
+    };
+    let table = tune::<Planted<NO_COMPILE>>(&b, p, &options());
+    let e = &table.entries[0];
+    assert_eq!(e.rejected.len(), 1, "{:?}", e.rejected);
+    assert!(e.rejected[0].starts_with("rpg=2:"), "{:?}", e.rejected);
+    // What failed and the compiler's first error, on one line.
+    assert!(
+        e.rejected[0].contains("failed to compile on cpu")
+            && e.rejected[0].contains("error")
+            && e.rejected[0].contains("planted_undeclared_identifier")
+            && !e.rejected[0].contains('\n'),
+        "{:?}",
+        e.rejected
+    );
+    let winner = e.winner::<Variant>().unwrap();
+    assert_ne!(winner.rows_per_group, 2);
+    assert!(e.stats.samples >= 3 && e.stats.median_us > 0.0);
 }
