@@ -928,28 +928,28 @@ fn select(a: SelectArgs) -> Result<()> {
             ))
         })
     };
-    let lines = match answer(spec.clone()) {
-        // An M beyond one launch runs as launches of the most samples and one of the
-        // rest (`trellis::ops::matvec`): answer for each launch size.
-        Err(_) if spec.m > trellis::ops::max_samples(tier) => {
-            let max = trellis::ops::max_samples(tier);
-            let mut sizes = vec![max];
-            sizes.extend((spec.m % max != 0).then_some(spec.m % max));
-            let mut lines = vec![format!(
-                "M = {} runs as launches of at most {max} samples: {} of M = {max}{} \
-                 (each sample's result as in one launch)",
-                spec.m,
-                spec.m / max,
-                sizes
-                    .get(1)
-                    .map_or(String::new(), |r| format!(", 1 of M = {r}"))
-            )];
-            for m in sizes {
-                lines.extend(answer(ProblemSpec { m, ..spec.clone() })?);
+    // An M beyond one launch runs as launches of the most samples and one of the rest
+    // (`trellis::ops::matvec`): answer for each launch size.
+    let max = trellis::ops::max_samples(tier);
+    let lines = if spec.m <= max {
+        answer(spec)?
+    } else {
+        let rest = spec.m % max;
+        let mut lines = vec![format!(
+            "M = {} runs as launches of at most {max} samples: {} of M = {max}{} \
+             (each sample's result as in one launch)",
+            spec.m,
+            spec.m / max,
+            if rest > 0 {
+                format!(", 1 of M = {rest}")
+            } else {
+                String::new()
             }
-            lines
+        )];
+        for m in std::iter::once(max).chain((rest > 0).then_some(rest)) {
+            lines.extend(answer(ProblemSpec { m, ..spec.clone() })?);
         }
-        other => other?,
+        lines
     };
     for l in lines {
         println!("{l}");

@@ -123,11 +123,11 @@ struct PlantedKernel {
 impl KernelSpec for PlantedKernel {
     const NAME: &'static str = "scale_rows";
     fn id(&self) -> KernelId {
-        let id = self.inner.id();
-        match self.broken {
+        if self.broken {
             // Its own compile-cache entry, not the good kernel's.
-            true => KernelId::of("scale_rows_broken", &self.inner),
-            false => id,
+            KernelId::of("scale_rows_broken", &self.inner)
+        } else {
+            self.inner.id()
         }
     }
     fn inputs(&self) -> Vec<TensorSpec> {
