@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Render the fast tier's 17408 x 5120 1mad k 2 L 12 M 1 winner (`reduce_mma mma rt=1 cs=8
+mt=16 x=shared pw`) at several row counts with examples/mma_unit, and write its ablation
+twins (run here, where cargo is; writes u_<rows>_<twin>.cu and units.txt, git-ignored,
+carried to the device):
+
+  full   the shipped unit;
+  nobs   no LCG and no byte sum: the two states packed as they are, then centred
+         (window, pack and centre kept: 2 FMA-heavy instructions per weight fewer);
+  nodec  no decode: the A word is s0 ^ s1 (the state windows kept);
+  floor  no window and no decode: the A word is w[a] ^ w[b] ^ constant (one LOP3 per two
+         weights; the constants keep each word distinct, so nothing is merged).
+
+The twins compute garbage weights; they time what the kernel costs without each part.
+"""
+import re, subprocess, sys, pathlib
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+ROWS = [17408, 10560, 21120]  # 1.65 waves (the preset), one wave, two waves
+ARGS = ["5120", "2", "1mad", "12", "1", "1", "8", "16", "shared", "1", "0", "f16", "1"]
+
+def render(rows):
+    out = subprocess.run(["cargo", "run", "--release", "-q", "--example", "mma_unit", "--", str(rows)] + ARGS,
+                         cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    return out
+
+def replace_fn(src, name, body):
+    pat = re.compile(r"DEVICE uint " + name + r"\(uint s0, uint s1\) \{\n.*?\n\}\n", re.S)
+    new, n = pat.subn(lambda m: f"DEVICE uint {name}(uint s0, uint s1) {{ {body} }}\n", src)
+    assert n == 1, name
+    return new
+
+def replace_state(src, expr):
+    pat = re.compile(r"#define TRELLIS_STATE_PAIRED\(w, j, K, L\) \\\n(?:.*\\\n)*.*\n")
+    new, n = pat.subn(f"#define TRELLIS_STATE_PAIRED(w, j, K, L) ({expr})\n", src)
+    assert n == 1
+    return new
+
+TWINS = {
+    "full": lambda s: s,
+    "nobs": lambda s: replace_fn(s, "trellis_f16x2_onemad", "return f16x2_sub((s1 << 16) | (s0 & 0xFFFFu), 1711171070u);"),
+    "nodec": lambda s: replace_fn(s, "trellis_f16x2_onemad", "return s0 ^ s1;"),
+    "floor": lambda s: replace_fn(replace_state(s, "(w)[(j) % 3u] ^ ((j) * 2654435761u)"), "trellis_f16x2_onemad", "return s0 ^ s1;"),
+}
+
+def replace_mma_state(src, expr):
+    pat = re.compile(r"#define MMA_STATE\(w, j, K, L\) \\\n(?:.*\\\n)*.*\n")
+    new, n = pat.subn(f"#define MMA_STATE(w, j, K, L) ({expr})\n", src)
+    assert n == 1
+    return new
+
+def replace_3inst(src, body):
+    pat = re.compile(r"DEVICE uint trellis_f16x2_threeinst\(uint s, uint mask, uint xr\) \{.*?\}\n")
+    new, n = pat.subn(lambda m: f"DEVICE uint trellis_f16x2_threeinst(uint s, uint mask, uint xr) {{ {body} }}\n", src)
+    assert n == 1
+    return new
+
+# The 3inst winner at 17408 x 5120 k 2 M 1 (`rt=1 cs=8 mt=16 x=shared_dup`), 17408 rows only:
+# full; nodec (the A word is the state: no LCG, no mask and xor); floor (no window either:
+# the A word is w[a] ^ constant).
+TWINS_3INST = {
+    "3inst-full": lambda s: s,
+    "3inst-nodec": lambda s: replace_3inst(s, "return s;"),
+    "3inst-floor": lambda s: replace_3inst(replace_mma_state(s, "(w)[(j) % 3u] ^ ((j) * 2654435761u)"), "return s;"),
+}
+
+lines = []
+for rows in ROWS:
+    src = render(rows)
+    sym = re.search(r"reduce_mma_[0-9a-f]{16}", src).group(0)
+    for twin, f in TWINS.items():
+        path = HERE / f"u_{rows}_{twin}.cu"
+        path.write_text(f(src))
+        lines.append(f"{path.name} {sym} {rows} 5120 2")
+        print(path.name, sym)
+src = subprocess.run(["cargo", "run", "--release", "-q", "--example", "mma_unit", "--", "17408", "5120", "2", "3inst", "12",
+                      "1", "1", "8", "16", "shared_dup", "1", "0", "f16", "0"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+sym = re.search(r"reduce_mma_[0-9a-f]{16}", src).group(0)
+for twin, f in TWINS_3INST.items():
+    path = HERE / f"u_17408_{twin}.cu"
+    path.write_text(f(src))
+    lines.append(f"{path.name} {sym} 17408 5120 2")
+    print(path.name, sym)
+(HERE / "units.txt").write_text("\n".join(lines) + "\n")
