@@ -17,7 +17,8 @@ import re, subprocess, sys, pathlib
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-ROWS = [17408, 10560, 21120]  # 1.65 waves (the preset), one wave, two waves
+ROWS = [17408, 10560, 21120]
+PF_ROWS = [17408]  # the prefetch twins (second call)  # 1.65 waves (the preset), one wave, two waves
 ARGS = ["5120", "2", "1mad", "12", "1", "1", "8", "16", "shared", "1", "0", "f16", "1"]
 
 def render(rows):
@@ -63,13 +64,66 @@ TWINS_3INST = {
     "3inst-full": lambda s: s,
     "3inst-nodec": lambda s: replace_3inst(s, "return s;"),
     "3inst-floor": lambda s: replace_3inst(replace_mma_state(s, "(w)[(j) % 3u] ^ ((j) * 2654435761u)"), "return s;"),
+    "3inst-full-deep2": lambda s: deepen(s, 2),
 }
+
+PF_FN = ('template <int OFF> DEVICE void pf_l2(const uint32_t* p) '
+         '{ asm volatile("prefetch.global.L2 [%0+%1];" :: "l"(p), "n"(OFF)); }\n')
+LAST_LOAD = "LANE(nwh)[2] = LOAD_STREAM(codes + LANE(wo)[3] + adv);"
+
+def prefetch(src, ahead, stride=64, cs=8):
+    """Inside the loop, after the next step's loads, ask L2 for the code words of the
+    `ahead` steps after it (the winner's warp strides 64 words a step: 4 runs x 8 column
+    splits x k 2), as immediate offsets from the next step's addresses (no new registers)."""
+    i = src.rindex(LAST_LOAD) + len(LAST_LOAD)
+    extra = "".join(
+        f"\n      if (next_step + {a * cs}u < last_step) {{ "
+        + " ".join(f"pf_l2<{4 * a * stride}>(codes + LANE(wo)[{i}] + adv);" for i in range(4)) + " }"
+        for a in range(1, ahead + 1))
+    src = src[:i] + extra + src[i:]
+    j = src.index("extern \"C\" __global__")
+    return src[:j] + PF_FN + src[j:]
+
+def deepen(src, depth, stride=64, cs=8):
+    """Keep `depth` steps of code words in flight instead of one: registers p2..p<depth>
+    hold the steps after the next; the loop shifts them down and loads the step `depth`
+    ahead (the same loads, later targets)."""
+    regs = [f"p{d}" for d in range(2, depth + 1)]
+    decl = "    LANE_ARRAY(uint, nwh, 3);\n"
+    assert src.count(decl) == 1
+    src = src.replace(decl, decl + "".join(f"    LANE_ARRAY(uint, {r}g, 3);\n    LANE_ARRAY(uint, {r}h, 3);\n" for r in regs))
+    pre_start = src.index("    FOR_EACH_LANE(lane) {\n      const ulong adv = (ulong)(0u) * " + f"{stride}u;")
+    pre_end = src.index("    }\n", src.index(LAST_LOAD, pre_start)) + len("    }\n")
+    pre = src[pre_start:pre_end]
+    extra = "".join(
+        f"    if (first_step + {(d - 1) * cs}u < last_step) {{\n"
+        + pre.replace("(ulong)(0u)", f"(ulong)({d - 1}u)").replace("LANE(nwg)", f"LANE({r}g)").replace("LANE(nwh)", f"LANE({r}h)")
+        + "    }\n"
+        for d, r in zip(range(2, depth + 1), regs))
+    src = src[:pre_end] + extra + src[pre_end:]
+    copy = "{ LANE(wg)[i] = LANE(nwg)[i]; LANE(wh)[i] = LANE(nwh)[i]; }"
+    assert src.count(copy) == 1
+    chain = ["nw"] + regs
+    shift = "".join(f" LANE({a}g)[i] = LANE({b}g)[i]; LANE({a}h)[i] = LANE({b}h)[i];" for a, b in zip(chain, chain[1:]))
+    src = src.replace(copy, copy[:-1] + shift + " }")
+    guard = "      if (next_step < last_step) {\n"
+    assert src.count(guard) == 1
+    g0 = src.index(guard)
+    g1 = src.index(LAST_LOAD, g0) + len(LAST_LOAD)
+    body = src[g0:g1].replace(guard, f"      if (next_step + {(depth - 1) * cs}u < last_step) {{\n")
+    body = body.replace("(ulong)(it)", f"(ulong)(it + {depth - 1}u)").replace("LANE(nwg)", f"LANE({regs[-1]}g)").replace("LANE(nwh)", f"LANE({regs[-1]}h)")
+    return src[:g0] + body + src[g1:]
 
 lines = []
 for rows in ROWS:
     src = render(rows)
     sym = re.search(r"reduce_mma_[0-9a-f]{16}", src).group(0)
-    for twin, f in TWINS.items():
+    twins = dict(TWINS)
+    if rows in PF_ROWS:
+        for a in (2, 3):
+            twins[f"full-deep{a}"] = lambda s, a=a: deepen(s, a)
+            twins[f"floor-deep{a}"] = lambda s, a=a: deepen(TWINS["floor"](s), a)
+    for twin, f in twins.items():
         path = HERE / f"u_{rows}_{twin}.cu"
         path.write_text(f(src))
         lines.append(f"{path.name} {sym} {rows} 5120 2")
