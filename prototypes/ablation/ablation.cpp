@@ -31,7 +31,7 @@
 
 struct Unit {
   std::string file, sym, twin;
-  unsigned rows, cols, k;
+  unsigned rows, cols, k, threads;
   CUmodule mod;
   CUfunction fn;
   int regs, smem;
@@ -82,14 +82,15 @@ int main(int argc, char** argv) {
   {
     std::ifstream f(list);
     std::string file, sym;
-    unsigned rows, cols, k;
-    while (f >> file >> sym >> rows >> cols >> k) {
+    unsigned rows, cols, k, threads;
+    while (f >> file >> sym >> rows >> cols >> k >> threads) {
       Unit u;
       u.file = file;
       u.sym = sym;
       u.rows = rows;
       u.cols = cols;
       u.k = k;
+      u.threads = threads;
       const size_t a = file.rfind('_'), b = file.rfind('.');
       u.twin = file.substr(a + 1, b - a - 1);
       compile(u);
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
       CU(cuMemsetD8(ds, 0x1c, u.rows * 2));
       CU(cuMemsetD8(du, 0, 8));
       void* args[] = {&dx, &dc, &ds, &null, &du, &dy, &null};
-      CU(cuLaunchKernel(u.fn, (u.rows + 15) / 16, 1, 1, 256, 1, 1, 0, 0, args, nullptr));
+      CU(cuLaunchKernel(u.fn, (u.rows + 15) / 16, 1, 1, u.threads, 1, 1, 0, 0, args, nullptr));
       CU(cuCtxSynchronize());
       cuMemFree(dc); cuMemFree(dx); cuMemFree(ds); cuMemFree(du); cuMemFree(dy);
     }
@@ -151,7 +152,7 @@ int main(int argc, char** argv) {
     auto launch = [&](Unit* u, size_t copy, unsigned smem) {
       CUdeviceptr c = dc + copy * words * 4;
       void* args[] = {&dx, &c, &ds, &null, &du, &dy, &null};
-      CU(cuLaunchKernel(u->fn, groups, 1, 1, 256, 1, 1, smem, 0, args, nullptr));
+      CU(cuLaunchKernel(u->fn, groups, 1, 1, u->threads, 1, 1, smem, 0, args, nullptr));
     };
     CUevent e0, e1;
     CU(cuEventCreate(&e0, CU_EVENT_DEFAULT));

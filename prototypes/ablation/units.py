@@ -126,7 +126,7 @@ for rows in ROWS:
     for twin, f in twins.items():
         path = HERE / f"u_{rows}_{twin}.cu"
         path.write_text(f(src))
-        lines.append(f"{path.name} {sym} {rows} 5120 2")
+        lines.append(f"{path.name} {sym} {rows} 5120 2 256")
         print(path.name, sym)
 src = subprocess.run(["cargo", "run", "--release", "-q", "--example", "mma_unit", "--", "17408", "5120", "2", "3inst", "12",
                       "1", "1", "8", "16", "shared_dup", "1", "0", "f16", "0"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
@@ -134,6 +134,17 @@ sym = re.search(r"reduce_mma_[0-9a-f]{16}", src).group(0)
 for twin, f in TWINS_3INST.items():
     path = HERE / f"u_17408_{twin}.cu"
     path.write_text(f(src))
-    lines.append(f"{path.name} {sym} 17408 5120 2")
+    lines.append(f"{path.name} {sym} 17408 5120 2 256")
     print(path.name, sym)
+# Structure probes at 17408 rows, full and floor: 4 column splits (10 steps per simdgroup
+# instead of 5) and x read from global memory (no staging, no barrier before the loop).
+for name, rt_cs_mt_x in [("cs4", ["1", "4", "16", "shared"]), ("xg", ["1", "8", "16", "global"])]:
+    src = subprocess.run(["cargo", "run", "--release", "-q", "--example", "mma_unit", "--", "17408", "5120", "2", "1mad", "12", "1"]
+                         + rt_cs_mt_x + ["1", "0", "f16", "1"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    sym = re.search(r"reduce_mma_[0-9a-f]{16}", src).group(0)
+    for twin in ("full", "floor"):
+        path = HERE / f"u_17408_{name}-{twin}.cu"
+        path.write_text(TWINS[twin](src))
+        lines.append(f"{path.name} {sym} 17408 5120 2 {32 * int(rt_cs_mt_x[0]) * int(rt_cs_mt_x[1])}")
+        print(path.name, sym)
 (HERE / "units.txt").write_text("\n".join(lines) + "\n")
