@@ -64,6 +64,8 @@ TWINS_3INST = {
     "3inst-full": lambda s: s,
     "3inst-nodec": lambda s: replace_3inst(s, "return s;"),
     "3inst-floor": lambda s: replace_3inst(replace_mma_state(s, "(w)[(j) % 3u] ^ ((j) * 2654435761u)"), "return s;"),
+    "3inst-full-pf1": lambda s: prefetch(s, 1),
+    "3inst-full-pf2": lambda s: prefetch(s, 2),
     "3inst-full-deep2": lambda s: deepen(s, 2),
 }
 
@@ -120,6 +122,9 @@ for rows in ROWS:
     sym = re.search(r"reduce_mma_[0-9a-f]{16}", src).group(0)
     twins = dict(TWINS)
     if rows in PF_ROWS:
+        for a in (1, 2):
+            twins[f"full-pf{a}"] = lambda s, a=a: prefetch(s, a)
+            twins[f"floor-pf{a}"] = lambda s, a=a: prefetch(TWINS["floor"](s), a)
         for a in (2, 3):
             twins[f"full-deep{a}"] = lambda s, a=a: deepen(s, a)
             twins[f"floor-deep{a}"] = lambda s, a=a: deepen(TWINS["floor"](s), a)
