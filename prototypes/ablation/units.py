@@ -116,6 +116,47 @@ def deepen(src, depth, stride=64, cs=8):
     body = body.replace("(ulong)(it)", f"(ulong)(it + {depth - 1}u)").replace("LANE(nwg)", f"LANE({regs[-1]}g)").replace("LANE(nwh)", f"LANE({regs[-1]}h)")
     return src[:g0] + body + src[g1:]
 
+RING_FN = """DEVICE void cpa8(void* d, const void* s) { asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" :: "r"((unsigned)__cvta_generic_to_shared(d)), "l"(s)); }
+DEVICE void cpa4(void* d, const void* s) { asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"((unsigned)__cvta_generic_to_shared(d)), "l"(s)); }
+DEVICE void cpa_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N> DEVICE void cpa_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
+"""
+
+def ring(src, stages, stride=64, cs=8, warps=8):
+    """Code words streamed into a shared-memory ring of `stages` steps per simdgroup by
+    cp.async (LDGSTS) instead of one step held in registers: the words in flight cost no
+    registers. Per slot, lane l's words sit at uint2 entries l (g0 g1), 32 + l (h0 h1),
+    64 + l (g2 h2), so the reads are conflict-free."""
+    S = stages
+    def fetch(step_expr, idx_expr):
+        return (f"if ({step_expr} < last_step) {{ const ulong adv = (ulong)({idx_expr}) * {stride}u; "
+                f"uint2* rd = &ring_[(sg * {S}u + ({idx_expr}) % {S}u) * 96u + lane]; "
+                "cpa8(rd, codes + LANE(wo)[0] + adv); cpa8(rd + 32, codes + LANE(wo)[2] + adv); "
+                "cpa4(&rd[64].x, codes + LANE(wo)[1] + adv); cpa4(&rd[64].y, codes + LANE(wo)[3] + adv); } cpa_commit();")
+    pre_start = src.index("    FOR_EACH_LANE(lane) {\n      const ulong adv = (ulong)(0u) * " + f"{stride}u;")
+    pre_end = src.index("    }\n", src.index(LAST_LOAD, pre_start)) + len("    }\n")
+    pre = ("    FOR_EACH_LANE(lane) {\n"
+           + "".join(f"      {fetch(f'first_step + {s * cs}u', f'{s}u')}\n" for s in range(S - 1))
+           + "    }\n")
+    src = src[:pre_end].replace(src[pre_start:pre_end], pre) + src[pre_end:] if False else src[:pre_start] + pre + src[pre_end:]
+    copy_start = src.index("      FOR_EACH_LANE(lane) {\n        UNROLL for (uint i = 0; i <= 2u; ++i) { LANE(wg)[i] = LANE(nwg)[i];")
+    guard = "      if (next_step < last_step) {\n"
+    g0 = src.index(guard, copy_start)
+    g1 = src.index(LAST_LOAD, g0) + len(LAST_LOAD)
+    g1 = src.index("      }\n", g1) + len("      }\n")
+    body = ("      FOR_EACH_LANE(lane) {\n"
+            f"        cpa_wait<{S - 2}>();\n"
+            f"        const uint2* rs = &ring_[(sg * {S}u + (it - 1u) % {S}u) * 96u + lane];\n"
+            "        const uint2 a = rs[0], b = rs[32], c = rs[64];\n"
+            "        LANE(wg)[0] = a.x; LANE(wg)[1] = a.y; LANE(wh)[0] = b.x; LANE(wh)[1] = b.y; LANE(wg)[2] = c.x; LANE(wh)[2] = c.y;\n"
+            f"        {fetch(f'step + {(S - 1) * cs}u', f'it + {S - 2}u')}\n"
+            "      }\n")
+    src = src[:copy_start] + body + src[g1:]
+    k0 = src.index('extern "C" __global__')
+    src = src[:k0] + RING_FN + src[k0:]
+    b0 = src.index("{\n", src.index('extern "C" __global__')) + 2
+    return src[:b0] + f"  __shared__ __align__(16) uint2 ring_[{warps * S * 96}];\n" + src[b0:]
+
 lines = []
 for rows in ROWS:
     src = render(rows)
@@ -125,6 +166,9 @@ for rows in ROWS:
         for a in (1, 2):
             twins[f"full-pf{a}"] = lambda s, a=a: prefetch(s, a)
             twins[f"floor-pf{a}"] = lambda s, a=a: prefetch(TWINS["floor"](s), a)
+        for st in (3, 4):
+            twins[f"full-ring{st}"] = lambda s, st=st: ring(s, st)
+            twins[f"floor-ring{st}"] = lambda s, st=st: ring(TWINS["floor"](s), st)
         for a in (2, 3):
             twins[f"full-deep{a}"] = lambda s, a=a: deepen(s, a)
             twins[f"floor-deep{a}"] = lambda s, a=a: deepen(TWINS["floor"](s), a)
