@@ -67,6 +67,8 @@ TWINS_3INST = {
     "3inst-full-pf1": lambda s: prefetch(s, 1),
     "3inst-full-pf2": lambda s: prefetch(s, 2),
     "3inst-full-deep2": lambda s: deepen(s, 2),
+    "3inst-hi": lambda s: shr_on_multiplier(s, "all"),
+    "3inst-hihalf": lambda s: shr_on_multiplier(s, "half"),
 }
 
 PF_FN = ('template <int OFF> DEVICE void pf_l2(const uint32_t* p) '
@@ -156,6 +158,22 @@ def ring(src, stages, stride=64, cs=8, warps=8):
     src = src[:k0] + RING_FN + src[k0:]
     b0 = src.index("{\n", src.index('extern "C" __global__')) + 2
     return src[:b0] + f"  __shared__ __align__(16) uint2 ring_[{warps * S * 96}];\n" + src[b0:]
+
+SHR_LINE = "     : (mul_lo((w)[MMA_IX_(j, K)], 1u << (32u - (L) - MMA_SH_(j, K))) >> (32u - (L))))\n"
+HP_LINE = "  const uint hp_mask = opaque_u32(trellis_half_pair_mask()), hp_xor = opaque_u32(trellis_half_pair_xor());\n"
+
+def shr_on_multiplier(src, which):
+    """3inst's in-word windows with the right shift as a high multiply (IMAD.HI, the
+    FMA-heavy pipe) instead of SHF (the ALU pipe, 3inst's busiest): for every window
+    (`which` = "all") or every other one ("half"). The multiplier 2^L comes opaque, so
+    ptxas cannot turn the multiply back into a shift."""
+    assert src.count(SHR_LINE) == 1 and src.count(HP_LINE) == 1
+    top = "mul_lo((w)[MMA_IX_(j, K)], 1u << (32u - (L) - MMA_SH_(j, K)))"
+    hi = f"__umulhi({top}, hi_mul_)"
+    lo = f"({top} >> (32u - (L)))"
+    new = f"     : ({hi}))\n" if which == "all" else f"     : (((j) & 1u) ? {hi} : {lo}))\n"
+    src = src.replace(SHR_LINE, new)
+    return src.replace(HP_LINE, HP_LINE + "  const uint hi_mul_ = opaque_u32(1u << 12);\n")
 
 lines = []
 for rows in ROWS:
