@@ -31,7 +31,8 @@
 
 struct Unit {
   std::string file, sym, twin;
-  unsigned rows, cols, k, threads;
+  unsigned rows, cols, k, threads, per_group = 16;
+  bool simt = false;  // the exact SIMT reduce signature (x, codes, f32 scales, table, y)
   CUmodule mod;
   CUfunction fn;
   int regs, smem;
@@ -83,7 +84,13 @@ int main(int argc, char** argv) {
     std::ifstream f(list);
     std::string file, sym;
     unsigned rows, cols, k, threads;
-    while (f >> file >> sym >> rows >> cols >> k >> threads) {
+    std::string line;
+    while (std::getline(f, line)) {
+      std::istringstream ls(line);
+      std::string kind;
+      if (!(ls >> file >> sym >> rows >> cols >> k >> threads)) continue;
+      unsigned per_group = 16;
+      if (ls >> kind >> per_group) {}
       Unit u;
       u.file = file;
       u.sym = sym;
@@ -91,6 +98,8 @@ int main(int argc, char** argv) {
       u.cols = cols;
       u.k = k;
       u.threads = threads;
+      u.simt = kind == "simt";
+      u.per_group = per_group;
       const size_t a = file.rfind('_'), b = file.rfind('.');
       u.twin = file.substr(a + 1, b - a - 1);
       compile(u);
@@ -103,30 +112,32 @@ int main(int argc, char** argv) {
       CUdeviceptr dc, dx, ds, du, dy, null = 0;
       CU(cuMemAlloc(&dc, words * 4));
       CU(cuMemAlloc(&dx, u.cols * 2));
-      CU(cuMemAlloc(&ds, u.rows * 2));
+      CU(cuMemAlloc(&ds, u.rows * 4));
       CU(cuMemAlloc(&du, 8));
       CU(cuMemAlloc(&dy, u.rows * 2));
       CU(cuMemsetD8(dc, 0x5a, words * 4));
       CU(cuMemsetD8(dx, 0x3c, u.cols * 2));
-      CU(cuMemsetD8(ds, 0x1c, u.rows * 2));
+      CU(cuMemsetD8(ds, 0x1c, u.rows * 4));
       CU(cuMemsetD8(du, 0, 8));
       void* args[] = {&dx, &dc, &ds, &null, &du, &dy, &null};
-      CU(cuLaunchKernel(u.fn, (u.rows + 15) / 16, 1, 1, u.threads, 1, 1, 0, 0, args, nullptr));
+      void* sargs[] = {&dx, &dc, &ds, &null, &dy};
+      CU(cuLaunchKernel(u.fn, (u.rows + u.per_group - 1) / u.per_group, 1, 1, u.threads, 1, 1, 0, 0, u.simt ? sargs : args, nullptr));
       CU(cuCtxSynchronize());
       cuMemFree(dc); cuMemFree(dx); cuMemFree(ds); cuMemFree(du); cuMemFree(dy);
     }
     return 0;
   }
-  std::map<unsigned, std::vector<Unit*>> by_rows;
-  for (auto& u : units) by_rows[u.rows].push_back(&u);
+  std::map<std::pair<bool, unsigned>, std::vector<Unit*>> by_rows;  // mma and simt units apart
+  for (auto& u : units) by_rows[{u.simt, u.rows}].push_back(&u);
   std::mt19937 rng(20261203);
   printf("| rows | twin | registers | us (natural residency) | us (<= 4 groups per SM) | checksum |\n|---:|---|---:|---:|---:|---|\n");
-  for (auto& [rows, us] : by_rows) {
+  for (auto& [kind_rows, us] : by_rows) {
+    const unsigned rows = kind_rows.second;
     const unsigned cols = us[0]->cols, k = us[0]->k;
     const size_t words = (size_t)rows * cols * k / 32, nc = std::max<size_t>(2, (256u << 20) / (words * 4) + 1);
     std::vector<uint32_t> hc(words * nc);
     for (auto& w : hc) w = rng();
-    std::vector<uint16_t> hx(cols), hs(rows);
+    std::vector<uint16_t> hx(cols), hs(2 * rows);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : hx) {
       float f = nd(rng);
@@ -135,24 +146,31 @@ int main(int argc, char** argv) {
       v = (uint16_t)(b >> 16);
     }
     for (auto& s : hs) s = 0x1c00 + (rng() & 0x3ff);  // f16 in [2^-8, 2^-7)
+    if (us[0]->simt)  // f32 scales in [2^-8, 2^-7)
+      for (unsigned r = 0; r < rows; ++r) {
+        const uint32_t b = 0x3b800000u + (rng() & 0x7fffffu);
+        hs[2 * r] = (uint16_t)b;
+        hs[2 * r + 1] = (uint16_t)(b >> 16);
+      }
     const float unscale[2] = {1.0f, 1.0f};
     CUdeviceptr dc, dx, ds, du, dy;
     CU(cuMemAlloc(&dc, words * nc * 4));
     CU(cuMemAlloc(&dx, cols * 2));
-    CU(cuMemAlloc(&ds, rows * 2));
+    CU(cuMemAlloc(&ds, rows * 4));
     CU(cuMemAlloc(&du, 8));
     CU(cuMemAlloc(&dy, rows * 2));
     CU(cuMemcpyHtoD(dc, hc.data(), words * nc * 4));
     CU(cuMemcpyHtoD(dx, hx.data(), cols * 2));
-    CU(cuMemcpyHtoD(ds, hs.data(), rows * 2));
+    CU(cuMemcpyHtoD(ds, hs.data(), rows * 4));
     CU(cuMemcpyHtoD(du, unscale, 8));
     CUdeviceptr null = 0;
-    const unsigned groups = (rows + 15) / 16;
     // 48 KB of shared memory per group (the unit's static part plus padding): 4 per SM.
     auto launch = [&](Unit* u, size_t copy, unsigned smem) {
       CUdeviceptr c = dc + copy * words * 4;
       void* args[] = {&dx, &c, &ds, &null, &du, &dy, &null};
-      CU(cuLaunchKernel(u->fn, groups, 1, 1, u->threads, 1, 1, smem, 0, args, nullptr));
+      void* sargs[] = {&dx, &c, &ds, &null, &dy};
+      CU(cuLaunchKernel(u->fn, (rows + u->per_group - 1) / u->per_group, 1, 1, u->threads, 1, 1, smem, 0,
+                        u->simt ? sargs : args, nullptr));
     };
     CUevent e0, e1;
     CU(cuEventCreate(&e0, CU_EVENT_DEFAULT));

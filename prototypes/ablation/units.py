@@ -214,4 +214,32 @@ for name, rt_cs_mt_x in [("cs4", ["1", "4", "16", "shared"]), ("xg", ["1", "8", 
         path.write_text(TWINS[twin](src))
         lines.append(f"{path.name} {sym} 17408 5120 2 {32 * int(rt_cs_mt_x[0]) * int(rt_cs_mt_x[1])}")
         print(path.name, sym)
+# The exact tier's goal kernel (17408 x 5120 k 3 M 1, `inline shared_decode rpg=2
+# x=registers rps=3`, the 1mad weight as one fma of the biased byte sum): full; nodec (the
+# weight is the state's bits as a float: the window kept, no LCG, byte sum, fma or rounding);
+# floor (no window either).
+def exact_weight(src, expr):
+    pat = re.compile(r"const float wv = round_as<act_t>\(fma32\(trellis_biased_onemad\(s\).*?\);\n")
+    new, n = pat.subn(f"const float wv = {expr};\n", src)
+    assert n == 1
+    return new
+
+def exact_state(src, expr):
+    pat = re.compile(r"#define TRELLIS_STATE_MUL\(w, j, K, L\) \\\n(?:.*\\\n)*.*\n")
+    new, n = pat.subn(f"#define TRELLIS_STATE_MUL(w, j, K, L) ({expr})\n", src)
+    assert n == 1
+    return new
+
+src = subprocess.run(["cargo", "run", "--release", "-q", "--example", "reduce_unit", "--", "17408", "5120", "3", "1mad", "12",
+                      "1", "2", "3", "0", "1", "0", "0", "0", "0"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+sym = re.search(r"reduce_[0-9a-f]{16}", src).group(0)
+for twin, f in {
+    "exact-full": lambda s: s,
+    "exact-nodec": lambda s: exact_weight(s, "as_f32(s ^ 0x3c000000u)"),
+    "exact-floor": lambda s: exact_weight(exact_state(s, "(w)[(j) % 4u] ^ ((j) * 2654435761u)"), "as_f32(s)"),
+}.items():
+    path = HERE / f"u_17408_{twin}.cu"
+    path.write_text(f(src))
+    lines.append(f"{path.name} {sym} 17408 5120 3 64 simt 6")
+    print(path.name, sym)
 (HERE / "units.txt").write_text("\n".join(lines) + "\n")
