@@ -1,9 +1,12 @@
 // The fast tier's ablation (README.md): each unit of units.txt compiled with NVRTC as the
 // CUDA backend compiles it (sm_90, IEEE flags), loaded with the driver API and timed with
-// random code words rotating through >= 256 MB (L2 is 60 MB), bf16 x and f16 row scales.
-// Every row count's twins are timed in interleaved rounds (15 rounds of 20 launches each),
+// random code words rotating through >= 256 MB (L2 is 60 MB), bf16 x and f16 row scales
+// (f32 for the exact tier's `simt` units, whose signature is x, codes, scales, table, y).
+// The twins of each row count (and kind) are timed in interleaved rounds (15 rounds of 20 launches each),
 // at their natural residency and again with at most 4 threadgroups per SM (dynamic shared
 // memory padding), so twins of different register counts also compare at one residency.
+// `ablation units.txt once` launches each unit once (for ncu). Garbage weights: only the time
+// and, between twins that keep the decode, the output checksum mean anything.
 // Build: g++ -O2 -std=c++17 ablation.cpp -I$CUDA/include -L$CUDA/lib64 -lcuda -lnvrtc
 #include <cuda.h>
 #include <nvrtc.h>

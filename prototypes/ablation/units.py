@@ -11,14 +11,21 @@ carried to the device):
   floor  no window and no decode: the A word is w[a] ^ w[b] ^ constant (one LOP3 per two
          weights; the constants keep each word distinct, so nothing is merged).
 
+Later twins (17408 rows): `-pf1/2` (L2 prefetch of the code words 1 / 2 steps past the
+next), `-deep2/3` (2 / 3 steps of code words in registers), `-ring3/4` (a cp.async ring in
+shared memory), `cs4-` and `xg-` (the 4-split and unstaged-x candidates), the 3inst winner's
+`3inst-*` twins (`-hi`, `-hihalf`: window shifts as IMAD.HI) and the exact tier's goal kernel
+(`exact-*`, examples/reduce_unit). units.txt: file, symbol, rows, cols, k, threads per
+threadgroup, then `simt` and the rows per threadgroup for the exact kernel's signature.
+
 The twins compute garbage weights; they time what the kernel costs without each part.
 """
 import re, subprocess, sys, pathlib
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-ROWS = [17408, 10560, 21120]
-PF_ROWS = [17408]  # the prefetch twins (second call)  # 1.65 waves (the preset), one wave, two waves
+ROWS = [17408, 10560, 21120]  # 1.65 waves (the preset), one wave, two waves
+PF_ROWS = [17408]  # the pipeline twins (prefetch, deeper, ring)
 ARGS = ["5120", "2", "1mad", "12", "1", "1", "8", "16", "shared", "1", "0", "f16", "1"]
 
 def render(rows):
