@@ -20,7 +20,7 @@ threadgroup, then `simt` and the rows per threadgroup for the exact kernel's sig
 
 The twins compute garbage weights; they time what the kernel costs without each part.
 """
-import re, subprocess, sys, pathlib
+import re, subprocess, pathlib
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -28,10 +28,11 @@ ROWS = [17408, 10560, 21120]  # 1.65 waves (the preset), one wave, two waves
 PF_ROWS = [17408]  # the pipeline twins (prefetch, deeper, ring)
 ARGS = ["5120", "2", "1mad", "12", "1", "1", "8", "16", "shared", "1", "0", "f16", "1"]
 
-def render(rows):
-    out = subprocess.run(["cargo", "run", "--release", "-q", "--example", "mma_unit", "--", str(rows)] + ARGS,
+def example(name, args):
+    """A rendered unit from examples/<name> and its kernel symbol."""
+    src = subprocess.run(["cargo", "run", "--release", "-q", "--example", name, "--"] + [str(a) for a in args],
                          cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    return out
+    return src, re.search(r"reduce(_mma)?_[0-9a-f]{16}", src).group(0)
 
 def replace_fn(src, name, body):
     pat = re.compile(r"DEVICE uint " + name + r"\(uint s0, uint s1\) \{\n.*?\n\}\n", re.S)
@@ -39,10 +40,11 @@ def replace_fn(src, name, body):
     assert n == 1, name
     return new
 
-def replace_state(src, expr):
-    pat = re.compile(r"#define TRELLIS_STATE_PAIRED\(w, j, K, L\) \\\n(?:.*\\\n)*.*\n")
-    new, n = pat.subn(f"#define TRELLIS_STATE_PAIRED(w, j, K, L) ({expr})\n", src)
-    assert n == 1
+def replace_state(src, expr, macro="TRELLIS_STATE_PAIRED"):
+    """The state-window macro `macro` (a multi-line #define) as `expr`."""
+    pat = re.compile(r"#define " + macro + r"\(w, j, K, L\) \\\n(?:.*\\\n)*.*\n")
+    new, n = pat.subn(f"#define {macro}(w, j, K, L) ({expr})\n", src)
+    assert n == 1, macro
     return new
 
 TWINS = {
@@ -51,12 +53,6 @@ TWINS = {
     "nodec": lambda s: replace_fn(s, "trellis_f16x2_onemad", "return s0 ^ s1;"),
     "floor": lambda s: replace_fn(replace_state(s, "(w)[(j) % 3u] ^ ((j) * 2654435761u)"), "trellis_f16x2_onemad", "return s0 ^ s1;"),
 }
-
-def replace_mma_state(src, expr):
-    pat = re.compile(r"#define MMA_STATE\(w, j, K, L\) \\\n(?:.*\\\n)*.*\n")
-    new, n = pat.subn(f"#define MMA_STATE(w, j, K, L) ({expr})\n", src)
-    assert n == 1
-    return new
 
 def replace_3inst(src, body):
     pat = re.compile(r"DEVICE uint trellis_f16x2_threeinst\(uint s, uint mask, uint xr\) \{.*?\}\n")
@@ -70,7 +66,7 @@ def replace_3inst(src, body):
 TWINS_3INST = {
     "3inst-full": lambda s: s,
     "3inst-nodec": lambda s: replace_3inst(s, "return s;"),
-    "3inst-floor": lambda s: replace_3inst(replace_mma_state(s, "(w)[(j) % 3u] ^ ((j) * 2654435761u)"), "return s;"),
+    "3inst-floor": lambda s: replace_3inst(replace_state(s, "(w)[(j) % 3u] ^ ((j) * 2654435761u)", "MMA_STATE"), "return s;"),
     "3inst-full-pf1": lambda s: prefetch(s, 1),
     "3inst-full-pf2": lambda s: prefetch(s, 2),
     "3inst-full-deep2": lambda s: deepen(s, 2),
@@ -147,7 +143,7 @@ def ring(src, stages, stride=64, cs=8, warps=8):
     pre = ("    FOR_EACH_LANE(lane) {\n"
            + "".join(f"      {fetch(f'first_step + {s * cs}u', f'{s}u')}\n" for s in range(S - 1))
            + "    }\n")
-    src = src[:pre_end].replace(src[pre_start:pre_end], pre) + src[pre_end:] if False else src[:pre_start] + pre + src[pre_end:]
+    src = src[:pre_start] + pre + src[pre_end:]
     copy_start = src.index("      FOR_EACH_LANE(lane) {\n        UNROLL for (uint i = 0; i <= 2u; ++i) { LANE(wg)[i] = LANE(nwg)[i];")
     guard = "      if (next_step < last_step) {\n"
     g0 = src.index(guard, copy_start)
@@ -183,9 +179,16 @@ def shr_on_multiplier(src, which):
     return src.replace(HP_LINE, HP_LINE + "  const uint hi_mul_ = opaque_u32(1u << 12);\n")
 
 lines = []
+
+def emit(src, sym, twins, rows=17408, tail="5120 2 256", prefix=""):
+    """Write each twin of `src` as u_<rows>_<prefix><twin>.cu and list it in units.txt."""
+    for twin, f in twins.items():
+        path = HERE / f"u_{rows}_{prefix}{twin}.cu"
+        path.write_text(f(src))
+        lines.append(f"{path.name} {sym} {rows} {tail}")
+        print(path.name, sym)
 for rows in ROWS:
-    src = render(rows)
-    sym = re.search(r"reduce_mma_[0-9a-f]{16}", src).group(0)
+    src, sym = example("mma_unit", [rows] + ARGS)
     twins = dict(TWINS)
     if rows in PF_ROWS:
         for a in (1, 2):
@@ -197,30 +200,13 @@ for rows in ROWS:
         for a in (2, 3):
             twins[f"full-deep{a}"] = lambda s, a=a: deepen(s, a)
             twins[f"floor-deep{a}"] = lambda s, a=a: deepen(TWINS["floor"](s), a)
-    for twin, f in twins.items():
-        path = HERE / f"u_{rows}_{twin}.cu"
-        path.write_text(f(src))
-        lines.append(f"{path.name} {sym} {rows} 5120 2 256")
-        print(path.name, sym)
-src = subprocess.run(["cargo", "run", "--release", "-q", "--example", "mma_unit", "--", "17408", "5120", "2", "3inst", "12",
-                      "1", "1", "8", "16", "shared_dup", "1", "0", "f16", "0"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
-sym = re.search(r"reduce_mma_[0-9a-f]{16}", src).group(0)
-for twin, f in TWINS_3INST.items():
-    path = HERE / f"u_17408_{twin}.cu"
-    path.write_text(f(src))
-    lines.append(f"{path.name} {sym} 17408 5120 2 256")
-    print(path.name, sym)
+    emit(src, sym, twins, rows)
+emit(*example("mma_unit", [17408, 5120, 2, "3inst", 12, 1, 1, 8, 16, "shared_dup", 1, 0, "f16", 0]), TWINS_3INST)
 # Structure probes at 17408 rows, full and floor: 4 column splits (10 steps per simdgroup
 # instead of 5) and x read from global memory (no staging, no barrier before the loop).
-for name, rt_cs_mt_x in [("cs4", ["1", "4", "16", "shared"]), ("xg", ["1", "8", "16", "global"])]:
-    src = subprocess.run(["cargo", "run", "--release", "-q", "--example", "mma_unit", "--", "17408", "5120", "2", "1mad", "12", "1"]
-                         + rt_cs_mt_x + ["1", "0", "f16", "1"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    sym = re.search(r"reduce_mma_[0-9a-f]{16}", src).group(0)
-    for twin in ("full", "floor"):
-        path = HERE / f"u_17408_{name}-{twin}.cu"
-        path.write_text(TWINS[twin](src))
-        lines.append(f"{path.name} {sym} 17408 5120 2 {32 * int(rt_cs_mt_x[0]) * int(rt_cs_mt_x[1])}")
-        print(path.name, sym)
+for name, (rt, cs, x_stage) in [("cs4", (1, 4, "shared")), ("xg", (1, 8, "global"))]:
+    src, sym = example("mma_unit", [17408, 5120, 2, "1mad", 12, 1, rt, cs, 16, x_stage, 1, 0, "f16", 1])
+    emit(src, sym, {t: TWINS[t] for t in ("full", "floor")}, tail=f"5120 2 {32 * rt * cs}", prefix=f"{name}-")
 # The exact tier's goal kernel (17408 x 5120 k 3 M 1, `inline shared_decode rpg=2
 # x=registers rps=3`, the 1mad weight as one fma of the biased byte sum): full; nodec (the
 # weight is the state's bits as a float: the window kept, no LCG, byte sum, fma or rounding);
@@ -231,22 +217,9 @@ def exact_weight(src, expr):
     assert n == 1
     return new
 
-def exact_state(src, expr):
-    pat = re.compile(r"#define TRELLIS_STATE_MUL\(w, j, K, L\) \\\n(?:.*\\\n)*.*\n")
-    new, n = pat.subn(f"#define TRELLIS_STATE_MUL(w, j, K, L) ({expr})\n", src)
-    assert n == 1
-    return new
-
-src = subprocess.run(["cargo", "run", "--release", "-q", "--example", "reduce_unit", "--", "17408", "5120", "3", "1mad", "12",
-                      "1", "2", "3", "0", "1", "0", "0", "0", "0"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
-sym = re.search(r"reduce_[0-9a-f]{16}", src).group(0)
-for twin, f in {
+emit(*example("reduce_unit", [17408, 5120, 3, "1mad", 12, 1, 2, 3, 0, 1, 0, 0, 0, 0]), {
     "exact-full": lambda s: s,
     "exact-nodec": lambda s: exact_weight(s, "as_f32(s ^ 0x3c000000u)"),
-    "exact-floor": lambda s: exact_weight(exact_state(s, "(w)[(j) % 4u] ^ ((j) * 2654435761u)"), "as_f32(s)"),
-}.items():
-    path = HERE / f"u_17408_{twin}.cu"
-    path.write_text(f(src))
-    lines.append(f"{path.name} {sym} 17408 5120 3 64 simt 6")
-    print(path.name, sym)
+    "exact-floor": lambda s: exact_weight(replace_state(s, "(w)[(j) % 4u] ^ ((j) * 2654435761u)", "TRELLIS_STATE_MUL"), "as_f32(s)"),
+}, tail="5120 3 64 simt 6")
 (HERE / "units.txt").write_text("\n".join(lines) + "\n")
