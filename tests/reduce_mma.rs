@@ -111,6 +111,7 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                 },
                 // Paired state windows for codes of one k-slot, at every k and L.
                 paired_windows: !matches!(code, Code::ThreeInst | Code::Mcg) && ci % 3 != 1,
+                x_f16: false,
             };
             let dev = ReduceMmaFamily::upload(
                 &b,
@@ -166,6 +167,7 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
         max_registers: 48,
         operands: MmaOperands::F16,
         paired_windows: false,
+        x_f16: false,
     };
     // Outside the family: a clear error, not a launch.
     for (bad, field) in [
@@ -275,6 +277,7 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
             max_registers: 0,
             operands: MmaOperands::F16,
             paired_windows: false,
+            x_f16: false,
         };
         let host = GateUpMmaHost { gate, up, x };
         let want = GateUpMmaFamily::expected(&p, &host).unwrap();
@@ -317,6 +320,7 @@ fn reduce_mma_split_k_stages_only_its_share_of_x() {
         max_registers: 48,
         operands: MmaOperands::F16,
         paired_windows: false,
+        x_f16: false,
     };
     let e = ReduceMmaFamily::kernel(&p, v(1)).validate().unwrap_err();
     assert!(e.to_string().contains("threadgroup memory"), "{e}");
@@ -480,6 +484,7 @@ fn reduce_mma_bf16_operands_are_checked() {
         max_registers: 0,
         operands: MmaOperands::Bf16,
         paired_windows: false,
+        x_f16: false,
     };
     ReduceMmaFamily::kernel(&p(Code::OneMad, DType::Bf16), v(MmaXStage::Global))
         .validate()
@@ -875,4 +880,145 @@ fn fast_fallback_meets_spec7_where_exact_weights_are_subnormal() {
     );
     let fast = ops::gate_up(&b, &w, &u, &x, trellis::numerics::Tail::Exact, Tier::Fast).unwrap();
     check_fast_gate_up(&w, &u, &x, fast, "gate_up, subnormal exact weights");
+}
+
+/// x rounded to f16 by the host (`MmaVariant::x_f16`) is what the kernels' own conversion
+/// makes of it: the results are bit for bit those of the converting variant, for bf16 and
+/// f32 activations (tiny and outlying values included), x read from device memory,
+/// staged, or staged duplicated, on the CPU and the Metal simulator, in `reduce_mma` and
+/// `gate_up_mma`; the CUDA unit takes `const f16_t* x`. Rejected where it cannot apply.
+#[test]
+fn host_f16_x_keeps_the_bits() {
+    use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::kernel::{Dialect, KernelSpec as _};
+    let cpu = CpuBackend::new().expect("cpu backend");
+    let sim = MetalSimBackend::new().expect("metal-sim backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(78);
+    for (act, code, m, x_stage) in [
+        (DType::Bf16, Code::OneMad, 1, MmaXStage::Global),
+        (DType::Bf16, Code::OneMad, 16, MmaXStage::Shared),
+        (DType::F32, Code::Mul1, 5, MmaXStage::Global),
+        (DType::Bf16, Code::ThreeInst, 11, MmaXStage::SharedDup),
+        (DType::F32, Code::Mcg, 3, MmaXStage::Shared),
+        (DType::F32, Code::Lut, 16, MmaXStage::Global),
+    ] {
+        let g = Geometry::new(40, 512, 256, 3, 12, code).unwrap();
+        let w = check::random_matrix(g, rng.random());
+        let mut x = outliers(act, m, 512, &mut rng);
+        // Values that f16 keeps only as subnormals or flushes, after the prescaling.
+        for (i, v) in x.data.iter_mut().enumerate().filter(|(i, _)| i % 53 == 7) {
+            *v = act.round(*v * 2f32.powi(-20 - (i % 9) as i32));
+        }
+        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+        let real = RealSums::of(&w, &x).unwrap();
+        let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
+        let base = MmaVariant::unsplit(1, 2, 16, x_stage);
+        let f16x = MmaVariant {
+            x_f16: true,
+            ..base
+        };
+        for name in ["cpu", "metal-sim"] {
+            let run = |v| {
+                if name == "cpu" {
+                    let d = ReduceMmaFamily::upload(&cpu, &p, &host).unwrap();
+                    family::run::<ReduceMmaFamily, _>(&cpu, &p, v, &d).unwrap()
+                } else {
+                    let d = ReduceMmaFamily::upload(&sim, &p, &host).unwrap();
+                    family::run::<ReduceMmaFamily, _>(&sim, &p, v, &d).unwrap()
+                }
+            };
+            let (want, got) = (run(base), run(f16x));
+            assert!(
+                got[0].bits_eq(&want[0]),
+                "{name} {g} {act} M={m} {x_stage:?}: f16 x differs"
+            );
+            check::fast_reduce(&got[0], &real).unwrap_or_else(|e| panic!("{name} {g}: {e}"));
+        }
+        let unit = |v| ReduceMmaFamily::kernel(&p, v).unit(Dialect::Cuda).unwrap();
+        assert!(unit(f16x).contains("const f16_t* __restrict__ x"), "{g}");
+        assert!(!unit(base).contains("const f16_t* __restrict__ x"), "{g}");
+    }
+    assert_eq!(
+        MmaVariant {
+            x_f16: true,
+            ..MmaVariant::unsplit(1, 8, 16, MmaXStage::Shared)
+        }
+        .to_string(),
+        "mma rt=1 cs=8 mt=16 x=shared xf16"
+    );
+
+    // At the tuned sizes every f16-operand candidate of bf16 (and f32) activations takes
+    // x from the host; not for f16 activations, nor at the verify catalog's sizes.
+    use trellis::families::reduce_mma::ReduceMmaProblem;
+    let space = |rows, act| {
+        let p = ReduceMmaProblem {
+            geometry: Geometry::new(rows, 5120, 256, 2, 12, Code::OneMad).unwrap(),
+            scale: ScaleDType::F16,
+            act,
+            m: 4,
+        };
+        let all = ReduceMmaFamily::candidates(&p, Tier::Fast, false);
+        let host = all.iter().filter(|v| v.x_f16).count();
+        let f16_ops = all.iter().filter(|v| v.operands.is_f16()).count();
+        (host, f16_ops, all.len())
+    };
+    let (host, f16_ops, all) = space(4096, DType::Bf16);
+    assert!(
+        host > 0 && host == f16_ops && f16_ops < all,
+        "{host} {f16_ops} {all}"
+    );
+    let (host, f16_ops, _) = space(4096, DType::F32);
+    assert!(host > 0 && host == f16_ops);
+    assert_eq!(space(4096, DType::F16).0, 0);
+    assert_eq!(space(256, DType::Bf16).0, 0);
+
+    // Where it cannot apply: f16 activations (f16 already) and bf16 operands (x as it is).
+    let g = Geometry::new(40, 768, 256, 2, 12, Code::OneMad).unwrap();
+    let w = check::random_matrix(g, 5);
+    for (act, operands, why) in [
+        (DType::F16, MmaOperands::F16, "f16 ones are f16 already"),
+        (
+            DType::Bf16,
+            MmaOperands::Bf16,
+            "bf16 operands take x as it is",
+        ),
+    ] {
+        let x = outliers(act, 2, 768, &mut rng);
+        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+        let v = MmaVariant {
+            x_f16: true,
+            operands,
+            ..MmaVariant::default()
+        };
+        let e = ReduceMmaFamily::kernel(&p, v)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("x_f16 = true") && e.contains(why), "{e}");
+    }
+
+    // gate_up_mma takes the same x.
+    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
+    use trellis::numerics::Tail;
+    let geometry = |k, code| Geometry::new(40, 768, 256, k, 12, code).unwrap();
+    let gate = check::random_matrix(geometry(3, Code::OneMad), 93);
+    let up = check::random_matrix(geometry(2, Code::ThreeInst), 94);
+    let x = outliers(DType::Bf16, 9, 768, &mut rng);
+    let p = GateUpMmaFamily::problem_of(&gate, &up, &x, Tail::Exact).unwrap();
+    let host = GateUpMmaHost { gate, up, x };
+    let d = GateUpMmaFamily::upload(&cpu, &p, &host).unwrap();
+    let plain = MmaVariant::unsplit(1, 2, 16, MmaXStage::Global);
+    let want = family::run::<GateUpMmaFamily, _>(&cpu, &p, plain, &d).unwrap();
+    let got = family::run::<GateUpMmaFamily, _>(
+        &cpu,
+        &p,
+        MmaVariant {
+            x_f16: true,
+            ..plain
+        },
+        &d,
+    )
+    .unwrap();
+    assert!(got[0].bits_eq(&want[0]), "gate_up_mma: f16 x differs");
+    check_fast_gate_up(&host.gate, &host.up, &host.x, want[0].clone(), "converting");
 }

@@ -27,7 +27,7 @@ use std::cell::OnceCell;
     validate = self.mma_check(),
     shared = self.mma_shared(),
     inputs(
-        x: act[self.m, self.cols],
+        x: x_elem()[self.m, self.cols],
         gcodes: u32[self.rows, self.cols / self.t, self.gate.words_per_block(self.t)],
         gscales: gate_scale[self.rows],
         gtable: f32[self.projs()[0].table_len()],
@@ -316,9 +316,9 @@ impl Family for GateUpMmaFamily {
     ) -> Result<GateUpMmaDevice<B>> {
         GateUpMmaDevice::upload(b, &h.gate, &h.up, &h.x)
     }
-    fn inputs<'d, B: Backend>(d: &'d GateUpMmaDevice<B>, _v: &MmaVariant) -> Vec<&'d B::Tensor> {
+    fn inputs<'d, B: Backend>(d: &'d GateUpMmaDevice<B>, v: &MmaVariant) -> Vec<&'d B::Tensor> {
         vec![
-            &d.ops.x,
+            d.ops.x_for(v),
             &d.gate.codes,
             &d.gate.scales,
             d.ops.table(0, &d.gate),

@@ -80,6 +80,12 @@ pub struct MmaVariant {
     /// instead of 1.88 (H200 SASS, 1mad k 2 L 16), for a few more live registers.
     #[serde(default, skip_serializing_if = "is_default")]
     pub paired_windows: bool,
+    /// x arrives as f16, rounded by the host when it prescales x ([`Prescaled::x_f16`]),
+    /// so B fragments and staging are plain loads: the kernel converts nothing. The same
+    /// rounding the kernel's conversion makes (to nearest even), so the same bits. For f16
+    /// operands and bf16 or f32 activations (f16 ones are f16 already).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub x_f16: bool,
 }
 
 crate::simt::hash_debug_skipping_default!(
@@ -91,7 +97,8 @@ crate::simt::hash_debug_skipping_default!(
         k_split,
         max_registers,
         operands
-    } + paired_windows
+    } + paired_windows,
+    x_f16
 );
 
 /// The operand type of the matrix unit (the accumulator is f32 either way).
@@ -200,6 +207,7 @@ impl MmaVariant {
             max_registers: 0,
             operands: MmaOperands::F16,
             paired_windows: false,
+            x_f16: false,
         }
     }
 }
@@ -241,6 +249,9 @@ impl fmt::Display for MmaVariant {
         if self.paired_windows {
             write!(f, " pw")?;
         }
+        if self.x_f16 {
+            write!(f, " xf16")?;
+        }
         Ok(())
     }
 }
@@ -253,7 +264,7 @@ impl fmt::Display for MmaVariant {
     validate = self.mma_check(),
     shared = self.mma_shared(),
     inputs(
-        x: act[self.m, self.cols],
+        x: x_elem()[self.m, self.cols],
         codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
         scales: scale[self.rows],
         table: f32[self.the_proj().table_len()],
@@ -359,6 +370,18 @@ pub fn add_paired_twins(variants: &mut Vec<MmaVariant>) {
     variants.extend(paired);
 }
 
+/// Take x rounded to f16 by the host in every f16-operand candidate
+/// ([`MmaVariant::x_f16`]). Measured on the H200 against the converting twins (every
+/// `reduce_mma` candidate of 24 keys, 1mad and 3inst, k 2 / 4, M 1 / 4 / 16, both Qwen3-14B
+/// shapes: `prototypes/results/xf16.md`), the twin was the faster of the pair in nearly
+/// every case (median per key 0.94-0.995), so at the tuned sizes the space offers that
+/// form only.
+pub fn with_host_f16_x(variants: &mut [MmaVariant]) {
+    for v in variants.iter_mut().filter(|v| v.operands.is_f16()) {
+        v.x_f16 = true;
+    }
+}
+
 /// Whether paired state windows save work for `proj` (see [`MmaVariant::paired_windows`]):
 /// a code of one k-slot per weight, and a second state at the top of each window (L <= 16,
 /// k divides 32 - L). Elsewhere they are correct but save nothing.
@@ -417,6 +440,15 @@ pub trait MmaLayout {
     /// Steps of 128 columns (4 runs) per row.
     fn steps(&self) -> usize {
         self.runs().div_ceil(4)
+    }
+    /// The element type of the x input: f16 where the host rounds x to f16
+    /// ([`MmaVariant::x_f16`]), else the activations'.
+    fn x_elem(&self) -> Elem {
+        if self.dims().4.x_f16 {
+            Elem::F16
+        } else {
+            self.act().into()
+        }
     }
     /// The operand type's name in the templates' helpers (`f16`, `bf16`).
     fn ops(&self) -> &'static str {
@@ -626,6 +658,18 @@ pub trait MmaLayout {
             };
             if let Some(why) = why {
                 return Err(Error::invalid("operands", "bf16", why));
+            }
+        }
+        if v.x_f16 {
+            let why = if !v.operands.is_f16() {
+                Some("is for f16 operands (bf16 operands take x as it is)".to_string())
+            } else if self.act() == DType::F16 {
+                Some("is for bf16 or f32 activations (f16 ones are f16 already)".to_string())
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Error::invalid("x_f16", true, why));
             }
         }
         if v.paired_windows && self.projs().iter().any(|p| p.slots() != 1) {
@@ -935,6 +979,9 @@ pub(crate) fn pow2(e: i32) -> f32 {
 pub struct Prescaled<B: Backend> {
     /// x with `2^-e_n` taken out of each sample n.
     pub x: B::Tensor,
+    /// The same rounded to f16 ([`MmaVariant::x_f16`]; bf16 and f32 activations only: a
+    /// copy of M x C values, small beside the weights).
+    pub x_f16: Option<B::Tensor>,
     /// f32 `[M + projections]`: `2^e_n` per sample, then `2^e_p` per projection.
     pub unscale: B::Tensor,
     /// Per projection: its value table with `2^-e_p` taken out (code `lut`); `None`
@@ -977,11 +1024,27 @@ impl<B: Backend> Prescaled<B> {
             }
         }
         let bytes: Vec<u8> = unscale.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let x_f16 = if x.dtype == DType::F16 {
+            None
+        } else {
+            let h = Activations::from_f32(DType::F16, xs.rows, xs.cols, xs.data.clone())?;
+            Some(super::upload_activations(b, &h)?)
+        };
         Ok(Prescaled {
             x: super::upload_activations(b, &xs)?,
+            x_f16,
             unscale: b.upload(Elem::F32, &[unscale.len()], &bytes)?,
             tables,
         })
+    }
+
+    /// The x argument of variant `v`. An `x_f16` variant validates only where the f16
+    /// copy exists (bf16 and f32 activations).
+    pub fn x_for(&self, v: &MmaVariant) -> &B::Tensor {
+        match (&self.x_f16, v.x_f16) {
+            (Some(h), true) => h,
+            _ => &self.x,
+        }
     }
 
     /// Projection `i`'s table argument: the prescaled table, else the matrix's own.
@@ -1178,6 +1241,10 @@ impl Family for ReduceMmaFamily {
         {
             add_paired_twins(&mut out);
         }
+        // x rounded to f16 once by the host rather than per threadgroup or fragment.
+        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.act != DType::F16 {
+            with_host_f16_x(&mut out);
+        }
         out
     }
     fn key_fields(p: &ReduceMmaProblem) -> String {
@@ -1248,9 +1315,9 @@ impl Family for ReduceMmaFamily {
     ) -> Result<ReduceMmaDevice<B>> {
         ReduceMmaDevice::upload(b, &host.w, &host.x)
     }
-    fn inputs<'d, B: Backend>(d: &'d ReduceMmaDevice<B>, _v: &MmaVariant) -> Vec<&'d B::Tensor> {
+    fn inputs<'d, B: Backend>(d: &'d ReduceMmaDevice<B>, v: &MmaVariant) -> Vec<&'d B::Tensor> {
         vec![
-            &d.ops.x,
+            d.ops.x_for(v),
             &d.w.codes,
             &d.w.scales,
             d.ops.table(0, &d.w),

@@ -12,8 +12,10 @@
 //! pub struct ScaleRows { pub rows: usize, pub cols: usize, pub act: Elem }
 //! ```
 //!
-//! Element types are `u32`, `f32`, `f16`, `bf16`, or the name of a field whose type
-//! converts into `trellis::kernel::Elem` (`act` above; a `DType` or `ScaleDType` does). Shapes are Rust expressions over `self`.
+//! Element types are `u32`, `f32`, `f16`, `bf16`, the name of a field whose type
+//! converts into `trellis::kernel::Elem` (`act` above; a `DType` or `ScaleDType` does), or
+//! a method of no arguments returning one, written with its parentheses (`x_elem()`: an
+//! input whose type a variant chooses). Shapes are Rust expressions over `self`.
 //! Optional: `validate = expr` (a `Result<()>` checked before every launch),
 //! `shared = expr` (threadgroup bytes the body declares) and `zero_outputs = expr` (a
 //! `bool`: the outputs must start zeroed, as for arrival counters; the kernel leaves
@@ -39,6 +41,8 @@ use syn::{bracketed, parenthesized, Expr, Ident, ItemStruct, LitStr, Token};
 struct TensorDecl {
     name: Ident,
     elem: Ident,
+    /// `elem` is a method (`name()`), not a field or a built-in type.
+    elem_call: bool,
     shape: Punctuated<Expr, Token![,]>,
 }
 
@@ -47,10 +51,23 @@ impl Parse for TensorDecl {
         let name: Ident = input.parse()?;
         input.parse::<Token![:]>()?;
         let elem: Ident = input.parse()?;
+        let elem_call = input.peek(syn::token::Paren);
+        if elem_call {
+            let args;
+            parenthesized!(args in input);
+            if !args.is_empty() {
+                return Err(args.error("an element-type method takes no arguments"));
+            }
+        }
         let content;
         bracketed!(content in input);
         let shape = Punctuated::parse_terminated(&content)?;
-        Ok(TensorDecl { name, elem, shape })
+        Ok(TensorDecl {
+            name,
+            elem,
+            elem_call,
+            shape,
+        })
     }
 }
 
@@ -127,7 +144,10 @@ impl Parse for KernelArgs {
     }
 }
 
-fn elem_expr(elem: &Ident) -> TokenStream2 {
+fn elem_expr(elem: &Ident, call: bool) -> TokenStream2 {
+    if call {
+        return quote!(::core::convert::Into::<::trellis::kernel::Elem>::into(self.#elem()));
+    }
     match elem.to_string().as_str() {
         "u32" => quote!(::trellis::kernel::Elem::U32),
         "f32" => quote!(::trellis::kernel::Elem::F32),
@@ -140,7 +160,7 @@ fn elem_expr(elem: &Ident) -> TokenStream2 {
 fn specs(list: &[TensorDecl]) -> TokenStream2 {
     let items = list.iter().map(|t| {
         let name = t.name.to_string();
-        let elem = elem_expr(&t.elem);
+        let elem = elem_expr(&t.elem, t.elem_call);
         let shape = t.shape.iter();
         quote!(::trellis::kernel::TensorSpec { name: #name, elem: #elem, shape: vec![#((#shape) as usize),*] })
     });
