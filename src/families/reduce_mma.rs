@@ -10,11 +10,13 @@
 //! the masked word as two k-slots against x duplicated (the matrix unit adds them),
 //! mul1 and lut their values rounded to f16. With bf16 activations, codes of one k-slot
 //! per weight may take bf16 operands instead ([`MmaOperands::Bf16`]: x as it is, the
-//! value rounded to bf16). x is converted to f16 per fragment as it is
-//! read (`x_stage = global`), or once per threadgroup into threadgroup memory (`shared`;
-//! `shared_dup` stores each value twice, the B words of 3inst/mcg); the host first takes
-//! a power of two out of each sample and out of each lut table, which the epilogue puts
-//! back ([`Prescaled`]), so f16's range holds any magnitude. Accumulation is f32.
+//! value rounded to bf16). B fragments are read from x in device memory
+//! (`x_stage = global`) or from its copy staged once per threadgroup in threadgroup memory
+//! (`shared`; `shared_dup` stores each value twice, the B words of 3inst/mcg). The host
+//! takes a power of two out of each sample and out of each lut table, which the epilogue
+//! puts back ([`Prescaled`]), so f16's range holds any magnitude, and in the same pass
+//! rounds x to f16 for the variants that take it so ([`MmaVariant::x_f16`], what the
+//! tuned sizes offer); the others convert x as they read or stage it. Accumulation is f32.
 //! Results meet SPEC 7 (v2).
 //!
 //! Measured on the H200 (`tuning/reports/nvidia-h200-mma-bench.md`): the 1mad loop is
@@ -118,7 +120,8 @@ crate::simt::hash_debug_skipping_default!(
 #[serde(rename_all = "snake_case")]
 pub enum MmaOperands {
     /// f16: 1mad's byte sum and 3inst/mcg's halves are f16 bits as decoded (exact); x is
-    /// converted to f16 (per fragment or once per threadgroup).
+    /// converted to f16 by the host ([`MmaVariant::x_f16`]) or by the kernel (per fragment
+    /// or once per threadgroup).
     #[default]
     F16,
     /// bf16, for bf16 activations and codes of one k-slot per weight (1mad, mul1, lut):
@@ -165,8 +168,8 @@ fn is_one(v: &u32) -> bool {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum MmaXStage {
-    /// Each lane loads and converts its fragment of x from device memory per mma pair:
-    /// no threadgroup memory, conversion repeated per 16-row tile.
+    /// Each lane loads (and, without `x_f16`, converts) its fragment of x from device
+    /// memory per mma pair: no threadgroup memory, the loads repeated per 16-row tile.
     #[default]
     Global,
     /// The threadgroup converts x of its samples once into threadgroup memory (padded
