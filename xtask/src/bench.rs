@@ -3,6 +3,10 @@
 //! tuner's own timing (warm-up, rotating copies several times the L2, bound launches:
 //! nothing allocated or checked in the timed region, for cuBLAS alike), written as a
 //! markdown report.
+//!
+//! Narrowed by the environment: `TRELLIS_BENCH_PRESETS` (qwen3-14b, llama-3-8b),
+//! `TRELLIS_BENCH_SHAPES` (RxC of a preset), `TRELLIS_BENCH_K` and `TRELLIS_BENCH_M`
+//! (default 1, 2, 4, 8; above the SIMT families' 8, up to 16, a row is fast only).
 
 use cudarc::cublas::CudaBlas;
 use half::bf16;
@@ -16,7 +20,7 @@ use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::preset;
 use trellis::kernel::{Backend, Dialect, Elem, KernelSpec, TensorSpec};
 use trellis::numerics::{Tail, Tier};
-use trellis::simt::{MStrategy, Representation, Variant, XStage, ROWS_PER_SIMD};
+use trellis::simt::{MStrategy, Representation, Variant, XStage, MAX_M, ROWS_PER_SIMD};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
 use trellis::tune::Selector;
 use trellis::{Code, DType, Error, Geometry, Result, ScaleDType};
@@ -302,47 +306,60 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         );
                         eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us", shape.rows, shape.cols, ts.median, cs.median);
                     };
-                    // Exact: the SIMT family, next to the seed's structure and the best
-                    // x-in-registers candidate.
-                    let sel = selector.select::<ReduceFamily>("cuda", &info.id, &p, Tier::Exact);
-                    let mut vs = vec![sel.variant, seed_structure()];
-                    vs.extend(register_candidates(&p));
-                    let mut runs =
-                        harness::bench::<ReduceFamily, _>(&b, &o, &p, &vs, 11)?.into_iter();
-                    let Some(Ok((ts, check))) = runs.next() else {
-                        return Err(Error::backend(
-                            "bench",
-                            format!("the table's choice for {p} failed"),
-                        ));
-                    };
-                    let median = |r: std::result::Result<(Stats, String), String>| {
-                        r.map_or(f64::NAN, |(st, _)| st.median)
-                    };
-                    let seed = runs.next().map(median).unwrap_or(f64::NAN);
-                    // The fastest x-in-registers candidate, named in the log (it may be the
-                    // table's choice itself, timed a second time).
-                    let (best, best_variant) = runs
-                        .zip(&vs[2..])
-                        .map(|(r, v)| (median(r), v))
-                        .fold((f64::INFINITY, None), |acc, (t, v)| {
-                            if t < acc.0 {
-                                (t, Some(v))
-                            } else {
-                                acc
+                    // Exact: the SIMT family (M up to its MAX_M; larger M are fast rows
+                    // only), next to the seed's structure and the best x-in-registers
+                    // candidate.
+                    if m <= MAX_M {
+                        let sel =
+                            selector.select::<ReduceFamily>("cuda", &info.id, &p, Tier::Exact);
+                        let mut vs = vec![sel.variant, seed_structure()];
+                        vs.extend(register_candidates(&p));
+                        let mut runs =
+                            harness::bench::<ReduceFamily, _>(&b, &o, &p, &vs, 11)?.into_iter();
+                        let (ts, check) = match runs.next() {
+                            Some(Ok(r)) => r,
+                            Some(Err(e)) => {
+                                return Err(Error::backend(
+                                    "bench",
+                                    format!("the table's choice for {p} failed: {e}"),
+                                ))
                             }
-                        });
-                    if let Some(v) = best_variant {
-                        eprintln!("reduce {p}: best registers {best:.1} us is `{v}`");
+                            None => {
+                                return Err(Error::backend(
+                                    "bench",
+                                    format!("the table's choice for {p} was not run"),
+                                ))
+                            }
+                        };
+                        let median = |r: std::result::Result<(Stats, String), String>| {
+                            r.map_or(f64::NAN, |(st, _)| st.median)
+                        };
+                        let seed = runs.next().map(median).unwrap_or(f64::NAN);
+                        // The fastest x-in-registers candidate, named in the log (it may be the
+                        // table's choice itself, timed a second time).
+                        let (best, best_variant) = runs
+                            .zip(&vs[2..])
+                            .map(|(r, v)| (median(r), v))
+                            .fold((f64::INFINITY, None), |acc, (t, v)| {
+                                if t < acc.0 {
+                                    (t, Some(v))
+                                } else {
+                                    acc
+                                }
+                            });
+                        if let Some(v) = best_variant {
+                            eprintln!("reduce {p}: best registers {best:.1} us is `{v}`");
+                        }
+                        row(
+                            Tier::Exact,
+                            ts,
+                            format!("{seed:.1}"),
+                            format!("{best:.1}"),
+                            check,
+                            sel.variant.to_string(),
+                            sel.source.to_string(),
+                        );
                     }
-                    row(
-                        Tier::Exact,
-                        ts,
-                        format!("{seed:.1}"),
-                        format!("{best:.1}"),
-                        check,
-                        sel.variant.to_string(),
-                        sel.source.to_string(),
-                    );
                     // Fast: the matrix-unit family the facade's fast tier runs.
                     let sel = selector.select::<ReduceMmaFamily>("cuda", &info.id, &p, Tier::Fast);
                     let (ts, check) =
@@ -386,6 +403,9 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
             for &m in &ms {
                 let cs = cublas(&b, &blas, &o, rows, cols, m as usize, 2)?;
                 for tier in [Tier::Exact, Tier::Fast] {
+                    if tier == Tier::Exact && m > MAX_M {
+                        continue; // the SIMT families take M up to MAX_M
+                    }
                     let p = GateUpProblem {
                         gate: Geometry::new(rows, cols, 256, kg, 12, Code::OneMad)?,
                         up: Geometry::new(rows, cols, 256, ku, 12, Code::OneMad)?,
