@@ -1,4 +1,4 @@
-//! The shipped H200 table's exact choices, run on the CPU at shapes the table was not
+//! The shipped H200 table's choices (exact, and fast below), run on the CPU at shapes the table was not
 //! measured at: the selector picks an entry by bucket, so a winner tuned at 17408 x 5120
 //! (3 rows per simdgroup, one simdgroup per group, a register budget, folded 1mad scales)
 //! runs on whatever shape of its key comes. The CPU dialect renders the same kernel body
@@ -83,4 +83,54 @@ fn the_h200_tables_exact_choices_keep_the_bits_on_the_cpu() {
     assert_eq!(from_table, 2 * CASES.len(), "{elsewhere:#?}");
     let three_rows = variants.iter().filter(|v| v.rows_per_simd == 3).count();
     assert!(variants.len() >= 4 && three_rows >= 1, "{variants:?}");
+}
+
+/// The shipped table's fast (`reduce_mma`) choices, run on the CPU at shapes it was not
+/// measured at: nearly all of them take x rounded to f16 by the host (`MmaVariant::x_f16`),
+/// and each must fit (or give way), meet SPEC 7 and give the bits of the same variant
+/// converting x itself.
+#[test]
+fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
+    use trellis::families::reduce_mma::{MmaVariant, ReduceMmaFamily, ReduceMmaHost};
+    use trellis::family::{self, Family};
+    let cpu = CpuBackend::new().unwrap();
+    let selector = Selector::from_env();
+    let cases: [(usize, usize, u32, u32, Code, usize); 6] = [
+        (37, 768, 2, 12, Code::OneMad, 1),
+        (130, 512, 3, 16, Code::ThreeInst, 4),
+        (67, 1024, 4, 12, Code::Mcg, 2),
+        (8195, 256, 2, 12, Code::OneMad, 8),
+        (41, 512, 2, 16, Code::OneMad, 16),
+        (100, 1024, 3, 12, Code::ThreeInst, 16),
+    ];
+    let mut host_f16 = 0;
+    for (i, &(rows, cols, k, l, code, m)) in cases.iter().enumerate() {
+        let g = Geometry::new(rows, cols, 256, k, l, code).unwrap();
+        let w = check::random_matrix(g, 400 + i as u64);
+        let x = check::random_activations_with_outliers(DType::Bf16, m, cols, 500 + i as u64);
+        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+        let s = selector.select::<ReduceMmaFamily>("cuda", "nvidia-h200", &p, Tier::Fast);
+        let s = fit::<ReduceMmaFamily>(s, &p, Tier::Fast, &cpu.limits());
+        assert!(
+            matches!(s.source, Source::Nearest { .. }),
+            "{p}: {}",
+            s.source
+        );
+        let host = ReduceMmaHost { w, x };
+        let d = ReduceMmaFamily::upload(&cpu, &p, &host).unwrap();
+        let got = family::run::<ReduceMmaFamily, _>(&cpu, &p, s.variant, &d).unwrap();
+        let real = check::RealSums::of(&host.w, &host.x).unwrap();
+        check::fast_reduce(&got[0], &real)
+            .unwrap_or_else(|e| panic!("{p}: {} ({}): {e}", s.variant, s.source));
+        if s.variant.x_f16 {
+            host_f16 += 1;
+            let converting = MmaVariant {
+                x_f16: false,
+                ..s.variant
+            };
+            let want = family::run::<ReduceMmaFamily, _>(&cpu, &p, converting, &d).unwrap();
+            assert!(got[0].bits_eq(&want[0]), "{p}: {}", s.variant);
+        }
+    }
+    assert!(host_f16 >= cases.len() - 1, "{host_f16} of {}", cases.len());
 }
