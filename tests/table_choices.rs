@@ -4,6 +4,7 @@
 //! whatever shape of its key comes. The CPU dialect renders the same kernel body as CUDA,
 //! so each choice must fit (or give way to the default) and keep SPEC 5's bits (exact) or
 //! meet SPEC 7 (fast, the last test).
+
 use trellis::backend::{Backend, CpuBackend};
 use trellis::families::gate_up::GateUpFamily;
 use trellis::families::reduce::ReduceFamily;
