@@ -29,6 +29,19 @@ fn outliers(dtype: DType, m: usize, cols: usize, rng: &mut ChaCha8Rng) -> Activa
     Activations::from_f32(dtype, m, cols, data).unwrap()
 }
 
+/// `reduce_mma` variants `a` and `b` of `p` on backend `be`, on one upload: their outputs.
+fn run_twins<B: trellis::kernel::Backend>(
+    be: &B,
+    p: &trellis::families::reduce_mma::ReduceMmaProblem,
+    host: &trellis::families::reduce_mma::ReduceMmaHost,
+    a: MmaVariant,
+    b: MmaVariant,
+) -> (Vec<Activations>, Vec<Activations>) {
+    let d = ReduceMmaFamily::upload(be, p, host).unwrap();
+    let run = |v| family::run::<ReduceMmaFamily, _>(be, p, v, &d).unwrap();
+    (run(a), run(b))
+}
+
 /// `mid`, the fast `gate_up` of `w`, `u` and `x` (exact tail), against SPEC 7 through the
 /// family's own check.
 fn check_fast_gate_up(
@@ -366,17 +379,10 @@ fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
         let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
         let real = RealSums::of(&w, &x).unwrap();
         let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
-        for name in ["cpu", "metal-sim"] {
-            let run = |v| {
-                if name == "cpu" {
-                    let d = ReduceMmaFamily::upload(&cpu, &p, &host).unwrap();
-                    family::run::<ReduceMmaFamily, _>(&cpu, &p, v, &d).unwrap()
-                } else {
-                    let d = ReduceMmaFamily::upload(&sim, &p, &host).unwrap();
-                    family::run::<ReduceMmaFamily, _>(&sim, &p, v, &d).unwrap()
-                }
-            };
-            let (want, got) = (run(base), run(paired));
+        for (name, (want, got)) in [
+            ("cpu", run_twins(&cpu, &p, &host, base, paired)),
+            ("metal-sim", run_twins(&sim, &p, &host, base, paired)),
+        ] {
             assert!(
                 got[0].bits_eq(&want[0]),
                 "{name} {g} M={m}: paired windows differ"
@@ -917,17 +923,10 @@ fn host_f16_x_keeps_the_bits() {
             x_f16: true,
             ..base
         };
-        for name in ["cpu", "metal-sim"] {
-            let run = |v| {
-                if name == "cpu" {
-                    let d = ReduceMmaFamily::upload(&cpu, &p, &host).unwrap();
-                    family::run::<ReduceMmaFamily, _>(&cpu, &p, v, &d).unwrap()
-                } else {
-                    let d = ReduceMmaFamily::upload(&sim, &p, &host).unwrap();
-                    family::run::<ReduceMmaFamily, _>(&sim, &p, v, &d).unwrap()
-                }
-            };
-            let (want, got) = (run(base), run(f16x));
+        for (name, (want, got)) in [
+            ("cpu", run_twins(&cpu, &p, &host, base, f16x)),
+            ("metal-sim", run_twins(&sim, &p, &host, base, f16x)),
+        ] {
             assert!(
                 got[0].bits_eq(&want[0]),
                 "{name} {g} {act} M={m} {x_stage:?}: f16 x differs"

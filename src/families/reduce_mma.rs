@@ -663,17 +663,19 @@ pub trait MmaLayout {
                 return Err(Error::invalid("operands", "bf16", why));
             }
         }
-        if v.x_f16 {
-            let why = if !v.operands.is_f16() {
-                Some("is for f16 operands (bf16 operands take x as it is)".to_string())
-            } else if self.act() == DType::F16 {
-                Some("is for bf16 or f32 activations (f16 ones are f16 already)".to_string())
-            } else {
-                None
-            };
-            if let Some(why) = why {
-                return Err(Error::invalid("x_f16", true, why));
-            }
+        if v.x_f16 && !v.operands.is_f16() {
+            return Err(Error::invalid(
+                "x_f16",
+                true,
+                "is for f16 operands (bf16 operands take x as it is)",
+            ));
+        }
+        if v.x_f16 && self.act() == DType::F16 {
+            return Err(Error::invalid(
+                "x_f16",
+                true,
+                "is for bf16 or f32 activations (f16 ones are f16 already)",
+            ));
         }
         if v.paired_windows && self.projs().iter().any(|p| p.slots() != 1) {
             return Err(Error::invalid(

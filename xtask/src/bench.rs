@@ -306,58 +306,17 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         );
                         eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us", shape.rows, shape.cols, ts.median, cs.median);
                     };
-                    // Exact: the SIMT family (M up to its MAX_M; larger M are fast rows
-                    // only), next to the seed's structure and the best x-in-registers
-                    // candidate.
+                    // Exact: the SIMT family, up to its MAX_M (larger M are fast rows only).
                     if m <= MAX_M {
-                        let sel =
-                            selector.select::<ReduceFamily>("cuda", &info.id, &p, Tier::Exact);
-                        let mut vs = vec![sel.variant, seed_structure()];
-                        vs.extend(register_candidates(&p));
-                        let mut runs =
-                            harness::bench::<ReduceFamily, _>(&b, &o, &p, &vs, 11)?.into_iter();
-                        let (ts, check) = match runs.next() {
-                            Some(Ok(r)) => r,
-                            Some(Err(e)) => {
-                                return Err(Error::backend(
-                                    "bench",
-                                    format!("the table's choice for {p} failed: {e}"),
-                                ))
-                            }
-                            None => {
-                                return Err(Error::backend(
-                                    "bench",
-                                    format!("the table's choice for {p} was not run"),
-                                ))
-                            }
-                        };
-                        let median = |r: std::result::Result<(Stats, String), String>| {
-                            r.map_or(f64::NAN, |(st, _)| st.median)
-                        };
-                        let seed = runs.next().map(median).unwrap_or(f64::NAN);
-                        // The fastest x-in-registers candidate, named in the log (it may be the
-                        // table's choice itself, timed a second time).
-                        let (best, best_variant) = runs
-                            .zip(&vs[2..])
-                            .map(|(r, v)| (median(r), v))
-                            .fold((f64::INFINITY, None), |acc, (t, v)| {
-                                if t < acc.0 {
-                                    (t, Some(v))
-                                } else {
-                                    acc
-                                }
-                            });
-                        if let Some(v) = best_variant {
-                            eprintln!("reduce {p}: best registers {best:.1} us is `{v}`");
-                        }
+                        let e = exact_reduce_row(&b, &o, &selector, &p)?;
                         row(
                             Tier::Exact,
-                            ts,
-                            format!("{seed:.1}"),
-                            format!("{best:.1}"),
-                            check,
-                            sel.variant.to_string(),
-                            sel.source.to_string(),
+                            e.stats,
+                            format!("{:.1}", e.seed),
+                            format!("{:.1}", e.best),
+                            e.check,
+                            e.variant,
+                            e.source,
                         );
                     }
                     // Fast: the matrix-unit family the facade's fast tier runs.
@@ -434,6 +393,59 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     println!("{s}");
     std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
     Ok(())
+}
+
+/// One exact `reduce` row: the selector's variant, verified and timed next to the seed's
+/// structure and the best x-in-registers candidate (named in the log; it may be the
+/// table's choice itself, timed a second time).
+struct ExactRow {
+    stats: Stats,
+    check: String,
+    seed: f64,
+    best: f64,
+    variant: String,
+    source: String,
+}
+
+fn exact_reduce_row(
+    b: &CudaBackend,
+    o: &TuneOptions,
+    selector: &Selector,
+    p: &ReduceProblem,
+) -> Result<ExactRow> {
+    let sel = selector.select::<ReduceFamily>("cuda", &b.info().id, p, Tier::Exact);
+    let mut vs = vec![sel.variant, seed_structure()];
+    vs.extend(register_candidates(p));
+    // One result per variant, in order.
+    let mut runs = harness::bench::<ReduceFamily, _>(b, o, p, &vs, 11)?.into_iter();
+    let (stats, check) = runs
+        .next()
+        .expect("one result per variant")
+        .map_err(|e| Error::backend("bench", format!("the table's choice for {p} failed: {e}")))?;
+    let median =
+        |r: std::result::Result<(Stats, String), String>| r.map_or(f64::NAN, |(st, _)| st.median);
+    let seed = runs.next().map(median).unwrap_or(f64::NAN);
+    let (best, best_variant) = runs.zip(&vs[2..]).map(|(r, v)| (median(r), v)).fold(
+        (f64::INFINITY, None),
+        |acc, (t, v)| {
+            if t < acc.0 {
+                (t, Some(v))
+            } else {
+                acc
+            }
+        },
+    );
+    if let Some(v) = best_variant {
+        eprintln!("reduce {p}: best registers {best:.1} us is `{v}`");
+    }
+    Ok(ExactRow {
+        stats,
+        check,
+        seed,
+        best,
+        variant: sel.variant.to_string(),
+        source: sel.source.to_string(),
+    })
 }
 
 /// One `gate_up` row: the selector's variant for `tier` (the SIMT family for exact, the
