@@ -227,6 +227,10 @@ impl Family for GateUpMmaFamily {
         if !quick && p.gate.rows >= crate::catalog::TUNED_ROWS && (fit(&p.gate) || fit(&p.up)) {
             add_paired_twins(&mut out);
         }
+        // x rounded to f16 once by the host, as `reduce_mma` takes it at the tuned sizes.
+        if !quick && p.gate.rows >= crate::catalog::TUNED_ROWS && p.act != DType::F16 {
+            super::reduce_mma::with_host_f16_x(&mut out);
+        }
         out
     }
     fn label(p: &GateUpMmaProblem) -> &'static str {

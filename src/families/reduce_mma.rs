@@ -758,14 +758,15 @@ fn few_tiles(rows: usize) -> bool {
 /// offered, won 36 keys, so each such candidate comes again with 2 and (where 2 then won
 /// 3 M = 8 keys by 7-10 %) 1; 4 column splits, the most offered, won 20 keys at 5120 x
 /// 17408, so where tiles are few each candidate of 4 comes again with 8 and (8 then won
-/// 28 keys by 2-3 %) 16.
-fn widen_edges(rows: usize, variants: &mut Vec<MmaVariant>) {
+/// 28 keys by 2-3 %) 16, and up to M = 4 (where 16 then won 5 keys) 32.
+fn widen_edges(rows: usize, m: u32, variants: &mut Vec<MmaVariant>) {
     add_col_split_twins(variants, 4, &[2, 1]);
     if few_tiles(rows) {
+        let splits: &[u32] = if m <= 4 { &[8, 16, 32] } else { &[8, 16] };
         let more_splits: Vec<MmaVariant> = variants
             .iter()
             .filter(|v| v.k_split == 4)
-            .flat_map(|v| [8, 16].map(|k_split| MmaVariant { k_split, ..*v }))
+            .flat_map(|v| splits.iter().map(|&k_split| MmaVariant { k_split, ..*v }))
             .collect();
         variants.extend(more_splits);
     }
@@ -1237,7 +1238,7 @@ impl Family for ReduceMmaFamily {
             bf16_ok,
         ));
         if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.m <= 8 {
-            widen_edges(p.geometry.rows, &mut out);
+            widen_edges(p.geometry.rows, p.m, &mut out);
         }
         // Each shape again with paired windows where they save work, at the tuned sizes.
         if !quick
