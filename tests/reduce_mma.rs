@@ -1020,4 +1020,16 @@ fn host_f16_x_keeps_the_bits() {
     .unwrap();
     assert!(got[0].bits_eq(&want[0]), "gate_up_mma: f16 x differs");
     check_fast_gate_up(&host.gate, &host.up, &host.x, want[0].clone(), "converting");
+    // ... and its tuned sizes offer it the same way.
+    let q = trellis::families::gate_up_mma::GateUpMmaProblem {
+        gate: Geometry::new(4096, 5120, 256, 3, 12, Code::OneMad).unwrap(),
+        up: Geometry::new(4096, 5120, 256, 4, 12, Code::OneMad).unwrap(),
+        ..p
+    };
+    let all = GateUpMmaFamily::candidates(&q, Tier::Fast, false);
+    let f16_ops: Vec<_> = all.iter().filter(|v| v.operands.is_f16()).collect();
+    assert!(!f16_ops.is_empty() && f16_ops.iter().all(|v| v.x_f16));
+    assert!(GateUpMmaFamily::candidates(&p, Tier::Fast, false)
+        .iter()
+        .all(|v| !v.x_f16));
 }

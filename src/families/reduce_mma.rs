@@ -378,7 +378,7 @@ pub fn add_paired_twins(variants: &mut Vec<MmaVariant>) {
 /// `reduce_mma` candidate of 24 keys, 1mad and 3inst, k 2 / 4, M 1 / 4 / 16, both Qwen3-14B
 /// shapes: `prototypes/results/xf16.md`), the twin was the faster of the pair in nearly
 /// every case (median per key 0.94-0.995), so at the tuned sizes the space offers that
-/// form only.
+/// form only (`gate_up_mma`'s too).
 pub fn with_host_f16_x(variants: &mut [MmaVariant]) {
     for v in variants.iter_mut().filter(|v| v.operands.is_f16()) {
         v.x_f16 = true;
