@@ -758,7 +758,8 @@ fn few_tiles(rows: usize) -> bool {
 /// offered, won 36 keys, so each such candidate comes again with 2 and (where 2 then won
 /// 3 M = 8 keys by 7-10 %) 1; 4 column splits, the most offered, won 20 keys at 5120 x
 /// 17408, so where tiles are few each candidate of 4 comes again with 8 and (8 then won
-/// 28 keys by 2-3 %) 16, and up to M = 4 (where 16 then won 5 keys) 32.
+/// 28 keys by 2-3 %) 16, and up to M = 4 (where 16 then won 5 keys) 32, which won none
+/// (`tuning/reports/nvidia-h200-tune.md` item 25) but keeps 16 off the space's edge.
 fn widen_edges(rows: usize, m: u32, variants: &mut Vec<MmaVariant>) {
     add_col_split_twins(variants, 4, &[2, 1]);
     if few_tiles(rows) {
