@@ -42,6 +42,30 @@ fn run_twins<B: trellis::kernel::Backend>(
     (run(a), run(b))
 }
 
+/// `gate_up_mma` of `gate`, `up` and `x` (exact tail) with variants `a` and `b` on the CPU,
+/// on one upload: the problem, the host data and the two outputs.
+fn run_gate_up_twins(
+    gate: QuantizedMatrix,
+    up: QuantizedMatrix,
+    x: Activations,
+    a: MmaVariant,
+    b: MmaVariant,
+) -> (
+    trellis::families::gate_up_mma::GateUpMmaProblem,
+    trellis::families::gate_up_mma::GateUpMmaHost,
+    Vec<Activations>,
+    Vec<Activations>,
+) {
+    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
+    let cpu = CpuBackend::new().expect("cpu backend");
+    let p = GateUpMmaFamily::problem_of(&gate, &up, &x, trellis::numerics::Tail::Exact).unwrap();
+    let host = GateUpMmaHost { gate, up, x };
+    let d = GateUpMmaFamily::upload(&cpu, &p, &host).unwrap();
+    let run = |v| family::run::<GateUpMmaFamily, _>(&cpu, &p, v, &d).unwrap();
+    let (want, got) = (run(a), run(b));
+    (p, host, want, got)
+}
+
 /// `mid`, the fast `gate_up` of `w`, `u` and `x` (exact tail), against SPEC 7 through the
 /// family's own check.
 fn check_fast_gate_up(
@@ -428,27 +452,17 @@ fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
 
     // gate_up_mma: the same bits with pairs (here only the up projection's k 4 pairs);
     // offered where either projection pairs.
-    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost, GateUpMmaProblem};
-    use trellis::numerics::Tail;
+    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaProblem};
     let geometry = |rows, k| Geometry::new(rows, 768, 256, k, 12, Code::OneMad).unwrap();
     let gate = check::random_matrix(geometry(40, 3), 91);
     let up = check::random_matrix(geometry(40, 4), 92);
     let x = outliers(DType::Bf16, 3, 768, &mut rng);
-    let p = GateUpMmaFamily::problem_of(&gate, &up, &x, Tail::Exact).unwrap();
-    let host = GateUpMmaHost { gate, up, x };
-    let d = GateUpMmaFamily::upload(&cpu, &p, &host).unwrap();
     let plain = MmaVariant::unsplit(1, 2, 16, MmaXStage::Shared);
-    let want = family::run::<GateUpMmaFamily, _>(&cpu, &p, plain, &d).unwrap();
-    let got = family::run::<GateUpMmaFamily, _>(
-        &cpu,
-        &p,
-        MmaVariant {
-            paired_windows: true,
-            ..plain
-        },
-        &d,
-    )
-    .unwrap();
+    let paired = MmaVariant {
+        paired_windows: true,
+        ..plain
+    };
+    let (p, host, want, got) = run_gate_up_twins(gate, up, x, plain, paired);
     assert!(
         got[0].bits_eq(&want[0]),
         "gate_up_mma: paired windows differ"
@@ -997,27 +1011,17 @@ fn host_f16_x_keeps_the_bits() {
     }
 
     // gate_up_mma takes the same x.
-    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
-    use trellis::numerics::Tail;
+    use trellis::families::gate_up_mma::GateUpMmaFamily;
     let geometry = |k, code| Geometry::new(40, 768, 256, k, 12, code).unwrap();
     let gate = check::random_matrix(geometry(3, Code::OneMad), 93);
     let up = check::random_matrix(geometry(2, Code::ThreeInst), 94);
     let x = outliers(DType::Bf16, 9, 768, &mut rng);
-    let p = GateUpMmaFamily::problem_of(&gate, &up, &x, Tail::Exact).unwrap();
-    let host = GateUpMmaHost { gate, up, x };
-    let d = GateUpMmaFamily::upload(&cpu, &p, &host).unwrap();
     let plain = MmaVariant::unsplit(1, 2, 16, MmaXStage::Global);
-    let want = family::run::<GateUpMmaFamily, _>(&cpu, &p, plain, &d).unwrap();
-    let got = family::run::<GateUpMmaFamily, _>(
-        &cpu,
-        &p,
-        MmaVariant {
-            x_f16: true,
-            ..plain
-        },
-        &d,
-    )
-    .unwrap();
+    let f16x = MmaVariant {
+        x_f16: true,
+        ..plain
+    };
+    let (p, host, want, got) = run_gate_up_twins(gate, up, x, plain, f16x);
     assert!(got[0].bits_eq(&want[0]), "gate_up_mma: f16 x differs");
     check_fast_gate_up(&host.gate, &host.up, &host.x, want[0].clone(), "converting");
     // ... and its tuned sizes offer it the same way.

@@ -8,9 +8,31 @@
 use trellis::backend::{Backend, CpuBackend};
 use trellis::families::gate_up::GateUpFamily;
 use trellis::families::reduce::ReduceFamily;
+use trellis::family::Family;
 use trellis::numerics::{Tail, Tier};
-use trellis::tune::{fit, Selector, Source};
-use trellis::{check, ops, reference, Code, DType, Geometry};
+use trellis::tune::{fit, Selection, Selector, Source};
+use trellis::{check, ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix};
+
+/// (rows, cols, k, L, code, M).
+type Case = (usize, usize, u32, u32, Code, usize);
+
+/// A case's random weights (from `seed`) and bf16 activations with outliers (`seed` + 100).
+fn case_data(&(rows, cols, k, l, code, m): &Case, seed: u64) -> (QuantizedMatrix, Activations) {
+    let g = Geometry::new(rows, cols, 256, k, l, code).unwrap();
+    let x = check::random_activations_with_outliers(DType::Bf16, m, cols, seed + 100);
+    (check::random_matrix(g, seed), x)
+}
+
+/// The shipped H200 table's choice for `p`, fitted to the CPU's limits.
+fn h200_choice<F: Family>(
+    selector: &Selector,
+    cpu: &CpuBackend,
+    p: &F::Problem,
+    tier: Tier,
+) -> Selection<F::Variant> {
+    let s = selector.select::<F>("cuda", "nvidia-h200", p, tier);
+    fit::<F>(s, p, tier, &cpu.limits())
+}
 
 /// (rows, cols, k, L, code, M): row counts that leave partial row sets for 2, 3 and 4 rows
 /// per simdgroup, both codes and L of the table, every M it holds. Small shapes take the
@@ -18,7 +40,7 @@ use trellis::{check, ops, reference, Code, DType, Geometry};
 /// in it the entries measured at 14336 x 4096 (the nearer of its two tuned shapes), where
 /// 3inst M 8 keeps 3 rows per simdgroup in groups of 4 (8195 rows: a partial group and a
 /// partial row set).
-const CASES: [(usize, usize, u32, u32, Code, usize); 9] = [
+const CASES: [Case; 9] = [
     (37, 512, 3, 12, Code::OneMad, 1),
     (130, 768, 2, 16, Code::OneMad, 2),
     (259, 512, 4, 12, Code::ThreeInst, 4),
@@ -37,14 +59,10 @@ fn the_h200_tables_exact_choices_keep_the_bits_on_the_cpu() {
     let mut from_table = 0;
     let mut elsewhere = Vec::new();
     let mut variants = std::collections::BTreeSet::new();
-    for (i, &(rows, cols, k, l, code, m)) in CASES.iter().enumerate() {
-        let g = Geometry::new(rows, cols, 256, k, l, code).unwrap();
-        let w = check::random_matrix(g, 100 + i as u64);
-        let x = check::random_activations_with_outliers(DType::Bf16, m, cols, 200 + i as u64);
-
+    for (i, case) in CASES.iter().enumerate() {
+        let (w, x) = case_data(case, 100 + i as u64);
         let p = ops::reduce_problem(&w, &x).unwrap();
-        let s = selector.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact);
-        let s = fit::<ReduceFamily>(s, &p, Tier::Exact, &cpu.limits());
+        let s = h200_choice::<ReduceFamily>(&selector, &cpu, &p, Tier::Exact);
         variants.insert(s.variant);
         if matches!(s.source, Source::Nearest { .. }) {
             from_table += 1;
@@ -60,11 +78,9 @@ fn the_h200_tables_exact_choices_keep_the_bits_on_the_cpu() {
             s.source
         );
 
-        let ug = Geometry::new(rows, cols, 256, k, l, code).unwrap();
-        let u = check::random_matrix(ug, 300 + i as u64);
+        let u = check::random_matrix(w.geometry, 300 + i as u64);
         let p = ops::gate_up_problem(&w, &u, &x, Tail::Exact).unwrap();
-        let s = selector.select::<GateUpFamily>("cuda", "nvidia-h200", &p, Tier::Exact);
-        let s = fit::<GateUpFamily>(s, &p, Tier::Exact, &cpu.limits());
+        let s = h200_choice::<GateUpFamily>(&selector, &cpu, &p, Tier::Exact);
         variants.insert(s.variant);
         if matches!(s.source, Source::Nearest { .. }) {
             from_table += 1;
@@ -93,10 +109,10 @@ fn the_h200_tables_exact_choices_keep_the_bits_on_the_cpu() {
 #[test]
 fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
     use trellis::families::reduce_mma::{MmaVariant, ReduceMmaFamily, ReduceMmaHost};
-    use trellis::family::{self, Family};
+    use trellis::family;
     let cpu = CpuBackend::new().unwrap();
     let selector = Selector::from_env();
-    let cases: [(usize, usize, u32, u32, Code, usize); 6] = [
+    let cases: [Case; 6] = [
         (37, 768, 2, 12, Code::OneMad, 1),
         (130, 512, 3, 16, Code::ThreeInst, 4),
         (67, 1024, 4, 12, Code::Mcg, 2),
@@ -105,13 +121,10 @@ fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
         (100, 1024, 3, 12, Code::ThreeInst, 16),
     ];
     let mut host_f16 = 0;
-    for (i, &(rows, cols, k, l, code, m)) in cases.iter().enumerate() {
-        let g = Geometry::new(rows, cols, 256, k, l, code).unwrap();
-        let w = check::random_matrix(g, 400 + i as u64);
-        let x = check::random_activations_with_outliers(DType::Bf16, m, cols, 500 + i as u64);
+    for (i, case) in cases.iter().enumerate() {
+        let (w, x) = case_data(case, 400 + i as u64);
         let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
-        let s = selector.select::<ReduceMmaFamily>("cuda", "nvidia-h200", &p, Tier::Fast);
-        let s = fit::<ReduceMmaFamily>(s, &p, Tier::Fast, &cpu.limits());
+        let s = h200_choice::<ReduceMmaFamily>(&selector, &cpu, &p, Tier::Fast);
         assert!(
             matches!(s.source, Source::Nearest { .. }),
             "{p}: {}",

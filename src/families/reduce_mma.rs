@@ -1031,14 +1031,16 @@ impl<B: Backend> Prescaled<B> {
             }
         }
         let bytes: Vec<u8> = unscale.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let x_up = super::upload_activations(b, &xs)?;
+        // The f16 copy takes the prescaled values themselves (rounded by `from_f32`).
         let x_f16 = if x.dtype == DType::F16 {
             None
         } else {
-            let h = Activations::from_f32(DType::F16, xs.rows, xs.cols, xs.data.clone())?;
+            let h = Activations::from_f32(DType::F16, xs.rows, xs.cols, xs.data)?;
             Some(super::upload_activations(b, &h)?)
         };
         Ok(Prescaled {
-            x: super::upload_activations(b, &xs)?,
+            x: x_up,
             x_f16,
             unscale: b.upload(Elem::F32, &[unscale.len()], &bytes)?,
             tables,
