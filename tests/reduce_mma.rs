@@ -149,6 +149,8 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                 // Paired state windows for codes of one k-slot, at every k and L.
                 paired_windows: !matches!(code, Code::ThreeInst | Code::Mcg) && ci % 3 != 1,
                 x_f16: false,
+                // Batched staging of staged x, split or not (the clamped last round too).
+                batch_stage: (ci + mi) % 3 != 0 && mi % 2 == 1,
             };
             let dev = ReduceMmaFamily::upload(
                 &b,
@@ -205,6 +207,7 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
         operands: MmaOperands::F16,
         paired_windows: false,
         x_f16: false,
+        batch_stage: false,
     };
     // Outside the family: a clear error, not a launch.
     for (bad, field) in [
@@ -315,6 +318,7 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
             operands: MmaOperands::F16,
             paired_windows: false,
             x_f16: false,
+            batch_stage: false,
         };
         let host = GateUpMmaHost { gate, up, x };
         let want = GateUpMmaFamily::expected(&p, &host).unwrap();
@@ -358,6 +362,7 @@ fn reduce_mma_split_k_stages_only_its_share_of_x() {
         operands: MmaOperands::F16,
         paired_windows: false,
         x_f16: false,
+        batch_stage: false,
     };
     let e = ReduceMmaFamily::kernel(&p, v(1)).validate().unwrap_err();
     assert!(e.to_string().contains("threadgroup memory"), "{e}");
@@ -505,6 +510,7 @@ fn reduce_mma_bf16_operands_are_checked() {
         operands: MmaOperands::Bf16,
         paired_windows: false,
         x_f16: false,
+        batch_stage: false,
     };
     ReduceMmaFamily::kernel(&p(Code::OneMad, DType::Bf16), v(MmaXStage::Global))
         .validate()
@@ -1036,4 +1042,99 @@ fn host_f16_x_keeps_the_bits() {
     assert!(GateUpMmaFamily::candidates(&p, Tier::Fast, false)
         .iter()
         .all(|v| !v.x_f16));
+}
+
+/// Batched staging ([`MmaVariant::batch_stage`]) stages the same x in a compile-time count
+/// of chunks per thread: the results are bit for bit those of the plain staging, plain and
+/// duplicated, split evenly, unevenly (the last split short) or not, with chunks that fill
+/// the last round or not, on the CPU and the Metal simulator. The tuned sizes offer it as
+/// a twin of every staged candidate at M = 16 only; it needs staged x.
+#[test]
+fn batched_stage_keeps_the_bits() {
+    use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::families::reduce_mma::ReduceMmaProblem;
+    use trellis::kernel::KernelSpec as _;
+    let cpu = CpuBackend::new().expect("cpu backend");
+    let sim = MetalSimBackend::new().expect("metal-sim backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(79);
+    // (code, M, columns, stage, row tiles, col split, k split)
+    for (code, m, cols, x_stage, rt, cs, ks) in [
+        (Code::OneMad, 16, 1280, MmaXStage::Shared, 2, 1, 2),
+        (Code::OneMad, 5, 1536, MmaXStage::Shared, 1, 2, 4),
+        (Code::ThreeInst, 16, 256, MmaXStage::SharedDup, 2, 2, 1),
+        (Code::Mcg, 11, 1280, MmaXStage::SharedDup, 1, 1, 3),
+    ] {
+        let g = Geometry::new(40, cols, 256, 2, 12, code).unwrap();
+        let w = check::random_matrix(g, rng.random());
+        let x = outliers(DType::Bf16, m, cols, &mut rng);
+        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+        let real = RealSums::of(&w, &x).unwrap();
+        let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
+        let plain = MmaVariant {
+            k_split: ks,
+            ..MmaVariant::unsplit(rt, cs, 16, x_stage)
+        };
+        let batched = MmaVariant {
+            batch_stage: true,
+            ..plain
+        };
+        for (name, (want, got)) in [
+            ("cpu", run_twins(&cpu, &p, &host, plain, batched)),
+            ("metal-sim", run_twins(&sim, &p, &host, plain, batched)),
+        ] {
+            assert!(
+                got[0].bits_eq(&want[0]),
+                "{name} {g} M={m} {batched}: batched staging differs"
+            );
+            check::fast_reduce(&got[0], &real).unwrap_or_else(|e| panic!("{name} {g}: {e}"));
+        }
+    }
+    assert_eq!(
+        MmaVariant {
+            batch_stage: true,
+            k_split: 8,
+            ..MmaVariant::unsplit(8, 1, 16, MmaXStage::Shared)
+        }
+        .to_string(),
+        "mma rt=8 cs=1 mt=16 x=shared ks=8 bs"
+    );
+
+    // Offered at the tuned sizes at M = 16 only, as a twin of every staged candidate.
+    let space = |rows, m| {
+        let p = ReduceMmaProblem {
+            geometry: Geometry::new(rows, 5120, 256, 2, 12, Code::OneMad).unwrap(),
+            scale: ScaleDType::F16,
+            act: DType::Bf16,
+            m,
+        };
+        let all = ReduceMmaFamily::candidates(&p, Tier::Fast, false);
+        let batched = all.iter().filter(|v| v.batch_stage).count();
+        let staged = all
+            .iter()
+            .filter(|v| v.x_stage.is_shared() && !v.batch_stage)
+            .count();
+        (batched, staged)
+    };
+    let (batched, staged) = space(4096, 16);
+    assert!(batched > 0 && batched == staged, "{batched} {staged}");
+    assert_eq!(space(4096, 8).0, 0);
+    assert_eq!(space(256, 16).0, 0);
+
+    // It needs staged x.
+    let g = Geometry::new(40, 768, 256, 2, 12, Code::OneMad).unwrap();
+    let w = check::random_matrix(g, 6);
+    let x = outliers(DType::Bf16, 2, 768, &mut rng);
+    let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+    let v = MmaVariant {
+        batch_stage: true,
+        ..MmaVariant::default()
+    };
+    let e = ReduceMmaFamily::kernel(&p, v)
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("batch_stage = true") && e.contains("x_stage = shared"),
+        "{e}"
+    );
 }

@@ -88,6 +88,14 @@ pub struct MmaVariant {
     /// operands and bf16 or f32 activations (f16 ones are f16 already).
     #[serde(default, skip_serializing_if = "is_default")]
     pub x_f16: bool,
+    /// The threadgroup stages x (`x_stage` shared) in a compile-time count of chunks per
+    /// thread, unrolled, so each thread's loads are in flight together; the plain form's
+    /// loop strides by the launch's thread count, unknown to the compiler, and waits on
+    /// each load before the next. At M = 16 a thread stages 5 chunks of 16 bytes, and ncu
+    /// read the serial waits as long-scoreboard stalls before the loop
+    /// (`prototypes/results/m16-ncu.md`). Same loads and stores, so the same bits.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub batch_stage: bool,
 }
 
 crate::simt::hash_debug_skipping_default!(
@@ -100,7 +108,8 @@ crate::simt::hash_debug_skipping_default!(
         max_registers,
         operands
     } + paired_windows,
-    x_f16
+    x_f16,
+    batch_stage
 );
 
 /// The operand type of the matrix unit (the accumulator is f32 either way).
@@ -211,6 +220,7 @@ impl MmaVariant {
             operands: MmaOperands::F16,
             paired_windows: false,
             x_f16: false,
+            batch_stage: false,
         }
     }
 }
@@ -254,6 +264,9 @@ impl fmt::Display for MmaVariant {
         }
         if self.x_f16 {
             write!(f, " xf16")?;
+        }
+        if self.batch_stage {
+            write!(f, " bs")?;
         }
         Ok(())
     }
@@ -371,6 +384,20 @@ pub fn add_paired_twins(variants: &mut Vec<MmaVariant>) {
         })
         .collect();
     variants.extend(paired);
+}
+
+/// Append to `variants` each that stages x again with batched staging
+/// ([`MmaVariant::batch_stage`]).
+pub fn add_batched_stage_twins(variants: &mut Vec<MmaVariant>) {
+    let batched: Vec<MmaVariant> = variants
+        .iter()
+        .filter(|v| v.x_stage.is_shared())
+        .map(|v| MmaVariant {
+            batch_stage: true,
+            ..*v
+        })
+        .collect();
+    variants.extend(batched);
 }
 
 /// Take x rounded to f16 by the host in every f16-operand candidate
@@ -525,6 +552,52 @@ pub trait MmaLayout {
         let k_split = self.dims().4.k_split as usize;
         self.runs().min(4 * self.steps().div_ceil(k_split))
     }
+    /// The staging's 16-byte chunks of one sample: per step of 128 columns, and per row
+    /// (8 columns each, or 4 duplicated).
+    fn stage_chunks(&self) -> (usize, usize) {
+        let (_, cols, _, _, v) = self.dims();
+        if v.x_stage.is_dup() {
+            (32, cols / 4)
+        } else {
+            (16, cols / 8)
+        }
+    }
+    /// Chunks of one sample each split stages, from steps [z0, z1) (the last run's chunks
+    /// end the row).
+    fn split_chunks(&self) -> Vec<usize> {
+        let (per, row) = self.stage_chunks();
+        let (s, ks) = (self.steps(), self.dims().4.k_split as usize);
+        (0..ks)
+            .map(|z| ((z + 1) * s / ks * per).min(row) - z * s / ks * per)
+            .collect()
+    }
+    /// The staging's `nq` (chunks of one sample this threadgroup stages). Batched, a
+    /// constant where every split stages as many (so `i / nq` is a multiply); else, and
+    /// in the plain form, computed from the split's steps.
+    fn stage_nq(&self) -> String {
+        let (per, row) = self.stage_chunks();
+        let counts = self.split_chunks();
+        if self.dims().4.batch_stage && counts.iter().all(|&c| c == counts[0]) {
+            format!("{}u", counts[0])
+        } else {
+            format!("(z1 * {per}u < {row}u ? z1 * {per}u : {row}u) - q0")
+        }
+    }
+    /// Rounds of the batched staging: the most chunks any split stages over the threads
+    /// of a threadgroup (the CPU shim's one thread takes them all).
+    fn stage_rounds(&self) -> String {
+        let most = self.x_samples() * self.split_chunks().into_iter().max().unwrap_or(0);
+        format!("({most}u + GROUP_THREADS_FIXED - 1u) / GROUP_THREADS_FIXED")
+    }
+    /// The threads that run one threadgroup on `d`, as a constant: the launch's on a GPU,
+    /// one on the CPU (its shim runs a group's threads in turn).
+    fn group_threads_fixed(&self, d: &Dialect) -> usize {
+        if d.is_cpu() {
+            1
+        } else {
+            32 * self.warps()
+        }
+    }
     /// Threadgroup words of the staged x (0 unless `x_stage = shared`).
     fn xs_words(&self) -> usize {
         if self.dims().4.x_stage.is_shared() {
@@ -675,6 +748,13 @@ pub trait MmaLayout {
                 "x_f16",
                 true,
                 "is for bf16 or f32 activations (f16 ones are f16 already)",
+            ));
+        }
+        if v.batch_stage && !v.x_stage.is_shared() {
+            return Err(Error::invalid(
+                "batch_stage",
+                true,
+                "is for x staged in threadgroup memory (x_stage = shared or shared_dup)",
             ));
         }
         if v.paired_windows && self.projs().iter().any(|p| p.slots() != 1) {
@@ -1253,6 +1333,10 @@ impl Family for ReduceMmaFamily {
         // x rounded to f16 once by the host rather than per threadgroup or fragment.
         if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.act != DType::F16 {
             with_host_f16_x(&mut out);
+        }
+        // Batched staging where a thread stages most (16 samples: 5 chunks at 8 splits).
+        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.m == MAX_M_MMA {
+            add_batched_stage_twins(&mut out);
         }
         out
     }
