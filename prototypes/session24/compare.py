@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Old against new winners of the re-tuned M = 16 `reduce_mma` keys, and within the new
+"""Old against new winners of the re-tuned `reduce_mma` keys (KEYS, a key prefix: "bf16 M=16 "), and within the new
 run's trace each batched twin against its plain twin (same run, same key).
 Usage: compare.py OLD.toml NEW.toml TRACE.tsv [TRACE.tsv ...]"""
 import sys, tomllib, statistics, collections
+import os
+PREFIX = os.environ.get("KEYS", "bf16 M=16 ")
 old, new, traces = sys.argv[1], sys.argv[2], sys.argv[3:]
 def entries(p):
     t = tomllib.load(open(p, "rb"))
-    return {(e["key"], e["shape"]): e for e in t["entry"] if e["family"] == "reduce_mma" and e["key"].startswith("bf16 M=16 ")}
+    return {(e["key"], e["shape"]): e for e in t["entry"] if e["family"] == "reduce_mma" and e["key"].startswith(PREFIX)}
 o, n = entries(old), entries(new)
 def name(w):
     s = f"rt={w['row_tiles']} cs={w['col_split']} ks={w.get('k_split', 1)} x={w.get('x_stage', 'global')}"

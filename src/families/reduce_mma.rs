@@ -1334,8 +1334,8 @@ impl Family for ReduceMmaFamily {
         if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.act != DType::F16 {
             with_host_f16_x(&mut out);
         }
-        // Batched staging where a thread stages most (16 samples: 5 chunks at 8 splits).
-        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.m == MAX_M_MMA {
+        // Batched staging where a thread stages most (8 and 16 samples).
+        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.m >= 8 {
             add_batched_stage_twins(&mut out);
         }
         out

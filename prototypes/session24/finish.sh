@@ -1,0 +1,17 @@
+#!/bin/bash
+# One device call: finish the re-tune of the stale `reduce_mma` keys (M, both presets,
+# resuming the table the earlier calls wrote), then bench the Qwen3-14B keys at BENCH_M
+# on that table. Carry [".device"].
+D=.device/main
+chmod +x $D/xtask
+exec > >(tee -a "$OUT/log.txt") 2>&1
+T0=$(date +%s)
+since() { echo "($(( $(date +%s) - T0 )) s)"; }
+timeout ${TUNE_S:-260} $D/xtask tune --backend cuda --tier fast --family reduce_mma \
+  --shape qwen3-14b,llama-3-8b --l 12,16 --m ${M:-8,16} --k 2,3,4 --code 1mad,3inst,mcg \
+  --budget ${BUDGET:-230s} --out tuning/nvidia-h200.toml --trace "$OUT/trace.tsv" > "$OUT/tune.txt" 2>&1
+echo "tune rc=$? $(since)"; grep -E 'left|stopped|budget|error' "$OUT/tune.txt" | tail -5
+cp tuning/nvidia-h200.toml "$OUT/table.toml"
+TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_M=${BENCH_M:-1,8,16} timeout ${BENCH_S:-200} $D/xtask bench \
+  --table tuning/nvidia-h200.toml --out "$OUT/bench.md" > /dev/null 2> "$OUT/bench_err.txt"
+echo "bench rc=$? $(since)"; grep -E "error" "$OUT/bench_err.txt" | tail -5
