@@ -1048,7 +1048,7 @@ fn host_f16_x_keeps_the_bits() {
 /// of chunks per thread: the results are bit for bit those of the plain staging, plain and
 /// duplicated, split evenly, unevenly (the last split short) or not, with chunks that fill
 /// the last round or not, on the CPU and the Metal simulator. The tuned sizes offer it as
-/// a twin of every staged candidate at M = 8 and 16 only; it needs staged x.
+/// a twin of every staged candidate from M = 4 up; it needs staged x.
 #[test]
 fn batched_stage_keeps_the_bits() {
     use trellis::backend::metal_sim::MetalSimBackend;
@@ -1099,7 +1099,7 @@ fn batched_stage_keeps_the_bits() {
         "mma rt=8 cs=1 mt=16 x=shared ks=8 bs"
     );
 
-    // Offered at the tuned sizes at M = 8 and 16 only, as a twin of every staged candidate.
+    // Offered at the tuned sizes from M = 4 up, as a twin of every staged candidate.
     let space = |rows, m| {
         let p = ReduceMmaProblem {
             geometry: Geometry::new(rows, 5120, 256, 2, 12, Code::OneMad).unwrap(),
@@ -1115,11 +1115,14 @@ fn batched_stage_keeps_the_bits() {
             .count();
         (batched, staged)
     };
-    for m in [8, 16] {
+    for m in [4, 8, 16] {
         let (batched, staged) = space(4096, m);
-        assert!(batched > 0 && batched == staged, "M={m}: {batched} {staged}");
+        assert!(
+            batched > 0 && batched == staged,
+            "M={m}: {batched} {staged}"
+        );
     }
-    assert_eq!(space(4096, 4).0, 0);
+    assert_eq!(space(4096, 2).0, 0);
     assert_eq!(space(256, 16).0, 0);
 
     // It needs staged x.

@@ -1334,8 +1334,8 @@ impl Family for ReduceMmaFamily {
         if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.act != DType::F16 {
             with_host_f16_x(&mut out);
         }
-        // Batched staging where a thread stages most (8 and 16 samples).
-        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.m >= 8 {
+        // Batched staging where a thread stages most (4 samples and more).
+        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.m >= 4 {
             add_batched_stage_twins(&mut out);
         }
         out
