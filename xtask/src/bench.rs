@@ -573,8 +573,8 @@ fn mma_row<V: std::fmt::Display + Copy>(
 pub fn run_mma(out: &Path) -> Result<()> {
     use trellis::families::gate_up_mma::GateUpMmaProblem;
     use trellis::families::reduce_mma::{
-        add_paired_twins, paired_windows_fit, register_budget, with_host_f16_x, MmaOperands,
-        MmaVariant, ReduceMmaProblem,
+        add_batched_stage_twins, add_paired_twins, paired_windows_fit, register_budget,
+        with_host_f16_x, MmaOperands, MmaVariant, ReduceMmaProblem,
     };
     use trellis::simt::Proj;
     let b = CudaBackend::new(0)?;
@@ -652,8 +652,12 @@ pub fn run_mma(out: &Path) -> Result<()> {
         if pairs {
             add_paired_twins(&mut vs);
         }
-        // x rounded to f16 by the host, as the tuned sizes offer it (bf16 activations).
+        // x rounded to f16 by the host, as the tuned sizes offer it (bf16 activations);
+        // from M = 4 the staged shapes again with batched staging, as they offer too.
         with_host_f16_x(&mut vs);
+        if m >= 4 {
+            add_batched_stage_twins(&mut vs);
+        }
         vs.retain(|v| {
             only_variant
                 .as_ref()
