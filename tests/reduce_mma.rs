@@ -42,6 +42,33 @@ fn run_twins<B: trellis::kernel::Backend>(
     (run(a), run(b))
 }
 
+/// `reduce_mma` of `w` and `x` with variants `a` and `b` on the CPU and the Metal simulator:
+/// `b`'s results must be `a`'s bit for bit and meet SPEC 7 (`what` names the case). The
+/// problem, for further checks.
+fn assert_twins_agree(
+    (cpu, sim): (&CpuBackend, &trellis::backend::metal_sim::MetalSimBackend),
+    w: QuantizedMatrix,
+    x: Activations,
+    a: MmaVariant,
+    b: MmaVariant,
+    what: &str,
+) -> trellis::families::reduce_mma::ReduceMmaProblem {
+    let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+    let real = RealSums::of(&w, &x).unwrap();
+    let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
+    for (name, (want, got)) in [
+        ("cpu", run_twins(cpu, &p, &host, a, b)),
+        ("metal-sim", run_twins(sim, &p, &host, a, b)),
+    ] {
+        assert!(
+            got[0].bits_eq(&want[0]),
+            "{name} {what}: {b} differs from {a}"
+        );
+        check::fast_reduce(&got[0], &real).unwrap_or_else(|e| panic!("{name} {what}: {e}"));
+    }
+    p
+}
+
 /// `gate_up_mma` of `gate`, `up` and `x` (exact tail) with variants `a` and `b` on the CPU,
 /// on one upload: the problem, the host data and the two outputs.
 fn run_gate_up_twins(
@@ -405,19 +432,7 @@ fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
         assert_eq!(paired_windows_fit(Proj::of(&g)), k != 3, "{g}");
         let w = check::random_matrix(g, rng.random());
         let x = outliers(DType::Bf16, m, 768, &mut rng);
-        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
-        let real = RealSums::of(&w, &x).unwrap();
-        let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
-        for (name, (want, got)) in [
-            ("cpu", run_twins(&cpu, &p, &host, base, paired)),
-            ("metal-sim", run_twins(&sim, &p, &host, base, paired)),
-        ] {
-            assert!(
-                got[0].bits_eq(&want[0]),
-                "{name} {g} M={m}: paired windows differ"
-            );
-            check::fast_reduce(&got[0], &real).unwrap_or_else(|e| panic!("{name} {g}: {e}"));
-        }
+        let p = assert_twins_agree((&cpu, &sim), w, x, base, paired, &format!("{g} M={m}"));
         let cuda = ReduceMmaFamily::kernel(&p, paired)
             .unit(Dialect::Cuda)
             .unwrap();
@@ -935,24 +950,12 @@ fn host_f16_x_keeps_the_bits() {
         for (i, v) in x.data.iter_mut().enumerate().filter(|(i, _)| i % 53 == 7) {
             *v = act.round(*v * 2f32.powi(-20 - (i % 9) as i32));
         }
-        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
-        let real = RealSums::of(&w, &x).unwrap();
-        let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
         let base = MmaVariant::unsplit(1, 2, 16, x_stage);
         let f16x = MmaVariant {
             x_f16: true,
             ..base
         };
-        for (name, (want, got)) in [
-            ("cpu", run_twins(&cpu, &p, &host, base, f16x)),
-            ("metal-sim", run_twins(&sim, &p, &host, base, f16x)),
-        ] {
-            assert!(
-                got[0].bits_eq(&want[0]),
-                "{name} {g} {act} M={m} {x_stage:?}: f16 x differs"
-            );
-            check::fast_reduce(&got[0], &real).unwrap_or_else(|e| panic!("{name} {g}: {e}"));
-        }
+        let p = assert_twins_agree((&cpu, &sim), w, x, base, f16x, &format!("{g} {act} M={m}"));
         let unit = |v| ReduceMmaFamily::kernel(&p, v).unit(Dialect::Cuda).unwrap();
         assert!(unit(f16x).contains("const f16_t* __restrict__ x"), "{g}");
         assert!(!unit(base).contains("const f16_t* __restrict__ x"), "{g}");
@@ -1067,9 +1070,6 @@ fn batched_stage_keeps_the_bits() {
         let g = Geometry::new(40, cols, 256, 2, 12, code).unwrap();
         let w = check::random_matrix(g, rng.random());
         let x = outliers(DType::Bf16, m, cols, &mut rng);
-        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
-        let real = RealSums::of(&w, &x).unwrap();
-        let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
         let plain = MmaVariant {
             k_split: ks,
             ..MmaVariant::unsplit(rt, cs, 16, x_stage)
@@ -1078,16 +1078,7 @@ fn batched_stage_keeps_the_bits() {
             batch_stage: true,
             ..plain
         };
-        for (name, (want, got)) in [
-            ("cpu", run_twins(&cpu, &p, &host, plain, batched)),
-            ("metal-sim", run_twins(&sim, &p, &host, plain, batched)),
-        ] {
-            assert!(
-                got[0].bits_eq(&want[0]),
-                "{name} {g} M={m} {batched}: batched staging differs"
-            );
-            check::fast_reduce(&got[0], &real).unwrap_or_else(|e| panic!("{name} {g}: {e}"));
-        }
+        assert_twins_agree((&cpu, &sim), w, x, plain, batched, &format!("{g} M={m}"));
     }
     assert_eq!(
         MmaVariant {

@@ -212,23 +212,20 @@ impl Family for GateUpMmaFamily {
         // offered (4), and 2 also runs; at M = 16 three keys then took 2, so 1 joins there
         // at the tuned sizes (it won none of the 30 M = 16 keys), and at M = 8, where two
         // mcg k 3 keys at 14336 x 4096 took 2.
+        let tuned = !quick && p.gate.rows >= crate::catalog::TUNED_ROWS;
         if !quick {
-            let fewer: &[u32] = if p.m >= 8 && p.gate.rows >= crate::catalog::TUNED_ROWS {
-                &[2, 1]
-            } else {
-                &[2]
-            };
+            let fewer: &[u32] = if p.m >= 8 && tuned { &[2, 1] } else { &[2] };
             super::reduce_mma::add_col_split_twins(&mut out, 4, fewer);
         }
         // Paired state windows where either projection's pairs save work (the other's
         // windows in the paired form cost as many operations), at the tuned sizes (as
         // `reduce_mma` offers them).
         let fit = |g: &crate::Geometry| paired_windows_fit(Proj::of(g));
-        if !quick && p.gate.rows >= crate::catalog::TUNED_ROWS && (fit(&p.gate) || fit(&p.up)) {
+        if tuned && (fit(&p.gate) || fit(&p.up)) {
             add_paired_twins(&mut out);
         }
         // x rounded to f16 once by the host, as `reduce_mma` takes it at the tuned sizes.
-        if !quick && p.gate.rows >= crate::catalog::TUNED_ROWS && p.act != DType::F16 {
+        if tuned && p.act != DType::F16 {
             super::reduce_mma::with_host_f16_x(&mut out);
         }
         out

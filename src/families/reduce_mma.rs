@@ -374,30 +374,43 @@ fn operand_of(code: Code) -> &'static str {
     }
 }
 
+/// Append to `variants` the twin `twin` makes of each that `keep` selects, in order.
+fn add_twins(
+    variants: &mut Vec<MmaVariant>,
+    keep: impl Fn(&MmaVariant) -> bool,
+    twin: impl Fn(MmaVariant) -> MmaVariant,
+) {
+    let twins: Vec<MmaVariant> = variants
+        .iter()
+        .filter(|v| keep(v))
+        .map(|&v| twin(v))
+        .collect();
+    variants.extend(twins);
+}
+
 /// Append to `variants` each of them again with paired state windows.
 pub fn add_paired_twins(variants: &mut Vec<MmaVariant>) {
-    let paired: Vec<MmaVariant> = variants
-        .iter()
-        .map(|v| MmaVariant {
+    add_twins(
+        variants,
+        |_| true,
+        |v| MmaVariant {
             paired_windows: true,
-            ..*v
-        })
-        .collect();
-    variants.extend(paired);
+            ..v
+        },
+    );
 }
 
 /// Append to `variants` each that stages x again with batched staging
 /// ([`MmaVariant::batch_stage`]).
 pub fn add_batched_stage_twins(variants: &mut Vec<MmaVariant>) {
-    let batched: Vec<MmaVariant> = variants
-        .iter()
-        .filter(|v| v.x_stage.is_shared())
-        .map(|v| MmaVariant {
+    add_twins(
+        variants,
+        |v| v.x_stage.is_shared(),
+        |v| MmaVariant {
             batch_stage: true,
-            ..*v
-        })
-        .collect();
-    variants.extend(batched);
+            ..v
+        },
+    );
 }
 
 /// Take x rounded to f16 by the host in every f16-operand candidate
@@ -1320,22 +1333,21 @@ impl Family for ReduceMmaFamily {
             quick,
             bf16_ok,
         ));
-        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.m <= 8 {
+        // The rest at the tuned sizes only (not the verify catalog's).
+        let tuned = !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS;
+        if tuned && p.m <= 8 {
             widen_edges(p.geometry.rows, p.m, &mut out);
         }
-        // Each shape again with paired windows where they save work, at the tuned sizes.
-        if !quick
-            && p.geometry.rows >= crate::catalog::TUNED_ROWS
-            && paired_windows_fit(Proj::of(&p.geometry))
-        {
+        // Each shape again with paired windows where they save work.
+        if tuned && paired_windows_fit(Proj::of(&p.geometry)) {
             add_paired_twins(&mut out);
         }
         // x rounded to f16 once by the host rather than per threadgroup or fragment.
-        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.act != DType::F16 {
+        if tuned && p.act != DType::F16 {
             with_host_f16_x(&mut out);
         }
         // Batched staging where a thread stages most (4 samples and more).
-        if !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS && p.m >= 4 {
+        if tuned && p.m >= 4 {
             add_batched_stage_twins(&mut out);
         }
         out
