@@ -175,6 +175,12 @@ pub trait KernelSpec: fmt::Debug {
     fn shared_bytes(&self) -> usize {
         0
     }
+    /// Of [`Self::shared_bytes`], the bytes of the one array the CUDA body sizes at
+    /// launch (`extern __shared__`; `dynamic_shared = ...` in the declaration): kernels
+    /// past the 48 KB CUDA lets a body declare statically. 0: none.
+    fn dynamic_shared_bytes(&self) -> usize {
+        0
+    }
     /// Whether the outputs must start zeroed (`zero_outputs = ...` in the declaration).
     fn zero_outputs(&self) -> bool {
         false
@@ -192,6 +198,7 @@ pub trait KernelSpec: fmt::Debug {
             id: self.id(),
             grid: self.grid(),
             shared_bytes: self.shared_bytes(),
+            dynamic_shared_bytes: self.dynamic_shared_bytes(),
             zero_outputs: self.zero_outputs(),
             inputs: self.inputs(),
             outputs: self.outputs(),
@@ -224,6 +231,8 @@ pub struct Launch<'a> {
     pub grid: Grid,
     /// Threadgroup/shared memory the body declares, in bytes.
     pub shared_bytes: usize,
+    /// Of those, the bytes CUDA sizes at launch ([`KernelSpec::dynamic_shared_bytes`]).
+    pub dynamic_shared_bytes: usize,
     /// The outputs must start zeroed: fresh allocations are zeroed on every backend;
     /// where a backend makes fresh outputs per launch (MLX), it fills them with zeros.
     pub zero_outputs: bool,
@@ -452,10 +461,17 @@ pub struct Limits {
 
 impl Limits {
     /// CUDA's static shared-memory limit (48 KB) and 1024 threads: what every
-    /// specialization may declare, and what the CPU backend enforces so that
-    /// specializations stay portable.
+    /// specialization may declare without opting in ([`KernelSpec::dynamic_shared_bytes`]).
     pub const CUDA_STATIC: Limits = Limits {
         threadgroup_bytes: 48 * 1024,
+        threads_per_group: 1024,
+    };
+    /// The most a CUDA kernel gets by opting in (sm_90: 227 KB), the largest any dialect
+    /// allows: a variant that opts in is checked against it, and each device's own limit
+    /// (its `Backend::limits`) drops it where it does not fit. The CPU backend enforces
+    /// it, so that what it runs runs on some GPU.
+    pub const CUDA_OPT_IN: Limits = Limits {
+        threadgroup_bytes: 227 * 1024,
         threads_per_group: 1024,
     };
     /// Metal's 32 KB of threadgroup memory and 1024 threads (MLX and the simulator).

@@ -73,6 +73,7 @@ fn run_body(
             threads: 1,
         },
         shared_bytes: 0,
+        dynamic_shared_bytes: 0,
         zero_outputs: false,
         inputs: inputs
             .iter()

@@ -178,6 +178,7 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                 x_f16: false,
                 // Batched staging of staged x, split or not (the clamped last round too).
                 batch_stage: (ci + mi) % 3 != 0 && mi % 2 == 1,
+                opt_in_shared: false,
             };
             let dev = ReduceMmaFamily::upload(
                 &b,
@@ -235,6 +236,7 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
         paired_windows: false,
         x_f16: false,
         batch_stage: false,
+        opt_in_shared: false,
     };
     // Outside the family: a clear error, not a launch.
     for (bad, field) in [
@@ -346,6 +348,7 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
             paired_windows: false,
             x_f16: false,
             batch_stage: false,
+            opt_in_shared: false,
         };
         let host = GateUpMmaHost { gate, up, x };
         let want = GateUpMmaFamily::expected(&p, &host).unwrap();
@@ -390,6 +393,7 @@ fn reduce_mma_split_k_stages_only_its_share_of_x() {
         paired_windows: false,
         x_f16: false,
         batch_stage: false,
+        opt_in_shared: false,
     };
     let e = ReduceMmaFamily::kernel(&p, v(1)).validate().unwrap_err();
     assert!(e.to_string().contains("threadgroup memory"), "{e}");
@@ -526,6 +530,7 @@ fn reduce_mma_bf16_operands_are_checked() {
         paired_windows: false,
         x_f16: false,
         batch_stage: false,
+        opt_in_shared: false,
     };
     ReduceMmaFamily::kernel(&p(Code::OneMad, DType::Bf16), v(MmaXStage::Global))
         .validate()
@@ -1076,6 +1081,7 @@ fn batched_stage_keeps_the_bits() {
         };
         let batched = MmaVariant {
             batch_stage: true,
+            opt_in_shared: false,
             ..plain
         };
         assert_twins_agree((&cpu, &sim), w, x, plain, batched, &format!("{g} M={m}"));
@@ -1083,6 +1089,7 @@ fn batched_stage_keeps_the_bits() {
     assert_eq!(
         MmaVariant {
             batch_stage: true,
+            opt_in_shared: false,
             k_split: 8,
             ..MmaVariant::unsplit(8, 1, 16, MmaXStage::Shared)
         }
@@ -1123,6 +1130,7 @@ fn batched_stage_keeps_the_bits() {
     let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
     let v = MmaVariant {
         batch_stage: true,
+        opt_in_shared: false,
         ..MmaVariant::default()
     };
     let e = ReduceMmaFamily::kernel(&p, v)
@@ -1132,5 +1140,110 @@ fn batched_stage_keeps_the_bits() {
     assert!(
         e.contains("batch_stage = true") && e.contains("x_stage = shared"),
         "{e}"
+    );
+}
+
+/// x staged past 48 KB ([`MmaVariant::opt_in_shared`]): on the CPU the same bits as the
+/// same launch shape reading x from device memory (the staged values are the fragments'
+/// values, the mma order the same), plain and duplicated, split or not, and within SPEC
+/// 7. The Metal simulator refuses it (32 KB); a variant that fits 48 KB, or stages no x,
+/// may not opt in; the M = 16 tuned sizes opt in exactly where a candidate needs it.
+#[test]
+fn opt_in_shared_keeps_the_bits() {
+    use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::families::reduce_mma::ReduceMmaProblem;
+    use trellis::kernel::KernelSpec as _;
+    let cpu = CpuBackend::new().expect("cpu backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(83);
+    // (code, M, columns, stage, row tiles, col split, k split)
+    for (code, m, cols, x_stage, rt, cs, ks) in [
+        (Code::ThreeInst, 16, 1024, MmaXStage::SharedDup, 1, 2, 1),
+        (Code::OneMad, 16, 1792, MmaXStage::Shared, 2, 1, 1),
+        (Code::Mcg, 11, 4096, MmaXStage::SharedDup, 1, 1, 3),
+    ] {
+        let g = Geometry::new(40, cols, 256, 2, 12, code).unwrap();
+        let w = check::random_matrix(g, rng.random());
+        let x = outliers(DType::Bf16, m, cols, &mut rng);
+        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+        let global = MmaVariant {
+            k_split: ks,
+            ..MmaVariant::unsplit(rt, cs, 16, MmaXStage::Global)
+        };
+        let staged = MmaVariant {
+            x_stage,
+            opt_in_shared: true,
+            ..global
+        };
+        let k = ReduceMmaFamily::kernel(&p, staged);
+        k.validate().unwrap_or_else(|e| panic!("{g} M={m}: {e}"));
+        assert!(k.shared_bytes() > 48 * 1024 && k.dynamic_shared_bytes() > 40 * 1024);
+        let plain = ReduceMmaFamily::kernel(
+            &p,
+            MmaVariant {
+                opt_in_shared: false,
+                ..staged
+            },
+        );
+        let e = plain.validate().unwrap_err().to_string();
+        assert!(e.contains("threadgroup memory"), "{e}");
+
+        let real = RealSums::of(&w, &x).unwrap();
+        let host = trellis::families::reduce_mma::ReduceMmaHost { w, x };
+        let (want, got) = run_twins(&cpu, &p, &host, global, staged);
+        assert!(
+            got[0].bits_eq(&want[0]),
+            "{g} M={m}: {staged} differs from {global}"
+        );
+        check::fast_reduce(&got[0], &real).unwrap_or_else(|e| panic!("{g} M={m}: {e}"));
+
+        let sim = MetalSimBackend::new().expect("metal-sim backend");
+        let d = ReduceMmaFamily::upload(&sim, &p, &host).unwrap();
+        let e = family::run::<ReduceMmaFamily, _>(&sim, &p, staged, &d)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("threadgroup memory"), "{e}");
+    }
+
+    // Only past 48 KB, and only for staged x.
+    let g = Geometry::new(40, 768, 256, 2, 12, Code::OneMad).unwrap();
+    let w = check::random_matrix(g, 7);
+    let x = outliers(DType::Bf16, 2, 768, &mut rng);
+    let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+    for x_stage in [MmaXStage::Global, MmaXStage::Shared] {
+        let v = MmaVariant {
+            opt_in_shared: true,
+            ..MmaVariant::unsplit(1, 8, 16, x_stage)
+        };
+        let e = ReduceMmaFamily::kernel(&p, v)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("opt_in_shared = true"), "{e}");
+    }
+
+    // The tuned sizes at M = 16: every staged candidate past 48 KB opts in, no other.
+    let p = ReduceMmaProblem {
+        geometry: Geometry::new(17408, 5120, 256, 2, 12, Code::ThreeInst).unwrap(),
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 16,
+    };
+    let all = ReduceMmaFamily::candidates(&p, Tier::Fast, false);
+    let opted: Vec<_> = all.iter().filter(|v| v.opt_in_shared).collect();
+    assert!(opted
+        .iter()
+        .any(|v| v.k_split == 8 && v.row_tiles == 8 && v.x_stage.is_dup()));
+    for v in &all {
+        let big = ReduceMmaFamily::kernel(&p, *v).shared_bytes() > 48 * 1024;
+        assert_eq!(v.opt_in_shared, v.x_stage.is_shared() && big, "{v}");
+    }
+    assert!(ReduceMmaFamily::candidates(&ReduceMmaProblem { m: 8, ..p }, Tier::Fast, false)
+        .iter()
+        .all(|v| !v.opt_in_shared));
+    assert_eq!(
+        opted[0].to_string().split(' ').next_back(),
+        Some("optin"),
+        "{}",
+        opted[0]
     );
 }

@@ -5,7 +5,7 @@
 use crate::codegen::{cuda_unit, Dialect};
 use crate::error::{Error, Result};
 use crate::kernel::{fnv1a, Backend, DeviceTensor, Elem, KernelId, Launch, Limits, TensorSpec};
-use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
@@ -25,6 +25,9 @@ pub struct CudaDeviceInfo {
     pub memory_bytes: usize,
     /// Shared memory per block in bytes without opt-in (`MAX_SHARED_MEMORY_PER_BLOCK`).
     pub shared_per_block: usize,
+    /// Shared memory per block in bytes a kernel gets by opting in
+    /// (`MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`; the H200: 227 KB).
+    pub shared_per_block_opt_in: usize,
     /// Stable id for tuning tables, e.g. `nvidia-h200`.
     pub id: String,
 }
@@ -124,6 +127,9 @@ impl CudaBackend {
             shared_per_block: attr(
                 CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
             )? as usize,
+            shared_per_block_opt_in: attr(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )? as usize,
         };
         let arch: &'static str = Box::leak(format!("sm_{}{}", cc.0, cc.1).into_boxed_str());
         let cache_dir = crate::backend::cpu::cache_root().join("cuda");
@@ -185,20 +191,21 @@ impl CudaBackend {
         let symbol = launch.id.to_string();
         let src = cuda_unit(&symbol, &rendered, &launch.inputs, &launch.outputs);
         let bin = self.cubin(&symbol, &src, None)?;
-        self.load_fitting(launch.id, &symbol, &src, launch.grid.threads, bin)
+        self.load_fitting(launch, &symbol, &src, bin)
     }
 
     /// Load a compiled kernel; if ptxas gave it more registers than a threadgroup of
-    /// `threads` threads has (the launch would fail with `LAUNCH_OUT_OF_RESOURCES`),
-    /// compile it again under [`register_cap`] (spilling instead) and load that.
+    /// the launch's threads has (the launch would fail with `LAUNCH_OUT_OF_RESOURCES`),
+    /// compile it again under [`register_cap`] (spilling instead) and load that. A kernel
+    /// that sizes shared memory at launch opts in to the bytes it asks for.
     fn load_fitting(
         &self,
-        id: KernelId,
+        launch: &Launch<'_>,
         symbol: &str,
         src: &str,
-        threads: u32,
         bin: Vec<u8>,
     ) -> Result<CudaFunction> {
+        let (id, threads) = (launch.id, launch.grid.threads);
         let mut f = self.load(symbol, bin)?;
         if f.max_threads_per_block().map_err(driver_err)? < threads as i32 {
             let bin = self.cubin(symbol, src, Some(register_cap(threads)))?;
@@ -214,6 +221,20 @@ impl CudaBackend {
                     ),
                 });
             }
+        }
+        if launch.dynamic_shared_bytes > 0 {
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                launch.dynamic_shared_bytes as i32,
+            )
+            .map_err(|e| Error::Compile {
+                kernel: symbol.into(),
+                backend: "cuda".into(),
+                log: format!(
+                    "opting in to {} bytes of dynamic shared memory: {e:?}",
+                    launch.dynamic_shared_bytes
+                ),
+            })?;
         }
         // Cached only once it fits: a kernel that cannot launch is never handed out.
         self.kernels
@@ -274,6 +295,7 @@ pub struct Bound<'a> {
     function: CudaFunction,
     grid: (u32, u32, u32),
     threads: u32,
+    dynamic_shared: u32,
     ptrs: [u64; MAX_ARGS],
     args: usize,
     _buffers: std::marker::PhantomData<&'a mut CudaTensor>,
@@ -359,13 +381,22 @@ impl Backend for CudaBackend {
 
     fn limits(&self) -> Limits {
         Limits {
-            threadgroup_bytes: self.info.shared_per_block,
+            threadgroup_bytes: self.info.shared_per_block_opt_in,
             threads_per_group: 1024,
         }
     }
 
     fn compile(&self, launch: &Launch<'_>) -> Result<CudaFunction> {
-        self.limits().check(launch, &self.info.name)?;
+        // Past the static limit only by opting in (`validate` holds the others to it).
+        let limits = if launch.dynamic_shared_bytes > 0 {
+            self.limits()
+        } else {
+            Limits {
+                threadgroup_bytes: self.info.shared_per_block,
+                ..self.limits()
+            }
+        };
+        limits.check(launch, &self.info.name)?;
         self.function(launch)
     }
 
@@ -398,6 +429,7 @@ impl Backend for CudaBackend {
             function: compiled.clone(),
             grid: (g.groups[0], g.groups[1], g.groups[2]),
             threads: g.threads,
+            dynamic_shared: launch.dynamic_shared_bytes as u32,
             ptrs,
             args: inputs.len() + outputs.len(),
             _buffers: std::marker::PhantomData,
@@ -417,7 +449,7 @@ impl Backend for CudaBackend {
                 bound.function.cu_function(),
                 bound.grid,
                 (bound.threads, 1, 1),
-                0,
+                bound.dynamic_shared,
                 self.stream.cu_stream(),
                 &mut params[..bound.args],
             )
@@ -435,24 +467,25 @@ impl Backend for CudaBackend {
             .copied()
             .collect();
         let mut seen = std::collections::HashSet::new();
-        let mut todo = Vec::new();
+        let (mut todo, mut units) = (Vec::new(), Vec::new());
         for l in launches {
             if !known.contains(&l.id) && seen.insert(l.id) {
                 let r = (l.render)(Dialect::Cuda)?;
                 let symbol = l.id.to_string();
                 let src = cuda_unit(&symbol, &r, &l.inputs, &l.outputs);
-                todo.push((l.id, symbol, src, l.grid.threads));
+                todo.push(l);
+                units.push((symbol, src));
             }
         }
         // NVRTC is thread-safe; compile in parallel, load on this thread. A failure is
         // left for the launch to report, so one bad specialization does not hide the rest.
-        let bins: Vec<Result<Vec<u8>>> = todo
+        let bins: Vec<Result<Vec<u8>>> = units
             .par_iter()
-            .map(|(_, symbol, src, _)| self.cubin(symbol, src, None))
+            .map(|(symbol, src)| self.cubin(symbol, src, None))
             .collect();
-        for ((id, symbol, src, threads), bin) in todo.iter().zip(bins) {
+        for ((l, (symbol, src)), bin) in todo.into_iter().zip(&units).zip(bins) {
             if let Ok(bin) = bin {
-                let _ = self.load_fitting(*id, symbol, src, *threads, bin);
+                let _ = self.load_fitting(l, symbol, src, bin);
             }
         }
         Ok(())

@@ -49,11 +49,11 @@ pub fn default_name() -> &'static str {
 }
 
 /// The limits a backend's devices allow (for `trellis select` without a device at
-/// hand): Metal's for MLX and the simulator, CUDA's static ones otherwise.
+/// hand): Metal's for MLX and the simulator, CUDA's with opt-in (sm_90's) otherwise.
 pub fn nominal_limits(name: &str) -> crate::kernel::Limits {
     match name {
         "metal" | "metal-sim" => crate::kernel::Limits::METAL,
-        _ => crate::kernel::Limits::CUDA_STATIC,
+        _ => crate::kernel::Limits::CUDA_OPT_IN,
     }
 }
 
@@ -219,6 +219,6 @@ mod tests {
             nominal_limits("cpu"),
             cpu::CpuBackend::new().unwrap().limits()
         );
-        assert_eq!(nominal_limits("cuda"), crate::kernel::Limits::CUDA_STATIC);
+        assert_eq!(nominal_limits("cuda"), crate::kernel::Limits::CUDA_OPT_IN);
     }
 }

@@ -26,6 +26,7 @@ use std::cell::OnceCell;
     grid = self.mma_grid(),
     validate = self.mma_check(),
     shared = self.mma_shared(),
+    dynamic_shared = self.mma_dynamic_shared(),
     inputs(
         x: x_elem()[self.m, self.cols],
         gcodes: u32[self.rows, self.cols / self.t, self.gate.words_per_block(self.t)],

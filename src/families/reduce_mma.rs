@@ -34,7 +34,7 @@ use crate::codes::Code;
 use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
-use crate::kernel::{Backend, Dialect, Elem, Grid};
+use crate::kernel::{Backend, Dialect, Elem, Grid, Limits};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
 use crate::simt::{is_default, Proj, Representation, MAX_SHARED_BYTES};
@@ -96,6 +96,16 @@ pub struct MmaVariant {
     /// (`prototypes/results/m16-ncu.md`). Same loads and stores, so the same bits.
     #[serde(default, skip_serializing_if = "is_default")]
     pub batch_stage: bool,
+    /// The staged x is past the 48 KB of threadgroup memory a kernel may declare
+    /// statically, so CUDA sizes it at launch and the backend opts in to it (dynamic
+    /// shared memory: up to 227 KB a threadgroup on the H200). The other dialects declare
+    /// it as before; Metal's 32 KB and CUDA devices with less to give drop such variants
+    /// where the space meets the device (`family::fits`). Only where x needs it (a
+    /// variant that fits 48 KB is refused), so it is never a twin of a fitting variant.
+    /// At M = 16, 8 splits of K stage 56 KB of duplicated x for 3inst / mcg at 17408
+    /// columns and 76 KB of plain x at 14336 columns.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub opt_in_shared: bool,
 }
 
 crate::simt::hash_debug_skipping_default!(
@@ -109,7 +119,8 @@ crate::simt::hash_debug_skipping_default!(
         operands
     } + paired_windows,
     x_f16,
-    batch_stage
+    batch_stage,
+    opt_in_shared
 );
 
 /// The operand type of the matrix unit (the accumulator is f32 either way).
@@ -221,6 +232,7 @@ impl MmaVariant {
             paired_windows: false,
             x_f16: false,
             batch_stage: false,
+            opt_in_shared: false,
         }
     }
 }
@@ -268,6 +280,9 @@ impl fmt::Display for MmaVariant {
         if self.batch_stage {
             write!(f, " bs")?;
         }
+        if self.opt_in_shared {
+            write!(f, " optin")?;
+        }
         Ok(())
     }
 }
@@ -279,6 +294,7 @@ impl fmt::Display for MmaVariant {
     grid = self.mma_grid(),
     validate = self.mma_check(),
     shared = self.mma_shared(),
+    dynamic_shared = self.mma_dynamic_shared(),
     inputs(
         x: x_elem()[self.m, self.cols],
         codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
@@ -619,6 +635,24 @@ pub trait MmaLayout {
             0
         }
     }
+    /// The bytes CUDA sizes at launch: the staged x of a variant that opts in past 48 KB.
+    fn mma_dynamic_shared(&self) -> usize {
+        if self.dims().4.opt_in_shared {
+            self.xs_words() * 4
+        } else {
+            0
+        }
+    }
+    /// How a body declares an array sized at launch on `d` (the `GROUP_SHARED_AT_LAUNCH`
+    /// macro of an [`MmaVariant::opt_in_shared`] unit): CUDA's dynamic shared memory,
+    /// an ordinary threadgroup array on the other dialects.
+    fn shared_at_launch(&self, d: &Dialect) -> &'static str {
+        if d.is_cuda() {
+            "extern __shared__ __align__(16) type name[]"
+        } else {
+            "GROUP_SHARED GROUP_ALIGN16 type name[n]"
+        }
+    }
     /// Threadgroup bytes: the column-split sums, the staged x, and the fragment staging
     /// of the Metal dialect (counted everywhere so one specialization fits every backend
     /// alike).
@@ -791,10 +825,27 @@ pub trait MmaLayout {
                 "is for 3inst and mcg only (two k-slots per weight)",
             ));
         }
-        if self.mma_shared() > MAX_SHARED_BYTES {
+        let (shared, staged) = (self.mma_shared(), self.xs_words() * 4);
+        if v.opt_in_shared {
+            let most = Limits::CUDA_OPT_IN.threadgroup_bytes;
+            let why = if !v.x_stage.is_shared() {
+                Some("is for x staged in threadgroup memory (x_stage = shared or shared_dup)".to_string())
+            } else if shared <= MAX_SHARED_BYTES {
+                Some(format!("is for variants past {MAX_SHARED_BYTES} bytes of threadgroup memory; this one needs {shared}"))
+            } else if shared > most {
+                Some(format!("variant `{v}` needs {shared} bytes of threadgroup memory, past the {most} a kernel may opt in to"))
+            } else if shared - staged > MAX_SHARED_BYTES {
+                Some(format!("variant `{v}` declares {} bytes besides the staged x, past {MAX_SHARED_BYTES}", shared - staged))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Error::invalid("opt_in_shared", true, why));
+            }
+        } else if shared > MAX_SHARED_BYTES {
             return Err(Error::invalid(
                 "threadgroup memory",
-                self.mma_shared(),
+                shared,
                 format!("variant `{v}` needs more than {MAX_SHARED_BYTES} bytes"),
             ));
         }
@@ -851,19 +902,23 @@ fn few_tiles(rows: usize) -> bool {
 /// offered, won 36 keys, so each such candidate comes again with 2 and (where 2 then won
 /// 3 M = 8 keys by 7-10 %) 1; 4 column splits, the most offered, won 20 keys at 5120 x
 /// 17408, so where tiles are few each candidate of 4 comes again with 8 and (8 then won
-/// 28 keys by 2-3 %) 16, and up to M = 4 (where 16 then won 5 keys) 32, which won none
-/// (`tuning/reports/nvidia-h200-tune.md` item 25) but keeps 16 off the space's edge.
+/// 28 keys by 2-3 %) 16, and (where 16 then won 5 keys, and with batched staging 7 M = 8
+/// keys) 32, which won none (`tuning/reports/nvidia-h200-tune.md` item 25) but keeps 16
+/// off the space's edge. With batched staging, 4 splits won 21 keys of M = 4 / 8 at the
+/// many-tile shapes (item 26), so from M = 4 those come again with 8.
 fn widen_edges(rows: usize, m: u32, variants: &mut Vec<MmaVariant>) {
     add_col_split_twins(variants, 4, &[2, 1]);
-    if few_tiles(rows) {
-        let splits: &[u32] = if m <= 4 { &[8, 16, 32] } else { &[8, 16] };
-        let more_splits: Vec<MmaVariant> = variants
-            .iter()
-            .filter(|v| v.k_split == 4)
-            .flat_map(|v| splits.iter().map(|&k_split| MmaVariant { k_split, ..*v }))
-            .collect();
-        variants.extend(more_splits);
-    }
+    let splits: &[u32] = match (few_tiles(rows), m) {
+        (true, _) => &[8, 16, 32],
+        (false, 4..) => &[8],
+        (false, _) => &[],
+    };
+    let more_splits: Vec<MmaVariant> = variants
+        .iter()
+        .filter(|v| v.k_split == 4)
+        .flat_map(|v| splits.iter().map(|&k_split| MmaVariant { k_split, ..*v }))
+        .collect();
+    variants.extend(more_splits);
 }
 
 /// Append each one-tile candidate of `from` simdgroups per tile again with each count of
@@ -1349,6 +1404,13 @@ impl Family for ReduceMmaFamily {
         // Batched staging where a thread stages most (4 samples and more).
         if tuned && p.m >= 4 {
             add_batched_stage_twins(&mut out);
+        }
+        // x staged past 48 KB where the M = 16 splits need it (not measured below M 16).
+        if tuned && p.m > 8 {
+            for v in out.iter_mut() {
+                v.opt_in_shared = v.x_stage.is_shared()
+                    && Self::kernel(p, *v).mma_shared() > MAX_SHARED_BYTES;
+            }
         }
         out
     }

@@ -17,9 +17,12 @@
 //! a method of no arguments returning one, written with its parentheses (`x_elem()`: an
 //! input whose type a variant chooses). Shapes are Rust expressions over `self`.
 //! Optional: `validate = expr` (a `Result<()>` checked before every launch),
-//! `shared = expr` (threadgroup bytes the body declares) and `zero_outputs = expr` (a
-//! `bool`: the outputs must start zeroed, as for arrival counters; the kernel leaves
-//! them as it found them, so a bound output stays valid for the next launch).
+//! `shared = expr` (threadgroup bytes the body declares), `dynamic_shared = expr` (of
+//! those, the bytes of the one array a CUDA body sizes at launch, `extern __shared__`:
+//! past the 48 KB a kernel may declare statically, the backend opts in at load) and
+//! `zero_outputs = expr` (a `bool`: the outputs must start zeroed, as for arrival
+//! counters; the kernel leaves them as it found them, so a bound output stays valid for
+//! the next launch).
 //!
 //! The struct must implement `Hash` and `Debug` (its fields are the kernel's identity:
 //! [`KernelSpec::id`](../trellis/kernel/trait.KernelSpec.html#tymethod.id)).
@@ -78,6 +81,7 @@ struct KernelArgs {
     grid: Option<Expr>,
     validate: Option<Expr>,
     shared: Option<Expr>,
+    dynamic_shared: Option<Expr>,
     zero_outputs: Option<Expr>,
     inputs: Vec<TensorDecl>,
     outputs: Vec<TensorDecl>,
@@ -119,20 +123,21 @@ impl Parse for KernelArgs {
                         args.template = Some(v);
                     }
                 }
-                "grid" | "validate" | "shared" | "zero_outputs" => {
+                "grid" | "validate" | "shared" | "dynamic_shared" | "zero_outputs" => {
                     input.parse::<Token![=]>()?;
                     let e: Expr = input.parse()?;
                     match key.to_string().as_str() {
                         "grid" => args.grid = Some(e),
                         "validate" => args.validate = Some(e),
                         "shared" => args.shared = Some(e),
+                        "dynamic_shared" => args.dynamic_shared = Some(e),
                         _ => args.zero_outputs = Some(e),
                     }
                 }
                 other => {
                     return Err(syn::Error::new(
                         key.span(),
-                        format!("unknown kernel argument `{other}` (expected name, template, grid, validate, shared, zero_outputs, inputs, outputs)"),
+                        format!("unknown kernel argument `{other}` (expected name, template, grid, validate, shared, dynamic_shared, zero_outputs, inputs, outputs)"),
                     ))
                 }
             }
@@ -212,6 +217,10 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
         .shared
         .map(|v| quote!((#v) as usize))
         .unwrap_or(quote!(0usize));
+    let dynamic_shared = args
+        .dynamic_shared
+        .map(|v| quote!((#v) as usize))
+        .unwrap_or(quote!(0usize));
     let zero_outputs = args
         .zero_outputs
         .map(|v| quote!(#v))
@@ -259,6 +268,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             fn grid(&self) -> ::trellis::kernel::Grid { #grid }
             fn validate(&self) -> ::trellis::Result<()> { #validate }
             fn shared_bytes(&self) -> usize { #shared }
+            fn dynamic_shared_bytes(&self) -> usize { #dynamic_shared }
             fn zero_outputs(&self) -> bool { #zero_outputs }
             fn render(&self, dialect: ::trellis::kernel::Dialect) -> ::trellis::Result<::trellis::kernel::Rendered> {
                 use ::trellis::askama::Template as _;
