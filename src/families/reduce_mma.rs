@@ -429,6 +429,16 @@ pub fn add_batched_stage_twins(variants: &mut Vec<MmaVariant>) {
     );
 }
 
+/// Let each variant of `p` in `variants` whose staged x is past 48 KB opt in to it
+/// ([`MmaVariant::opt_in_shared`]), and no other.
+pub fn opt_in_where_needed(p: &ReduceMmaProblem, variants: &mut [MmaVariant]) {
+    for v in variants.iter_mut() {
+        v.opt_in_shared = false;
+        v.opt_in_shared = v.x_stage.is_shared()
+            && ReduceMmaFamily::kernel(p, *v).mma_shared() > MAX_SHARED_BYTES;
+    }
+}
+
 /// Take x rounded to f16 by the host in every f16-operand candidate
 /// ([`MmaVariant::x_f16`]). Measured on the H200 against the converting twins (every
 /// `reduce_mma` candidate of 24 keys, 1mad and 3inst, k 2 / 4, M 1 / 4 / 16, both Qwen3-14B
@@ -1407,10 +1417,7 @@ impl Family for ReduceMmaFamily {
         }
         // x staged past 48 KB where the M = 16 splits need it (not measured below M 16).
         if tuned && p.m > 8 {
-            for v in out.iter_mut() {
-                v.opt_in_shared = v.x_stage.is_shared()
-                    && Self::kernel(p, *v).mma_shared() > MAX_SHARED_BYTES;
-            }
+            opt_in_where_needed(p, &mut out);
         }
         out
     }

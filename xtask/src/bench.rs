@@ -573,8 +573,8 @@ fn mma_row<V: std::fmt::Display + Copy>(
 pub fn run_mma(out: &Path) -> Result<()> {
     use trellis::families::gate_up_mma::GateUpMmaProblem;
     use trellis::families::reduce_mma::{
-        add_batched_stage_twins, add_paired_twins, paired_windows_fit, register_budget,
-        with_host_f16_x, MmaOperands, MmaVariant, ReduceMmaProblem,
+        add_batched_stage_twins, add_paired_twins, opt_in_where_needed, paired_windows_fit,
+        register_budget, with_host_f16_x, MmaOperands, MmaVariant, ReduceMmaProblem,
     };
     use trellis::simt::Proj;
     let b = CudaBackend::new(0)?;
@@ -658,11 +658,6 @@ pub fn run_mma(out: &Path) -> Result<()> {
         if m >= 4 {
             add_batched_stage_twins(&mut vs);
         }
-        vs.retain(|v| {
-            only_variant
-                .as_ref()
-                .is_none_or(|o| o.contains(&v.to_string()))
-        });
         vs
     };
     let limits = b.limits();
@@ -690,8 +685,15 @@ pub fn run_mma(out: &Path) -> Result<()> {
                         m,
                     };
                     let mut vs = shapes(m, k, paired_windows_fit(Proj::of(&p.geometry)));
+                    // Staged x past 48 KB opts in, as the tuned sizes do at M = 16.
+                    if m > 8 {
+                        opt_in_where_needed(&p, &mut vs);
+                    }
                     vs.retain(|v| {
-                        trellis::family::fits::<ReduceMmaFamily>(&p, *v, &limits).is_ok()
+                        only_variant
+                            .as_ref()
+                            .is_none_or(|o| o.contains(&v.to_string()))
+                            && trellis::family::fits::<ReduceMmaFamily>(&p, *v, &limits).is_ok()
                     });
                     problems.push((p, vs));
                 }
@@ -714,6 +716,11 @@ pub fn run_mma(out: &Path) -> Result<()> {
                 let vs: Vec<_> = shapes(m, ku, false)
                     .into_iter()
                     .filter(|v| v.max_registers == 0)
+                    .filter(|v| {
+                        only_variant
+                            .as_ref()
+                            .is_none_or(|o| o.contains(&v.to_string()))
+                    })
                     .filter(|v| trellis::family::fits::<GateUpMmaFamily>(&p, *v, &limits).is_ok())
                     .collect();
                 gu.push((p, vs));
