@@ -1237,9 +1237,11 @@ fn opt_in_shared_keeps_the_bits() {
         let big = ReduceMmaFamily::kernel(&p, *v).shared_bytes() > 48 * 1024;
         assert_eq!(v.opt_in_shared, v.x_stage.is_shared() && big, "{v}");
     }
-    assert!(ReduceMmaFamily::candidates(&ReduceMmaProblem { m: 8, ..p }, Tier::Fast, false)
-        .iter()
-        .all(|v| !v.opt_in_shared));
+    assert!(
+        ReduceMmaFamily::candidates(&ReduceMmaProblem { m: 8, ..p }, Tier::Fast, false)
+            .iter()
+            .all(|v| !v.opt_in_shared)
+    );
     assert_eq!(
         opted[0].to_string().split(' ').next_back(),
         Some("optin"),

@@ -433,9 +433,8 @@ pub fn add_batched_stage_twins(variants: &mut Vec<MmaVariant>) {
 /// ([`MmaVariant::opt_in_shared`]), and no other.
 pub fn opt_in_where_needed(p: &ReduceMmaProblem, variants: &mut [MmaVariant]) {
     for v in variants.iter_mut() {
-        v.opt_in_shared = false;
-        v.opt_in_shared = v.x_stage.is_shared()
-            && ReduceMmaFamily::kernel(p, *v).mma_shared() > MAX_SHARED_BYTES;
+        v.opt_in_shared =
+            v.x_stage.is_shared() && ReduceMmaFamily::kernel(p, *v).mma_shared() > MAX_SHARED_BYTES;
     }
 }
 
@@ -839,13 +838,19 @@ pub trait MmaLayout {
         if v.opt_in_shared {
             let most = Limits::CUDA_OPT_IN.threadgroup_bytes;
             let why = if !v.x_stage.is_shared() {
-                Some("is for x staged in threadgroup memory (x_stage = shared or shared_dup)".to_string())
+                Some(
+                    "is for x staged in threadgroup memory (x_stage = shared or shared_dup)"
+                        .to_string(),
+                )
             } else if shared <= MAX_SHARED_BYTES {
                 Some(format!("is for variants past {MAX_SHARED_BYTES} bytes of threadgroup memory; this one needs {shared}"))
             } else if shared > most {
                 Some(format!("variant `{v}` needs {shared} bytes of threadgroup memory, past the {most} a kernel may opt in to"))
             } else if shared - staged > MAX_SHARED_BYTES {
-                Some(format!("variant `{v}` declares {} bytes besides the staged x, past {MAX_SHARED_BYTES}", shared - staged))
+                Some(format!(
+                    "variant `{v}` declares {} bytes besides the staged x, past {MAX_SHARED_BYTES}",
+                    shared - staged
+                ))
             } else {
                 None
             };
