@@ -920,12 +920,14 @@ fn few_tiles(rows: usize) -> bool {
 /// 28 keys by 2-3 %) 16, and (where 16 then won 5 keys, and with batched staging 7 M = 8
 /// keys) 32, which won none (`tuning/reports/nvidia-h200-tune.md` item 25) but keeps 16
 /// off the space's edge. With batched staging, 4 splits won 21 keys of M = 4 / 8 at the
-/// many-tile shapes (item 26), so from M = 4 those come again with 8.
+/// many-tile shapes (item 26), so from M = 4 those come again with 8, and at M = 8 (where
+/// 8 then won 3 keys at 14336 x 4096, item 27) 16.
 fn widen_edges(rows: usize, m: u32, variants: &mut Vec<MmaVariant>) {
     add_col_split_twins(variants, 4, &[2, 1]);
     let splits: &[u32] = match (few_tiles(rows), m) {
         (true, _) => &[8, 16, 32],
-        (false, 4..) => &[8],
+        (false, 5..) => &[8, 16],
+        (false, 4) => &[8],
         (false, _) => &[],
     };
     let more_splits: Vec<MmaVariant> = variants
