@@ -628,7 +628,8 @@ fn fast_tier_stays_finite_with_every_activation_at_2_15() {
 }
 
 /// The space widened past the H200 winners' edges (`widen_edges`): 2 simdgroups per tile
-/// at the tuned sizes up to M = 8, 8 column splits where 16-row tiles are few; the
+/// at the tuned sizes up to M = 8, 8 splits of K where 16-row tiles are few or from M = 4
+/// (16 too at M = 8); the
 /// verify catalog's small problems keep their space. (The kernels of both shapes are
 /// checked against SPEC 7 above: `col_split = 2` with up to 17 splits.)
 #[test]
@@ -650,7 +651,19 @@ fn reduce_mma_space_widens_past_the_tuned_edges_at_the_tuned_sizes() {
     // 5120 rows: 320 tiles, few; 17408 rows: 1088.
     assert!(count(5120, 1, two_simdgroups) > 0 && count(5120, 8, eight_splits) > 0);
     assert!(count(17408, 4, two_simdgroups) > 0);
-    assert_eq!(count(17408, 4, eight_splits), 0, "many tiles: no 8 splits");
+    // Many tiles: 8 splits from M = 4, 16 too at M = 8, none below M = 4.
+    let sixteen_splits: fn(&MmaVariant) -> bool = |v| v.k_split == 16;
+    assert!(count(17408, 4, eight_splits) > 0 && count(17408, 8, sixteen_splits) > 0);
+    assert_eq!(
+        count(17408, 4, sixteen_splits),
+        0,
+        "many tiles, M 4: 8 splits only"
+    );
+    assert_eq!(
+        count(17408, 2, eight_splits),
+        0,
+        "many tiles below M 4: no 8 splits"
+    );
     assert_eq!(count(256, 1, two_simdgroups), 0, "below the tuned sizes");
     assert_eq!(count(256, 1, eight_splits), 0, "below the tuned sizes");
     // Each twin is its own candidate: no duplicates.
