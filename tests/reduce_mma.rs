@@ -42,6 +42,50 @@ fn run_twins<B: trellis::kernel::Backend>(
     (run(a), run(b))
 }
 
+/// A staged-x case: 40 rows of `cols` columns (k 2, L 12, `code`), `m` samples of bf16 x
+/// with outliers, and the launch shape of `rt` row tiles, `cs` column splits and `ks`
+/// splits of K reading x from `x_stage`.
+fn split_case(
+    rng: &mut ChaCha8Rng,
+    (code, m, cols, x_stage, rt, cs, ks): (Code, usize, usize, MmaXStage, u32, u32, u32),
+) -> (Geometry, QuantizedMatrix, Activations, MmaVariant) {
+    let g = Geometry::new(40, cols, 256, 2, 12, code).unwrap();
+    let w = check::random_matrix(g, rng.random());
+    let x = outliers(DType::Bf16, m, cols, rng);
+    let v = MmaVariant {
+        k_split: ks,
+        ..MmaVariant::unsplit(rt, cs, 16, x_stage)
+    };
+    (g, w, x, v)
+}
+
+/// Why `v` does not validate at a small problem (40 x 768 1mad, M 2; matrix seed `seed`).
+fn refusal(v: MmaVariant, seed: u64, rng: &mut ChaCha8Rng) -> String {
+    use trellis::kernel::KernelSpec as _;
+    let g = Geometry::new(40, 768, 256, 2, 12, Code::OneMad).unwrap();
+    let w = check::random_matrix(g, seed);
+    let x = outliers(DType::Bf16, 2, 768, rng);
+    let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+    ReduceMmaFamily::kernel(&p, v)
+        .validate()
+        .unwrap_err()
+        .to_string()
+}
+
+/// A tuned-size problem: `rows` x 5120, k 2, L 12, `code`, bf16 x, f16 scales.
+fn tuned_problem(
+    rows: usize,
+    code: Code,
+    m: u32,
+) -> trellis::families::reduce_mma::ReduceMmaProblem {
+    trellis::families::reduce_mma::ReduceMmaProblem {
+        geometry: Geometry::new(rows, 5120, 256, 2, 12, code).unwrap(),
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m,
+    }
+}
+
 /// `reduce_mma` of `w` and `x` with variants `a` and `b` on the CPU and the Metal simulator:
 /// `b`'s results must be `a`'s bit for bit and meet SPEC 7 (`what` names the case). The
 /// problem, for further checks.
@@ -634,14 +678,8 @@ fn fast_tier_stays_finite_with_every_activation_at_2_15() {
 /// checked against SPEC 7 above: `col_split = 2` with up to 17 splits.)
 #[test]
 fn reduce_mma_space_widens_past_the_tuned_edges_at_the_tuned_sizes() {
-    let problem = |rows, m| trellis::families::reduce_mma::ReduceMmaProblem {
-        geometry: Geometry::new(rows, 5120, 256, 2, 12, Code::OneMad).unwrap(),
-        scale: ScaleDType::F16,
-        act: DType::Bf16,
-        m,
-    };
     let count = |rows, m, f: fn(&MmaVariant) -> bool| {
-        ReduceMmaFamily::candidates(&problem(rows, m), Tier::Fast, false)
+        ReduceMmaFamily::candidates(&tuned_problem(rows, Code::OneMad, m), Tier::Fast, false)
             .iter()
             .filter(|v| f(v))
             .count()
@@ -667,7 +705,7 @@ fn reduce_mma_space_widens_past_the_tuned_edges_at_the_tuned_sizes() {
     assert_eq!(count(256, 1, two_simdgroups), 0, "below the tuned sizes");
     assert_eq!(count(256, 1, eight_splits), 0, "below the tuned sizes");
     // Each twin is its own candidate: no duplicates.
-    let all = ReduceMmaFamily::candidates(&problem(5120, 2), Tier::Fast, false);
+    let all = ReduceMmaFamily::candidates(&tuned_problem(5120, Code::OneMad, 2), Tier::Fast, false);
     let unique: std::collections::HashSet<_> = all.iter().collect();
     assert_eq!(unique.len(), all.len());
 }
@@ -1073,25 +1111,17 @@ fn host_f16_x_keeps_the_bits() {
 #[test]
 fn batched_stage_keeps_the_bits() {
     use trellis::backend::metal_sim::MetalSimBackend;
-    use trellis::families::reduce_mma::ReduceMmaProblem;
-    use trellis::kernel::KernelSpec as _;
     let cpu = CpuBackend::new().expect("cpu backend");
     let sim = MetalSimBackend::new().expect("metal-sim backend");
     let mut rng = ChaCha8Rng::seed_from_u64(79);
     // (code, M, columns, stage, row tiles, col split, k split)
-    for (code, m, cols, x_stage, rt, cs, ks) in [
+    for case @ (_, m, ..) in [
         (Code::OneMad, 16, 1280, MmaXStage::Shared, 2, 1, 2),
         (Code::OneMad, 5, 1536, MmaXStage::Shared, 1, 2, 4),
         (Code::ThreeInst, 16, 256, MmaXStage::SharedDup, 2, 2, 1),
         (Code::Mcg, 11, 1280, MmaXStage::SharedDup, 1, 1, 3),
     ] {
-        let g = Geometry::new(40, cols, 256, 2, 12, code).unwrap();
-        let w = check::random_matrix(g, rng.random());
-        let x = outliers(DType::Bf16, m, cols, &mut rng);
-        let plain = MmaVariant {
-            k_split: ks,
-            ..MmaVariant::unsplit(rt, cs, 16, x_stage)
-        };
+        let (g, w, x, plain) = split_case(&mut rng, case);
         let batched = MmaVariant {
             batch_stage: true,
             opt_in_shared: false,
@@ -1112,13 +1142,8 @@ fn batched_stage_keeps_the_bits() {
 
     // Offered at the tuned sizes from M = 4 up, as a twin of every staged candidate.
     let space = |rows, m| {
-        let p = ReduceMmaProblem {
-            geometry: Geometry::new(rows, 5120, 256, 2, 12, Code::OneMad).unwrap(),
-            scale: ScaleDType::F16,
-            act: DType::Bf16,
-            m,
-        };
-        let all = ReduceMmaFamily::candidates(&p, Tier::Fast, false);
+        let all =
+            ReduceMmaFamily::candidates(&tuned_problem(rows, Code::OneMad, m), Tier::Fast, false);
         let batched = all.iter().filter(|v| v.batch_stage).count();
         let staged = all
             .iter()
@@ -1137,19 +1162,12 @@ fn batched_stage_keeps_the_bits() {
     assert_eq!(space(256, 16).0, 0);
 
     // It needs staged x.
-    let g = Geometry::new(40, 768, 256, 2, 12, Code::OneMad).unwrap();
-    let w = check::random_matrix(g, 6);
-    let x = outliers(DType::Bf16, 2, 768, &mut rng);
-    let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
     let v = MmaVariant {
         batch_stage: true,
         opt_in_shared: false,
         ..MmaVariant::default()
     };
-    let e = ReduceMmaFamily::kernel(&p, v)
-        .validate()
-        .unwrap_err()
-        .to_string();
+    let e = refusal(v, 6, &mut rng);
     assert!(
         e.contains("batch_stage = true") && e.contains("x_stage = shared"),
         "{e}"
@@ -1169,24 +1187,22 @@ fn opt_in_shared_keeps_the_bits() {
     let cpu = CpuBackend::new().expect("cpu backend");
     let mut rng = ChaCha8Rng::seed_from_u64(83);
     // (code, M, columns, stage, row tiles, col split, k split)
-    for (code, m, cols, x_stage, rt, cs, ks) in [
+    for case @ (_, m, _, x_stage, ..) in [
         (Code::ThreeInst, 16, 1024, MmaXStage::SharedDup, 1, 2, 1),
         (Code::OneMad, 16, 1792, MmaXStage::Shared, 2, 1, 1),
         (Code::Mcg, 11, 4096, MmaXStage::SharedDup, 1, 1, 3),
     ] {
-        let g = Geometry::new(40, cols, 256, 2, 12, code).unwrap();
-        let w = check::random_matrix(g, rng.random());
-        let x = outliers(DType::Bf16, m, cols, &mut rng);
+        let (g, w, x, staged) = split_case(&mut rng, case);
         let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
         let global = MmaVariant {
-            k_split: ks,
-            ..MmaVariant::unsplit(rt, cs, 16, MmaXStage::Global)
+            x_stage: MmaXStage::Global,
+            ..staged
         };
         let staged = MmaVariant {
-            x_stage,
             opt_in_shared: true,
-            ..global
+            ..staged
         };
+        assert!(x_stage.is_shared());
         let k = ReduceMmaFamily::kernel(&p, staged);
         k.validate().unwrap_or_else(|e| panic!("{g} M={m}: {e}"));
         assert!(k.shared_bytes() > 48 * 1024 && k.dynamic_shared_bytes() > 40 * 1024);
@@ -1218,29 +1234,17 @@ fn opt_in_shared_keeps_the_bits() {
     }
 
     // Only past 48 KB, and only for staged x.
-    let g = Geometry::new(40, 768, 256, 2, 12, Code::OneMad).unwrap();
-    let w = check::random_matrix(g, 7);
-    let x = outliers(DType::Bf16, 2, 768, &mut rng);
-    let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
     for x_stage in [MmaXStage::Global, MmaXStage::Shared] {
         let v = MmaVariant {
             opt_in_shared: true,
             ..MmaVariant::unsplit(1, 8, 16, x_stage)
         };
-        let e = ReduceMmaFamily::kernel(&p, v)
-            .validate()
-            .unwrap_err()
-            .to_string();
+        let e = refusal(v, 7, &mut rng);
         assert!(e.contains("opt_in_shared = true"), "{e}");
     }
 
     // The tuned sizes at M = 16: every staged candidate past 48 KB opts in, no other.
-    let p = ReduceMmaProblem {
-        geometry: Geometry::new(17408, 5120, 256, 2, 12, Code::ThreeInst).unwrap(),
-        scale: ScaleDType::F16,
-        act: DType::Bf16,
-        m: 16,
-    };
+    let p = tuned_problem(17408, Code::ThreeInst, 16);
     let all = ReduceMmaFamily::candidates(&p, Tier::Fast, false);
     let opted: Vec<_> = all.iter().filter(|v| v.opt_in_shared).collect();
     assert!(opted

@@ -599,6 +599,12 @@ pub fn run_mma(out: &Path) -> Result<()> {
     // A few launch shapes per problem, x from device memory or staged; those that do not
     // fit the device (staged x of many samples) are left out.
     let only_variant = list_of("MMA_VARIANT");
+    // Named by `MMA_VARIANT` (every variant when unset), as displayed after opting in.
+    let named = |v: &MmaVariant| {
+        only_variant
+            .as_ref()
+            .is_none_or(|o| o.contains(&v.to_string()))
+    };
     let shapes = |m: u32, k: u32, pairs: bool| {
         let mut vs = Vec::new();
         for x in [Global, Shared, SharedDup] {
@@ -690,9 +696,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
                         opt_in_where_needed(&p, &mut vs);
                     }
                     vs.retain(|v| {
-                        only_variant
-                            .as_ref()
-                            .is_none_or(|o| o.contains(&v.to_string()))
+                        named(v)
                             && trellis::family::fits::<ReduceMmaFamily>(&p, *v, &limits).is_ok()
                     });
                     problems.push((p, vs));
@@ -716,11 +720,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
                 let vs: Vec<_> = shapes(m, ku, false)
                     .into_iter()
                     .filter(|v| v.max_registers == 0)
-                    .filter(|v| {
-                        only_variant
-                            .as_ref()
-                            .is_none_or(|o| o.contains(&v.to_string()))
-                    })
+                    .filter(|v| named(v))
                     .filter(|v| trellis::family::fits::<GateUpMmaFamily>(&p, *v, &limits).is_ok())
                     .collect();
                 gu.push((p, vs));
