@@ -29,7 +29,8 @@ pub trait Family: 'static {
     const FAST: Option<&'static str> = None;
 
     /// Everything that fixes a launch except the tunable variant.
-    type Problem: Clone + PartialEq + fmt::Debug + fmt::Display;
+    /// (`Sync`: the tuner compiles the next problem's candidates on another thread.)
+    type Problem: Clone + PartialEq + fmt::Debug + fmt::Display + Sync;
     /// The tunable part: same results (within a tier), different speed. Tables store it
     /// as a TOML table through serde.
     type Variant: Copy + Eq + Hash + fmt::Debug + fmt::Display + Serialize + DeserializeOwned;
@@ -203,6 +204,22 @@ pub fn precompile<F: Family, B: Backend>(
     b: &B,
     specs: &[(F::Problem, Vec<F::Variant>)],
 ) -> Result<()> {
+    with_launches::<F, _>(specs, |launches| b.precompile(launches))
+}
+
+/// [`precompile`] on a detached compiler ([`Backend::ahead_compiler`]), from any thread.
+pub fn compile_ahead<F: Family>(
+    c: &dyn crate::kernel::AheadCompiler,
+    specs: &[(F::Problem, Vec<F::Variant>)],
+) {
+    with_launches::<F, _>(specs, |launches| c.compile_ahead(launches))
+}
+
+/// `f` of the launch requests of every (problem, variants).
+fn with_launches<F: Family, R>(
+    specs: &[(F::Problem, Vec<F::Variant>)],
+    f: impl FnOnce(&[crate::kernel::Launch<'_>]) -> R,
+) -> R {
     // A variant that does not validate is left to its own launch, which says why.
     let kernels: Vec<F::Kernel> = specs
         .iter()
@@ -218,7 +235,7 @@ pub fn precompile<F: Family, B: Backend>(
         .zip(&renders)
         .map(|(k, r)| k.launch_request(r))
         .collect();
-    b.precompile(&launches)
+    f(&launches)
 }
 
 /// A family known by name at run time: what the CLI, `xtask` and reports enumerate.

@@ -333,6 +333,20 @@ pub trait Backend {
     fn precompile(&self, _launches: &[Launch<'_>]) -> Result<()> {
         Ok(())
     }
+    /// This backend's compiler as a handle another thread may use while kernels run
+    /// here (the tuner compiles the next problem's candidates while it times this one's).
+    /// `None`, the default, where compiling cannot overlap this backend's work.
+    fn ahead_compiler(&self) -> Option<std::sync::Arc<dyn AheadCompiler>> {
+        None
+    }
+}
+
+/// A backend's compiler, detached from its device: compiles launches into the cache
+/// that the backend's [`Backend::compile`] and [`Backend::precompile`] read, so that
+/// they find the work done. Never loads anything onto the device.
+pub trait AheadCompiler: Send + Sync {
+    /// Compile `launches`; a failure is left for the launch to report.
+    fn compile_ahead(&self, launches: &[Launch<'_>]);
 }
 
 /// Check tensors against specs before a launch (used by generated wrappers).

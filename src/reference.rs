@@ -150,16 +150,32 @@ pub fn real_sums(w: &QuantizedMatrix, x: &Activations) -> Result<(Vec<f64>, Vec<
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
     let table = w.value_table();
     let mut out = filled(x.rows, rows, (0f64, 0f64), "real sums (M x rows)")?;
-    // Every output on its own, so M = 1 uses every core too.
-    out.par_iter_mut().enumerate().for_each(|(i, (y, a))| {
-        let (m, r) = (i / rows, i % rows);
-        let scale = w.scales[r] as f64;
-        for (c, &xc) in x.row(m).iter().enumerate().take(cols) {
-            let p = table[w.state(r, c) as usize] as f64 * scale * xc as f64;
-            *y += p;
-            *a += p.abs();
+    // Row by row in parallel: each weight is decoded once for all M samples (the decode,
+    // not the product, is the cost), into a buffer each worker keeps.
+    let per_row: Vec<Vec<(f64, f64)>> = (0..rows)
+        .into_par_iter()
+        .map_init(Vec::new, |w_row: &mut Vec<f64>, r| {
+            let scale = w.scales[r] as f64;
+            w_row.clear();
+            w_row.extend((0..cols).map(|c| table[w.state(r, c) as usize] as f64 * scale));
+            (0..x.rows)
+                .map(|m| {
+                    let (mut y, mut a) = (0f64, 0f64);
+                    for (&wc, &xc) in w_row.iter().zip(x.row(m)) {
+                        let p = wc * xc as f64;
+                        y += p;
+                        a += p.abs();
+                    }
+                    (y, a)
+                })
+                .collect()
+        })
+        .collect();
+    for (r, sums) in per_row.into_iter().enumerate() {
+        for (m, s) in sums.into_iter().enumerate() {
+            out[m * rows + r] = s;
         }
-    });
+    }
     Ok(out.into_iter().unzip())
 }
 

@@ -4,7 +4,9 @@
 
 use crate::codegen::{cuda_unit, Dialect};
 use crate::error::{Error, Result};
-use crate::kernel::{fnv1a, Backend, DeviceTensor, Elem, KernelId, Launch, Limits, TensorSpec};
+use crate::kernel::{
+    fnv1a, AheadCompiler, Backend, DeviceTensor, Elem, KernelId, Launch, Limits, TensorSpec,
+};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nvrtc::Ptx;
@@ -60,10 +62,79 @@ impl DeviceTensor for CudaTensor {
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    arch: &'static str,
     info: CudaDeviceInfo,
-    cache_dir: PathBuf,
+    cubins: Arc<Cubins>,
     kernels: Mutex<HashMap<KernelId, CudaFunction>>,
+}
+
+/// NVRTC for one architecture with the CUBIN cache on disk: needs no device, so it also
+/// serves [`CudaAhead`] on another thread.
+struct Cubins {
+    arch: &'static str,
+    dir: PathBuf,
+}
+
+impl Cubins {
+    /// The CUBIN of a unit: from the disk cache (keyed by symbol, options and source),
+    /// else compiled by NVRTC and cached.
+    fn get(&self, symbol: &str, src: &str, cap: Option<u32>) -> Result<Vec<u8>> {
+        let opts = nvrtc_options(self.arch, cap);
+        let key = fnv1a(format!("{opts:?}|{src}").as_bytes());
+        let path = self.dir.join(format!("{symbol}-{key:016x}.cubin"));
+        if let Ok(bin) = std::fs::read(&path) {
+            return Ok(bin);
+        }
+        let (bin, _) = nvrtc_cubin(src, &opts).map_err(|log| Error::Compile {
+            kernel: symbol.into(),
+            backend: format!("cuda ({})", self.arch),
+            log,
+        })?;
+        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+        if std::fs::write(&tmp, &bin).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+        Ok(bin)
+    }
+
+    /// The units of `launches` (each id once) that `skip` does not hold, rendered: the
+    /// launch's index, its symbol and its source.
+    fn units(
+        launches: &[Launch<'_>],
+        skip: impl Fn(&KernelId) -> bool,
+    ) -> Result<Vec<(usize, String, String)>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for (i, l) in launches.iter().enumerate() {
+            if !skip(&l.id) && seen.insert(l.id) {
+                let r = (l.render)(Dialect::Cuda)?;
+                let symbol = l.id.to_string();
+                let src = cuda_unit(&symbol, &r, &l.inputs, &l.outputs);
+                out.push((i, symbol, src));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The CUDA backend's [`AheadCompiler`]: NVRTC into the disk cache on its own threads,
+/// two fewer than the host has, so the thread timing kernels keeps a core.
+struct CudaAhead {
+    cubins: Arc<Cubins>,
+    pool: rayon::ThreadPool,
+}
+
+impl AheadCompiler for CudaAhead {
+    fn compile_ahead(&self, launches: &[Launch<'_>]) {
+        use rayon::prelude::*;
+        let Ok(units) = Cubins::units(launches, |_| false) else {
+            return;
+        };
+        self.pool.install(|| {
+            units.par_iter().for_each(|(_, symbol, src)| {
+                let _ = self.cubins.get(symbol, src, None);
+            })
+        });
+    }
 }
 
 fn driver_err(e: impl std::fmt::Debug) -> Error {
@@ -137,9 +208,11 @@ impl CudaBackend {
         Ok(CudaBackend {
             ctx,
             stream,
-            arch,
             info,
-            cache_dir,
+            cubins: Arc::new(Cubins {
+                arch,
+                dir: cache_dir,
+            }),
             kernels: Mutex::new(HashMap::new()),
         })
     }
@@ -159,25 +232,6 @@ impl CudaBackend {
         &self.ctx
     }
 
-    fn cubin(&self, symbol: &str, src: &str, cap: Option<u32>) -> Result<Vec<u8>> {
-        let opts = nvrtc_options(self.arch, cap);
-        let key = fnv1a(format!("{opts:?}|{src}").as_bytes());
-        let path = self.cache_dir.join(format!("{symbol}-{key:016x}.cubin"));
-        if let Ok(bin) = std::fs::read(&path) {
-            return Ok(bin);
-        }
-        let (bin, _) = nvrtc_cubin(src, &opts).map_err(|log| Error::Compile {
-            kernel: symbol.into(),
-            backend: format!("cuda ({})", self.arch),
-            log,
-        })?;
-        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-        if std::fs::write(&tmp, &bin).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
-        Ok(bin)
-    }
-
     fn function(&self, launch: &Launch<'_>) -> Result<CudaFunction> {
         if let Some(f) = self
             .kernels
@@ -190,7 +244,7 @@ impl CudaBackend {
         let rendered = (launch.render)(Dialect::Cuda)?;
         let symbol = launch.id.to_string();
         let src = cuda_unit(&symbol, &rendered, &launch.inputs, &launch.outputs);
-        let bin = self.cubin(&symbol, &src, None)?;
+        let bin = self.cubins.get(&symbol, &src, None)?;
         self.load_fitting(launch, &symbol, &src, bin)
     }
 
@@ -208,7 +262,7 @@ impl CudaBackend {
         let (id, threads) = (launch.id, launch.grid.threads);
         let mut f = self.load(symbol, bin)?;
         if f.max_threads_per_block().map_err(driver_err)? < threads as i32 {
-            let bin = self.cubin(symbol, src, Some(register_cap(threads)))?;
+            let bin = self.cubins.get(symbol, src, Some(register_cap(threads)))?;
             f = self.load(symbol, bin)?;
             let fits = f.max_threads_per_block().map_err(driver_err)?;
             if fits < threads as i32 {
@@ -466,29 +520,31 @@ impl Backend for CudaBackend {
             .keys()
             .copied()
             .collect();
-        let mut seen = std::collections::HashSet::new();
-        let (mut todo, mut units) = (Vec::new(), Vec::new());
-        for l in launches {
-            if !known.contains(&l.id) && seen.insert(l.id) {
-                let r = (l.render)(Dialect::Cuda)?;
-                let symbol = l.id.to_string();
-                let src = cuda_unit(&symbol, &r, &l.inputs, &l.outputs);
-                todo.push(l);
-                units.push((symbol, src));
-            }
-        }
+        let units = Cubins::units(launches, |id| known.contains(id))?;
         // NVRTC is thread-safe; compile in parallel, load on this thread. A failure is
         // left for the launch to report, so one bad specialization does not hide the rest.
         let bins: Vec<Result<Vec<u8>>> = units
             .par_iter()
-            .map(|(symbol, src)| self.cubin(symbol, src, None))
+            .map(|(_, symbol, src)| self.cubins.get(symbol, src, None))
             .collect();
-        for ((l, (symbol, src)), bin) in todo.into_iter().zip(&units).zip(bins) {
+        for ((i, symbol, src), bin) in units.iter().zip(bins) {
             if let Ok(bin) = bin {
-                let _ = self.load_fitting(l, symbol, src, bin);
+                let _ = self.load_fitting(&launches[*i], symbol, src, bin);
             }
         }
         Ok(())
+    }
+
+    fn ahead_compiler(&self) -> Option<Arc<dyn AheadCompiler>> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.saturating_sub(2).max(1))
+            .build()
+            .ok()?;
+        Some(Arc::new(CudaAhead {
+            cubins: self.cubins.clone(),
+            pool,
+        }))
     }
 }
 

@@ -624,12 +624,15 @@ pub fn tune_problem<F: Family, B: Backend>(
     journal: Option<&Journal>,
     p: &F::Problem,
     seed: u64,
-) -> Result<Entry> {
+) -> Result<(Entry, Phases)> {
     let key = F::key(p, o.tier);
+    let started = Instant::now();
     let inst = Instance::<F, B>::prepare(b, p, o, seed)?;
+    let prepared = Instant::now();
     let default = F::default_variant(p, o.tier);
     let (cands, mut rejected) = candidates::<F>(p, o, &b.limits());
     family::precompile::<F, B>(b, &[(p.clone(), cands.clone())])?;
+    let compiled = Instant::now();
     let trace = o.trace.as_deref().map(Trace::open).transpose()?;
     let mut timed = Vec::new();
     for &v in &cands {
@@ -681,6 +684,13 @@ pub fn tune_problem<F: Family, B: Backend>(
             Err(why) => rejected.push(format!("{v}: {}", reason_line(&why))),
         }
     }
+    // The reference is made lazily by some families (at the first check), so it counts
+    // as measuring here.
+    let phases = Phases {
+        prepare: prepared - started,
+        compile: compiled - prepared,
+        measure: compiled.elapsed(),
+    };
     let (winner, stats) = choose(default, &timed).ok_or_else(|| {
         Error::backend(
             b.name(),
@@ -690,7 +700,7 @@ pub fn tune_problem<F: Family, B: Backend>(
             ),
         )
     })?;
-    Ok(entry::<F>(
+    let entry = entry::<F>(
         p,
         &key,
         (b.dialect(), o.quick),
@@ -699,7 +709,31 @@ pub fn tune_problem<F: Family, B: Backend>(
         &timed,
         &cands,
         rejected,
-    ))
+    );
+    Ok((entry, phases))
+}
+
+/// Where one problem's tuning time went (wall clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Phases {
+    /// Random data, its reference (where made eagerly) and the device copies.
+    pub prepare: Duration,
+    /// Compiling the candidates (what a look-ahead compile left to do).
+    pub compile: Duration,
+    /// Verifying and timing the candidates.
+    pub measure: Duration,
+}
+
+impl fmt::Display for Phases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "prepare {:.1} s, compile {:.1} s, measure {:.1} s",
+            self.prepare.as_secs_f64(),
+            self.compile.as_secs_f64(),
+            self.measure.as_secs_f64()
+        )
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -810,6 +844,8 @@ pub enum Event<'a> {
         n: usize,
         /// The entry now in the table.
         entry: &'a Entry,
+        /// Where its time went.
+        phases: Phases,
     },
     /// Something the user must see (a problem not tuned, the budget spent).
     Warn(String),
@@ -839,65 +875,97 @@ pub fn tune<F: Family, B: Backend>(
     progress: &mut dyn FnMut(Event<'_>),
 ) -> Result<Untuned> {
     let started = Instant::now();
-    let mut failed = 0;
-    for (i, p) in problems.iter().enumerate() {
-        let hash = super::source_hash_of::<F>(b.dialect(), p);
-        let key = F::key(p, o.tier);
-        // One entry per key and measured shape: shapes that share a bucket (the presets'
-        // 17408 and 14336 rows) are each tuned, and the selector takes the nearest.
+    // Whether the table has a current entry for each problem: one per key and measured
+    // shape (shapes that share a bucket, the presets' 17408 and 14336 rows, are each
+    // tuned, and the selector takes the nearest), measured on today's sources and
+    // candidate space, whose winner still reads as a variant of `F` (the selector refuses
+    // a table with one that does not, so such an entry is measured again).
+    let same = |p: &F::Problem, e: &Entry| {
         let (rows, cols) = F::shape(p);
-        let shape = format!("{rows}x{cols}");
-        let same = |e: &Entry| e.shape == shape && e.key().ok().as_ref() == Some(&key);
-        let space = super::space_hash::<F>(p, o.tier, o.quick, b.dialect());
-        // Kept only if its winner still reads as a variant of `F` (the selector refuses a
-        // table with one that does not, so such an entry is measured again).
-        let cached = !o.fresh
-            && table.entries.iter().any(|e| {
-                same(e)
-                    && e.source_hash == hash
-                    && e.space_hash.as_ref() == Some(&space)
-                    && e.winner::<F::Variant>().is_ok()
+        e.shape == format!("{rows}x{cols}") && e.key().ok().as_ref() == Some(&F::key(p, o.tier))
+    };
+    let cached: Vec<bool> = problems
+        .iter()
+        .map(|p| {
+            let hash = super::source_hash_of::<F>(b.dialect(), p);
+            let space = super::space_hash::<F>(p, o.tier, o.quick, b.dialect());
+            !o.fresh
+                && table.entries.iter().any(|e| {
+                    same(p, e)
+                        && e.source_hash == hash
+                        && e.space_hash.as_ref() == Some(&space)
+                        && e.winner::<F::Variant>().is_ok()
+                })
+        })
+        .collect();
+    // While a problem is measured, the next one's candidates compile on the backend's
+    // detached compiler (where it has one), so their compile costs the run nothing.
+    let ahead = b.ahead_compiler();
+    let limits = b.limits();
+    std::thread::scope(|scope| {
+        let compile_next = |after: usize| {
+            let c = ahead.clone()?;
+            let j = (after + 1..problems.len()).find(|&j| !cached[j])?;
+            let p = &problems[j];
+            Some(scope.spawn(move || {
+                let (cands, _) = candidates::<F>(p, o, &limits);
+                family::compile_ahead::<F>(c.as_ref(), &[(p.clone(), cands)]);
+            }))
+        };
+        let mut compiling = None;
+        let mut failed = 0;
+        for (i, p) in problems.iter().enumerate() {
+            progress(Event::Start {
+                i,
+                n: problems.len(),
+                key: &F::key(p, o.tier),
+                cached: cached[i],
             });
-        progress(Event::Start {
-            i,
-            n: problems.len(),
-            key: &key,
-            cached,
-        });
-        if cached {
-            continue;
-        }
-        if started.elapsed() >= o.budget {
-            let left = problems.len() - i;
-            progress(Event::Warn(format!(
-                "budget spent: {left} of {} {} problems not tuned",
-                problems.len(),
-                F::NAME
-            )));
-            return Ok(Untuned {
-                budget: left,
-                failed,
-            });
-        }
-        match tune_problem::<F, B>(b, o, journal, p, 7 + i as u64) {
-            Ok(entry) => {
-                table.entries.retain(|e| !same(e));
-                table.entries.push(entry);
-                progress(Event::Done {
-                    i,
-                    n: problems.len(),
-                    entry: table.entries.last().expect("pushed"),
+            if cached[i] {
+                continue;
+            }
+            if started.elapsed() >= o.budget {
+                let left = problems.len() - i;
+                progress(Event::Warn(format!(
+                    "budget spent: {left} of {} {} problems not tuned",
+                    problems.len(),
+                    F::NAME
+                )));
+                return Ok(Untuned {
+                    budget: left,
+                    failed,
                 });
-                save(table)?;
             }
-            // A problem whose every candidate failed keeps the built-in default; say so.
-            Err(e) => {
-                failed += 1;
-                progress(Event::Warn(format!("[{key}] not tuned: {e}")));
+            // This problem's look-ahead compile finishes first (its units are then in the
+            // cache), then the next one's starts.
+            if let Some(h) = compiling.take() {
+                let _ = std::thread::ScopedJoinHandle::join(h);
+            }
+            compiling = compile_next(i);
+            match tune_problem::<F, B>(b, o, journal, p, 7 + i as u64) {
+                Ok((entry, phases)) => {
+                    table.entries.retain(|e| !same(p, e));
+                    table.entries.push(entry);
+                    progress(Event::Done {
+                        i,
+                        n: problems.len(),
+                        entry: table.entries.last().expect("pushed"),
+                        phases,
+                    });
+                    save(table)?;
+                }
+                // A problem whose every candidate failed keeps the built-in default; say so.
+                Err(e) => {
+                    failed += 1;
+                    progress(Event::Warn(format!(
+                        "[{}] not tuned: {e}",
+                        F::key(p, o.tier)
+                    )));
+                }
             }
         }
-    }
-    Ok(Untuned { budget: 0, failed })
+        Ok(Untuned { budget: 0, failed })
+    })
 }
 
 #[cfg(test)]

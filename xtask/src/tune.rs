@@ -537,9 +537,17 @@ impl Progress {
                 if cached { " already in the table" } else { "" },
                 self.started.elapsed().as_secs_f64()
             ),
-            (Event::Done { i, n, entry }, bar) => {
+            (
+                Event::Done {
+                    i,
+                    n,
+                    entry,
+                    phases,
+                },
+                bar,
+            ) => {
                 let line = format!(
-                    "tune {family} {}/{n}: {} {} -> {} us (default {} us)",
+                    "tune {family} {}/{n}: {} {} -> {} us (default {} us; {phases})",
                     i + 1,
                     entry.key,
                     toml_line(&entry.winner),
