@@ -270,6 +270,47 @@ mod tests {
         }
     }
 
+    /// The real sums of M samples are those of each sample alone, in `[M, R]` order, and
+    /// the f64 sum of each row's products in column order (each weight decoded once for
+    /// all samples must not change a bit).
+    #[test]
+    fn real_sums_of_m_samples_are_each_samples_own() {
+        let g = Geometry::new(5, 512, 128, 2, 10, Code::ThreeInst).unwrap();
+        let w = random_matrix(g, 7);
+        let m = 3;
+        let data: Vec<f32> = (0..m * g.cols)
+            .map(|i| ((i * 7919 % 997) as f32 - 498.0) / 100.0)
+            .collect();
+        let x = Activations::from_f32(DType::F32, m, g.cols, data.clone()).unwrap();
+        let (y, abs) = real_sums(&w, &x).unwrap();
+        assert_eq!((y.len(), abs.len()), (m * g.rows, m * g.rows));
+        let table = w.value_table();
+        for n in 0..m {
+            let one = Activations::from_f32(DType::F32, 1, g.cols, x.row(n).to_vec()).unwrap();
+            let (y1, abs1) = real_sums(&w, &one).unwrap();
+            for r in 0..g.rows {
+                let (mut want, mut want_abs) = (0f64, 0f64);
+                for c in 0..g.cols {
+                    let p = table[w.state(r, c) as usize] as f64
+                        * w.scales[r] as f64
+                        * x.row(n)[c] as f64;
+                    want += p;
+                    want_abs += p.abs();
+                }
+                let i = n * g.rows + r;
+                assert_eq!(
+                    (y[i].to_bits(), abs[i].to_bits()),
+                    (want.to_bits(), want_abs.to_bits()),
+                    "sample {n}, row {r}"
+                );
+                assert_eq!(
+                    (y1[r].to_bits(), abs1[r].to_bits()),
+                    (want.to_bits(), want_abs.to_bits())
+                );
+            }
+        }
+    }
+
     /// The canonical order differs from the real sum only by rounding: the exact result
     /// meets SPEC 7 (v2)'s bound around the real-number sum (`check::fast_reduce`), as
     /// every fast result must.

@@ -78,5 +78,7 @@ template <typename T> DEVICE void x_f16x2_dup2(const device T* p, thread uint* b
 // Split-K arrivals (reduce_mma k_split > 1): MSL 3.2's device-scope fence, a relaxed
 // counter bump, and a volatile load of another threadgroup's part.
 DEVICE void device_fence() { atomic_thread_fence(mem_flags::mem_device, memory_order_seq_cst, thread_scope_device); }
+// A barrier that orders the group's device-memory writes too (before one thread's fence).
+#define BARRIER_DEVICE() threadgroup_barrier(mem_flags::mem_device)
 DEVICE uint atomic_add_u32(device uint* p, uint v) { return atomic_fetch_add_explicit((device atomic_uint*)p, v, memory_order_relaxed); }
 DEVICE float load_coherent(const device float* p) { return *(const volatile device float*)p; }

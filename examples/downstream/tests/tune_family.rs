@@ -303,3 +303,127 @@ fn a_candidate_that_does_not_compile_is_rejected_and_never_chosen() {
     assert_ne!(winner.rows_per_group, 2);
     assert!(e.stats.samples >= 3 && e.stats.median_us > 0.0);
 }
+
+/// The CPU backend with a detached compiler that only records what it is given: the
+/// tuner's look-ahead, observable (the CPU backend itself offers none, since its kernels
+/// time on every core).
+struct LookAhead<'b> {
+    cpu: &'b CpuBackend,
+    seen: std::sync::Arc<Seen>,
+}
+
+#[derive(Default)]
+struct Seen(std::sync::Mutex<Vec<KernelId>>);
+
+impl trellis::kernel::AheadCompiler for Seen {
+    fn compile_ahead(&self, launches: &[trellis::kernel::Launch<'_>]) {
+        self.0.lock().unwrap().extend(launches.iter().map(|l| l.id));
+    }
+}
+
+impl Backend for LookAhead<'_> {
+    type Tensor = <CpuBackend as Backend>::Tensor;
+    type Compiled = <CpuBackend as Backend>::Compiled;
+    type Bound<'a> = <CpuBackend as Backend>::Bound<'a>;
+    fn name(&self) -> &'static str {
+        self.cpu.name()
+    }
+    fn dialect(&self) -> Dialect {
+        self.cpu.dialect()
+    }
+    fn device_id(&self) -> String {
+        self.cpu.device_id()
+    }
+    fn alloc(&self, spec: &TensorSpec) -> Result<Self::Tensor> {
+        self.cpu.alloc(spec)
+    }
+    fn upload(
+        &self,
+        e: trellis::kernel::Elem,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<Self::Tensor> {
+        self.cpu.upload(e, shape, bytes)
+    }
+    fn download(&self, t: &Self::Tensor) -> Result<Vec<u8>> {
+        self.cpu.download(t)
+    }
+    fn limits(&self) -> trellis::kernel::Limits {
+        self.cpu.limits()
+    }
+    fn compile(&self, l: &trellis::kernel::Launch<'_>) -> Result<Self::Compiled> {
+        self.cpu.compile(l)
+    }
+    fn bind<'a>(
+        &self,
+        c: &Self::Compiled,
+        l: &trellis::kernel::Launch<'_>,
+        inputs: &[&'a Self::Tensor],
+        outputs: &mut [&'a mut Self::Tensor],
+    ) -> Result<Self::Bound<'a>> {
+        self.cpu.bind(c, l, inputs, outputs)
+    }
+    fn run(&self, bound: &mut Self::Bound<'_>) -> Result<()> {
+        self.cpu.run(bound)
+    }
+    fn ahead_compiler(&self) -> Option<std::sync::Arc<dyn trellis::kernel::AheadCompiler>> {
+        Some(self.seen.clone())
+    }
+}
+
+#[test]
+fn the_next_problems_candidates_compile_while_one_is_measured() {
+    let cpu = CpuBackend::new().unwrap();
+    let b = LookAhead {
+        cpu: &cpu,
+        seen: Default::default(),
+    };
+    let o = options();
+    let p = |rows| Problem {
+        rows,
+        cols: 2048,
+        act: DType::Bf16,
+    };
+    let (first, second, third) = (p(64), p(80), p(96));
+    let mut table = Table {
+        device: harness::header(&cpu, "downstream test".into()),
+        entries: Vec::new(),
+    };
+    let run = |problems: &[Problem], table: &mut Table| {
+        harness::tune::<ScaleRowsFamily, _>(
+            &b,
+            &o,
+            problems,
+            table,
+            None,
+            &mut |_| Ok(()),
+            &mut |_| {},
+        )
+        .unwrap();
+    };
+    run(&[first], &mut table);
+    assert!(
+        b.seen.0.lock().unwrap().is_empty(),
+        "no problem after the only one"
+    );
+    // `first` is in the table: `second` is measured at once, `third` compiled meanwhile.
+    run(&[first, second, third], &mut table);
+    assert_eq!(table.entries.len(), 3);
+    let ids = |q: &Problem| -> Vec<KernelId> {
+        let mut v: Vec<KernelId> = ScaleRowsFamily::candidates(q, Tier::Exact, o.quick)
+            .into_iter()
+            .chain([ScaleRowsFamily::default_variant(q, Tier::Exact)])
+            .map(|v| ScaleRowsFamily::kernel(q, v).id())
+            .collect();
+        v.sort_by_key(|id| id.to_string());
+        v.dedup();
+        v
+    };
+    let mut seen = b.seen.0.lock().unwrap().clone();
+    seen.sort_by_key(|id| id.to_string());
+    assert_eq!(
+        seen,
+        ids(&third),
+        "the third problem's candidates, and only those"
+    );
+}
