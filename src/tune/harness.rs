@@ -718,7 +718,8 @@ pub fn tune_problem<F: Family, B: Backend>(
 pub struct Phases {
     /// Random data, its reference (where made eagerly) and the device copies.
     pub prepare: Duration,
-    /// Compiling the candidates (what a look-ahead compile left to do).
+    /// Compiling the candidates: waiting for their look-ahead compile, and what it
+    /// left to do.
     pub compile: Duration,
     /// Verifying and timing the candidates.
     pub measure: Duration,
@@ -937,13 +938,16 @@ pub fn tune<F: Family, B: Backend>(
                 });
             }
             // This problem's look-ahead compile finishes first (its units are then in the
-            // cache), then the next one's starts.
+            // cache; the wait counts as compiling), then the next one's starts.
+            let waiting = Instant::now();
             if let Some(h) = compiling.take() {
                 let _ = std::thread::ScopedJoinHandle::join(h);
             }
+            let waited = waiting.elapsed();
             compiling = compile_next(i);
             match tune_problem::<F, B>(b, o, journal, p, 7 + i as u64) {
-                Ok((entry, phases)) => {
+                Ok((entry, mut phases)) => {
+                    phases.compile += waited;
                     table.entries.retain(|e| !same(p, e));
                     table.entries.push(entry);
                     progress(Event::Done {
