@@ -281,7 +281,7 @@ mod tests {
         let data: Vec<f32> = (0..m * g.cols)
             .map(|i| ((i * 7919 % 997) as f32 - 498.0) / 100.0)
             .collect();
-        let x = Activations::from_f32(DType::F32, m, g.cols, data.clone()).unwrap();
+        let x = Activations::from_f32(DType::F32, m, g.cols, data).unwrap();
         let (y, abs) = real_sums(&w, &x).unwrap();
         assert_eq!((y.len(), abs.len()), (m * g.rows, m * g.rows));
         let table = w.value_table();

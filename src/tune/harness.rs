@@ -881,18 +881,24 @@ pub fn tune<F: Family, B: Backend>(
     // tuned, and the selector takes the nearest), measured on today's sources and
     // candidate space, whose winner still reads as a variant of `F` (the selector refuses
     // a table with one that does not, so such an entry is measured again).
-    let same = |p: &F::Problem, e: &Entry| {
-        let (rows, cols) = F::shape(p);
-        e.shape == format!("{rows}x{cols}") && e.key().ok().as_ref() == Some(&F::key(p, o.tier))
-    };
-    let cached: Vec<bool> = problems
+    let ids: Vec<(TuneKey, String)> = problems
         .iter()
         .map(|p| {
+            let (rows, cols) = F::shape(p);
+            (F::key(p, o.tier), format!("{rows}x{cols}"))
+        })
+        .collect();
+    let same =
+        |i: usize, e: &Entry| e.shape == ids[i].1 && e.key().ok().as_ref() == Some(&ids[i].0);
+    let cached: Vec<bool> = problems
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
             let hash = super::source_hash_of::<F>(b.dialect(), p);
             let space = super::space_hash::<F>(p, o.tier, o.quick, b.dialect());
             !o.fresh
                 && table.entries.iter().any(|e| {
-                    same(p, e)
+                    same(i, e)
                         && e.source_hash == hash
                         && e.space_hash.as_ref() == Some(&space)
                         && e.winner::<F::Variant>().is_ok()
@@ -919,7 +925,7 @@ pub fn tune<F: Family, B: Backend>(
             progress(Event::Start {
                 i,
                 n: problems.len(),
-                key: &F::key(p, o.tier),
+                key: &ids[i].0,
                 cached: cached[i],
             });
             if cached[i] {
@@ -948,7 +954,7 @@ pub fn tune<F: Family, B: Backend>(
             match tune_problem::<F, B>(b, o, journal, p, 7 + i as u64) {
                 Ok((entry, mut phases)) => {
                     phases.compile += waited;
-                    table.entries.retain(|e| !same(p, e));
+                    table.entries.retain(|e| !same(i, e));
                     table.entries.push(entry);
                     progress(Event::Done {
                         i,
@@ -961,10 +967,7 @@ pub fn tune<F: Family, B: Backend>(
                 // A problem whose every candidate failed keeps the built-in default; say so.
                 Err(e) => {
                     failed += 1;
-                    progress(Event::Warn(format!(
-                        "[{}] not tuned: {e}",
-                        F::key(p, o.tier)
-                    )));
+                    progress(Event::Warn(format!("[{}] not tuned: {e}", ids[i].0)));
                 }
             }
         }
