@@ -8,7 +8,8 @@
 //! Arguments (defaults in brackets): rows [17408], cols [5120], k [2], code [1mad], L [16],
 //! M [1], row_tiles [1], col_split [8], m_tile [16], x_stage (global, shared, shared_dup)
 //! [global], k_split [1], max_registers [0], operands (f16, bf16) [f16], paired_windows
-//! (0, 1) [0], x_f16 (0, 1) [0], batch_stage (0, 1) [0], opt_in_shared (0, 1) [0]. bf16 activations, f16 scales, T = 256.
+//! (0, 1) [0], x_f16 (0, 1) [0], batch_stage (0, 1) [0], opt_in_shared (0, 1) [0],
+//! early_words (0, 1) [0]. bf16 activations, f16 scales, T = 256.
 use trellis::families::reduce_mma::{MmaOperands, MmaVariant, MmaXStage, ReduceMma};
 use trellis::kernel::{Dialect, KernelSpec};
 use trellis::simt::Proj;
@@ -52,6 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             x_f16: num(14, "0")? == 1,
             batch_stage: num(15, "0")? == 1,
             opt_in_shared: num(16, "0")? == 1,
+            early_words: num(17, "0")? == 1,
         },
     };
     kernel.validate()?;

@@ -223,6 +223,8 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                 // Batched staging of staged x, split or not (the clamped last round too).
                 batch_stage: (ci + mi) % 3 != 0 && mi % 2 == 1,
                 opt_in_shared: false,
+                // The first words before the staging, where x is staged (not always).
+                early_words: (ci + mi) % 3 != 0 && ci % 2 == 0,
             };
             let dev = ReduceMmaFamily::upload(
                 &b,
@@ -281,6 +283,7 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
         x_f16: false,
         batch_stage: false,
         opt_in_shared: false,
+        early_words: false,
     };
     // Outside the family: a clear error, not a launch.
     for (bad, field) in [
@@ -393,6 +396,7 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
             x_f16: false,
             batch_stage: false,
             opt_in_shared: false,
+            early_words: false,
         };
         let host = GateUpMmaHost { gate, up, x };
         let want = GateUpMmaFamily::expected(&p, &host).unwrap();
@@ -438,6 +442,7 @@ fn reduce_mma_split_k_stages_only_its_share_of_x() {
         x_f16: false,
         batch_stage: false,
         opt_in_shared: false,
+        early_words: false,
     };
     let e = ReduceMmaFamily::kernel(&p, v(1)).validate().unwrap_err();
     assert!(e.to_string().contains("threadgroup memory"), "{e}");
@@ -575,6 +580,7 @@ fn reduce_mma_bf16_operands_are_checked() {
         x_f16: false,
         batch_stage: false,
         opt_in_shared: false,
+        early_words: false,
     };
     ReduceMmaFamily::kernel(&p(Code::OneMad, DType::Bf16), v(MmaXStage::Global))
         .validate()
@@ -1170,6 +1176,94 @@ fn batched_stage_keeps_the_bits() {
     let e = refusal(v, 6, &mut rng);
     assert!(
         e.contains("batch_stage = true") && e.contains("x_stage = shared"),
+        "{e}"
+    );
+}
+
+/// The first code words loaded before the staging ([`MmaVariant::early_words`]): the
+/// same bits as the plain order, plain and duplicated x, split or not, batched or not,
+/// tiles whole or not, on the CPU and the Metal simulator. The tuned sizes offer it at
+/// M = 16 only, as a twin of every staged candidate (and stage x there only when split);
+/// it needs staged x.
+#[test]
+fn early_words_keep_the_bits() {
+    use trellis::backend::metal_sim::MetalSimBackend;
+    let cpu = CpuBackend::new().expect("cpu backend");
+    let sim = MetalSimBackend::new().expect("metal-sim backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(97);
+    // (code, M, columns, stage, row tiles, col split, k split)
+    for (i, case @ (_, m, ..)) in [
+        (Code::OneMad, 16, 1280, MmaXStage::Shared, 2, 1, 2),
+        (Code::OneMad, 3, 768, MmaXStage::Shared, 1, 2, 1),
+        (Code::ThreeInst, 16, 256, MmaXStage::SharedDup, 2, 2, 1),
+        (Code::Mcg, 11, 1280, MmaXStage::SharedDup, 1, 1, 3),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (g, w, x, plain) = split_case(&mut rng, case);
+        let plain = MmaVariant {
+            batch_stage: i % 2 == 1,
+            ..plain
+        };
+        let early = MmaVariant {
+            early_words: true,
+            ..plain
+        };
+        assert_twins_agree((&cpu, &sim), w, x, plain, early, &format!("{g} M={m}"));
+    }
+    // Whole tiles (row g + 8's words a constant offset from row g's) and a short last tile.
+    for rows in [32, 48, 40] {
+        let g = Geometry::new(rows, 768, 256, 3, 12, Code::OneMad).unwrap();
+        let w = check::random_matrix(g, rng.random());
+        let x = outliers(DType::Bf16, 16, 768, &mut rng);
+        let plain = MmaVariant {
+            k_split: 2,
+            ..MmaVariant::unsplit(2, 2, 16, MmaXStage::Shared)
+        };
+        let early = MmaVariant {
+            early_words: true,
+            ..plain
+        };
+        assert_twins_agree((&cpu, &sim), w, x, plain, early, &format!("{g}"));
+    }
+    assert_eq!(
+        MmaVariant {
+            early_words: true,
+            k_split: 8,
+            ..MmaVariant::unsplit(8, 1, 16, MmaXStage::Shared)
+        }
+        .to_string(),
+        "mma rt=8 cs=1 mt=16 x=shared ks=8 ew"
+    );
+
+    // Offered at the tuned sizes at M = 16 only, as a twin of every staged candidate, and
+    // only split candidates stage x there.
+    for code in [Code::OneMad, Code::ThreeInst] {
+        let all = ReduceMmaFamily::candidates(&tuned_problem(4096, code, 16), Tier::Fast, false);
+        let early = all.iter().filter(|v| v.early_words).count();
+        let staged = all
+            .iter()
+            .filter(|v| v.x_stage.is_shared() && !v.early_words)
+            .count();
+        assert!(early > 0 && early == staged, "{code}: {early} {staged}");
+        assert!(all.iter().all(|v| !v.x_stage.is_shared() || v.k_split > 1));
+        assert!(all.iter().any(|v| !v.x_stage.is_shared() && v.k_split == 1));
+    }
+    for m in [1, 4, 8] {
+        let all =
+            ReduceMmaFamily::candidates(&tuned_problem(4096, Code::OneMad, m), Tier::Fast, false);
+        assert!(all.iter().all(|v| !v.early_words), "M={m}");
+    }
+
+    // It needs staged x.
+    let v = MmaVariant {
+        early_words: true,
+        ..MmaVariant::default()
+    };
+    let e = refusal(v, 7, &mut rng);
+    assert!(
+        e.contains("early_words = true") && e.contains("x_stage = shared"),
         "{e}"
     );
 }

@@ -106,6 +106,14 @@ pub struct MmaVariant {
     /// columns and 76 KB of plain x at 14336 columns.
     #[serde(default, skip_serializing_if = "is_default")]
     pub opt_in_shared: bool,
+    /// Each simdgroup loads its first step's code words before the threadgroup stages x
+    /// (`x_stage` shared), so their latency overlaps the staging rather than following
+    /// its barrier: at M = 16 ncu put 6 % of the 3inst winner's stall samples on those
+    /// first words (`prototypes/results/session26/m16-3inst-sass.csv`). The words wait in
+    /// registers the loop does not yet hold. On the CPU each simdgroup then stages x
+    /// itself (the same values; a group runs on one thread). Same loads, so the same bits.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub early_words: bool,
 }
 
 crate::simt::hash_debug_skipping_default!(
@@ -120,7 +128,8 @@ crate::simt::hash_debug_skipping_default!(
     } + paired_windows,
     x_f16,
     batch_stage,
-    opt_in_shared
+    opt_in_shared,
+    early_words
 );
 
 /// The operand type of the matrix unit (the accumulator is f32 either way).
@@ -233,6 +242,7 @@ impl MmaVariant {
             x_f16: false,
             batch_stage: false,
             opt_in_shared: false,
+            early_words: false,
         }
     }
 }
@@ -282,6 +292,9 @@ impl fmt::Display for MmaVariant {
         }
         if self.opt_in_shared {
             write!(f, " optin")?;
+        }
+        if self.early_words {
+            write!(f, " ew")?;
         }
         Ok(())
     }
@@ -429,6 +442,19 @@ pub fn add_batched_stage_twins(variants: &mut Vec<MmaVariant>) {
     );
 }
 
+/// Append to `variants` each that stages x again with its first code words loaded
+/// before the staging ([`MmaVariant::early_words`]).
+pub fn add_early_words_twins(variants: &mut Vec<MmaVariant>) {
+    add_twins(
+        variants,
+        |v| v.x_stage.is_shared(),
+        |v| MmaVariant {
+            early_words: true,
+            ..v
+        },
+    );
+}
+
 /// Let each variant of `p` in `variants` whose staged x is past 48 KB opt in to it
 /// ([`MmaVariant::opt_in_shared`]), and no other.
 pub fn opt_in_where_needed(p: &ReduceMmaProblem, variants: &mut [MmaVariant]) {
@@ -500,6 +526,12 @@ pub trait MmaLayout {
     fn nb(&self) -> usize {
         let (_, _, _, m, v) = self.dims();
         m.min(v.m_tile).div_ceil(8) as usize
+    }
+    /// Whether every 16-row tile is whole (rows a multiple of 16): then row g + 8 of a
+    /// lane's tile is never clamped, and its code words sit a constant `8 words_per_row`
+    /// past row g's (an immediate offset of the same loads' address, one pointer fewer).
+    fn whole_tiles(&self) -> bool {
+        self.dims().0 % 16 == 0
     }
     /// Runs of 32 weights per row.
     fn runs(&self) -> usize {
@@ -809,6 +841,13 @@ pub trait MmaLayout {
         if v.batch_stage && !v.x_stage.is_shared() {
             return Err(Error::invalid(
                 "batch_stage",
+                true,
+                "is for x staged in threadgroup memory (x_stage = shared or shared_dup)",
+            ));
+        }
+        if v.early_words && !v.x_stage.is_shared() {
+            return Err(Error::invalid(
+                "early_words",
                 true,
                 "is for x staged in threadgroup memory (x_stage = shared or shared_dup)",
             ));
@@ -1422,8 +1461,14 @@ impl Family for ReduceMmaFamily {
         if tuned && p.m >= 4 {
             add_batched_stage_twins(&mut out);
         }
-        // x staged past 48 KB where the M = 16 splits need it (not measured below M 16).
         if tuned && p.m > 8 {
+            // Unsplit, a threadgroup stages all of x for one or two row tiles: at M = 16
+            // that never came within 1.23x of a key's best (all 72 keys of the
+            // twenty-sixth session's re-tune, `prototypes/session26/space.py`), so only
+            // the splits stage x there.
+            out.retain(|v| !v.x_stage.is_shared() || v.k_split > 1);
+            add_early_words_twins(&mut out);
+            // x staged past 48 KB where the M = 16 splits need it (not measured below).
             opt_in_where_needed(p, &mut out);
         }
         out
