@@ -104,8 +104,9 @@ fn the_h200_tables_exact_choices_keep_the_bits_on_the_cpu() {
 
 /// The shipped table's fast (`reduce_mma`) choices, run on the CPU at shapes it was not
 /// measured at: nearly all of them take x rounded to f16 by the host (`MmaVariant::x_f16`),
-/// and each must fit (or give way), meet SPEC 7 and give the bits of the same variant
-/// converting x itself.
+/// the M = 16 ones early code words (`MmaVariant::early_words`), and each must fit (the
+/// cases leave room for the table's splits of K), meet SPEC 7 and give the bits of the
+/// same variant converting x itself.
 #[test]
 fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
     use trellis::families::reduce_mma::{MmaVariant, ReduceMmaFamily, ReduceMmaHost};
@@ -117,10 +118,11 @@ fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
         (130, 512, 3, 16, Code::ThreeInst, 4),
         (67, 1024, 4, 12, Code::Mcg, 2),
         (8195, 256, 2, 12, Code::OneMad, 8),
-        (41, 512, 2, 16, Code::OneMad, 16),
+        // 8 steps of 128 columns: room for the M = 16 winners' 8 splits of K.
+        (41, 1024, 2, 16, Code::OneMad, 16),
         (100, 1024, 3, 12, Code::ThreeInst, 16),
     ];
-    let mut host_f16 = 0;
+    let (mut host_f16, mut early) = (0, 0);
     for (i, case) in cases.iter().enumerate() {
         let (w, x) = case_data(case, 400 + i as u64);
         let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
@@ -136,6 +138,7 @@ fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
         let real = check::RealSums::of(&host.w, &host.x).unwrap();
         check::fast_reduce(&got[0], &real)
             .unwrap_or_else(|e| panic!("{p}: {} ({}): {e}", s.variant, s.source));
+        early += usize::from(s.variant.early_words);
         if s.variant.x_f16 {
             host_f16 += 1;
             let converting = MmaVariant {
@@ -147,4 +150,6 @@ fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
         }
     }
     assert!(host_f16 >= cases.len() - 1, "{host_f16} of {}", cases.len());
+    // The M = 16 choices load their first code words before the staging.
+    assert!(early >= 1, "no choice took early words");
 }
