@@ -1182,7 +1182,7 @@ fn batched_stage_keeps_the_bits() {
 
 /// The first code words loaded before the staging ([`MmaVariant::early_words`]): the
 /// same bits as the plain order, plain and duplicated x, split or not, batched or not,
-/// tiles whole or not, on the CPU and the Metal simulator. The tuned sizes offer it at
+/// tiles whole or not, on the CPU and the Metal simulator, and in `gate_up_mma`. The tuned sizes offer it at
 /// M = 16 only, as a twin of every staged candidate (and stage x there only when split);
 /// it needs staged x.
 #[test]
@@ -1227,6 +1227,21 @@ fn early_words_keep_the_bits() {
         };
         assert_twins_agree((&cpu, &sim), w, x, plain, early, &format!("{g}"));
     }
+    // gate_up_mma takes it too (not offered there: its tuned M = 16 shapes stage no x):
+    // both projections' first words before the staging, mixed k, the same bits.
+    let geometry = |k, code| Geometry::new(48, 768, 256, k, 12, code).unwrap();
+    let gate = check::random_matrix(geometry(3, Code::ThreeInst), 93);
+    let up = check::random_matrix(geometry(4, Code::Mcg), 94);
+    let x = outliers(DType::Bf16, 9, 768, &mut rng);
+    let plain = MmaVariant::unsplit(2, 2, 16, MmaXStage::SharedDup);
+    let early = MmaVariant {
+        early_words: true,
+        ..plain
+    };
+    let (_, host, want, got) = run_gate_up_twins(gate, up, x, plain, early);
+    assert!(got[0].bits_eq(&want[0]), "gate_up_mma: early words differ");
+    check_fast_gate_up(&host.gate, &host.up, &host.x, got[0].clone(), "early words");
+
     assert_eq!(
         MmaVariant {
             early_words: true,
