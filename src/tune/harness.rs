@@ -863,6 +863,65 @@ pub struct Untuned {
     pub failed: usize,
 }
 
+/// Whether `table` has a current entry for problem `p` on `dialect`: one of its key and
+/// measured shape (shapes that share a bucket, the presets' 17408 and 14336 rows, are each
+/// tuned, and the selector takes the nearest), measured on today's sources and candidate
+/// space, whose winner still reads as a variant of `F` (the selector refuses a table with
+/// one that does not, so such an entry is measured again). What [`tune`] keeps.
+pub fn has_current_entry<F: Family>(
+    o: &TuneOptions,
+    dialect: Dialect,
+    p: &F::Problem,
+    table: &Table,
+) -> bool {
+    let key = F::key(p, o.tier);
+    let (rows, cols) = F::shape(p);
+    let shape = format!("{rows}x{cols}");
+    let hash = super::source_hash_of::<F>(dialect, p);
+    let space = super::space_hash::<F>(p, o.tier, o.quick, dialect);
+    table.entries.iter().any(|e| {
+        e.shape == shape
+            && e.key().ok().as_ref() == Some(&key)
+            && e.source_hash == hash
+            && e.space_hash.as_ref() == Some(&space)
+            && e.winner::<F::Variant>().is_ok()
+    })
+}
+
+/// What [`tune`] would measure of `problems` against `table`, found without a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Problems of the space.
+    pub problems: usize,
+    /// Those with a current entry (kept unless `o.fresh`).
+    pub current: usize,
+    /// Candidates of the others that fit `limits`: each one a unit to compile, verify
+    /// and time (a device with less to give than `limits` drops a few more).
+    pub candidates: usize,
+}
+
+/// [`Plan`] of `problems` on `dialect` under `limits`, resuming from `table`.
+pub fn plan<F: Family>(
+    o: &TuneOptions,
+    dialect: Dialect,
+    limits: &crate::kernel::Limits,
+    problems: &[F::Problem],
+    table: &Table,
+) -> Plan {
+    let mut plan = Plan {
+        problems: problems.len(),
+        ..Plan::default()
+    };
+    for p in problems {
+        if !o.fresh && has_current_entry::<F>(o, dialect, p, table) {
+            plan.current += 1;
+        } else {
+            plan.candidates += candidates::<F>(p, o, limits).0.len();
+        }
+    }
+    plan
+}
+
 /// Tune family `F` on every problem, resuming from `table` (entries of the same key, shape
 /// and sources are kept unless `o.fresh`), calling `save` after each problem so an
 /// interrupted run loses at most one. Returns the problems left untuned.
@@ -876,11 +935,8 @@ pub fn tune<F: Family, B: Backend>(
     progress: &mut dyn FnMut(Event<'_>),
 ) -> Result<Untuned> {
     let started = Instant::now();
-    // Whether the table has a current entry for each problem: one per key and measured
-    // shape (shapes that share a bucket, the presets' 17408 and 14336 rows, are each
-    // tuned, and the selector takes the nearest), measured on today's sources and
-    // candidate space, whose winner still reads as a variant of `F` (the selector refuses
-    // a table with one that does not, so such an entry is measured again).
+    // Each problem's key and shape (its entry is replaced by these), and whether the
+    // table has a current entry for it.
     let ids: Vec<(TuneKey, String)> = problems
         .iter()
         .map(|p| {
@@ -892,18 +948,7 @@ pub fn tune<F: Family, B: Backend>(
         |i: usize, e: &Entry| e.shape == ids[i].1 && e.key().ok().as_ref() == Some(&ids[i].0);
     let cached: Vec<bool> = problems
         .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let hash = super::source_hash_of::<F>(b.dialect(), p);
-            let space = super::space_hash::<F>(p, o.tier, o.quick, b.dialect());
-            !o.fresh
-                && table.entries.iter().any(|e| {
-                    same(i, e)
-                        && e.source_hash == hash
-                        && e.space_hash.as_ref() == Some(&space)
-                        && e.winner::<F::Variant>().is_ok()
-                })
-        })
+        .map(|p| !o.fresh && has_current_entry::<F>(o, b.dialect(), p, table))
         .collect();
     // While a problem is measured, the next one's candidates compile on the backend's
     // detached compiler (where it has one), so their compile costs the run nothing.

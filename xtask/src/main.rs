@@ -99,9 +99,11 @@ pub fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Cmd::Tune(args) = &cli.cmd {
-        if args.stamp || args.summary {
+        if args.stamp || args.summary || args.plan {
             let done = if args.stamp {
                 tune::stamp(args)
+            } else if args.plan {
+                tune::print_plan(args)
             } else {
                 tune::print_summary(args)
             };

@@ -79,6 +79,12 @@ pub struct TuneArgs {
     /// winner, times and runner-up: what a tune report's table is), as a tune run ends.
     #[arg(long, requires = "out", conflicts_with_all = ["fresh", "stamp"])]
     pub summary: bool,
+    /// Measure nothing: print what a run over the space given would measure, resuming the
+    /// --out table (per family: its problems, those with a current entry, and the
+    /// candidates of the rest, each a unit to compile and time), to plan device time.
+    /// With --fresh, every problem's.
+    #[arg(long, requires = "out", conflicts_with_all = ["stamp", "summary"])]
+    pub plan: bool,
     /// Output table (default: tuning/local/DEVICE-ID.toml, which git ignores and the build
     /// does not embed). An existing table for the same device is resumed: problems it has
     /// with current sources and the same candidates are kept (unless --fresh).
@@ -221,12 +227,126 @@ fn wanted<F: Family>(a: &TuneArgs) -> bool {
     a.family.is_empty() || a.family.iter().any(|f| trellis::families::is::<F>(f))
 }
 
+/// Whether `F` is tuned at `o`'s tier over `problems`. A family without variants in this
+/// tier (the matrix-unit families are the fast tier's, `expand` is exact) has nothing to
+/// tune there: an error when named, skipped otherwise. A family whose fast tier runs on a
+/// twin (`Family::FAST`: the SIMT `reduce` on `reduce_mma`) is tuned there, not here,
+/// unless named: the facade and the CLI never select its own fast variants.
+fn tuned_at_tier<F: Family>(
+    a: &TuneArgs,
+    o: &TuneOptions,
+    problems: &[F::Problem],
+) -> Result<bool> {
+    if o.tier == Tier::Fast && F::FAST.is_some() && a.family.is_empty() {
+        return Ok(false);
+    }
+    match problems.first() {
+        Some(p) if F::candidates(p, o.tier, o.quick).is_empty() => {
+            if a.family.is_empty() {
+                Ok(false)
+            } else {
+                Err(Error::invalid(
+                    "family",
+                    F::NAME,
+                    format!("has no {} variants (see --tier)", o.tier),
+                ))
+            }
+        }
+        Some(_) => Ok(true),
+        None => Ok(false),
+    }
+}
+
 /// `tune --summary`: the --out table's end-of-run summary, without a device.
 pub fn print_summary(a: &TuneArgs) -> Result<()> {
     let out = a.out.as_ref().expect("clap requires --out with --summary");
     let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
     println!("{}", summary(&Table::parse(&text)?));
     Ok(())
+}
+
+/// `tune --plan`: what a run over the space would measure, without a device.
+pub fn print_plan(a: &TuneArgs) -> Result<()> {
+    check_families(a)?;
+    let out = a.out.as_ref().expect("clap requires --out with --plan");
+    let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
+    let table = Table::parse(&text)?;
+    let dialect = table.device.dialect()?;
+    let space = space(a, trellis::backend::runs_on_gpu(&table.device.backend))?;
+    let opts = options(a, &table.device.backend)?;
+    // The most the table's kind of device gives: a candidate past it never runs there.
+    let limits = match dialect {
+        trellis::kernel::Dialect::Metal => trellis::kernel::Limits::METAL,
+        _ => trellis::kernel::Limits::CUDA_OPT_IN,
+    };
+    let mut job = PlanJob {
+        a,
+        space: &space,
+        opts: &opts,
+        dialect,
+        limits,
+        table: &table,
+        rows: Vec::new(),
+        result: Ok(()),
+    };
+    trellis::families::for_each(&mut job);
+    let rows = job.rows;
+    job.result?;
+    println!(
+        "What `tune` would measure of this space, resuming {} ({} on {}):\n",
+        out.display(),
+        table.device.backend,
+        table.device.id
+    );
+    println!("| family | problems | current | to measure | candidates to time |\n|---|---:|---:|---:|---:|");
+    let mut total = harness::Plan::default();
+    for (name, p) in &rows {
+        println!(
+            "| {name} | {} | {} | {} | {} |",
+            p.problems,
+            p.current,
+            p.problems - p.current,
+            p.candidates
+        );
+        total.problems += p.problems;
+        total.current += p.current;
+        total.candidates += p.candidates;
+    }
+    println!(
+        "\n{} of {} problems to measure, {} candidates to compile, verify and time.",
+        total.problems - total.current,
+        total.problems,
+        total.candidates
+    );
+    Ok(())
+}
+
+struct PlanJob<'a> {
+    a: &'a TuneArgs,
+    space: &'a TuneSpace,
+    opts: &'a TuneOptions,
+    dialect: trellis::kernel::Dialect,
+    limits: trellis::kernel::Limits,
+    table: &'a Table,
+    rows: Vec<(&'static str, harness::Plan)>,
+    result: Result<()>,
+}
+
+impl FamilyVisitor for PlanJob<'_> {
+    fn visit<F: Family>(&mut self) {
+        if !wanted::<F>(self.a) || self.result.is_err() {
+            return;
+        }
+        let problems = F::problems(self.space);
+        match problems.and_then(|ps| Ok((tuned_at_tier::<F>(self.a, self.opts, &ps)?, ps))) {
+            Ok((true, problems)) => self.rows.push((
+                F::NAME,
+                harness::plan::<F>(self.opts, self.dialect, &self.limits, &problems, self.table),
+            )),
+            Ok((false, _)) => {}
+            Err(e) => self.result = Err(e),
+        }
+    }
 }
 
 /// `tune --stamp`: record candidate-space hashes in the --out table without a device.
@@ -448,24 +568,11 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
                 return;
             }
         };
-        // A family without variants in this tier (the matrix-unit families are the fast
-        // tier's, `expand` is exact) has nothing to tune there: an error when named,
-        // skipped otherwise. A family whose fast tier runs on a twin (`Family::FAST`: the
-        // SIMT `reduce` on `reduce_mma`) is tuned there, not here, unless named: the
-        // facade and the CLI never select its own fast variants.
-        let (tier, quick) = (self.opts.tier, self.opts.quick);
-        if tier == Tier::Fast && F::FAST.is_some() && self.a.family.is_empty() {
-            return;
-        }
-        if let Some(p) = problems.first() {
-            if F::candidates(p, tier, quick).is_empty() {
-                if !self.a.family.is_empty() {
-                    self.result = Err(Error::invalid(
-                        "family",
-                        F::NAME,
-                        format!("has no {tier} variants (see --tier)"),
-                    ));
-                }
+        match tuned_at_tier::<F>(self.a, self.opts, &problems) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                self.result = Err(e);
                 return;
             }
         }

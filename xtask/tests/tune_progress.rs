@@ -1,6 +1,7 @@
 //! What a user sees of `cargo xtask tune` off a terminal (CI, a pipe, a log): one line per
 //! key, warnings, a summary with real GB/s, a clear line and status 3 when the budget runs
-//! out; `--fresh` re-measures where a plain rerun resumes; nothing is left beside the table.
+//! out; `--fresh` re-measures where a plain rerun resumes; `--plan` says which without
+//! measuring; nothing is left beside the table.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -103,12 +104,36 @@ fn an_entry_of_another_candidate_space_is_measured_again_and_stamp_fills_old_tab
         .expect("a tuned entry records its candidate space")
         .to_string();
     let marked = with_marker(&tuned, &out);
+    // --plan measures nothing and says what a run would: here nothing, with --fresh all.
+    let planned = |extra: &[&str]| {
+        let mut args = vec!["--plan"];
+        args.extend_from_slice(extra);
+        let run = tune(&out, &args);
+        assert!(run.status.success(), "{}", text(&run.stderr));
+        text(&run.stdout)
+    };
+    let plan = planned(&[]);
+    assert!(plan.contains("| reduce | 1 | 1 | 0 | 0 |"), "{plan}");
+    assert!(plan.contains("0 of 1 problems to measure"), "{plan}");
+    let plan = planned(&["--fresh"]);
+    assert!(plan.contains("1 of 1 problems to measure"), "{plan}");
     // Candidates changed since (another space hash): measured again, sources alike.
     std::fs::write(
         &out,
         marked.replace(&line, "space_hash = \"0000000000000000\""),
     )
     .unwrap();
+    let plan = planned(&[]);
+    let candidates: usize = plan
+        .lines()
+        .find(|l| l.starts_with("| reduce |"))
+        .and_then(|l| l.split('|').nth(5)?.trim().parse().ok())
+        .expect("a row for reduce");
+    assert!(
+        plan.contains("| reduce | 1 | 0 | 1 |") && candidates > 1,
+        "{plan}"
+    );
+    assert_eq!(median_us(&out), MARKER_US, "--plan measured");
     assert!(tune(&out, &[]).status.success());
     assert_ne!(median_us(&out), MARKER_US);
     // A table from before entries recorded it: --stamp adds it without measuring.
