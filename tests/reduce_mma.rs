@@ -114,19 +114,17 @@ fn assert_twins_agree(
 }
 
 /// `gate_up_mma` of `gate`, `up` and `x` (exact tail) with variants `a` and `b` on the CPU,
-/// on one upload: the problem, the host data and the two outputs.
-fn run_gate_up_twins(
+/// on one upload: `b`'s results must be `a`'s bit for bit, and `a`'s meet SPEC 7 (so a
+/// fault they shared would not pass; `what` names the case). The problem, for further
+/// checks.
+fn assert_gate_up_twins_agree(
     gate: QuantizedMatrix,
     up: QuantizedMatrix,
     x: Activations,
     a: MmaVariant,
     b: MmaVariant,
-) -> (
-    trellis::families::gate_up_mma::GateUpMmaProblem,
-    trellis::families::gate_up_mma::GateUpMmaHost,
-    Vec<Activations>,
-    Vec<Activations>,
-) {
+    what: &str,
+) -> trellis::families::gate_up_mma::GateUpMmaProblem {
     use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaHost};
     let cpu = CpuBackend::new().expect("cpu backend");
     let p = GateUpMmaFamily::problem_of(&gate, &up, &x, trellis::numerics::Tail::Exact).unwrap();
@@ -134,7 +132,12 @@ fn run_gate_up_twins(
     let d = GateUpMmaFamily::upload(&cpu, &p, &host).unwrap();
     let run = |v| family::run::<GateUpMmaFamily, _>(&cpu, &p, v, &d).unwrap();
     let (want, got) = (run(a), run(b));
-    (p, host, want, got)
+    assert!(
+        got[0].bits_eq(&want[0]),
+        "gate_up_mma: {what}: {b} differs from {a}"
+    );
+    check_fast_gate_up(&host.gate, &host.up, &host.x, want[0].clone(), what);
+    p
 }
 
 /// `mid`, the fast `gate_up` of `w`, `u` and `x` (exact tail), against SPEC 7 through the
@@ -535,13 +538,7 @@ fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
         paired_windows: true,
         ..plain
     };
-    let (p, host, want, got) = run_gate_up_twins(gate, up, x, plain, paired);
-    assert!(
-        got[0].bits_eq(&want[0]),
-        "gate_up_mma: paired windows differ"
-    );
-    // ... and both meet SPEC 7, so a fault they shared would not pass.
-    check_fast_gate_up(&host.gate, &host.up, &host.x, want[0].clone(), "unpaired");
+    let p = assert_gate_up_twins_agree(gate, up, x, plain, paired, "paired windows");
     let offered = |kg, ku| {
         let q = GateUpMmaProblem {
             gate: Geometry::new(4096, 5120, 256, kg, 16, Code::OneMad).unwrap(),
@@ -1092,9 +1089,7 @@ fn host_f16_x_keeps_the_bits() {
         x_f16: true,
         ..plain
     };
-    let (p, host, want, got) = run_gate_up_twins(gate, up, x, plain, f16x);
-    assert!(got[0].bits_eq(&want[0]), "gate_up_mma: f16 x differs");
-    check_fast_gate_up(&host.gate, &host.up, &host.x, want[0].clone(), "converting");
+    let p = assert_gate_up_twins_agree(gate, up, x, plain, f16x, "f16 x");
     // ... and its tuned sizes offer it the same way.
     let q = trellis::families::gate_up_mma::GateUpMmaProblem {
         gate: Geometry::new(4096, 5120, 256, 3, 12, Code::OneMad).unwrap(),
@@ -1238,9 +1233,7 @@ fn early_words_keep_the_bits() {
         early_words: true,
         ..plain
     };
-    let (_, host, want, got) = run_gate_up_twins(gate, up, x, plain, early);
-    assert!(got[0].bits_eq(&want[0]), "gate_up_mma: early words differ");
-    check_fast_gate_up(&host.gate, &host.up, &host.x, got[0].clone(), "early words");
+    assert_gate_up_twins_agree(gate, up, x, plain, early, "early words");
 
     assert_eq!(
         MmaVariant {

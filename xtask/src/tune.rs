@@ -259,26 +259,38 @@ fn tuned_at_tier<F: Family>(
 
 /// `tune --summary`: the --out table's end-of-run summary, without a device.
 pub fn print_summary(a: &TuneArgs) -> Result<()> {
-    let out = a.out.as_ref().expect("clap requires --out with --summary");
-    let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
-    println!("{}", summary(&Table::parse(&text)?));
+    let (_, table) = read_out(a)?;
+    println!("{}", summary(&table));
     Ok(())
+}
+
+/// The --out table of a mode that measures nothing (clap requires --out there).
+fn read_out(a: &TuneArgs) -> Result<(&Path, Table)> {
+    let out = a.out.as_deref().expect("clap requires --out here");
+    let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
+    Ok((out, Table::parse(&text)?))
+}
+
+/// The dialect, space and options of a run over the space given on `table`'s device.
+fn space_on(
+    a: &TuneArgs,
+    table: &Table,
+) -> Result<(trellis::kernel::Dialect, TuneSpace, TuneOptions)> {
+    let backend = &table.device.backend;
+    Ok((
+        table.device.dialect()?,
+        space(a, trellis::backend::runs_on_gpu(backend))?,
+        options(a, backend)?,
+    ))
 }
 
 /// `tune --plan`: what a run over the space would measure, without a device.
 pub fn print_plan(a: &TuneArgs) -> Result<()> {
     check_families(a)?;
-    let out = a.out.as_ref().expect("clap requires --out with --plan");
-    let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
-    let table = Table::parse(&text)?;
-    let dialect = table.device.dialect()?;
-    let space = space(a, trellis::backend::runs_on_gpu(&table.device.backend))?;
-    let opts = options(a, &table.device.backend)?;
+    let (out, table) = read_out(a)?;
+    let (dialect, space, opts) = space_on(a, &table)?;
     // The most the table's kind of device gives: a candidate past it never runs there.
-    let limits = match dialect {
-        trellis::kernel::Dialect::Metal => trellis::kernel::Limits::METAL,
-        _ => trellis::kernel::Limits::CUDA_OPT_IN,
-    };
+    let limits = trellis::backend::nominal_limits(&table.device.backend);
     let mut job = PlanJob {
         a,
         space: &space,
@@ -352,12 +364,8 @@ impl FamilyVisitor for PlanJob<'_> {
 /// `tune --stamp`: record candidate-space hashes in the --out table without a device.
 pub fn stamp(a: &TuneArgs) -> Result<()> {
     check_families(a)?;
-    let out = a.out.as_ref().expect("clap requires --out with --stamp");
-    let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
-    let mut table = Table::parse(&text)?;
-    let dialect = table.device.dialect()?;
-    let space = space(a, trellis::backend::runs_on_gpu(&table.device.backend))?;
-    let opts = options(a, &table.device.backend)?;
+    let (out, mut table) = read_out(a)?;
+    let (dialect, space, opts) = space_on(a, &table)?;
     let mut job = StampJob {
         a,
         space: &space,
