@@ -1245,8 +1245,8 @@ fn early_words_keep_the_bits() {
         "mma rt=8 cs=1 mt=16 x=shared ks=8 ew"
     );
 
-    // Offered at the tuned sizes at M = 16 only, as a twin of every staged candidate, and
-    // only split candidates stage x there.
+    // Offered at the tuned sizes as a twin of every staged candidate; at M = 16 only split
+    // candidates stage x.
     for code in [Code::OneMad, Code::ThreeInst] {
         let all = ReduceMmaFamily::candidates(&tuned_problem(4096, code, 16), Tier::Fast, false);
         let early = all.iter().filter(|v| v.early_words).count();
@@ -1261,8 +1261,16 @@ fn early_words_keep_the_bits() {
     for m in [1, 4, 8] {
         let all =
             ReduceMmaFamily::candidates(&tuned_problem(4096, Code::OneMad, m), Tier::Fast, false);
-        assert!(all.iter().all(|v| !v.early_words), "M={m}");
+        let early = all.iter().filter(|v| v.early_words).count();
+        let staged = all
+            .iter()
+            .filter(|v| v.x_stage.is_shared() && !v.early_words)
+            .count();
+        assert!(early > 0 && early == staged, "M={m}: {early} {staged}");
     }
+    let verify =
+        ReduceMmaFamily::candidates(&tuned_problem(1024, Code::OneMad, 4), Tier::Fast, false);
+    assert!(verify.iter().all(|v| !v.early_words));
 
     // It needs staged x.
     let v = MmaVariant {
@@ -1274,6 +1282,56 @@ fn early_words_keep_the_bits() {
         e.contains("early_words = true") && e.contains("x_stage = shared"),
         "{e}"
     );
+}
+
+/// The structures that never came close at M <= 8 are not offered at the tuned sizes
+/// (`drop_far_structures`), and what stays still covers every launch shape the winners use.
+#[test]
+fn far_structures_are_not_offered() {
+    for m in [1, 2, 4, 8] {
+        for code in [Code::OneMad, Code::ThreeInst] {
+            let all = ReduceMmaFamily::candidates(&tuned_problem(4096, code, m), Tier::Fast, false);
+            let m4_8 = m >= 4;
+            for v in &all {
+                let unsplit_tile = v.row_tiles == 1 && v.k_split == 1;
+                assert!(!(unsplit_tile && v.col_split == 1), "M={m} {v}");
+                assert!(
+                    !(unsplit_tile && v.col_split == 2 && (!m4_8 || v.x_stage.is_shared())),
+                    "M={m} {v}"
+                );
+                assert!(
+                    !(m4_8 && v.k_split > 1 && v.col_split == 1 && v.x_stage.is_shared()),
+                    "M={m} {v}"
+                );
+                assert!(
+                    !(m4_8 && v.k_split > 1 && v.col_split == 8 && v.x_stage.is_dup()),
+                    "M={m} {v}"
+                );
+            }
+            // Kept: each column split the winners take, staged and from device memory, split
+            // and not.
+            for cs in [4, 8] {
+                for staged in [false, true] {
+                    assert!(
+                        all.iter().any(|v| v.col_split == cs
+                            && v.x_stage.is_shared() == staged
+                            && v.k_split == 1),
+                        "M={m} cs={cs} staged={staged}"
+                    );
+                }
+                assert!(
+                    all.iter().any(|v| v.col_split == cs && v.k_split > 1),
+                    "M={m} cs={cs}"
+                );
+            }
+            assert_eq!(
+                all.iter()
+                    .any(|v| v.row_tiles == 1 && v.k_split == 1 && v.col_split == 2),
+                m4_8,
+                "M={m}"
+            );
+        }
+    }
 }
 
 /// x staged past 48 KB ([`MmaVariant::opt_in_shared`]): on the CPU the same bits as the

@@ -455,6 +455,25 @@ pub fn add_early_words_twins(variants: &mut Vec<MmaVariant>) {
     );
 }
 
+/// Drop the structures that never came within 1.09x of a key's best at M <= 8, in the
+/// twenty-sixth and twenty-seventh sessions' full re-tunes (every tuned key of both
+/// presets) and the twenty-eighth's probe (`prototypes/session28/`): 18 % of the
+/// measurements. One-tile unsplit groups of one simdgroup (1.18x and more), and of two
+/// except with x from device memory at M 4-8 (which comes within 1.02-1.05); at M 4-8
+/// staged splits of K with one simdgroup a tile (1.10x) and duplicated staged splits with
+/// eight (1.12x).
+fn drop_far_structures(m: u32, variants: &mut Vec<MmaVariant>) {
+    let m4_8 = (4..=8).contains(&m);
+    variants.retain(|v| {
+        let unsplit_tile = v.row_tiles == 1 && v.k_split == 1;
+        let far = (unsplit_tile && v.col_split == 1)
+            || (unsplit_tile && v.col_split == 2 && (!m4_8 || v.x_stage.is_shared()))
+            || (m4_8 && v.k_split > 1 && v.col_split == 1 && v.x_stage.is_shared())
+            || (m4_8 && v.k_split > 1 && v.col_split == 8 && v.x_stage.is_dup());
+        !far
+    });
+}
+
 /// Let each variant of `p` in `variants` whose staged x is past 48 KB opt in to it
 /// ([`MmaVariant::opt_in_shared`]), and no other.
 pub fn opt_in_where_needed(p: &ReduceMmaProblem, variants: &mut [MmaVariant]) {
@@ -1460,6 +1479,11 @@ impl Family for ReduceMmaFamily {
         // Batched staging where a thread stages most (4 samples and more).
         if tuned && p.m >= 4 {
             add_batched_stage_twins(&mut out);
+        }
+        if tuned && p.m <= 8 {
+            drop_far_structures(p.m, &mut out);
+            // The first code words before the staging below M = 16 too (M = 16 below).
+            add_early_words_twins(&mut out);
         }
         if tuned && p.m > 8 {
             // Unsplit, a threadgroup stages all of x for one or two row tiles: at M = 16
