@@ -1,0 +1,255 @@
+//! The host's side of the fast tier's range: a power of two out of each sample (and
+//! lut table) so f16 operands hold any magnitude, and the samples they cannot hold.
+
+use super::MmaVariant;
+use crate::codes::Code;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::families::{upload_activations, DeviceMatrix};
+use crate::kernel::Backend;
+use crate::kernel::Elem;
+use crate::matrix::{Activations, QuantizedMatrix};
+
+/// The exponent `e` a set of magnitudes gives up to the operands: the largest of them
+/// times `2^-e` lies in `[2^13, 2^14)`, well inside f16's range (|v| < 65520, and a
+/// relative 2^-11 only above 2^-14). 0 for all zeros. Within +-126, so `2^e` and `2^-e`
+/// are normal f32: a largest magnitude below 2^-113 stays below 2^13
+/// ([`beyond_f16_operands`] sends such a sample to the exact kernels).
+pub fn operand_exponent(values: &[f32]) -> i32 {
+    exponent_of(max_abs(values))
+}
+
+/// The largest magnitude of `values` (0 for none).
+fn max_abs(values: &[f32]) -> f32 {
+    values.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// [`operand_exponent`] of a largest magnitude `max`.
+fn exponent_of(max: f32) -> i32 {
+    if max == 0.0 || !max.is_finite() {
+        return 0;
+    }
+    // floor(log2(max)) from the bits (log2 can round up just below a power of two).
+    let bits = max.to_bits();
+    let exponent = match (bits >> 23) as i32 {
+        0 => 31 - (bits & 0x7f_ffff).leading_zeros() as i32 - 149,
+        biased => biased - 127,
+    };
+    (exponent - 13).clamp(-126, 126)
+}
+
+/// Whether a largest magnitude `max`, times `2^-exponent_of(max)`, falls short of 2^13:
+/// the exponent's clamp took effect (a largest magnitude below 2^-113).
+fn exponent_clamped(max: f32) -> bool {
+    max != 0.0 && (max as f64) * 2f64.powi(-exponent_of(max)) < 8192.0
+}
+
+/// `2^e` as f32 (`e` within +-126: exact).
+pub(crate) fn pow2(e: i32) -> f32 {
+    f32::from_bits(((e + 127) as u32) << 23)
+}
+
+/// The matrix-unit kernels' inputs that SPEC 7's range asks the host to prepare. Their
+/// f16 operands hold |v| < 65520 to a relative 2^-11 only above 2^-14, where SPEC 7
+/// promises activations up to 2^15 (bf16 and f32 ones reach 2^127) and a relative
+/// bound at any magnitude. So the host takes a power of two out of each sample of x and
+/// out of each value table (code `lut`), leaving its largest magnitude in
+/// `[2^13, 2^14)` ([`operand_exponent`]): exact, as a power of two scales bf16 and f32
+/// values without rounding. The kernel's epilogue multiplies each output back by the
+/// same powers (`unscale`: `[M]` per sample, then one per projection), exactly as well,
+/// after the row factor's one rounding. f16 activations are exact in f16 operands and
+/// keep their values (a scale could push small ones below f16's normal range). What f16
+/// cannot hold even then (values spanning more than 2^28 in a sample that a row weights
+/// only at its tiny values, a table spanning that much, magnitudes past what f32's
+/// exponent leaves the epilogue), the facade runs on its fallback, the exact kernels at
+/// f32 with unit row scales ([`beyond_f16_operands`]).
+pub struct Prescaled<B: Backend> {
+    /// x with `2^-e_n` taken out of each sample n.
+    pub x: B::Tensor,
+    /// The same rounded to f16 ([`MmaVariant::x_f16`]; bf16 and f32 activations only: a
+    /// copy of M x C values, small beside the weights).
+    pub x_f16: Option<B::Tensor>,
+    /// f32 `[M + projections]`: `2^e_n` per sample, then `2^e_p` per projection.
+    pub unscale: B::Tensor,
+    /// Per projection: its value table with `2^-e_p` taken out (code `lut`); `None`
+    /// where the kernel takes the matrix's own table argument.
+    pub tables: Vec<Option<B::Tensor>>,
+}
+
+impl<B: Backend> Prescaled<B> {
+    /// Prepare and upload x and the tables of `ws` (the projections, in order).
+    pub fn upload(b: &B, x: &Activations, ws: &[&QuantizedMatrix]) -> Result<Self> {
+        // Its fields are public: sized from them only once they agree.
+        crate::reference::check_activations(x, x.cols)?;
+        let mut xs = x.clone();
+        let mut unscale = Vec::with_capacity(x.rows + ws.len());
+        for row in xs.data.chunks_mut(x.cols.max(1)).take(x.rows) {
+            let e = if x.dtype == DType::F16 {
+                0
+            } else {
+                operand_exponent(row)
+            };
+            let down = pow2(-e);
+            row.iter_mut().for_each(|v| *v *= down);
+            unscale.push(pow2(e));
+        }
+        let mut tables = Vec::with_capacity(ws.len());
+        for w in ws {
+            match &w.lut {
+                Some(lut) if w.geometry.code == Code::Lut => {
+                    let e = operand_exponent(lut);
+                    let down = pow2(-e);
+                    let bytes: Vec<u8> =
+                        lut.iter().flat_map(|v| (v * down).to_le_bytes()).collect();
+                    tables.push(Some(b.upload(Elem::F32, &[lut.len()], &bytes)?));
+                    unscale.push(pow2(e));
+                }
+                _ => {
+                    tables.push(None);
+                    unscale.push(1.0);
+                }
+            }
+        }
+        let bytes: Vec<u8> = unscale.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let x_up = upload_activations(b, &xs)?;
+        // The f16 copy takes the prescaled values themselves (rounded by `from_f32`).
+        let x_f16 = if x.dtype == DType::F16 {
+            None
+        } else {
+            let h = Activations::from_f32(DType::F16, xs.rows, xs.cols, xs.data)?;
+            Some(upload_activations(b, &h)?)
+        };
+        Ok(Prescaled {
+            x: x_up,
+            x_f16,
+            unscale: b.upload(Elem::F32, &[unscale.len()], &bytes)?,
+            tables,
+        })
+    }
+
+    /// The x argument of variant `v`. An `x_f16` variant validates only where the f16
+    /// copy exists (bf16 and f32 activations).
+    pub fn x_for(&self, v: &MmaVariant) -> &B::Tensor {
+        match (&self.x_f16, v.x_f16) {
+            (Some(h), true) => h,
+            _ => &self.x,
+        }
+    }
+
+    /// Projection `i`'s table argument: the prescaled table, else the matrix's own.
+    pub fn table<'d>(&'d self, i: usize, w: &'d DeviceMatrix<B>) -> &'d B::Tensor {
+        match self.tables.get(i) {
+            Some(Some(t)) => t,
+            _ => w.table(crate::simt::Representation::Inline),
+        }
+    }
+}
+
+/// The samples (rows of x) for which the fast kernels' f16 operands or their f32
+/// epilogue might miss SPEC 7's bound even after [`Prescaled`] puts each sample's
+/// largest magnitude in `[2^13, 2^14)`; the facade runs them on its fallback (the exact
+/// kernels at f32 with unit row scales, the scales applied in f64: no weight rounded, so
+/// SPEC 7 holds even where T's weights would be subnormal). None with bf16 operands (exact for bf16 x; bf16's
+/// range holds any table).
+///
+/// - **Tiny values.** A value below 2^-28 of its sample's largest may land below 2^-15,
+///   where f16 keeps only an absolute 2^-25 (at most `max * 2^-38` unscaled) instead of
+///   a relative 2^-10; every other value keeps 2^-10, which with the weights' own
+///   rounding stays inside the bound's 2^-8 with half of it to spare. So a sample with
+///   `n` tiny values is held where, in every row of every matrix of `ws`, their worst
+///   error `n * max * 2^-38 * max |value|` is at most 2^-10 of `sum |w x|` over the
+///   sample's 8 largest values (a lower bound of the row's sum): true unless a row
+///   weights the large values at zero. f16 activations are exact in f16 operands.
+/// - **Every sample**, where a lut table spans more than 2^28 (values rounded below
+///   f16's normal range), or where the epilogue's f32 products could leave f32's range:
+///   the row factor times a sum of up to `C` products of at most 2^14 times the largest
+///   value, times the table's power of two, past 2^126, or a nonzero row scale below
+///   2^-60 or a table's power below 2^-60 (a product then near f32's subnormals).
+/// - **Clamped exponents.** A sample (or table: then every sample) whose largest
+///   magnitude is below 2^-113, which [`operand_exponent`] cannot lift to 2^13.
+pub fn beyond_f16_operands(
+    x: &Activations,
+    ws: &[&QuantizedMatrix],
+    v: &MmaVariant,
+) -> Result<Vec<usize>> {
+    const TINY: i32 = 28;
+    const LARGEST: usize = 8;
+    crate::reference::check_activations(x, x.cols)?;
+    for w in ws {
+        w.validate()?;
+        crate::reference::check_activations(x, w.geometry.cols)?;
+    }
+    if !v.operands.is_f16() {
+        return Ok(Vec::new());
+    }
+    // Values below 2^-28 of their set's largest magnitude `max`.
+    let tiny = |values: &[f32], max: f32| {
+        let floor = max * pow2(-TINY);
+        values
+            .iter()
+            .filter(|v| **v != 0.0 && v.abs() < floor)
+            .count()
+    };
+    let all = || Ok((0..x.rows).collect());
+    // Per matrix, its values' largest magnitude.
+    let mut largest_values = Vec::with_capacity(ws.len());
+    let mut tables = Vec::with_capacity(ws.len());
+    for w in ws {
+        let table = w.value_table();
+        let vmax = max_abs(&table);
+        largest_values.push(vmax as f64);
+        let (mut value_log2, mut table_e) = ((vmax as f64).log2(), 0);
+        if w.geometry.code == Code::Lut {
+            if tiny(&table, vmax) > 0 || exponent_clamped(vmax) {
+                return all();
+            }
+            table_e = exponent_of(vmax);
+            value_log2 = 14.0;
+        }
+        let scales = w.scales.iter().filter(|s| **s != 0.0);
+        let (smin, smax) = scales.fold((f32::INFINITY, 0.0f32), |(lo, hi), s| {
+            (lo.min(s.abs()), hi.max(s.abs()))
+        });
+        let product_log2 = 14.0
+            + (w.geometry.cols as f64).log2()
+            + value_log2
+            + (smax as f64).log2().max(-200.0)
+            + table_e.max(0) as f64;
+        if product_log2 >= 126.0 || (smax > 0.0 && smin < pow2(-60)) || table_e < -60 {
+            return all();
+        }
+        tables.push(table);
+    }
+    if x.dtype == DType::F16 {
+        return Ok(Vec::new());
+    }
+    let held = |m: usize| {
+        let row = x.row(m);
+        let max = max_abs(row);
+        if exponent_clamped(max) {
+            return false;
+        }
+        let n = tiny(row, max);
+        if n == 0 {
+            return true;
+        }
+        let mut largest: Vec<usize> = (0..row.len()).collect();
+        largest.sort_by(|&a, &b| row[b].abs().total_cmp(&row[a].abs()));
+        largest.truncate(LARGEST);
+        let worst = n as f64 * max as f64 * 2f64.powi(-38);
+        ws.iter()
+            .zip(&tables)
+            .zip(&largest_values)
+            .all(|((w, table), &vmax)| {
+                let value = |r, c| table[w.state(r, c) as usize].abs();
+                (0..w.geometry.rows).all(|r| {
+                    let sum: f64 = largest
+                        .iter()
+                        .map(|&c| value(r, c) as f64 * row[c].abs() as f64)
+                        .sum();
+                    worst * vmax <= sum * 2f64.powi(-10)
+                })
+            })
+    };
+    Ok((0..x.rows).filter(|&m| !held(m)).collect())
+}
