@@ -4,11 +4,12 @@ traces (every candidate's median per key), group the candidates by M class and s
 fields (x staging, split K or not, row tiles, column split, operands, host-f16 x, paired
 windows, batched staging) and print each group whose best time over the key's best, at
 any key, is above THRESHOLD (default 1.10), with how many measurements it cost.
-Usage: space.py TRACE.tsv... [--threshold 1.10]"""
+Usage: space.py TRACE.tsv... [--threshold 1.10] [--family reduce_mma]"""
 import csv, collections, re, sys
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 thr = float(sys.argv[sys.argv.index("--threshold") + 1]) if "--threshold" in sys.argv else 1.10
-args = [a for a in args if a != str(thr)]
+fam = sys.argv[sys.argv.index("--family") + 1] if "--family" in sys.argv else "reduce_mma"
+args = [a for a in args if a != str(thr) and a != fam]
 rows = []
 for f in args:
     rows += [x for x in list(csv.reader(open(f), delimiter="\t"))[1:] if x[0] != "key"]
@@ -16,6 +17,8 @@ for f in args:
 # variant repeats within the current one.
 groups = []
 for k, v, o, med, *_ in rows:
+    if k.split()[0] != fam:
+        continue
     if not groups or groups[-1][0] != k or v in groups[-1][2]:
         groups.append((k, [], set()))
     groups[-1][2].add(v)
