@@ -1334,6 +1334,51 @@ fn far_structures_are_not_offered() {
     }
 }
 
+/// `gate_up_mma`'s far launch shapes are not offered at the tuned sizes (its
+/// `drop_far_structures` and column-split twins), and the shapes its winners take stay:
+/// one tile of 4 or 8 simdgroups, staged and from device memory, two tiles of 4, 2
+/// simdgroups from M = 4 and 1 at M = 16.
+#[test]
+fn gate_up_far_structures_are_not_offered() {
+    use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaProblem};
+    for m in [1, 2, 4, 8, 16] {
+        for (kg, ku) in [(3, 3), (3, 4)] {
+            let g = |k| Geometry::new(17408, 5120, 256, k, 12, Code::OneMad).unwrap();
+            let p = GateUpMmaProblem {
+                gate: g(kg),
+                up: g(ku),
+                gate_scale: ScaleDType::F16,
+                up_scale: ScaleDType::F16,
+                act: DType::Bf16,
+                m,
+                tail: trellis::numerics::Tail::Exact,
+            };
+            let all = GateUpMmaFamily::candidates(&p, Tier::Fast, false);
+            let what = format!("M={m} k {kg}/{ku}");
+            for v in &all {
+                assert!(!(v.row_tiles == 2 && v.col_split == 8), "{what} {v}");
+                assert!(!(m > 8 && v.col_split == 16), "{what} {v}");
+                assert!(!(m <= 2 && v.col_split <= 2), "{what} {v}");
+                assert!(!(m <= 8 && v.col_split == 1), "{what} {v}");
+            }
+            let has = |rt, cs, staged| {
+                all.iter().any(|v| {
+                    v.row_tiles == rt && v.col_split == cs && v.x_stage.is_shared() == staged
+                })
+            };
+            for staged in [false, true] {
+                assert!(
+                    has(1, 4, staged) && has(1, 8, staged),
+                    "{what} staged={staged}"
+                );
+            }
+            assert!(has(2, 4, false), "{what}");
+            assert_eq!(has(1, 2, false), m >= 4, "{what}");
+            assert_eq!(has(1, 1, false), m > 8, "{what}");
+        }
+    }
+}
+
 /// x staged past 48 KB ([`MmaVariant::opt_in_shared`]): on the CPU the same bits as the
 /// same launch shape reading x from device memory (the staged values are the fragments'
 /// values, the mma order the same), plain and duplicated, split or not, and within SPEC
