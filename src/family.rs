@@ -51,6 +51,12 @@ pub trait Family: 'static {
     fn default_variant(p: &Self::Problem, tier: Tier) -> Self::Variant;
     /// The candidate space of a tier (`quick`: a small subset, for slow compilers).
     fn candidates(p: &Self::Problem, tier: Tier, quick: bool) -> Vec<Self::Variant>;
+    /// Whether [`Family::candidates`] leaves `v` out of `p`'s space because the device
+    /// measured its structure and it never came close to a key's best. The tuner does not
+    /// name such a variant as an edge the space could widen past.
+    fn measured_far(_p: &Self::Problem, _v: &Self::Variant) -> bool {
+        false
+    }
 
     /// The name this problem is listed under (`gate_up_mixed` when the two k differ).
     fn label(_p: &Self::Problem) -> &'static str {

@@ -9,7 +9,7 @@ use trellis::backend::CpuBackend;
 use trellis::check::{self, RealSums};
 use trellis::families::reduce_mma::{MmaOperands, MmaVariant, MmaXStage, ReduceMmaFamily};
 use trellis::family::{self, Family};
-use trellis::kernel::Backend as _;
+use trellis::kernel::{Backend as _, KernelSpec as _};
 use trellis::numerics::Tier;
 use trellis::{Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
@@ -1285,7 +1285,7 @@ fn early_words_keep_the_bits() {
 }
 
 /// The structures that never came close at M <= 8 are not offered at the tuned sizes
-/// (`drop_far_structures`), and what stays still covers every launch shape the winners use.
+/// (`space::far`), and what stays still covers every launch shape the winners use.
 #[test]
 fn far_structures_are_not_offered() {
     for m in [1, 2, 4, 8] {
@@ -1334,10 +1334,10 @@ fn far_structures_are_not_offered() {
     }
 }
 
-/// `gate_up_mma`'s far launch shapes are not offered at the tuned sizes (its
-/// `drop_far_structures` and column-split twins), and the shapes its winners take stay:
-/// one tile of 4 or 8 simdgroups, staged and from device memory, two tiles of 4, 2
-/// simdgroups from M = 4 and 1 at M = 16.
+/// `gate_up_mma`'s far launch shapes are not offered at the tuned sizes (its `far`), and
+/// the shapes its winners take stay: one tile of 4 or 8 simdgroups, staged and from device
+/// memory, two tiles of 4, 2 simdgroups from M = 4 and 1 at M = 16. A winner next to a
+/// shape left out as far is at no edge the tuner would ask to widen.
 #[test]
 fn gate_up_far_structures_are_not_offered() {
     use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaProblem};
@@ -1375,6 +1375,31 @@ fn gate_up_far_structures_are_not_offered() {
             assert!(has(2, 4, false), "{what}");
             assert_eq!(has(1, 2, false), m >= 4, "{what}");
             assert_eq!(has(1, 1, false), m > 8, "{what}");
+            // The smallest column split offered, where half as many simdgroups would run:
+            // named as an edge only where those were not measured far (M 4: 1 never was).
+            let lo = all.iter().map(|v| v.col_split).min().unwrap();
+            let w = *all
+                .iter()
+                .find(|v| v.row_tiles == 1 && v.col_split == lo)
+                .unwrap();
+            let valid = |v: &MmaVariant| {
+                GateUpMmaFamily::kernel(&p, *v).validate().is_ok()
+                    && !GateUpMmaFamily::measured_far(&p, v)
+            };
+            let edges = trellis::tune::harness::at_bound(&w, &all, valid);
+            assert_eq!(
+                edges.iter().any(|e| e.starts_with("col_split")),
+                m == 4,
+                "{what} {edges:?}"
+            );
+            let unpruned = trellis::tune::harness::at_bound(&w, &all, |v: &MmaVariant| {
+                GateUpMmaFamily::kernel(&p, *v).validate().is_ok()
+            });
+            assert_eq!(
+                unpruned.iter().any(|e| e.starts_with("col_split")),
+                m <= 8,
+                "{what} {unpruned:?}"
+            );
         }
     }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The structures `drop_far_structures` removes at M <= 8 (src/families/reduce_mma/space.rs), checked
+"""The structures `far` (then `drop_far_structures`) removes at M <= 8 (src/families/reduce_mma/space.rs), checked
 against full re-tune traces: per rule, how many measurements it removes and the closest any
 came to its key's best. Usage: far.py TRACE.tsv..."""
 import csv, collections, re, sys

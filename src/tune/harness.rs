@@ -498,8 +498,9 @@ fn choose<V: Copy + PartialEq>(default: V, timed: &[(V, Stats)]) -> Option<(V, S
 /// Fields of the winner at the edge of the candidate space that the space could widen
 /// past: a numeric field whose value is the largest (smallest) offered, of at least two,
 /// while the winner with that field doubled (halved) is still `valid` (the kernel takes
-/// it). An edge the kernel cannot pass (one row tile, 16 samples per slice) says nothing
-/// about the space and is not named. Read through serde, so any family's variant type is
+/// it, and the family did not leave it out as measured far). An edge the kernel cannot
+/// pass (one row tile, 16 samples per slice) says nothing about the space and is not
+/// named. Read through serde, so any family's variant type is
 /// covered.
 pub fn at_bound<V: serde::Serialize + serde::de::DeserializeOwned>(
     winner: &V,
@@ -770,7 +771,9 @@ fn entry<F: Family>(
         bandwidth_gbs: round3(F::bytes(p) as f64 / (stats.median * 1e-6) / 1e9),
         runner_up: runner.map(|(v, _)| record(v)),
         runner_up_stats: runner.map(|(_, s)| s.record()),
-        at_bound: at_bound(&winner, space, |v| F::kernel(p, *v).validate().is_ok()),
+        at_bound: at_bound(&winner, space, |v| {
+            F::kernel(p, *v).validate().is_ok() && !F::measured_far(p, v)
+        }),
         rejected,
     }
 }

@@ -957,6 +957,9 @@ impl Family for ReduceMmaFamily {
     fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
         space::candidates(p, tier, quick)
     }
+    fn measured_far(p: &ReduceMmaProblem, v: &MmaVariant) -> bool {
+        space::measured_far(p, v)
+    }
     fn key_fields(p: &ReduceMmaProblem) -> String {
         let g = &p.geometry;
         format!("{} M={} k{} L{} {}", p.act, p.m, g.k, g.l, g.code)

@@ -41,22 +41,22 @@ pub(crate) fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<M
     if tuned && p.m >= 4 {
         add_batched_stage_twins(&mut out);
     }
-    if tuned && p.m <= 8 {
-        drop_far_structures(p.m, &mut out);
-        // The first code words before the staging below M = 16 too (M = 16 below).
+    if tuned {
+        out.retain(|v| !far(p.m, v));
+        // The first code words before the staging.
         add_early_words_twins(&mut out);
     }
     if tuned && p.m > 8 {
-        // Unsplit, a threadgroup stages all of x for one or two row tiles: at M = 16
-        // that never came within 1.23x of a key's best (all 72 keys of the
-        // twenty-sixth session's re-tune, `prototypes/session26/space.py`), so only
-        // the splits stage x there.
-        out.retain(|v| !v.x_stage.is_shared() || v.k_split > 1);
-        add_early_words_twins(&mut out);
         // x staged past 48 KB where the M = 16 splits need it (not measured below).
         opt_in_where_needed(p, &mut out);
     }
     out
+}
+
+/// Whether `candidates` leaves `v` out at the tuned sizes: a structure measured far from
+/// every key's best ([`crate::family::Family::measured_far`]).
+pub(crate) fn measured_far(p: &ReduceMmaProblem, v: &MmaVariant) -> bool {
+    p.geometry.rows >= crate::catalog::TUNED_ROWS && far(p.m, v)
 }
 
 /// Append to `variants` the twin `twin` makes of each that `keep` selects, in order.
@@ -111,23 +111,26 @@ pub fn add_early_words_twins(variants: &mut Vec<MmaVariant>) {
     );
 }
 
-/// Drop the structures that never came within 1.09x of a key's best at M <= 8, in the
-/// twenty-sixth and twenty-seventh sessions' full re-tunes (every tuned key of both
-/// presets) and the twenty-eighth's probe (`prototypes/session28/`): 18 % of the
-/// measurements. One-tile unsplit groups of one simdgroup (1.18x and more), and of two
-/// except with x from device memory at M 4-8 (which comes within 1.02-1.05); at M 4-8
-/// staged splits of K with one simdgroup a tile (1.10x) and duplicated staged splits with
-/// eight (1.12x).
-fn drop_far_structures(m: u32, variants: &mut Vec<MmaVariant>) {
+/// The structures that never came close at the tuned sizes. At M <= 8, never within
+/// 1.09x of a key's best in the twenty-sixth and twenty-seventh sessions' full re-tunes
+/// (every tuned key of both presets) and the twenty-eighth's probe
+/// (`prototypes/session28/`): 18 % of the measurements. One-tile unsplit groups of one
+/// simdgroup (1.18x and more), and of two except with x from device memory at M 4-8
+/// (which comes within 1.02-1.05); at M 4-8 staged splits of K with one simdgroup a tile
+/// (1.10x) and duplicated staged splits with eight (1.12x). At M = 16, x staged unsplit
+/// (a threadgroup stages all of x for one or two row tiles): never within 1.23x (all 72
+/// keys of the twenty-sixth session's re-tune, `prototypes/session26/space.py`), so only
+/// the splits stage x there.
+fn far(m: u32, v: &MmaVariant) -> bool {
+    if m > 8 {
+        return v.x_stage.is_shared() && v.k_split == 1;
+    }
     let m4_8 = (4..=8).contains(&m);
-    variants.retain(|v| {
-        let unsplit_tile = v.row_tiles == 1 && v.k_split == 1;
-        let far = (unsplit_tile && v.col_split == 1)
-            || (unsplit_tile && v.col_split == 2 && (!m4_8 || v.x_stage.is_shared()))
-            || (m4_8 && v.k_split > 1 && v.col_split == 1 && v.x_stage.is_shared())
-            || (m4_8 && v.k_split > 1 && v.col_split == 8 && v.x_stage.is_dup());
-        !far
-    });
+    let unsplit_tile = v.row_tiles == 1 && v.k_split == 1;
+    (unsplit_tile && v.col_split == 1)
+        || (unsplit_tile && v.col_split == 2 && (!m4_8 || v.x_stage.is_shared()))
+        || (m4_8 && v.k_split > 1 && v.col_split == 1 && v.x_stage.is_shared())
+        || (m4_8 && v.k_split > 1 && v.col_split == 8 && v.x_stage.is_dup())
 }
 
 /// Let each variant of `p` in `variants` whose staged x is past 48 KB opt in to it
