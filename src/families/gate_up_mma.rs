@@ -108,7 +108,7 @@ impl GateUpMma {
 /// The launch shapes that never came within 1.09x of a key's best in the
 /// twenty-seventh session's full re-tune (every tuned key of both presets, same-k and
 /// mixed; `prototypes/session26/space.py --family gate_up_mma`, and `gate_up_mma_mixed`),
-/// 22 % of its measurements: two tiles of 8 simdgroups each (1.10-1.31x at every M); one
+/// 21 % of its measurements: two tiles of 8 simdgroups each (1.10-1.31x at every M); one
 /// tile of 2 simdgroups at M <= 2 (1.10-1.25x), of 1 at M = 8 (1.16-1.30x) and of 16 at
 /// M = 16 (1.24-1.26x). The twenty-ninth session's re-tune without them: new over old
 /// median 1.000 (0.985-1.016) over all 300 entries.
