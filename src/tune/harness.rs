@@ -500,8 +500,7 @@ fn choose<V: Copy + PartialEq>(default: V, timed: &[(V, Stats)]) -> Option<(V, S
 /// while the winner with that field doubled (halved) is still `valid` (the kernel takes
 /// it, and the family did not leave it out as measured far). An edge the kernel cannot
 /// pass (one row tile, 16 samples per slice) says nothing about the space and is not
-/// named. Read through serde, so any family's variant type is
-/// covered.
+/// named. Read through serde, so any family's variant type is covered.
 pub fn at_bound<V: serde::Serialize + serde::de::DeserializeOwned>(
     winner: &V,
     space: &[V],
