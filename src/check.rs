@@ -111,6 +111,35 @@ pub struct RealSums {
     pub cols: usize,
 }
 
+/// The SPEC 7 real sums of `N` matrices over the same activations, computed on first
+/// use (a fast check needs them; an exact family's `Expected` keeps them for its fast
+/// variants), the error kept as text so every later call sees the same.
+#[derive(Default)]
+pub struct LazyRealSums<const N: usize>(
+    std::cell::OnceCell<std::result::Result<[RealSums; N], String>>,
+);
+
+impl<const N: usize> LazyRealSums<N> {
+    /// The real sums of each of `ws` with `x`, computed on the first call.
+    pub fn get(
+        &self,
+        ws: [&QuantizedMatrix; N],
+        x: &Activations,
+    ) -> std::result::Result<&[RealSums; N], String> {
+        self.0
+            .get_or_init(|| {
+                let mut sums = Vec::with_capacity(N);
+                for w in ws {
+                    sums.push(RealSums::of(w, x).map_err(|e| e.to_string())?);
+                }
+                sums.try_into()
+                    .map_err(|_| "one real sum per matrix".to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
 impl RealSums {
     /// SPEC 7 reference sums of `w` against `x`.
     pub fn of(w: &QuantizedMatrix, x: &Activations) -> crate::Result<Self> {

@@ -11,7 +11,6 @@ use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::Geometry;
-use std::cell::OnceCell;
 use std::fmt;
 
 /// `mid = silu(G x) * (U x)`; named `gate_up_mixed` in listings when the two k differ.
@@ -292,21 +291,13 @@ pub struct GateUpHost {
 pub struct GateUpExpected {
     /// The reference result, `[M, R]`.
     pub mid: Activations,
-    real: OnceCell<std::result::Result<(RealSums, RealSums), String>>,
+    real: check::LazyRealSums<2>,
 }
 
 impl GateUpExpected {
     /// The SPEC 7 real sums of the gate and up projections.
-    pub fn real(&self, h: &GateUpHost) -> std::result::Result<&(RealSums, RealSums), String> {
-        self.real
-            .get_or_init(|| {
-                Ok((
-                    RealSums::of(&h.gate, &h.x).map_err(|e| e.to_string())?,
-                    RealSums::of(&h.up, &h.x).map_err(|e| e.to_string())?,
-                ))
-            })
-            .as_ref()
-            .map_err(Clone::clone)
+    pub fn real(&self, h: &GateUpHost) -> std::result::Result<&[RealSums; 2], String> {
+        self.real.get([&h.gate, &h.up], &h.x)
     }
 }
 
@@ -462,7 +453,7 @@ impl Family for GateUpFamily {
     fn expected(_p: &GateUpProblem, h: &GateUpHost) -> Result<GateUpExpected> {
         Ok(GateUpExpected {
             mid: crate::reference::gate_up(&h.gate, &h.up, &h.x)?,
-            real: OnceCell::new(),
+            real: Default::default(),
         })
     }
     fn check(
@@ -476,7 +467,7 @@ impl Family for GateUpFamily {
         match (v.tier, p.tail) {
             (Tier::Exact, Tail::Exact) => check::bits(mid, &want.mid),
             (_, tail) => {
-                let (g, u) = want.real(host)?;
+                let [g, u] = want.real(host)?;
                 check::fast_gate_up(mid, g, u, tail == Tail::Native)
             }
         }

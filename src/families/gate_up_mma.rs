@@ -17,7 +17,6 @@ use crate::kernel::{Backend, Dialect, Elem};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::simt::Proj;
-use std::cell::OnceCell;
 
 /// Fast `mid = silu(G x) * (U x)` on matrix units.
 #[crate::kernel(
@@ -128,21 +127,13 @@ pub type GateUpMmaHost = super::gate_up::GateUpHost;
 
 /// The SPEC 7 real sums of both projections, computed on first use.
 pub struct GateUpMmaExpected {
-    real: OnceCell<std::result::Result<(RealSums, RealSums), String>>,
+    real: check::LazyRealSums<2>,
 }
 
 impl GateUpMmaExpected {
     /// The real sums of the gate and up projections.
-    pub fn real(&self, h: &GateUpMmaHost) -> std::result::Result<&(RealSums, RealSums), String> {
-        self.real
-            .get_or_init(|| {
-                Ok((
-                    RealSums::of(&h.gate, &h.x).map_err(|e| e.to_string())?,
-                    RealSums::of(&h.up, &h.x).map_err(|e| e.to_string())?,
-                ))
-            })
-            .as_ref()
-            .map_err(Clone::clone)
+    pub fn real(&self, h: &GateUpMmaHost) -> std::result::Result<&[RealSums; 2], String> {
+        self.real.get([&h.gate, &h.up], &h.x)
     }
 }
 
@@ -318,7 +309,7 @@ impl Family for GateUpMmaFamily {
     }
     fn expected(_p: &GateUpMmaProblem, _h: &GateUpMmaHost) -> Result<GateUpMmaExpected> {
         Ok(GateUpMmaExpected {
-            real: OnceCell::new(),
+            real: Default::default(),
         })
     }
     fn check(
@@ -329,7 +320,7 @@ impl Family for GateUpMmaFamily {
         got: &[Activations],
     ) -> std::result::Result<String, String> {
         let mid = got.first().ok_or("no output")?;
-        let (g, u) = want.real(host)?;
+        let [g, u] = want.real(host)?;
         check::fast_gate_up(mid, g, u, p.tail == Tail::Native)
     }
     fn upload<B: Backend>(

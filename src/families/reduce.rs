@@ -10,7 +10,6 @@ use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
 use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::Geometry;
-use std::cell::OnceCell;
 use std::fmt;
 
 /// `y = W x` for `m` samples.
@@ -242,16 +241,14 @@ pub struct ReduceHost {
 pub struct ReduceExpected {
     /// The reference result, `[M, R]`.
     pub y: Activations,
-    real: OnceCell<std::result::Result<RealSums, String>>,
+    real: check::LazyRealSums<1>,
 }
 
 impl ReduceExpected {
     /// The SPEC 7 real sums of `host`.
     pub fn real(&self, host: &ReduceHost) -> std::result::Result<&RealSums, String> {
-        self.real
-            .get_or_init(|| RealSums::of(&host.w, &host.x).map_err(|e| e.to_string()))
-            .as_ref()
-            .map_err(Clone::clone)
+        let [sums] = self.real.get([&host.w], &host.x)?;
+        Ok(sums)
     }
 }
 
@@ -353,7 +350,7 @@ impl Family for ReduceFamily {
     fn expected(_p: &ReduceProblem, host: &ReduceHost) -> Result<ReduceExpected> {
         Ok(ReduceExpected {
             y: crate::reference::reduce(&host.w, &host.x)?,
-            real: OnceCell::new(),
+            real: Default::default(),
         })
     }
     fn check(

@@ -42,7 +42,6 @@ use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
 use crate::simt::{is_default, Proj, Representation, MAX_SHARED_BYTES};
 use crate::Geometry;
-use std::cell::OnceCell;
 use std::fmt;
 
 mod prescale;
@@ -885,16 +884,14 @@ pub type ReduceMmaHost = super::reduce::ReduceHost;
 
 /// The SPEC 7 real sums, computed on first use.
 pub struct ReduceMmaExpected {
-    real: OnceCell<std::result::Result<RealSums, String>>,
+    real: check::LazyRealSums<1>,
 }
 
 impl ReduceMmaExpected {
     /// The SPEC 7 real sums of `host`.
     pub fn real(&self, host: &ReduceMmaHost) -> std::result::Result<&RealSums, String> {
-        self.real
-            .get_or_init(|| RealSums::of(&host.w, &host.x).map_err(|e| e.to_string()))
-            .as_ref()
-            .map_err(Clone::clone)
+        let [sums] = self.real.get([&host.w], &host.x)?;
+        Ok(sums)
     }
 }
 
@@ -1008,7 +1005,7 @@ impl Family for ReduceMmaFamily {
     }
     fn expected(_p: &ReduceMmaProblem, _host: &ReduceMmaHost) -> Result<ReduceMmaExpected> {
         Ok(ReduceMmaExpected {
-            real: OnceCell::new(),
+            real: Default::default(),
         })
     }
     fn check(
