@@ -1,5 +1,5 @@
 #!/bin/bash
-# Thirtieth session, call AG: the single-state value table (`vt.patch`): every
+# Thirtieth session, call AG: the single-state value table (`../next/single-state-table.patch`): every
 # `reduce_mma` candidate of the 1mad L 12 Qwen3-14B keys at M 1 / 4 / 8, k 2-4, tuned
 # --fresh with TRELLIS_PROTO_VT = 0 (the shipped decode), 1, 2 and 3 (A registers of 4
 # from the table), each with a trace of every candidate. Carry [".device", ".vectors"].
