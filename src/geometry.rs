@@ -23,7 +23,7 @@ pub struct Geometry {
     pub code: Code,
 }
 
-/// u32 words of one block of `t` weights at `k` bits, `T * k / 32` (SPEC 1): the one
+/// u32 words of one block of `t` weights at `k` bits, `T * k / 32` (SPEC 2): the one
 /// place this is written, for [`Geometry`] and the kernels' projections alike.
 pub const fn words_per_block(t: usize, k: u32) -> usize {
     t * k as usize / 32
@@ -93,7 +93,7 @@ impl Geometry {
             return Err(Error::invalid(
                 "rows*cols",
                 elements,
-                "codes tensor exceeds 2^32 words",
+                "the codes tensor must hold fewer than 2^32 - 1 words (kernels index it in 32 bits)",
             ));
         }
         Ok(())
@@ -227,8 +227,8 @@ mod tests {
             (1, 1usize << 62, "cols"),
             // 2^28 code words, but column indices past 32 bits.
             (1, 1usize << 33, "cols"),
-            (usize::MAX, 32, "2^32 words"),
-            (1usize << 32, 32, "2^32 words"),
+            (usize::MAX, 32, "2^32 - 1 words"),
+            (1usize << 32, 32, "2^32 - 1 words"),
         ] {
             let err = Geometry::new(rows, cols, 32, 1, 2, Code::OneMad)
                 .unwrap_err()

@@ -262,8 +262,10 @@ pub fn matvec<B: Backend>(
     tier: Tier,
 ) -> Result<Activations> {
     if x.rows > max_samples(tier) as usize {
-        if tier == Tier::Fast {
-            check_finite(x)?; // every chunk's, before any kernel runs
+        // Every chunk's values, before any kernel runs (and named by their row in x).
+        check_finite(x)?;
+        if tier == Tier::Exact {
+            w.check_weights_finite(x.dtype)?;
         }
         let (cols, rows) = (w.geometry.cols, w.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
@@ -309,8 +311,11 @@ pub fn gate_up<B: Backend>(
     tier: Tier,
 ) -> Result<Activations> {
     if x.rows > max_samples(tier) as usize {
-        if tier == Tier::Fast {
-            check_finite(x)?; // every chunk's, before any kernel runs
+        // Every chunk's values, before any kernel runs (and named by their row in x).
+        check_finite(x)?;
+        if tier == Tier::Exact {
+            gate.check_weights_finite(x.dtype)?;
+            up.check_weights_finite(x.dtype)?;
         }
         let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {

@@ -129,15 +129,24 @@ pub fn gate_up(
     x: &Activations,
 ) -> Result<Activations> {
     check_pair(gate, up)?;
-    let g = reduce(gate, x)?;
-    let u = reduce(up, x)?;
+    Ok(swiglu_tail(&reduce(gate, x)?, &reduce(up, x)?))
+}
+
+/// SPEC section 6's exact tail of the projections `g = G x` and `u = U x` (each `[M, R]`
+/// in the activation dtype, as [`reduce`] gives them): `mid`, element by element.
+pub fn swiglu_tail(g: &Activations, u: &Activations) -> Activations {
     let data = g
         .data
         .iter()
         .zip(&u.data)
-        .map(|(&g, &u)| swiglu(g, u, x.dtype))
+        .map(|(&gv, &uv)| swiglu(gv, uv, g.dtype))
         .collect();
-    Ok(Activations { data, ..g })
+    Activations {
+        data,
+        dtype: g.dtype,
+        rows: g.rows,
+        cols: g.cols,
+    }
 }
 
 /// SPEC section 7 (v2): the real sums `y*[m, r] = sum_c value(s) * scale[r] * x[m, c]`

@@ -977,7 +977,7 @@ fn a_kernel_that_fails_to_compile_is_a_clear_error_and_spares_the_others() {
 
 /// A batch larger than one launch takes (exact 8 samples, fast 16) runs as several: exact
 /// bit for bit with the reference, fast within SPEC 7, `matvec` and `gate_up`; a NaN in a
-/// later chunk of a fast batch is refused before any kernel runs.
+/// later chunk of a batch is refused before any kernel runs, named by its row in x.
 #[test]
 fn a_batch_larger_than_a_launch_runs_as_several() {
     use trellis::check::{fast_gate_up, fast_reduce, RealSums};
@@ -1007,4 +1007,12 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("x[33, 5]"), "{e}");
+    let mut bad = x.clone();
+    bad.data[17 * 512 + 3] = f32::NAN;
+    for e in [
+        ops::matvec(&cpu, &w, &bad, Tier::Exact).unwrap_err(),
+        ops::gate_up(&cpu, &w, &u, &bad, Tail::Exact, Tier::Exact).unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("x[17, 3]"), "{e}");
+    }
 }

@@ -291,6 +291,9 @@ pub struct GateUpHost {
 pub struct GateUpExpected {
     /// The reference result, `[M, R]`.
     pub mid: Activations,
+    /// The exact projections `g` and `u` it was computed from (SPEC 5), for the native
+    /// tail's tolerance.
+    pub proj: [Activations; 2],
     real: check::LazyRealSums<2>,
 }
 
@@ -451,8 +454,12 @@ impl Family for GateUpFamily {
         Ok(GateUpHost { gate, up, x })
     }
     fn expected(_p: &GateUpProblem, h: &GateUpHost) -> Result<GateUpExpected> {
+        crate::reference::check_pair(&h.gate, &h.up)?;
+        let g = crate::reference::reduce(&h.gate, &h.x)?;
+        let u = crate::reference::reduce(&h.up, &h.x)?;
         Ok(GateUpExpected {
-            mid: crate::reference::gate_up(&h.gate, &h.up, &h.x)?,
+            mid: crate::reference::swiglu_tail(&g, &u),
+            proj: [g, u],
             real: Default::default(),
         })
     }
@@ -466,7 +473,12 @@ impl Family for GateUpFamily {
         let mid = got.first().ok_or("no output")?;
         match (v.tier, p.tail) {
             (Tier::Exact, Tail::Exact) => check::bits(mid, &want.mid),
-            (_, tail) => {
+            // SPEC 6: a native tail against the exact one, within its tolerance.
+            (Tier::Exact, Tail::Native) => {
+                let [g, u] = &want.proj;
+                check::native_gate_up(mid, &want.mid, g, u)
+            }
+            (Tier::Fast, tail) => {
                 let [g, u] = want.real(host)?;
                 check::fast_gate_up(mid, g, u, tail == Tail::Native)
             }

@@ -516,8 +516,8 @@ pub trait MmaLayout {
         self.runs() % 4 == 0
     }
     /// Whether a lane's code words advance by a constant per step: all runs live and
-    /// a simdgroup's stride of 4 `col_split` runs a whole number of trellis blocks (a
-    /// run's words sit at `k (u ^ (T/32 - 1))` in its block, SPEC 2), so addresses are
+    /// a simdgroup's stride of 4 `col_split` runs a whole number of trellis blocks (run
+    /// `u`'s words sit at `k (T/32 - 1 - u)` in its block, SPEC 2), so addresses are
     /// computed once, outside the loop.
     fn linear_words(&self) -> bool {
         let (_, _, t, _, v) = self.dims();
