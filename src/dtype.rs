@@ -84,34 +84,60 @@ impl DType {
 
     /// Encode f32 values (already representable) as little-endian bytes of the dtype.
     pub fn encode(self, values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(values.len() * self.size());
+        self.encode_into(values, &mut out);
+        out
+    }
+
+    /// [`Self::encode`] into memory reserved first: an error naming `what` where a huge
+    /// tensor's bytes cannot be had (never an allocation abort).
+    pub fn try_encode(self, values: &[f32], what: &str) -> Result<Vec<u8>> {
+        let n = values.len().saturating_mul(self.size());
+        let mut out = crate::error::reserve(n, what, format!("{} values", values.len()))?;
+        self.encode_into(values, &mut out);
+        Ok(out)
+    }
+
+    fn encode_into(self, values: &[f32], out: &mut Vec<u8>) {
         match self {
-            DType::Bf16 => values
-                .iter()
-                .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
-                .collect(),
-            DType::F16 => values
-                .iter()
-                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-                .collect(),
-            DType::F32 => values.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+            DType::Bf16 => out.extend(values.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes())),
+            DType::F16 => out.extend(values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes())),
+            DType::F32 => out.extend(values.iter().flat_map(|&v| v.to_le_bytes())),
         }
     }
 
     /// Decode little-endian bytes of the dtype to f32 values (exact).
     pub fn decode(self, bytes: &[u8]) -> Vec<f32> {
+        let mut out = Vec::with_capacity(bytes.len() / self.size());
+        self.decode_into(bytes, &mut out);
+        out
+    }
+
+    /// [`Self::decode`] into memory reserved first (see [`Self::try_encode`]).
+    pub fn try_decode(self, bytes: &[u8], what: &str) -> Result<Vec<f32>> {
+        let n = bytes.len() / self.size();
+        let mut out = crate::error::reserve(n, what, format!("{n} values"))?;
+        self.decode_into(bytes, &mut out);
+        Ok(out)
+    }
+
+    fn decode_into(self, bytes: &[u8], out: &mut Vec<f32>) {
         match self {
-            DType::Bf16 => bytes
-                .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            DType::F16 => bytes
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            DType::F32 => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
+            DType::Bf16 => out.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+            ),
+            DType::F16 => out.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()),
+            ),
+            DType::F32 => out.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            ),
         }
     }
 }

@@ -123,3 +123,15 @@ pub fn reserve<T>(n: usize, what: impl Into<String>, value: impl ToString) -> Re
     })?;
     Ok(v)
 }
+
+/// `items` (`n` of them) collected into memory reserved first ([`reserve`]).
+pub fn collect_reserved<T>(
+    n: usize,
+    items: impl IntoIterator<Item = T>,
+    what: impl Into<String>,
+    value: impl ToString,
+) -> Result<Vec<T>> {
+    let mut v = reserve(n, what, value)?;
+    v.extend(items);
+    Ok(v)
+}

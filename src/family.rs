@@ -167,7 +167,7 @@ pub fn download<B: Backend>(b: &B, t: &B::Tensor) -> Result<Activations> {
         dtype,
         rows,
         cols,
-        data: dtype.decode(&bytes),
+        data: dtype.try_decode(&bytes, "output")?,
     })
 }
 

@@ -82,7 +82,7 @@ impl TensorRef<'_> {
     /// Require one of the float dtypes and decode to exact f32 values.
     pub fn to_f32(&self) -> Result<Vec<f32>> {
         match from_st_dtype(self.dtype) {
-            Some(d) => Ok(d.decode(self.data)),
+            Some(d) => d.try_decode(self.data, &format!("tensor `{}`", self.name)),
             None => Err(self.wrong_dtype("bf16, f16 or f32")),
         }
     }
@@ -92,11 +92,15 @@ impl TensorRef<'_> {
         if self.dtype != Dtype::U32 {
             return Err(self.wrong_dtype("u32"));
         }
-        Ok(self
-            .data
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+        let n = self.data.len() / 4;
+        crate::error::collect_reserved(
+            n,
+            self.data
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            format!("tensor `{}`", self.name),
+            format!("{n} words"),
+        )
     }
 
     /// An [`Error::DType`] for this tensor.
@@ -204,6 +208,122 @@ impl<'de> serde::Deserialize<'de> for RepeatedKey {
     }
 }
 
+/// What is wrong with a header's tensor entries, naming the tensor, where the
+/// safetensors crate's own message does not (their dtype, shape and offsets checked one
+/// by one against the `data_len` bytes after the header, then their order); `None` when
+/// nothing here is found wrong.
+fn diagnose_header(header: &[u8], data_len: u64) -> Option<String> {
+    let map: HashMap<String, serde_json::Value> = serde_json::from_slice(header).ok()?;
+    let mut spans = Vec::new();
+    let mut names: Vec<&String> = map.keys().filter(|k| *k != "__metadata__").collect();
+    names.sort();
+    for name in names {
+        let info: safetensors::tensor::TensorInfo = match serde_json::from_value(map[name].clone())
+        {
+            Ok(info) => info,
+            Err(e) => return Some(format!("tensor `{name}`: {e}")),
+        };
+        let (begin, end) = info.data_offsets;
+        let shape = &info.shape;
+        let bits = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .and_then(|n| n.checked_mul(info.dtype.bitsize()));
+        let Some(bits) = bits else {
+            return Some(format!(
+                "tensor `{name}`: shape {shape:?} has more elements than can be counted"
+            ));
+        };
+        if end < begin {
+            return Some(format!(
+                "tensor `{name}`: data_offsets [{begin}, {end}] end before they begin"
+            ));
+        }
+        if end as u64 > data_len {
+            return Some(format!(
+                "tensor `{name}`: data_offsets [{begin}, {end}] end past the {data_len} data \
+                 bytes after the header"
+            ));
+        }
+        if bits % 8 != 0 || end - begin != bits / 8 {
+            let need = if bits % 8 == 0 {
+                format!("{} bytes", bits / 8)
+            } else {
+                format!("{bits} bits, not whole bytes")
+            };
+            return Some(format!(
+                "tensor `{name}`: data_offsets [{begin}, {end}] hold {} bytes, its dtype {:?} \
+                 and shape {shape:?} need {need}",
+                end - begin,
+                info.dtype,
+            ));
+        }
+        spans.push((begin, end, name));
+    }
+    spans.sort();
+    let mut at = 0;
+    for (begin, end, name) in spans {
+        if begin != at {
+            return Some(format!(
+                "tensor `{name}`: its data begins at byte {begin} of the data, where the \
+                 tensors before it end at {at} (the data must be contiguous)"
+            ));
+        }
+        at = end;
+    }
+    None
+}
+
+/// Why `kind` is no regular file, if it is not.
+fn not_regular(kind: &std::fs::Metadata) -> Option<&'static str> {
+    if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else {
+        Some("a device, pipe or socket")
+    }
+}
+
+/// Open `path` for reading if it is a regular file (symlinks followed), else an error
+/// saying what it is and `why` that matters. The kind is asked before the file is opened
+/// (opening a pipe waits for a writer) and again of the open file (it may have been
+/// replaced in between).
+pub fn open_regular(path: &Path, why: &str) -> Result<std::fs::File> {
+    let cannot = |e: std::io::Error| Error::file(path, format!("cannot read: {e}"));
+    let refuse = |what: &str| Error::file(path, format!("not a regular file ({what}): {why}"));
+    if let Some(what) = not_regular(&std::fs::metadata(path).map_err(cannot)?) {
+        return Err(refuse(what));
+    }
+    let f = std::fs::File::open(path).map_err(cannot)?;
+    if let Some(what) = not_regular(&f.metadata().map_err(cannot)?) {
+        return Err(refuse(what));
+    }
+    Ok(f)
+}
+
+/// A text file of at most `max` bytes (a tuning table), read only if it is a regular file
+/// of that size: a pipe, a device or a huge file is an error, not a hang or an abort.
+pub fn read_text(path: &Path, max: u64) -> Result<String> {
+    use std::io::Read;
+    let f = open_regular(path, "a text file is read whole")?;
+    let len = f
+        .metadata()
+        .map_err(|e| Error::file(path, format!("cannot read: {e}")))?
+        .len();
+    if len > max {
+        return Err(Error::file(
+            path,
+            format!("{len} bytes, more than the {max} a file of this kind may have"),
+        ));
+    }
+    let mut text = String::new();
+    f.take(max + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| Error::file(path, format!("cannot read: {e}")))?;
+    Ok(text)
+}
+
 impl SafetensorsFile {
     /// Read and parse a file. A missing, truncated or garbage file is an [`Error::File`].
     /// The header is read and checked against the file's length before the data is:
@@ -213,19 +333,11 @@ impl SafetensorsFile {
         use std::io::Read;
         let path = path.as_ref();
         let bad = |why: String| Error::file(path, why);
-        let mut f = std::fs::File::open(path).map_err(|e| bad(format!("cannot read: {e}")))?;
-        let kind = f.metadata().map_err(|e| bad(format!("cannot read: {e}")))?;
-        if !kind.is_file() {
-            let what = if kind.is_dir() {
-                "a directory"
-            } else {
-                "a device, pipe or socket"
-            };
-            return Err(bad(format!(
-                "not a regular file ({what}): a safetensors file is read whole"
-            )));
-        }
-        let file_len = kind.len();
+        let mut f = open_regular(path, "a safetensors file is read whole")?;
+        let file_len = f
+            .metadata()
+            .map_err(|e| bad(format!("cannot read: {e}")))?
+            .len();
         let mut len = [0u8; 8];
         f.read_exact(&mut len).map_err(|_| {
             bad(format!(
@@ -247,8 +359,8 @@ impl SafetensorsFile {
             .take(n)
             .read_to_end(&mut bytes)
             .map_err(|e| bad(format!("cannot read: {e}")))?;
-        let header: Metadata = serde_json::from_slice(&bytes[8..])
-            .map_err(|e| bad(format!("not a valid safetensors file: header: {e}")))?;
+        // A repeated key first: the crate keeps one of the copies, and the other's
+        // offsets would be blamed instead.
         if let Some(key) = serde_json::from_slice::<RepeatedKey>(&bytes[8..])
             .ok()
             .and_then(|r| r.0)
@@ -258,6 +370,10 @@ impl SafetensorsFile {
             )));
         }
         let data_len = file_len - 8 - n;
+        let header: Metadata = serde_json::from_slice(&bytes[8..]).map_err(|e| {
+            let why = diagnose_header(&bytes[8..], data_len).unwrap_or_else(|| e.to_string());
+            bad(format!("not a valid safetensors file: header: {why}"))
+        })?;
         if header.data_len() as u64 != data_len {
             return Err(bad(format!(
                 "not a valid safetensors file: its header declares {} data bytes, the file \
@@ -268,8 +384,13 @@ impl SafetensorsFile {
         f.read_to_end(&mut bytes)
             .map_err(|e| bad(format!("cannot read: {e}")))?;
         // The full check of the crate, on the bytes as read (the file may have changed).
-        let (n, meta) = SafeTensors::read_metadata(&bytes)
-            .map_err(|e| bad(format!("not a valid safetensors file: {e}")))?;
+        let (n, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| {
+            let why = bytes
+                .get(8..8 + n as usize)
+                .and_then(|h| diagnose_header(h, data_len))
+                .unwrap_or_else(|| e.to_string());
+            bad(format!("not a valid safetensors file: {why}"))
+        })?;
         Ok(SafetensorsFile {
             path: path.to_path_buf(),
             bytes,
@@ -398,7 +519,7 @@ impl SafetensorsFile {
             dtype,
             rows,
             cols,
-            data: dtype.decode(t.data),
+            data: dtype.try_decode(t.data, &format!("tensor `{name}`"))?,
         })
     }
 
@@ -411,11 +532,14 @@ impl SafetensorsFile {
     }
 }
 
+/// `names` for an error line: "none", or the first 8 and how many more (a file may hold
+/// hundreds of thousands).
 fn list_or_none(names: &[String]) -> String {
-    if names.is_empty() {
-        "none".to_string()
-    } else {
-        names.join(", ")
+    const SHOWN: usize = 8;
+    match names.len() {
+        0 => "none".to_string(),
+        n if n <= SHOWN => names.join(", "),
+        n => format!("{}, and {} more", names[..SHOWN].join(", "), n - SHOWN),
     }
 }
 
@@ -523,6 +647,8 @@ pub fn write_activations(path: &Path, name: &str, a: &Activations) -> Result<()>
 pub struct Writer {
     tensors: Vec<OwnedTensor>,
     metadata: HashMap<String, String>,
+    /// The first tensor whose bytes could not be had: [`Writer::write`] returns it.
+    error: Option<Error>,
 }
 
 #[derive(Debug)]
@@ -571,15 +697,42 @@ impl Writer {
         self
     }
 
+    /// Add a tensor of `bytes`, or keep their error for [`Writer::write`] (a huge tensor's
+    /// bytes that cannot be had are an error, not an allocation abort).
+    fn add(&mut self, name: String, dtype: Dtype, shape: Vec<usize>, bytes: Result<Vec<u8>>) {
+        match bytes {
+            Ok(data) => {
+                self.raw(name, dtype, shape, data);
+            }
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Add f32 values as a tensor of `dtype`.
+    fn floats(&mut self, name: String, dtype: DType, shape: Vec<usize>, data: &[f32]) {
+        let bytes = dtype.try_encode(data, &format!("tensor `{name}`"));
+        self.add(name, to_st_dtype(dtype), shape, bytes);
+    }
+
     /// Add an f32 tensor.
     pub fn f32(&mut self, name: impl Into<String>, shape: Vec<usize>, data: &[f32]) -> &mut Self {
-        self.raw(name, Dtype::F32, shape, DType::F32.encode(data))
+        self.floats(name.into(), DType::F32, shape, data);
+        self
     }
 
     /// Add a u32 tensor.
     pub fn u32(&mut self, name: impl Into<String>, shape: Vec<usize>, data: &[u32]) -> &mut Self {
-        let bytes = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.raw(name, Dtype::U32, shape, bytes)
+        let name = name.into();
+        let bytes = crate::error::collect_reserved(
+            data.len() * 4,
+            data.iter().flat_map(|v| v.to_le_bytes()),
+            format!("tensor `{name}`"),
+            format!("{} words", data.len()),
+        );
+        self.add(name, Dtype::U32, shape, bytes);
+        self
     }
 
     /// Add a metadata entry.
@@ -593,11 +746,11 @@ impl Writer {
     pub fn quantized(&mut self, prefix: &str, w: &QuantizedMatrix) -> &mut Self {
         let g = &w.geometry;
         self.u32(codes_name(prefix), g.codes_shape().to_vec(), &w.codes);
-        let (dtype, bytes) = match w.scale_dtype {
-            ScaleDType::F16 => (Dtype::F16, DType::F16.encode(&w.scales)),
-            ScaleDType::F32 => (Dtype::F32, DType::F32.encode(&w.scales)),
+        let dtype = match w.scale_dtype {
+            ScaleDType::F16 => DType::F16,
+            ScaleDType::F32 => DType::F32,
         };
-        self.raw(scales_name(prefix), dtype, vec![g.rows], bytes);
+        self.floats(scales_name(prefix), dtype, vec![g.rows], &w.scales);
         if let Some(lut) = &w.lut {
             self.f32(lut_name(prefix), vec![lut.len()], lut);
         }
@@ -606,18 +759,17 @@ impl Writer {
 
     /// Add activations `[M, C]` in their dtype.
     pub fn activations(&mut self, name: impl Into<String>, a: &Activations) -> &mut Self {
-        self.raw(
-            name,
-            to_st_dtype(a.dtype),
-            vec![a.rows, a.cols],
-            a.to_bytes(),
-        )
+        self.floats(name.into(), a.dtype, vec![a.rows, a.cols], &a.data);
+        self
     }
 
     /// Serialize and write atomically: a temporary file in the destination's directory,
     /// flushed, then renamed over `path`. On any failure the temporary file is removed and
     /// `path` is left as it was.
     pub fn write(&self, path: &Path) -> Result<()> {
+        if let Some(e) = &self.error {
+            return Err(Error::file(path, format!("cannot write: {e}")));
+        }
         let mut seen = std::collections::HashSet::new();
         for t in &self.tensors {
             if t.name == "__metadata__" {
@@ -658,6 +810,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Have `fill` write a temporary sibling file of `path`, flush it and rename it over
 /// `path`; on any failure the temporary file is removed and `path` is left as it was.
+/// An existing `path` must be a regular file (a rename would replace a device or a pipe
+/// with a file), and the new file gets its permissions; a new one gets those this
+/// process gives a file it creates (the umask's), not the temporary file's 0600.
 fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&Path) -> std::result::Result<(), String>,
@@ -665,6 +820,20 @@ fn write_atomic_with(
     let file_name = path
         .file_name()
         .ok_or_else(|| Error::file(path, "output path has no file name"))?;
+    let existing = match std::fs::metadata(path) {
+        Ok(kind) => match not_regular(&kind) {
+            Some(what) => {
+                return Err(Error::file(
+                    path,
+                    format!(
+                        "cannot write: not a regular file ({what}); outputs replace files only"
+                    ),
+                ))
+            }
+            None => Some(kind.permissions()),
+        },
+        Err(_) => None,
+    };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -676,8 +845,22 @@ fn write_atomic_with(
         file_name.to_string_lossy(),
         std::process::id()
     ));
+    // The permissions a file created here gets: a file made and removed at the temporary
+    // name (which `fill` then creates again, 0600 where it uses a temporary-file crate).
+    let permissions = match existing {
+        Some(p) => p,
+        None => std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .and_then(|f| f.metadata())
+            .map(|m| m.permissions())
+            .and_then(|p| std::fs::remove_file(&tmp).map(|()| p))
+            .map_err(|e| Error::file(path, format!("cannot write: {e}")))?,
+    };
     let result = fill(&tmp).and_then(|()| {
-        std::fs::File::open(&tmp)
+        std::fs::set_permissions(&tmp, permissions)
+            .and_then(|()| std::fs::File::open(&tmp))
             .and_then(|f| f.sync_all())
             .and_then(|()| std::fs::rename(&tmp, path))
             .map_err(|e| e.to_string())
@@ -803,6 +986,64 @@ mod tests {
             e.contains("`w.scales`") && e.contains("more than once"),
             "{e}"
         );
+        // A second copy with other offsets and dtype is still a repeated key, not a
+        // wrong offset of one of them.
+        let e = open_err(&with(format!(
+            "{top},{}}}",
+            entry.replace("\"w.scales\"", "\"w.codes\"")
+        )));
+        assert!(
+            e.contains("`w.codes`") && e.contains("more than once"),
+            "{e}"
+        );
+
+        // Each tensor entry's fault, named with its tensor.
+        let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut h: serde_json::Value = serde_json::from_str(header).unwrap();
+            f(&mut h);
+            open_err(&with(h.to_string()))
+        };
+        let scales = |h: &mut serde_json::Value| h["w.scales"].clone();
+        for (change, needles) in [
+            (
+                &(|h: &mut serde_json::Value| {
+                    let mut s = scales(h);
+                    s["data_offsets"] = serde_json::json!([8192, 8336]);
+                    h["w.scales"] = s;
+                }) as &dyn Fn(&mut serde_json::Value),
+                &["`w.scales`", "end past the"][..],
+            ),
+            (
+                &|h: &mut serde_json::Value| h["w.scales"]["dtype"] = "F4".into(),
+                &["`w.scales`", "F4", "need"][..],
+            ),
+            (
+                &|h: &mut serde_json::Value| {
+                    h["w.codes"]["shape"] = serde_json::json!([1u64 << 33, 0, 1u64 << 33])
+                },
+                &["`w.codes`", "need 0 bytes"][..],
+            ),
+            (
+                &|h: &mut serde_json::Value| {
+                    let [a, b] = [
+                        &h["w.scales"]["data_offsets"][0],
+                        &h["w.scales"]["data_offsets"][1],
+                    ]
+                    .map(|v| v.as_u64().unwrap());
+                    h["w.scales"]["data_offsets"] = serde_json::json!([b, a]);
+                },
+                &["`w.scales`", "end before they begin"][..],
+            ),
+            (
+                &|h: &mut serde_json::Value| h["w.scales"]["dtype"] = "Q7".into(),
+                &["`w.scales`", "Q7"][..],
+            ),
+        ] {
+            let e = edit(change);
+            for n in needles {
+                assert!(e.contains(n), "{n}: {e}");
+            }
+        }
 
         let e = SafetensorsFile::open(dir.path()).unwrap_err().to_string();
         assert!(e.contains("not a regular file"), "{e}");
@@ -811,6 +1052,27 @@ mod tests {
             let e = SafetensorsFile::open("/dev/zero").unwrap_err().to_string();
             assert!(e.contains("not a regular file"), "{e}");
         }
+    }
+
+    /// A file of many tensors: the error lists the first few and counts the rest.
+    #[test]
+    fn a_missing_tensor_among_many_lists_a_few() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("many.safetensors");
+        let mut out = Writer::new();
+        for i in 0..20 {
+            out.f32(format!("t{i:02}"), vec![1], &[0.0]);
+        }
+        out.write(&path).unwrap();
+        let e = SafetensorsFile::open(&path)
+            .unwrap()
+            .tensor("nope")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("t00") && e.contains("and 12 more") && !e.contains("t19"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -414,7 +414,21 @@ fn main() -> ExitCode {
         }
     };
     match std::panic::catch_unwind(|| run(cli)) {
-        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Ok(lines)) => {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            match lines
+                .iter()
+                .try_for_each(|l| writeln!(stdout, "{l}"))
+                .and_then(|()| stdout.flush())
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write to stdout: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Ok(Err(e)) => {
             eprintln!("error: {}", one_line(&e.to_string()));
             ExitCode::FAILURE
@@ -476,20 +490,24 @@ fn in_file(path: &Path) -> impl Fn(Error) -> Error + '_ {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+/// Run a command; its stdout lines are returned, printed only when it succeeds (nothing
+/// on stdout on failure).
+fn run(cli: Cli) -> Result<Vec<String>> {
+    let mut out = Vec::new();
     match cli.command {
-        Command::Random(a) => random(a),
-        Command::RandomX(a) => random_x(a),
-        Command::RandomDense(a) => random_dense(a),
-        Command::Quantize(a) => quantize(a),
-        Command::Matvec(a) => matvec(a),
-        Command::GateUp(a) => gate_up(a),
-        Command::Info(a) => info(a),
-        Command::Select(a) => select(a),
-    }
+        Command::Random(a) => random(a, &mut out),
+        Command::RandomX(a) => random_x(a, &mut out),
+        Command::RandomDense(a) => random_dense(a, &mut out),
+        Command::Quantize(a) => quantize(a, &mut out),
+        Command::Matvec(a) => matvec(a, &mut out),
+        Command::GateUp(a) => gate_up(a, &mut out),
+        Command::Info(a) => info(a, &mut out),
+        Command::Select(a) => select(a, &mut out),
+    }?;
+    Ok(out)
 }
 
-fn random(a: RandomArgs) -> Result<()> {
+fn random(a: RandomArgs, out: &mut Vec<String>) -> Result<()> {
     let c = &a.coding;
     limits::check_elements(&[("rows", a.rows), ("cols", a.cols)])?;
     let g = Geometry::new(a.rows, a.cols, c.t, c.k, c.l, c.code)?;
@@ -507,11 +525,11 @@ fn random(a: RandomArgs) -> Result<()> {
     let lut = (g.code == Code::Lut).then(|| encode::gaussian_lut(g.l, a.seed));
     let w = QuantizedMatrix::new(g, codes, scales, scale_dtype, lut)?;
     io::write_quantized(&a.out, &a.prefix, &w)?;
-    println!("{}: {} -> {}", a.prefix, g, a.out.display());
+    out.push(format!("{}: {} -> {}", a.prefix, g, a.out.display()));
     Ok(())
 }
 
-fn random_x(a: RandomXArgs) -> Result<()> {
+fn random_x(a: RandomXArgs, out: &mut Vec<String>) -> Result<()> {
     if a.m == 0 {
         return Err(Error::invalid("m", a.m, "must be at least 1"));
     }
@@ -520,14 +538,14 @@ fn random_x(a: RandomXArgs) -> Result<()> {
     }
     let x = gaussian(a.m, a.cols, ("m", "cols"), a.dtype, 1.0, a.seed)?;
     io::write_activations(&a.out, &a.name, &x)?;
-    println!(
+    out.push(format!(
         "{}: {} [{}, {}] -> {}",
         a.name,
         a.dtype,
         a.m,
         a.cols,
         a.out.display()
-    );
+    ));
     Ok(())
 }
 
@@ -562,7 +580,7 @@ fn gaussian(
     Ok(a)
 }
 
-fn random_dense(a: RandomDenseArgs) -> Result<()> {
+fn random_dense(a: RandomDenseArgs, out: &mut Vec<String>) -> Result<()> {
     if a.rows == 0 {
         return Err(Error::invalid("rows", a.rows, "must be at least 1"));
     }
@@ -574,18 +592,18 @@ fn random_dense(a: RandomDenseArgs) -> Result<()> {
     }
     let w = gaussian(a.rows, a.cols, ("rows", "cols"), a.dtype, a.std, a.seed)?;
     io::write_activations(&a.out, &a.name, &w)?;
-    println!(
+    out.push(format!(
         "{}: {} [{}, {}] -> {}",
         a.name,
         a.dtype,
         a.rows,
         a.cols,
         a.out.display()
-    );
+    ));
     Ok(())
 }
 
-fn quantize(a: QuantizeArgs) -> Result<()> {
+fn quantize(a: QuantizeArgs, out: &mut Vec<String>) -> Result<()> {
     let mut inputs = vec![("input", a.input.as_path())];
     if let Some(lut) = &a.lut {
         inputs.push(("lut", lut.as_path()));
@@ -638,7 +656,7 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
                     ),
                 ));
             }
-            println!("lut: tensor `{name}` of {}", path.display());
+            out.push(format!("lut: tensor `{name}` of {}", path.display()));
             Some(values)
         }
         (Some(_), code) => {
@@ -679,9 +697,20 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
     let enc =
         encode::quantize_with_progress(&dense, rows, cols, &opts, &|n| bar.set_position(n as u64));
     bar.finish_and_clear();
-    // A row whose scale overflows f16 is an error in the input: name the file and tensor.
+    // A row whose scale overflows f16 is an error in the input: name the file and tensor,
+    // and a given table, whose magnitudes set the scales' (a tiny table, a huge scale).
+    let with_lut = match &a.lut {
+        Some(path) => format!(
+            " (the scales are the rows' magnitudes over those of the values of the --lut \
+             table {})",
+            path.display()
+        ),
+        None => String::new(),
+    };
     let enc = enc.map_err(|e| match e {
-        e @ Error::Invalid { .. } => Error::file(&a.input, format!("tensor `{}`: {e}", a.tensor)),
+        e @ Error::Invalid { .. } => {
+            Error::file(&a.input, format!("tensor `{}`: {e}{with_lut}", a.tensor))
+        }
         e => e,
     })?;
     io::write_quantized(&a.out, &a.prefix, &enc.matrix)?;
@@ -695,17 +724,17 @@ fn quantize(a: QuantizeArgs) -> Result<()> {
         })
         .collect();
     if let Some(&r) = tiny.first() {
-        println!(
+        out.push(format!(
             "warning: {} rows have scales below f16's normal range (first: row {r}, scale {:e}): they decode as zeros or coarse multiples; scale the weights up",
             tiny.len(),
             enc.matrix.scales[r]
-        );
+        ));
     }
-    println!("mse: {:e}", enc.mse);
-    if power > 0.0 {
-        println!("relative mse: {:.6}", enc.mse / power);
-    }
-    println!("{}: {} -> {}", a.prefix, g, a.out.display());
+    out.push(format!("mse: {:e}", enc.mse));
+    // An all-zero matrix has no relative error to speak of: its mse is 0, and so is this.
+    let relative = if power > 0.0 { enc.mse / power } else { 0.0 };
+    out.push(format!("relative mse: {relative:.6}"));
+    out.push(format!("{}: {} -> {}", a.prefix, g, a.out.display()));
     Ok(())
 }
 
@@ -733,7 +762,7 @@ fn read_x(path: &Path, cols: usize) -> Result<Activations> {
     Ok(x)
 }
 
-fn matvec(a: MatvecArgs) -> Result<()> {
+fn matvec(a: MatvecArgs, out: &mut Vec<String>) -> Result<()> {
     same_file::refuse_overwrite(&a.out, &[("weights", &a.weights), ("x", &a.x)])?;
     let w = io::read_quantized(&a.weights, &a.prefix).map_err(in_file(&a.weights))?;
     let x = read_x(&a.x, w.geometry.cols)?;
@@ -741,18 +770,18 @@ fn matvec(a: MatvecArgs) -> Result<()> {
     let tier: Tier = a.tier.parse()?;
     let y = run_matvec(&backend, &w, &x, tier)?;
     io::write_activations(&a.out, "y", &y)?;
-    println!(
+    out.push(format!(
         "y: {} [{}, {}] ({}) -> {}",
         y.dtype,
         y.rows,
         y.cols,
         backend,
         a.out.display()
-    );
+    ));
     Ok(())
 }
 
-fn gate_up(a: GateUpArgs) -> Result<()> {
+fn gate_up(a: GateUpArgs, out: &mut Vec<String>) -> Result<()> {
     let tail: Tail = a.tail.parse()?;
     same_file::refuse_overwrite(&a.out, &[("gate", &a.gate), ("up", &a.up), ("x", &a.x)])?;
     let gate = io::read_quantized(&a.gate, &a.gate_prefix).map_err(in_file(&a.gate))?;
@@ -763,7 +792,7 @@ fn gate_up(a: GateUpArgs) -> Result<()> {
     let tier: Tier = a.tier.parse()?;
     let mid = run_gate_up(&backend, &gate, &up, &x, tail, tier)?;
     io::write_activations(&a.out, "mid", &mid)?;
-    println!(
+    out.push(format!(
         "mid: {} [{}, {}] ({}, tail {}) -> {}",
         mid.dtype,
         mid.rows,
@@ -771,27 +800,27 @@ fn gate_up(a: GateUpArgs) -> Result<()> {
         backend,
         a.tail,
         a.out.display()
-    );
+    ));
     Ok(())
 }
 
-fn info(a: InfoArgs) -> Result<()> {
+fn info(a: InfoArgs, out: &mut Vec<String>) -> Result<()> {
     if a.devices {
         for (name, status) in trellis::backend::devices() {
             match status {
-                Ok(d) => println!("{name}: {}", one_line(&d)),
+                Ok(d) => out.push(format!("{name}: {}", one_line(&d))),
                 Err(r) => {
                     // The error's own "backend `x` is unavailable: " would repeat the line's.
                     let prefix = format!("backend `{name}` is unavailable: ");
                     let reason = r.strip_prefix(prefix.as_str()).unwrap_or(&r);
-                    println!("{name}: unavailable: {}", one_line(reason))
+                    out.push(format!("{name}: unavailable: {}", one_line(reason)))
                 }
             }
         }
-        println!("default: {}", trellis::backend::default_name());
+        out.push(format!("default: {}", trellis::backend::default_name()));
     }
     match &a.file {
-        Some(file) => info_file(file),
+        Some(file) => info_file(file, out),
         None if a.devices => Ok(()),
         None => Err(Error::invalid(
             "FILE",
@@ -812,7 +841,7 @@ fn backend_for_device(device: &str) -> &'static str {
     }
 }
 
-fn select(a: SelectArgs) -> Result<()> {
+fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
     use trellis::family::{Family, FamilyVisitor, ProblemSpec};
     use trellis::tune::Selector;
     let device = a.device.trim();
@@ -853,6 +882,7 @@ fn select(a: SelectArgs) -> Result<()> {
     // the backend's limits (a bucket's winner that does not fit gives way).
     struct Select<'a> {
         name: &'a str,
+        asked: &'a str,
         spec: ProblemSpec,
         tier: Tier,
         backend: &'a str,
@@ -866,12 +896,16 @@ fn select(a: SelectArgs) -> Result<()> {
                 return;
             }
             self.out = Some(F::problem(&self.spec).and_then(|p| {
-                // An alias names a kind of problem (`gate_up_mixed`: two k): the flags
-                // must describe that kind, or the answer would be for another key.
-                if self.name != F::NAME && self.name != F::label(&p) {
+                // An alias names a kind of problem (`gate_up_mixed`: two k), also where
+                // the tier maps it to another family: the flags must describe that kind,
+                // or the answer would be for another key.
+                let mixed = |n: &str| n.ends_with("_mixed");
+                if (self.name != F::NAME && self.name != F::label(&p))
+                    || (mixed(self.asked) && !mixed(F::label(&p)))
+                {
                     return Err(Error::invalid(
                         "family",
-                        self.name,
+                        self.asked,
                         format!(
                             "these flags describe a {} problem (a mixed pair needs --ku other than --k)",
                             F::label(&p)
@@ -904,14 +938,15 @@ fn select(a: SelectArgs) -> Result<()> {
     // the matrix-unit families'.
     let family = trellis::ops::family_for(&a.family, tier);
     if family != a.family {
-        println!(
+        out.push(format!(
             "family: {family} (what the {tier} tier of {} runs)",
             a.family
-        );
+        ));
     }
     let answer = |spec: ProblemSpec| {
         let mut v = Select {
             name: family,
+            asked: &a.family,
             spec,
             tier,
             backend: &backend,
@@ -952,12 +987,12 @@ fn select(a: SelectArgs) -> Result<()> {
         lines
     };
     for l in lines {
-        println!("{l}");
+        out.push(format!("{l}"));
     }
     Ok(())
 }
 
-fn info_file(file: &Path) -> Result<()> {
+fn info_file(file: &Path, out: &mut Vec<String>) -> Result<()> {
     let f = SafetensorsFile::open(file)?;
     let prefixes = f.quantized_prefixes();
     let mut owned = std::collections::HashSet::new();
@@ -991,17 +1026,17 @@ fn info_file(file: &Path) -> Result<()> {
         }
     }
     if prefixes.is_empty() {
-        println!("{}: no quantized matrices", file.display());
+        out.push(format!("{}: no quantized matrices", file.display()));
     }
     for l in lines {
-        println!("{l}");
+        out.push(format!("{l}"));
     }
     for name in f.names() {
         if owned.contains(&name) {
             continue;
         }
         let t = f.tensor(&name)?;
-        println!("{name}: {} {:?}", io::dtype_name(t.dtype), t.shape);
+        out.push(format!("{name}: {} {:?}", io::dtype_name(t.dtype), t.shape));
     }
     Ok(())
 }

@@ -36,7 +36,8 @@ fn ok(args: &[&str]) -> String {
     text(&out.stdout)
 }
 
-/// Run, require a clean failure mentioning every needle, and no file at `out_path`.
+/// Run, require a clean failure mentioning every needle, nothing on stdout, and no file
+/// at `out_path`.
 fn fails(args: &[&str], out_path: &Path, needles: &[&str]) -> String {
     let out = trellis(args);
     let stderr = text(&out.stderr);
@@ -45,6 +46,7 @@ fn fails(args: &[&str], out_path: &Path, needles: &[&str]) -> String {
         Some(1),
         "trellis {args:?} should exit 1; stderr: {stderr}"
     );
+    assert_eq!(text(&out.stdout), "", "trellis {args:?}: stdout on failure");
     assert!(
         !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
         "trellis {args:?} panicked: {stderr}"
@@ -1215,6 +1217,96 @@ fn a_failed_command_leaves_an_existing_output_untouched() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(std::fs::read(&c.out).unwrap(), b"previous");
     no_temp_files(c.d.0.path());
+}
+
+/// `trellis args`, killed and failed if it runs past 60 s (a read that blocks).
+#[cfg(unix)]
+fn trellis_within_a_minute(args: &[&str]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the trellis binary");
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("trellis {args:?} still running after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A pipe given as an input is refused without opening it (opening waits for a writer);
+/// an output path that is a pipe or a device is refused, and left as it was.
+#[cfg(unix)]
+#[test]
+fn pipes_and_devices_are_refused_without_blocking() {
+    use std::os::unix::fs::FileTypeExt;
+    let c = Case::new();
+    let pipe = c.d.path("p.safetensors");
+    assert!(Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .unwrap()
+        .success());
+    for args in [
+        vec!["info", s(&pipe)],
+        vec![
+            "matvec",
+            "--weights",
+            s(&c.w),
+            "--x",
+            s(&pipe),
+            "--out",
+            s(&c.out),
+        ],
+        vec![
+            "matvec",
+            "--weights",
+            s(&pipe),
+            "--x",
+            s(&c.x),
+            "--out",
+            s(&c.out),
+        ],
+    ] {
+        let out = trellis_within_a_minute(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("not a regular file"), "{args:?}: {stderr}");
+    }
+    assert!(!c.out.exists());
+    let args = ["random-x", "--m", "1", "--cols", "256", "--out", s(&pipe)];
+    let out = trellis_within_a_minute(&args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+    assert!(std::fs::metadata(&pipe).unwrap().file_type().is_fifo());
+    no_temp_files(c.d.0.path());
+}
+
+/// A new output gets the permissions of a file this process creates (the umask's, not a
+/// temporary file's 0600); a replaced one keeps its own.
+#[cfg(unix)]
+#[test]
+fn outputs_get_the_usual_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Dir::new();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let made = d.path("made");
+    std::fs::File::create(&made).unwrap();
+    let new = d.path("new.safetensors");
+    ok(&["random-x", "--m", "1", "--cols", "256", "--out", s(&new)]);
+    assert_eq!(mode(&new), mode(&made));
+    let old = d.path("old.safetensors");
+    std::fs::write(&old, b"previous").unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o640)).unwrap();
+    ok(&["random-x", "--m", "1", "--cols", "256", "--out", s(&old)]);
+    assert_eq!(mode(&old), 0o640);
+    assert_ne!(std::fs::read(&old).unwrap(), b"previous");
 }
 
 #[test]

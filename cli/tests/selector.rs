@@ -584,6 +584,32 @@ fn good_and_bad_tables_side_by_side() {
     assert!(sel.source.to_string().contains("stale"), "{}", sel.source);
 }
 
+/// A `*.toml` that is a pipe, a device or too large is ignored with a warning, unread
+/// (reading a pipe would wait for a writer; `/dev/zero` never ends).
+#[cfg(unix)]
+#[test]
+fn odd_files_in_a_tables_directory_are_warnings_not_reads() {
+    let d = dir_with(&[("b-nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
+    let status = Command::new("mkfifo")
+        .arg(d.path().join("a-pipe.toml"))
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    std::os::unix::fs::symlink("/dev/zero", d.path().join("c-zero.toml")).unwrap();
+    let huge = std::fs::File::create(d.path().join("d-huge.toml")).unwrap();
+    huge.set_len(trellis::tune::MAX_TABLE_BYTES + 1).unwrap();
+    let s = selector_of(d.path());
+    assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
+    for (w, what) in s.warnings.iter().zip(["pipe", "device", "more than"]) {
+        assert!(w.contains("ignored") && w.contains(what), "{w}");
+    }
+    assert!(matches!(
+        s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)
+            .source,
+        Source::Table { .. }
+    ));
+}
+
 #[test]
 fn later_table_for_a_device_wins() {
     let mut newer = table("nvidia-h200", "cuda");
@@ -633,7 +659,8 @@ fn ok(args: &[&str]) -> (String, String) {
     (stdout, stderr)
 }
 
-/// Run, require exit 1 with exactly one `error:` line containing every needle.
+/// Run, require exit 1 with exactly one `error:` line containing every needle, and
+/// nothing on stdout.
 fn fails(args: &[&str], needles: &[&str]) {
     let out = trellis(args);
     let stderr = text(&out.stderr);
@@ -642,6 +669,7 @@ fn fails(args: &[&str], needles: &[&str]) {
         Some(1),
         "trellis {args:?} should exit 1; stderr: {stderr}"
     );
+    assert_eq!(text(&out.stdout), "", "trellis {args:?}: stdout on failure");
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(
         lines.len(),
@@ -713,6 +741,17 @@ fn cli_select_reads_tables() {
     assert!(out.contains(&want), "{out}");
     assert!(
         line(&out, "source").contains("nearest device nvidia-h200 for nvidia-h200-zz"),
+        "{out}"
+    );
+    // Both at once: each named.
+    let mut args = select_args("nvidia-h200-zz", Some(dir), &[]);
+    args[6] = "8192"; // --rows
+    args[8] = "2048"; // --cols
+    let (out, _) = ok(&args);
+    let source = line(&out, "source");
+    assert!(
+        source.contains("nearest device nvidia-h200 for nvidia-h200-zz")
+            && source.contains("nearest bucket"),
         "{out}"
     );
 
@@ -911,6 +950,19 @@ fn cli_select_rejects_bad_values() {
     fails(
         &args,
         &["gate_up_mixed", "describe a gate_up problem", "--ku"],
+    );
+    // Also where the fast tier maps it to the matrix-unit family.
+    let mut args = base("--tier", "fast");
+    let f = args.iter().position(|a| a == "--family").unwrap();
+    args[f + 1] = "gate_up_mixed".into();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fails(
+        &args,
+        &[
+            "family = gate_up_mixed",
+            "describe a gate_up_mma problem",
+            "--ku",
+        ],
     );
     // A family without tuned choices says so in words.
     let mut args = base("--tier", "exact");

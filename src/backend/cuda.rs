@@ -428,7 +428,13 @@ impl Backend for CudaBackend {
 
     fn download(&self, t: &CudaTensor) -> Result<Vec<u8>> {
         let n = t.shape.iter().product::<usize>() * t.elem.size();
-        let mut v = self.stream.clone_dtoh(&t.buf).map_err(driver_err)?;
+        // Into memory reserved first: a huge output is an error, not an allocation abort.
+        let len = t.buf.len();
+        let mut v = crate::error::reserve(len, "download", format!("{:?}", t.shape))?;
+        v.resize(len, 0);
+        self.stream
+            .memcpy_dtoh(&t.buf, &mut v)
+            .map_err(driver_err)?;
         v.truncate(n);
         Ok(v)
     }

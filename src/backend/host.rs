@@ -52,6 +52,14 @@ impl HostTensor {
     pub(super) fn byte_len(&self) -> usize {
         self.shape.iter().product::<usize>() * self.elem.size()
     }
+    /// A copy of the tensor's bytes, in memory reserved first (a download of a huge
+    /// output is an error, not an allocation abort).
+    pub(super) fn download(&self) -> Result<Vec<u8>> {
+        let mut v =
+            crate::error::reserve(self.byte_len(), "download", format!("{:?}", self.shape))?;
+        v.extend_from_slice(self.bytes());
+        Ok(v)
+    }
     /// The tensor's bytes.
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: u32 storage viewed as bytes; byte_len <= 4 * words.len().

@@ -386,7 +386,7 @@ impl Backend for MetalSimBackend {
     }
 
     fn download(&self, t: &SimTensor) -> Result<Vec<u8>> {
-        Ok(t.bytes().to_vec())
+        t.download()
     }
 
     fn precompile(&self, launches: &[Launch<'_>]) -> Result<()> {

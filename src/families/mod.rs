@@ -72,7 +72,12 @@ impl<B: Backend> DeviceMatrix<B> {
         // naming the field, not a panic or a kernel reading past its codes.
         w.validate()?;
         let g = w.geometry;
-        let codes: Vec<u8> = w.codes.iter().flat_map(|c| c.to_le_bytes()).collect();
+        let codes = crate::error::collect_reserved(
+            w.codes.len() * 4,
+            w.codes.iter().flat_map(|c| c.to_le_bytes()),
+            "codes",
+            format!("{} words", w.codes.len()),
+        )?;
         let scales = match w.scale_dtype {
             ScaleDType::F16 => DType::F16.encode(&w.scales),
             ScaleDType::F32 => DType::F32.encode(&w.scales),
@@ -134,7 +139,8 @@ impl<B: Backend> DeviceMatrix<B> {
 
 /// Upload activations `[M, C]`.
 pub fn upload_activations<B: Backend>(b: &B, x: &Activations) -> Result<B::Tensor> {
-    b.upload(x.dtype.into(), &[x.rows, x.cols], &x.to_bytes())
+    let bytes = x.dtype.try_encode(&x.data, "activations x")?;
+    b.upload(x.dtype.into(), &[x.rows, x.cols], &bytes)
 }
 
 /// Activations uploaded for the SIMT families: as they are and, where the columns allow,

@@ -189,6 +189,10 @@ pub fn space_hash<F: Family>(p: &F::Problem, tier: Tier, quick: bool, dialect: D
     format!("{:016x}", std::hash::Hasher::finish(&h))
 }
 
+/// The largest tuning table read (the H200's, every key of both tiers, is about 6 MB): a
+/// larger `*.toml` in a tables directory is ignored with a warning, unread.
+pub const MAX_TABLE_BYTES: u64 = 64 << 20;
+
 /// Environment variable naming a directory of `*.toml` tables that override the embedded ones.
 pub const TUNING_DIR_ENV: &str = "TRELLIS_TUNING_DIR";
 
@@ -250,9 +254,12 @@ impl Selector {
         };
         paths.sort();
         for p in paths {
-            match std::fs::read_to_string(&p) {
+            match crate::io::read_text(&p, MAX_TABLE_BYTES) {
                 Ok(text) => self.add_text(&p.display().to_string(), &text),
-                Err(e) => self.warnings.push(format!("{}: {e}", p.display())),
+                Err(Error::File { reason, .. }) => self
+                    .warnings
+                    .push(format!("{}: ignored: {reason}", p.display())),
+                Err(e) => self.warnings.push(format!("{}: ignored: {e}", p.display())),
             }
         }
     }
@@ -364,24 +371,28 @@ impl Selector {
             Err(err) => return default(format!("table {name}, entry [{k}]: {err}")),
         };
         let measured_at = e.shape.clone();
-        let source = match (k.bucket == key.bucket, via_family) {
-            (true, false) => Source::Table {
+        // Each way the entry stands in for the key is named (another device of the
+        // family, another bucket, or both).
+        let why: Vec<String> = [
+            via_family.then(|| format!("nearest device {} for {device}", t.device.id)),
+            (k.bucket != key.bucket).then(|| format!("nearest bucket to {}", key.bucket)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let source = if why.is_empty() {
+            Source::Table {
                 table: name.clone(),
                 key: k.to_string(),
                 shape: measured_at,
-            },
-            (true, true) => Source::Nearest {
+            }
+        } else {
+            Source::Nearest {
                 table: name.clone(),
                 key: k.to_string(),
                 shape: measured_at,
-                why: format!("nearest device {} for {device}", t.device.id),
-            },
-            (false, _) => Source::Nearest {
-                table: name.clone(),
-                key: k.to_string(),
-                shape: measured_at,
-                why: format!("nearest bucket to {}", key.bucket),
-            },
+                why: why.join(", "),
+            }
         };
         let runner_up = e
             .runner_up::<F::Variant>()
