@@ -986,9 +986,7 @@ fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
         }
         lines
     };
-    for l in lines {
-        out.push(format!("{l}"));
-    }
+    out.extend(lines);
     Ok(())
 }
 
@@ -1028,9 +1026,7 @@ fn info_file(file: &Path, out: &mut Vec<String>) -> Result<()> {
     if prefixes.is_empty() {
         out.push(format!("{}: no quantized matrices", file.display()));
     }
-    for l in lines {
-        out.push(format!("{l}"));
-    }
+    out.extend(lines);
     for name in f.names() {
         if owned.contains(&name) {
             continue;
