@@ -101,6 +101,7 @@ impl Code {
     /// The value of every state for `l` state bits. Code `lut` returns a copy of `lut`
     /// after checking its length.
     pub fn table(self, l: u32, lut: Option<&[f32]>) -> Result<Vec<f32>> {
+        check_l(l)?;
         let n = 1usize << l;
         if self == Code::Lut {
             let lut =
@@ -115,6 +116,20 @@ impl Code {
             return Ok(lut.to_vec());
         }
         (0..n as u32).map(|s| self.value(s, None)).collect()
+    }
+}
+
+/// SPEC 1's range of L (`k < L <= 16`, k at least 1), for what takes an L alone: a
+/// table of 2^L values.
+pub fn check_l(l: u32) -> Result<()> {
+    if (2..=16).contains(&l) {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "L",
+            l,
+            "must be in 2..=16 (SPEC 1: k < L <= 16)",
+        ))
     }
 }
 

@@ -66,18 +66,22 @@ pub struct Encoded {
 
 /// A Gaussian table of `2^l` values for code `lut`: i.i.d. standard normal samples from
 /// `ChaCha8Rng::seed_from_u64(seed)`, so the same `(l, seed)` always gives the same table.
-pub fn gaussian_lut(l: u32, seed: u64) -> Vec<f32> {
+/// An L outside SPEC 1's 2..=16 is an error.
+pub fn gaussian_lut(l: u32, seed: u64) -> Result<Vec<f32>> {
+    crate::codes::check_l(l)?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..1usize << l)
+    Ok((0..1usize << l)
         .map(|_| rng.sample::<f32, _>(StandardNormal))
-        .collect()
+        .collect())
 }
 
 /// Quantize `dense`, row-major `[rows, cols]` f32, with tail-biting Viterbi.
 ///
 /// Errors (naming the field) on a geometry outside SPEC section 1, on
 /// `dense.len() != rows * cols`, on a missing, misfit or non-finite `lut`, on non-finite
-/// weights and on a row whose scale overflows f16.
+/// weights and on a row whose scale overflows f16. A row whose scale falls below f16's
+/// normal range keeps it as f16 has it, subnormal or 0: it decodes as coarse multiples or
+/// zeros, which its `mse` shows (the CLI names such rows in a warning).
 pub fn quantize(dense: &[f32], rows: usize, cols: usize, opts: &EncodeOptions) -> Result<Encoded> {
     quantize_inner(dense, rows, cols, opts, false, &|_| {}).map(|(e, _)| e)
 }
@@ -709,7 +713,7 @@ mod tests {
             k,
             l,
             code,
-            lut: (code == Code::Lut).then(|| gaussian_lut(l, 7)),
+            lut: (code == Code::Lut).then(|| gaussian_lut(l, 7).unwrap()),
             progress: false,
         }
     }
@@ -924,7 +928,7 @@ mod tests {
                 &w,
                 4,
                 256,
-                o(Code::Mul1, 256, 2, 12, Some(gaussian_lut(12, 1))),
+                o(Code::Mul1, 256, 2, 12, Some(gaussian_lut(12, 1).unwrap())),
                 "lut = present",
             ),
         ];
@@ -932,7 +936,7 @@ mod tests {
             let msg = quantize(dense, rows, cols, &opts).unwrap_err().to_string();
             assert!(msg.contains(needle), "{msg:?} should mention {needle:?}");
         }
-        let mut nan_lut = gaussian_lut(8, 1);
+        let mut nan_lut = gaussian_lut(8, 1).unwrap();
         nan_lut[5] = f32::NAN;
         let msg = quantize(&w, 4, 256, &o(Code::Lut, 256, 2, 8, Some(nan_lut)))
             .unwrap_err()
@@ -955,7 +959,7 @@ mod tests {
     /// is allocated.
     #[test]
     fn oversized_blocks_are_rejected() {
-        let values = gaussian_lut(16, 1);
+        let values = gaussian_lut(16, 1).unwrap();
         let e = tail_biting_path(&values, 1, 16, &vec![0.0; 1 << 16])
             .unwrap_err()
             .to_string();
@@ -1053,10 +1057,10 @@ mod tests {
 
     #[test]
     fn gaussian_lut_is_seeded() {
-        let a = gaussian_lut(10, 3);
+        let a = gaussian_lut(10, 3).unwrap();
         assert_eq!(a.len(), 1024);
-        assert_eq!(a, gaussian_lut(10, 3));
-        assert_ne!(a, gaussian_lut(10, 4));
+        assert_eq!(a, gaussian_lut(10, 3).unwrap());
+        assert_ne!(a, gaussian_lut(10, 4).unwrap());
         let var = a.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / 1024.0;
         assert!((var - 1.0).abs() < 0.15, "{var}");
     }

@@ -744,6 +744,15 @@ impl Writer {
     /// Add a quantized matrix: `<prefix>.codes`, `<prefix>.scales`, `<prefix>.lut`
     /// (code `lut`) and the `<prefix>.trellis` metadata.
     pub fn quantized(&mut self, prefix: &str, w: &QuantizedMatrix) -> &mut Self {
+        // Its fields are public: a matrix that would not read back is not written.
+        if let Err(e) = w.validate() {
+            self.error.get_or_insert(Error::invalid(
+                format!("matrix `{prefix}`"),
+                "not written",
+                e.to_string(),
+            ));
+            return self;
+        }
         let g = &w.geometry;
         self.u32(codes_name(prefix), g.codes_shape().to_vec(), &w.codes);
         let dtype = match w.scale_dtype {
@@ -772,6 +781,17 @@ impl Writer {
         }
         let mut seen = std::collections::HashSet::new();
         for t in &self.tensors {
+            let bits = t
+                .shape
+                .iter()
+                .try_fold(t.dtype.bitsize(), |n, &d| n.checked_mul(d));
+            if bits.map(|b| b.div_ceil(8)) != Some(t.data.len()) {
+                return Err(Error::invalid(
+                    format!("tensor `{}` shape", t.name),
+                    format!("{:?}", t.shape),
+                    format!("does not hold its {} bytes of {:?}", t.data.len(), t.dtype),
+                ));
+            }
             if t.name == "__metadata__" {
                 return Err(Error::invalid(
                     "tensor name",

@@ -19,9 +19,10 @@ pub struct Bucket {
 }
 
 impl Bucket {
-    /// The bucket of an `R x C` matrix.
+    /// The bucket of an `R x C` matrix (a size past 2^63 in the top bucket, 2^63).
     pub fn of(rows: usize, cols: usize) -> Self {
-        let anchor = |n: usize| -> u64 { 1u64 << ((n.max(1) as f64).log2().round() as u32) };
+        let anchor =
+            |n: usize| -> u64 { 1u64 << ((n.max(1) as f64).log2().round() as u32).min(63) };
         Bucket {
             rows: anchor(rows),
             cols: anchor(cols),

@@ -43,7 +43,8 @@ impl QuantizedMatrix {
 
     /// What [`QuantizedMatrix::new`] checks, for a matrix whose public fields were set
     /// or changed by hand (the facade checks again before it uploads one): the geometry,
-    /// every length against it, finite scales and the table of code `lut`.
+    /// every length against it, finite scales (f16 values where they are stored as f16)
+    /// and the table of code `lut`.
     pub fn validate(&self) -> Result<()> {
         let (geometry, codes, scales, lut) = (&self.geometry, &self.codes, &self.scales, &self.lut);
         geometry.validate()?;
@@ -71,6 +72,20 @@ impl QuantizedMatrix {
                 scales[r],
                 "row scales must be finite",
             ));
+        }
+        // Stored as f16, a scale must be an f16 value: the kernels read the stored one,
+        // the reference this one, and they must be the same number.
+        if self.scale_dtype == ScaleDType::F16 {
+            if let Some(r) = scales
+                .iter()
+                .position(|&s| half::f16::from_f32(s).to_f32().to_bits() != s.to_bits())
+            {
+                return Err(Error::invalid(
+                    format!("scales[{r}]"),
+                    scales[r],
+                    "not an f16 value (the scales' dtype is f16)",
+                ));
+            }
         }
         match (geometry.code, lut) {
             (Code::Lut, None) => {
@@ -120,7 +135,7 @@ impl QuantizedMatrix {
     /// largest table value; only a row that could overflow is decoded.
     pub fn check_weights_finite(&self, dtype: DType) -> Result<()> {
         self.validate()?; // a hand-edited matrix: its table and lengths are read below
-        let table = self.value_table();
+        let table = self.value_table()?;
         let largest = table.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         for (r, &s) in self.scales.iter().enumerate() {
             // Rounding is monotone, so no weight of the row exceeds this one.
@@ -158,12 +173,12 @@ impl QuantizedMatrix {
         layout::state(self.block(r, c / g.t), g.t, g.k, g.l, c % g.t)
     }
 
-    /// The value table of this matrix's code (a copy of `lut` for code `lut`).
-    pub fn value_table(&self) -> Vec<f32> {
+    /// The value table of this matrix's code (a copy of `lut` for code `lut`; an error
+    /// where a hand-edited `lut` or L does not fit).
+    pub fn value_table(&self) -> Result<Vec<f32>> {
         self.geometry
             .code
             .table(self.geometry.l, self.lut.as_deref())
-            .expect("lut length checked at construction")
     }
 }
 

@@ -12,12 +12,12 @@ pub fn dequantize(w: &QuantizedMatrix, dtype: DType) -> Result<Vec<f32>> {
     w.validate()?;
     let g = &w.geometry;
     let mut out = filled(g.rows, g.cols, 0.0f32, "dequantized weights (rows x cols)")?;
-    dequantize_into(w, dtype, &mut out);
+    dequantize_into(w, dtype, &mut out)?;
     Ok(out)
 }
 
-fn dequantize_into(w: &QuantizedMatrix, dtype: DType, out: &mut [f32]) {
-    let table = w.value_table();
+fn dequantize_into(w: &QuantizedMatrix, dtype: DType, out: &mut [f32]) -> Result<()> {
+    let table = w.value_table()?;
     out.par_chunks_mut(w.geometry.cols)
         .enumerate()
         .for_each(|(r, row)| {
@@ -25,6 +25,7 @@ fn dequantize_into(w: &QuantizedMatrix, dtype: DType, out: &mut [f32]) {
                 *v = dtype.round(table[w.state(r, c) as usize] * w.scales[r]);
             }
         });
+    Ok(())
 }
 
 /// `a * b` values of `fill`, or an error naming `what` when the count overflows or the
@@ -66,6 +67,19 @@ pub fn check_activations(x: &Activations, cols: usize) -> Result<()> {
             expected: vec![x.rows, x.cols],
         });
     }
+    // Each value must be one of its dtype's: the kernels read the stored bits, the
+    // reference these values (NaN is the finiteness checks' to name).
+    if let Some(i) = x
+        .data
+        .iter()
+        .position(|&v| !v.is_nan() && x.dtype.round(v).to_bits() != v.to_bits())
+    {
+        return Err(Error::invalid(
+            format!("x[{}, {}]", i / x.cols, i % x.cols),
+            x.data[i],
+            format!("not a {} value (the activations' dtype)", x.dtype),
+        ));
+    }
     Ok(())
 }
 
@@ -76,7 +90,7 @@ pub fn reduce(w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
     check_activations(x, w.geometry.cols)?;
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
     let mut dense = filled(rows, cols, 0.0f32, "dequantized weights (rows x cols)")?;
-    dequantize_into(w, x.dtype, &mut dense);
+    dequantize_into(w, x.dtype, &mut dense)?;
     let mut y = filled(x.rows, rows, 0.0f32, "y (M x rows)")?;
     // Every output on its own, so M = 1 uses every core too.
     y.par_iter_mut().enumerate().for_each(|(i, o)| {
@@ -129,24 +143,44 @@ pub fn gate_up(
     x: &Activations,
 ) -> Result<Activations> {
     check_pair(gate, up)?;
-    Ok(swiglu_tail(&reduce(gate, x)?, &reduce(up, x)?))
+    swiglu_tail(&reduce(gate, x)?, &reduce(up, x)?)
 }
 
 /// SPEC section 6's exact tail of the projections `g = G x` and `u = U x` (each `[M, R]`
-/// in the activation dtype, as [`reduce`] gives them): `mid`, element by element.
-pub fn swiglu_tail(g: &Activations, u: &Activations) -> Activations {
+/// in the activation dtype, as [`reduce`] gives them): `mid`, element by element. The two
+/// must agree in shape and dtype.
+pub fn swiglu_tail(g: &Activations, u: &Activations) -> Result<Activations> {
+    if (g.rows, g.cols, g.dtype) != (u.rows, u.cols, u.dtype) || g.data.len() != u.data.len() {
+        return Err(Error::invalid(
+            "u",
+            format!(
+                "[{}, {}] {} ({} values)",
+                u.rows,
+                u.cols,
+                u.dtype,
+                u.data.len()
+            ),
+            format!(
+                "must match g: [{}, {}] {} ({} values)",
+                g.rows,
+                g.cols,
+                g.dtype,
+                g.data.len()
+            ),
+        ));
+    }
     let data = g
         .data
         .iter()
         .zip(&u.data)
         .map(|(&gv, &uv)| swiglu(gv, uv, g.dtype))
         .collect();
-    Activations {
+    Ok(Activations {
         data,
         dtype: g.dtype,
         rows: g.rows,
         cols: g.cols,
-    }
+    })
 }
 
 /// SPEC section 7 (v2): the real sums `y*[m, r] = sum_c value(s) * scale[r] * x[m, c]`
@@ -157,7 +191,7 @@ pub fn real_sums(w: &QuantizedMatrix, x: &Activations) -> Result<(Vec<f64>, Vec<
     w.validate()?;
     check_activations(x, w.geometry.cols)?;
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
-    let table = w.value_table();
+    let table = w.value_table()?;
     let mut out = filled(x.rows, rows, (0f64, 0f64), "real sums (M x rows)")?;
     // Row by row in parallel: each weight is decoded once for all M samples (the decode,
     // not the product, is the cost), into a buffer each worker keeps.
@@ -293,7 +327,7 @@ mod tests {
         let x = Activations::from_f32(DType::F32, m, g.cols, data).unwrap();
         let (y, abs) = real_sums(&w, &x).unwrap();
         assert_eq!((y.len(), abs.len()), (m * g.rows, m * g.rows));
-        let table = w.value_table();
+        let table = w.value_table().unwrap();
         for n in 0..m {
             let one = Activations::from_f32(DType::F32, 1, g.cols, x.row(n).to_vec()).unwrap();
             let (y1, abs1) = real_sums(&w, &one).unwrap();

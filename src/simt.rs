@@ -445,9 +445,11 @@ impl Proj {
     pub fn words_per_block(&self, t: usize) -> usize {
         crate::geometry::words_per_block(t, self.k)
     }
-    /// u32 words of one row of `cols` weights in blocks of `t`.
+    /// u32 words of one row of `cols` weights in blocks of `t` (0 for `t = 0`, which
+    /// the geometry's check then names: a kernel's layout is worked out before it is
+    /// validated).
     pub fn words_per_row(&self, cols: usize, t: usize) -> usize {
-        cols / t * self.words_per_block(t)
+        cols.checked_div(t).unwrap_or(0) * self.words_per_block(t)
     }
 }
 

@@ -1016,3 +1016,78 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
         assert!(e.to_string().contains("x[17, 3]"), "{e}");
     }
 }
+
+/// Public fields and free functions set by hand: each misfit is an error naming what is
+/// wrong, before any kernel (a probe of the API found each of these a panic, a wrong
+/// result or a file that would not read back).
+#[test]
+fn hand_set_fields_are_errors_not_panics_or_wrong_results() {
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(8, 512, 256, 2, 12, Code::OneMad).unwrap();
+    let w = random_matrix(g, 91);
+    let x = random_x(DType::Bf16, 2, 512, 92);
+    // T = 0 on the fast tier (its layout divides by T before its check).
+    let mut t0 = w.clone();
+    t0.geometry.t = 0;
+    for tier in [Tier::Exact, Tier::Fast] {
+        let e = ops::matvec(&cpu, &t0, &x, tier).unwrap_err().to_string();
+        assert!(e.contains("T = 0"), "{tier:?}: {e}");
+    }
+    // An f16-stored scale that is no f16 value (the kernels would read another number).
+    let mut off = w.clone();
+    off.scales[3] = 0.1;
+    for e in [
+        off.validate().unwrap_err(),
+        ops::matvec(&cpu, &off, &x, Tier::Exact).unwrap_err(),
+        reference::reduce(&off, &x).unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("scales[3]"), "{e}");
+    }
+    // An activation that is no value of its dtype.
+    let mut bad = x.clone();
+    bad.data[5] = 4097.0;
+    for tier in [Tier::Exact, Tier::Fast] {
+        let e = ops::matvec(&cpu, &w, &bad, tier).unwrap_err().to_string();
+        assert!(e.contains("x[0, 5]") && e.contains("bf16"), "{e}");
+    }
+    assert!(reference::reduce(&w, &bad).is_err());
+    // A table of an L outside SPEC 1, and a lut of the wrong length through value_table.
+    assert!(Code::OneMad.table(64, None).is_err());
+    assert!(Code::OneMad.table(32, None).is_err());
+    assert!(trellis::encode::gaussian_lut(40, 1).is_err());
+    let mut lut = random_matrix(Geometry::new(8, 512, 256, 2, 8, Code::Lut).unwrap(), 93);
+    lut.lut.as_mut().unwrap().pop();
+    assert!(lut
+        .value_table()
+        .unwrap_err()
+        .to_string()
+        .contains("lut length"));
+    // The exact tail of mismatched projections.
+    let y = reference::reduce(&w, &x).unwrap();
+    let one = Activations::from_f32(DType::Bf16, 1, 8, vec![0.5; 8]).unwrap();
+    assert!(reference::swiglu_tail(&y, &one).is_err());
+    // Buckets of sizes past 2^63 stay in the top one.
+    assert_eq!(trellis::tune::Bucket::of(usize::MAX, 1).rows, 1 << 63);
+}
+
+/// The writer refuses a matrix that would not read back, and a tensor whose shape does not
+/// hold its bytes, naming it; no file is left.
+#[test]
+fn the_writer_names_what_it_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.safetensors");
+    let mut w = random_matrix(Geometry::new(8, 512, 256, 2, 12, Code::OneMad).unwrap(), 94);
+    w.scales[1] = f32::NAN;
+    let e = trellis::io::write_quantized(&path, "m", &w)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("matrix `m`") && e.contains("scales[1]"), "{e}");
+    let mut out = trellis::io::Writer::new();
+    out.f32("t", vec![3, 2], &[0.0; 5]);
+    let e = out.write(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("tensor `t` shape") && e.contains("[3, 2]"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -307,7 +307,7 @@ fn lut_vector_decodes_through_its_own_table() {
         }
         let f = SafetensorsFile::open(&path).unwrap();
         let file_lut = f.tensor("w.lut").unwrap().to_f32().unwrap();
-        let values = w.value_table();
+        let values = w.value_table().unwrap();
         assert_eq!(values.len(), 1 << w.geometry.l, "{}", e.file);
         for (s, (a, b)) in values.iter().zip(&file_lut).enumerate() {
             assert_eq!(a.to_bits(), b.to_bits(), "{} state {s}", e.file);

@@ -522,7 +522,10 @@ fn random(a: RandomArgs, out: &mut Vec<String>) -> Result<()> {
     let scales = (0..g.rows)
         .map(|_| round(rng.random_range(0.01f32..0.05)))
         .collect();
-    let lut = (g.code == Code::Lut).then(|| encode::gaussian_lut(g.l, a.seed));
+    let lut = match g.code {
+        Code::Lut => Some(encode::gaussian_lut(g.l, a.seed)?),
+        _ => None,
+    };
     let w = QuantizedMatrix::new(g, codes, scales, scale_dtype, lut)?;
     io::write_quantized(&a.out, &a.prefix, &w)?;
     out.push(format!("{}: {} -> {}", a.prefix, g, a.out.display()));
@@ -666,7 +669,7 @@ fn quantize(a: QuantizeArgs, out: &mut Vec<String>) -> Result<()> {
                 "--lut is only used with --code lut",
             ))
         }
-        (None, Code::Lut) => Some(encode::gaussian_lut(g.l, a.seed)),
+        (None, Code::Lut) => Some(encode::gaussian_lut(g.l, a.seed)?),
         (None, _) => None,
     };
     // On a terminal, a bar, cleared before the result (or the one error line) is

@@ -554,7 +554,7 @@ fn quantize_prints_a_plausible_mse() {
     }
     // An explicit table from a file, found under the name `lut`.
     let lut_path = d.path("lut.safetensors");
-    let table = trellis::encode::gaussian_lut(10, 5);
+    let table = trellis::encode::gaussian_lut(10, 5).unwrap();
     write_raw(
         &lut_path,
         vec![("lut", Dtype::F32, vec![1024], f32_bytes(&table))],

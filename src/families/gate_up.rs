@@ -458,7 +458,7 @@ impl Family for GateUpFamily {
         let g = crate::reference::reduce(&h.gate, &h.x)?;
         let u = crate::reference::reduce(&h.up, &h.x)?;
         Ok(GateUpExpected {
-            mid: crate::reference::swiglu_tail(&g, &u),
+            mid: crate::reference::swiglu_tail(&g, &u)?,
             proj: [g, u],
             real: Default::default(),
         })

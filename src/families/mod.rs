@@ -83,7 +83,7 @@ impl<B: Backend> DeviceMatrix<B> {
             ScaleDType::F32 => DType::F32.encode(&w.scales),
         };
         let table: Vec<u8> = w
-            .value_table()
+            .value_table()?
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();

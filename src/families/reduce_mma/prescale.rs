@@ -195,7 +195,7 @@ pub fn beyond_f16_operands(
     let mut largest_values = Vec::with_capacity(ws.len());
     let mut tables = Vec::with_capacity(ws.len());
     for w in ws {
-        let table = w.value_table();
+        let table = w.value_table()?;
         let vmax = max_abs(&table);
         largest_values.push(vmax as f64);
         let (mut value_log2, mut table_e) = ((vmax as f64).log2(), 0);
