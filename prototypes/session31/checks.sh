@@ -12,7 +12,7 @@ since() { echo "($(( $(date +%s) - T0 )) s)"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv,noheader
 timeout ${VERIFY_S:-120} $D/xtask verify --backend cuda --quick --vectors .vectors --out "$OUT/verify.txt" > /dev/null 2> "$OUT/verify_err.txt"
 echo "verify rc=$? $(since)"; tail -2 "$OUT/verify.txt"
-timeout ${RANDOM_S:-110} $D/xtask verify --backend cuda --random ${N_RANDOM:-80} --seed 20261531 \
+timeout ${RANDOM_S:-110} $D/xtask verify --backend cuda --random ${N_RANDOM:-80} --seed ${SEED:-20261531} \
   --out "$OUT/random.txt" > /dev/null 2> "$OUT/random_err.txt"
 echo "random rc=$? $(since)"; tail -2 "$OUT/random.txt"
 TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_M=1 timeout ${BENCH_S:-120} $D/xtask bench \
@@ -20,5 +20,5 @@ TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_M=1 timeout ${BENCH_S:-120} $D/xta
 echo "bench rc=$? $(since)"; grep -E "error" "$OUT/bench.err" | tail -5
 LEFT=$(( ${CALL_S:-560} - ($(date +%s) - T0) ))
 timeout $LEFT python3 tests/independent/spec_check.py random --bin $D/trellis --backend cuda \
-  --tier both --n ${N_CHECK:-40} --seed 20261531 --workdir /tmp/sc > "$OUT/spec_check.txt" 2>&1
+  --tier both --n ${N_CHECK:-40} --seed ${SEED:-20261531} --workdir /tmp/sc > "$OUT/spec_check.txt" 2>&1
 echo "spec_check rc=$? $(since)"; grep -E "FAIL|cases|passed" "$OUT/spec_check.txt" | tail -6
