@@ -831,15 +831,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Have `fill` write a temporary sibling file of `path`, flush it and rename it over
 /// `path`; on any failure the temporary file is removed and `path` is left as it was.
 /// An existing `path` must be a regular file (a rename would replace a device or a pipe
-/// with a file), and the new file gets its permissions; a new one gets those this
-/// process gives a file it creates (the umask's), not the temporary file's 0600.
+/// with a file) that is not read-only; a symlink's target is replaced, not the link; the
+/// new file gets the old one's permissions, and a new one those this process gives a file
+/// it creates (the umask's), not the temporary file's 0600.
 fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&Path) -> std::result::Result<(), String>,
 ) -> Result<()> {
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| Error::file(path, "output path has no file name"))?;
     let existing = match std::fs::metadata(path) {
         Ok(kind) => match not_regular(&kind) {
             Some(what) => {
@@ -850,10 +848,23 @@ fn write_atomic_with(
                     ),
                 ))
             }
+            None if kind.permissions().readonly() => {
+                return Err(Error::file(path, "cannot write: the file is read-only"))
+            }
             None => Some(kind.permissions()),
         },
         Err(_) => None,
     };
+    // A symlink's target is what is replaced, not the link.
+    let resolved = match existing {
+        Some(_) => std::fs::canonicalize(path)
+            .map_err(|e| Error::file(path, format!("cannot write: {e}")))?,
+        None => path.to_path_buf(),
+    };
+    let path = resolved.as_path();
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| Error::file(path, "output path has no file name"))?;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -1072,6 +1083,28 @@ mod tests {
             let e = SafetensorsFile::open("/dev/zero").unwrap_err().to_string();
             assert!(e.contains("not a regular file"), "{e}");
         }
+    }
+
+    /// An output replaces a symlink's target, not the link; a read-only file is refused
+    /// and left as it was.
+    #[cfg(unix)]
+    #[test]
+    fn outputs_follow_symlinks_and_leave_read_only_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (target, link) = (dir.path().join("target.txt"), dir.path().join("link.txt"));
+        std::fs::write(&target, b"old").unwrap();
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        write_atomic(&link, b"new").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let e = write_atomic(&link, b"newer").unwrap_err().to_string();
+        assert!(e.contains("read-only"), "{e}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
     }
 
     /// A file of many tensors: the error lists the first few and counts the rest.

@@ -128,17 +128,27 @@ pub fn verify_catalog<B: Backend>(
 /// every representation: `y` and `mid` bit for bit.
 pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
     let index_path = dir.join("index.json");
-    let index = std::fs::read_to_string(&index_path).map_err(|e| Error::file(&index_path, e))?;
+    let index = crate::io::read_text(&index_path, 16 << 20)?;
     let index: serde_json::Value =
         serde_json::from_str(&index).map_err(|e| Error::file(&index_path, e))?;
     let entries = index
         .as_array()
         .ok_or_else(|| Error::file(&index_path, "expected a JSON array"))?;
+    // A verify that checked no vector must not pass: an empty index, or an entry of a
+    // kind not run here, is an error naming it.
+    if entries.is_empty() {
+        return Err(Error::file(&index_path, "lists no vectors"));
+    }
     let mut out = Vec::new();
-    for e in entries {
+    for (i, e) in entries.iter().enumerate() {
         let file = e["file"].as_str().unwrap_or_default();
         let kind = e["kind"].as_str().unwrap_or_default();
         let path = dir.join(file);
+        // Errors reading a vector name its file.
+        let at = |e: Error| match e {
+            e @ Error::File { .. } => e,
+            e => Error::file(&path, e),
+        };
         for repr in Representation::ALL {
             let variant = Variant {
                 repr,
@@ -146,10 +156,10 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
             };
             let (family, result) = match kind {
                 "matvec" => {
-                    let w = crate::io::read_quantized(&path, "w")?;
-                    let x = crate::io::read_activations(&path, "x")?;
-                    let want = crate::io::read_activations(&path, "y")?;
-                    let p = ReduceFamily::problem_of(&w, &x)?;
+                    let w = crate::io::read_quantized(&path, "w").map_err(at)?;
+                    let x = crate::io::read_activations(&path, "x").map_err(at)?;
+                    let want = crate::io::read_activations(&path, "y").map_err(at)?;
+                    let p = ReduceFamily::problem_of(&w, &x).map_err(at)?;
                     // Representations that cannot exist for this geometry (a 2^16-entry
                     // table in 48 KB) are not specializations; skip them.
                     if family::fits::<ReduceFamily>(&p, variant, &b.limits()).is_err() {
@@ -164,11 +174,11 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
                     )
                 }
                 "gate_up" => {
-                    let g = crate::io::read_quantized(&path, "gate")?;
-                    let u = crate::io::read_quantized(&path, "up")?;
-                    let x = crate::io::read_activations(&path, "x")?;
-                    let want = crate::io::read_activations(&path, "mid")?;
-                    let p = GateUpFamily::problem_of(&g, &u, &x, Tail::Exact)?;
+                    let g = crate::io::read_quantized(&path, "gate").map_err(at)?;
+                    let u = crate::io::read_quantized(&path, "up").map_err(at)?;
+                    let x = crate::io::read_activations(&path, "x").map_err(at)?;
+                    let want = crate::io::read_activations(&path, "mid").map_err(at)?;
+                    let p = GateUpFamily::problem_of(&g, &u, &x, Tail::Exact).map_err(at)?;
                     if family::fits::<GateUpFamily>(&p, variant, &b.limits()).is_err() {
                         continue;
                     }
@@ -180,7 +190,16 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
                             .and_then(|gt| bits(&gt[0], &want)),
                     )
                 }
-                _ => continue,
+                _ => {
+                    return Err(Error::file(
+                        &index_path,
+                        Error::invalid(
+                            format!("entry[{i}]"),
+                            e,
+                            "needs a \"kind\" of matvec or gate_up",
+                        ),
+                    ))
+                }
             };
             out.push(Outcome {
                 family,

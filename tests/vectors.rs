@@ -342,3 +342,25 @@ fn index_lists_every_vector_file() {
         assert!(!entries(kind).is_empty());
     }
 }
+
+/// A vectors folder whose index lists nothing, or an entry of a kind not run, is an error
+/// naming it: a verify that checked no vector must not pass.
+#[test]
+fn an_empty_or_unknown_index_is_an_error() {
+    let b = trellis::backend::CpuBackend::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (index, needle) in [
+        ("[]", "lists no vectors"),
+        (
+            r#"[{"file": "a.safetensors", "kind": "matvect"}]"#,
+            "entry[0]",
+        ),
+    ] {
+        std::fs::write(dir.path().join("index.json"), index).unwrap();
+        let e = trellis::verify::verify_vectors(&b, dir.path())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("index.json") && e.contains(needle), "{e}");
+    }
+}

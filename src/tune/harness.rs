@@ -868,8 +868,10 @@ pub struct Untuned {
 /// Whether `table` has a current entry for problem `p` on `dialect`: one of its key and
 /// measured shape (shapes that share a bucket, the presets' 17408 and 14336 rows, are each
 /// tuned, and the selector takes the nearest), measured on today's sources and candidate
-/// space, whose winner still reads as a variant of `F` (the selector refuses a table with
-/// one that does not, so such an entry is measured again). What [`tune`] keeps.
+/// space, whose winner and runner-up still read as variants of `F` of the entry's tier
+/// (the selector refuses a table with one that does not, so such an entry is measured
+/// again) and whose winner is a valid kernel at `p` (a hand-edited `rows_per_group = 0` is
+/// measured again too). What [`tune`] keeps.
 pub fn has_current_entry<F: Family>(
     o: &TuneOptions,
     dialect: Dialect,
@@ -886,7 +888,9 @@ pub fn has_current_entry<F: Family>(
             && e.key().ok().as_ref() == Some(&key)
             && e.source_hash == hash
             && e.space_hash.as_ref() == Some(&space)
-            && e.winner::<F::Variant>().is_ok()
+            && super::check_entry_variants::<F>(0, e).is_ok()
+            && e.winner::<F::Variant>()
+                .is_ok_and(|v| F::kernel(p, v).validate().is_ok())
     })
 }
 

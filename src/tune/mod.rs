@@ -267,7 +267,7 @@ impl Selector {
     /// Parse and add one table; a bad table (syntax, unknown fields, a key or winner
     /// a registered family cannot read) is ignored with a warning.
     pub fn add_text(&mut self, name: &str, text: &str) {
-        match Table::parse(text).and_then(|t| check_winners(&t).map(|()| t)) {
+        match Table::parse(text).and_then(|t| check_table(&t).map(|()| t)) {
             Err(e) => self.warnings.push(format!("{name}: ignored: {e}")),
             Ok(t) => self.add_table(name, t),
         }
@@ -448,10 +448,32 @@ fn prior_for<F: Family>(
     })
 }
 
-/// A table must name its backend's own dialect (its hashes are that dialect's), and every
-/// entry of a registered family must name a winner (and runner-up) that family can read,
-/// of the entry's own tier: an exact key never hands out a fast variant.
-fn check_winners(t: &Table) -> Result<()> {
+/// What the selector asks of a table before it reads one (a table failing it is ignored
+/// with a warning): [`check_table_frame`], and every entry of a registered family must
+/// name a winner (and runner-up) that family can read, of the entry's own tier: an exact
+/// key never hands out a fast variant.
+pub fn check_table(t: &Table) -> Result<()> {
+    check_table_frame(t)?;
+    struct Check<'a>(&'a Table, Result<()>);
+    impl crate::family::FamilyVisitor for Check<'_> {
+        fn visit<F: Family>(&mut self) {
+            for (i, e) in self.0.entries.iter().enumerate() {
+                if self.1.is_ok() && crate::families::is::<F>(&e.family) {
+                    self.1 = check_entry_variants::<F>(i, e);
+                }
+            }
+        }
+    }
+    let mut c = Check(t, Ok(()));
+    crate::families::for_each(&mut c);
+    c.1
+}
+
+/// What of [`check_table`] is the table's as a whole (`cargo xtask tune` refuses to resume
+/// a table failing it; an entry failing the rest it measures again): the table names its
+/// backend's own dialect (its hashes are that dialect's), and every entry a family of
+/// this crate.
+pub fn check_table_frame(t: &Table) -> Result<()> {
     let dialect = t.device.dialect()?;
     if let Some(own) = crate::backend::dialect_of(&t.device.backend) {
         if own != dialect {
@@ -466,19 +488,6 @@ fn check_winners(t: &Table) -> Result<()> {
             ));
         }
     }
-    struct Check<'a>(&'a Table, Result<()>);
-    impl crate::family::FamilyVisitor for Check<'_> {
-        fn visit<F: Family>(&mut self) {
-            for (i, e) in self.0.entries.iter().enumerate() {
-                if self.1.is_ok() && crate::families::is::<F>(&e.family) {
-                    self.1 = check_entry_variants::<F>(i, e);
-                }
-            }
-        }
-    }
-    let mut c = Check(t, Ok(()));
-    crate::families::for_each(&mut c);
-    c.1?;
     let names = crate::families::names();
     match t
         .entries
@@ -496,7 +505,7 @@ fn check_winners(t: &Table) -> Result<()> {
 }
 
 /// Entry `i`'s winner and runner-up parse as `F`'s variants of the entry's tier.
-fn check_entry_variants<F: Family>(i: usize, e: &Entry) -> Result<()> {
+pub fn check_entry_variants<F: Family>(i: usize, e: &Entry) -> Result<()> {
     let of_tier = |what: &str, v: F::Variant| {
         let tier = F::tier(&v);
         if tier.name() == e.tier {

@@ -22,7 +22,7 @@ use trellis::kernel::{Backend, Dialect, Elem, KernelSpec, TensorSpec};
 use trellis::numerics::{Tail, Tier};
 use trellis::simt::{MStrategy, Representation, Variant, XStage, MAX_M, ROWS_PER_SIMD};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
-use trellis::tune::Selector;
+use trellis::tune::{Selector, Table};
 use trellis::{Code, DType, Error, Geometry, Result, ScaleDType};
 
 fn err(e: impl std::fmt::Debug) -> Error {
@@ -238,16 +238,25 @@ fn shape_list(var: &str) -> Result<Vec<(usize, usize)>> {
 
 /// Run the benchmark and write the report.
 pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
-    let b = CudaBackend::new(0)?;
-    let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
+    // The table first: a bench of a table that cannot be read is an error, not a bench
+    // of the embedded ones under a warning.
     let mut selector = Selector::from_env();
     if let Some(t) = table {
-        let text = std::fs::read_to_string(t).map_err(|e| Error::file(t, e))?;
-        selector.add_text(&t.display().to_string(), &text);
+        let text = trellis::io::read_text(t, trellis::tune::MAX_TABLE_BYTES)?;
+        let parsed = Table::parse(&text).and_then(|p| {
+            trellis::tune::check_table(&p)?;
+            Ok(p)
+        });
+        selector.add_table(
+            &t.display().to_string(),
+            parsed.map_err(|e| Error::file(t, e))?,
+        );
     }
     for w in &selector.warnings {
         eprintln!("warning: {w}");
     }
+    let b = CudaBackend::new(0)?;
+    let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
     let o = TuneOptions::for_backend("cuda", Tier::Exact);
     let copy = copy_bandwidth(&b)?;
     let info = b.info().clone();

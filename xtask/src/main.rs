@@ -40,9 +40,9 @@ enum Cmd {
         /// Instead of the catalog: this many random problems through the library facade
         /// (`ops::matvec`, `ops::gate_up`, exact and fast, the selector's variants: the
         /// tables embedded in this build, then this checkout's `tuning/local/` and
-        /// `$TRELLIS_TUNING_DIR/*.toml`), against the CPU reference.
-        #[arg(long, conflicts_with = "quick")]
-        random: Option<usize>,
+        /// `$TRELLIS_TUNING_DIR/*.toml`), against the CPU reference: 1 to 100000.
+        #[arg(long, conflicts_with = "quick", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        random: Option<u32>,
         /// Seed of the random problems.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -162,7 +162,10 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             let name = backend.unwrap_or_else(|| trellis::backend::default_name().to_string());
             let backend = AnyBackend::open(&name)?;
             let (text, ok) = match random {
-                Some(n) => backend.visit(random::Job { n, seed }),
+                Some(n) => backend.visit(random::Job {
+                    n: n as usize,
+                    seed,
+                }),
                 None => backend.visit(verify::Job {
                     quick,
                     vectors: &vectors,
@@ -215,9 +218,27 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                     "bench compares against cuBLAS: cuda only",
                 ));
             }
-            if family.as_deref() == Some("reduce_mma") {
-                bench::run_mma(&out)?;
-                return Ok(true);
+            match (family.as_deref(), &table) {
+                // Every launch shape of the matrix-unit families, no table involved.
+                (Some("reduce_mma"), Some(_)) => {
+                    return Err(trellis::Error::invalid(
+                        "table",
+                        "given",
+                        "--family reduce_mma times every launch shape, no table's choice",
+                    ))
+                }
+                (Some("reduce_mma"), None) => {
+                    bench::run_mma(&out)?;
+                    return Ok(true);
+                }
+                (Some(other), _) => {
+                    return Err(trellis::Error::invalid(
+                        "family",
+                        other,
+                        "bench takes --family reduce_mma only (without it: every family)",
+                    ))
+                }
+                (None, _) => {}
             }
             bench::run(&out, table.as_deref())?;
             Ok(true)

@@ -253,7 +253,12 @@ fn tuned_at_tier<F: Family>(
             }
         }
         Some(_) => Ok(true),
-        None => Ok(false),
+        None if a.family.is_empty() => Ok(false),
+        None => Err(Error::invalid(
+            "family",
+            F::NAME,
+            "has no problems in this space (see --shape, --m, --k, --l, --code)",
+        )),
     }
 }
 
@@ -267,8 +272,27 @@ pub fn print_summary(a: &TuneArgs) -> Result<()> {
 /// The --out table of a mode that measures nothing (clap requires --out there).
 fn read_out(a: &TuneArgs) -> Result<(&Path, Table)> {
     let out = a.out.as_deref().expect("clap requires --out here");
-    let text = std::fs::read_to_string(out).map_err(|e| Error::file(out, e))?;
-    Ok((out, Table::parse(&text)?))
+    let text = read_table_text(out)?.ok_or_else(|| Error::file(out, "no such file"))?;
+    Ok((out, parse_table(&text).map_err(|e| Error::file(out, e))?))
+}
+
+/// The text of the table at `out` (`None`: there is none), read only if it is a regular
+/// file of a table's size: a pipe would block, a device never end.
+fn read_table_text(out: &Path) -> Result<Option<String>> {
+    match std::fs::metadata(out) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        _ => trellis::io::read_text(out, trellis::tune::MAX_TABLE_BYTES).map(Some),
+    }
+}
+
+/// A table to resume: parsed, and whole as the selector asks (`tune::check_table_frame`:
+/// its backend's dialect, families of this crate). An entry the selector would refuse
+/// (a winner or runner-up it cannot read, of another tier) is no current entry: it is
+/// measured again where the run's space has it, and a warning says so.
+fn parse_table(text: &str) -> Result<Table> {
+    let t = Table::parse(text)?;
+    trellis::tune::check_table_frame(&t)?;
+    Ok(t)
 }
 
 /// The dialect, space and options of a run over the space given on `table`'s device.
@@ -452,9 +476,11 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
         }
     };
     // An existing --out is resumed, never silently replaced: a table that does not parse
-    // (unless --fresh) or belongs to another device is an error naming it.
-    let existing = match std::fs::read_to_string(&out) {
-        Ok(text) => match Table::parse(&text) {
+    // or that the selector would ignore (unless --fresh) or that belongs to another device
+    // is an error naming it. Where it is to be written is checked before anything is
+    // measured.
+    let existing = match read_table_text(&out)? {
+        Some(text) => match parse_table(&text) {
             Ok(t) => Some(t),
             Err(e) if a.fresh => {
                 eprintln!("warning: {}: {e}; --fresh replaces it", out.display());
@@ -467,9 +493,19 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
                 ))
             }
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::file(&out, e)),
+        None => None,
     };
+    if let Some(Err(e)) = existing.as_ref().map(trellis::tune::check_table) {
+        eprintln!(
+            "warning: {}: {e}: the selector ignores this table until such entries are \
+             measured again (this run does, where its space has them)",
+            out.display()
+        );
+    }
+    check_writable(&out, existing.is_some())?;
+    if let Some(trace) = &a.trace {
+        check_trace(trace)?;
+    }
     let mut table = match existing {
         Some(t) if t.device.id != b.device_id() || t.device.backend != b.name() => {
             return Err(Error::file(
@@ -518,6 +554,7 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
         result: Ok(()),
         total: 0,
         left: harness::Untuned::default(),
+        saved: false,
     };
     trellis::families::for_each(&mut job);
     job.progress.finish();
@@ -528,9 +565,14 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
             budget: untuned,
             failed,
         },
-    ) = (job.total, job.left);
+        saved,
+    ) = (job.total, job.left, job.saved);
     println!("{}", summary(&table));
-    println!("wrote {}", out.display());
+    if saved {
+        println!("wrote {}", out.display());
+    } else {
+        println!("nothing measured: {} not written", out.display());
+    }
     result?;
     if failed > 0 {
         return Err(Error::invalid(
@@ -562,6 +604,45 @@ struct FamilyJob<'a, B: Backend> {
     result: Result<()>,
     total: usize,
     left: harness::Untuned,
+    /// Whether the table was written.
+    saved: bool,
+}
+
+/// Before anything is measured: `out`'s directory exists, and an existing `out` (a
+/// resumed table) may be replaced (a regular file, not read-only; `io::write_atomic` holds
+/// it to that again when it writes).
+fn check_writable(out: &Path, exists: bool) -> Result<()> {
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::file(out, "--out: its directory does not exist"));
+    }
+    if exists
+        && std::fs::metadata(out)
+            .map(|m| m.permissions().readonly())
+            .unwrap_or(false)
+    {
+        return Err(Error::file(out, "--out: the file is read-only"));
+    }
+    Ok(())
+}
+
+/// `--trace` is a regular file or a new one in an existing directory, appended to: checked
+/// before anything is measured (a pipe would block the run, a directory fail every key).
+fn check_trace(trace: &Path) -> Result<()> {
+    if let Ok(m) = std::fs::metadata(trace) {
+        if !m.is_file() {
+            return Err(Error::file(trace, "--trace: not a regular file"));
+        }
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(trace)
+        .map(drop)
+        .map_err(|e| Error::file(trace, format!("--trace: cannot append to it: {e}")))
 }
 
 impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
@@ -585,10 +666,11 @@ impl<B: Backend> FamilyVisitor for FamilyJob<'_, B> {
             }
         }
         let out = self.out;
+        let saved = &mut self.saved;
         let mut save = |t: &Table| -> Result<()> {
-            let tmp = out.with_extension("toml.tmp");
-            std::fs::write(&tmp, t.to_toml()).map_err(|e| Error::file(&tmp, e))?;
-            std::fs::rename(&tmp, out).map_err(|e| Error::file(out, e))
+            trellis::io::write_atomic(out, t.to_toml().as_bytes())?;
+            *saved = true;
+            Ok(())
         };
         // The budget is the whole run's: each family gets what the ones before it left.
         let opts = TuneOptions {

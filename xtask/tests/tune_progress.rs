@@ -302,3 +302,61 @@ fn the_fast_tier_is_tuned_on_the_matrix_unit_families() {
         "{families:?}"
     );
 }
+
+/// A table the selector would ignore is no table to resume (refused, left as it was),
+/// and a winner that is no valid kernel at its key is measured again; where the table and
+/// the trace go is checked before anything is measured; a named family with nothing to
+/// tune is an error, and no `wrote` line claims a file that was not written.
+#[test]
+fn tables_the_selector_ignores_are_not_resumed_and_outputs_are_checked_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    assert!(tune(&out, &[]).status.success());
+    let good = std::fs::read_to_string(&out).unwrap();
+    // A table naming another dialect than its backend's: the selector ignores it.
+    let dialect = good.replacen("dialect = \"cpu\"", "dialect = \"metal\"", 1);
+    assert_ne!(dialect, good);
+    std::fs::write(&out, &dialect).unwrap();
+    let run = tune(&out, &[]);
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("device.dialect") && stderr.contains("cannot resume"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), dialect);
+    // A winner of rows_per_group = 0 reads as a variant but is no kernel: measured again.
+    let rpg0 = {
+        let at = good.find("rows_per_group = ").unwrap();
+        let end = at + good[at..].find('\n').unwrap();
+        format!("{}rows_per_group = 0{}", &good[..at], &good[end..])
+    };
+    std::fs::write(&out, with_marker(&rpg0, &out)).unwrap();
+    let run = tune(&out, &["--plan"]);
+    assert!(
+        text(&run.stdout).contains("1 of 1 problems to measure"),
+        "{}",
+        text(&run.stdout)
+    );
+    // --out in a missing directory, and a --trace that is a directory: before measuring.
+    let run = tune(&dir.path().join("nope/t.toml"), &[]);
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--out: its directory does not exist"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("measure"), "{stderr}");
+    let trace = dir.path().to_str().unwrap();
+    let run = tune(&dir.path().join("u.toml"), &["--trace", trace]);
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--trace: not a regular file"), "{stderr}");
+    // A named family with no problem in this space.
+    let run = tune_with(&["--family", "expand"], &dir.path().join("e.toml"));
+    let (stdout, stderr) = (text(&run.stdout), text(&run.stderr));
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("has no problems in this space"), "{stderr}");
+    assert!(!stdout.contains("wrote"), "{stdout}");
+    assert!(!dir.path().join("e.toml").exists());
+}
