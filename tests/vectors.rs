@@ -343,8 +343,9 @@ fn index_lists_every_vector_file() {
     }
 }
 
-/// A vectors folder whose index lists nothing, or an entry of a kind not run, is an error
-/// naming it: a verify that checked no vector must not pass.
+/// A vectors folder whose index lists nothing, an entry of an unknown kind, or only the
+/// functions' vectors (which these tests check, not the kernels) is an error naming it: a
+/// verify that checked no vector must not pass.
 #[test]
 fn an_empty_or_unknown_index_is_an_error() {
     let b = trellis::backend::CpuBackend::new().unwrap();
@@ -354,6 +355,10 @@ fn an_empty_or_unknown_index_is_an_error() {
         (
             r#"[{"file": "a.safetensors", "kind": "matvect"}]"#,
             "entry[0]",
+        ),
+        (
+            r#"[{"file": "f.safetensors", "kind": "functions"}]"#,
+            "lists no matvec or gate_up vector",
         ),
     ] {
         std::fs::write(dir.path().join("index.json"), index).unwrap();
