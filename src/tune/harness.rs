@@ -870,8 +870,9 @@ pub struct Untuned {
 /// tuned, and the selector takes the nearest), measured on today's sources and candidate
 /// space, whose winner and runner-up still read as variants of `F` of the entry's tier
 /// (the selector refuses a table with one that does not, so such an entry is measured
-/// again) and whose winner is a valid kernel at `p` (a hand-edited `rows_per_group = 0` is
-/// measured again too). What [`tune`] keeps.
+/// again), whose winner is a valid kernel at `p` (a hand-edited `rows_per_group = 0` is
+/// measured again too) and whose time is a time (samples, a finite positive median).
+/// What [`tune`] keeps.
 pub fn has_current_entry<F: Family>(
     o: &TuneOptions,
     dialect: Dialect,
@@ -889,6 +890,9 @@ pub fn has_current_entry<F: Family>(
             && e.source_hash == hash
             && e.space_hash.as_ref() == Some(&space)
             && super::check_entry_variants::<F>(0, e).is_ok()
+            && e.stats.samples > 0
+            && e.stats.median_us.is_finite()
+            && e.stats.median_us > 0.0
             && e.winner::<F::Variant>()
                 .is_ok_and(|v| F::kernel(p, v).validate().is_ok())
     })

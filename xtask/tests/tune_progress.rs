@@ -338,6 +338,20 @@ fn tables_the_selector_ignores_are_not_resumed_and_outputs_are_checked_first() {
         "{}",
         text(&run.stdout)
     );
+    // A median that is no time: measured again too.
+    let nan = {
+        let at = good.find("median_us = ").unwrap();
+        let end = at + good[at..].find('\n').unwrap();
+        format!("{}median_us = nan{}", &good[..at], &good[end..])
+    };
+    assert!(nan.contains("median_us = nan"));
+    std::fs::write(&out, nan).unwrap();
+    let run = tune(&out, &["--plan"]);
+    assert!(
+        text(&run.stdout).contains("1 of 1 problems to measure"),
+        "{}",
+        text(&run.stdout)
+    );
     // --out in a missing directory, and a --trace that is a directory: before measuring.
     let run = tune(&dir.path().join("nope/t.toml"), &[]);
     let stderr = text(&run.stderr);
