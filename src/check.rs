@@ -218,10 +218,19 @@ pub fn native_gate_up(
     g: &Activations,
     u: &Activations,
 ) -> Result<String, String> {
-    if got.rows != exact.rows || got.cols != exact.cols {
+    let n = exact.data.len();
+    if (got.rows, got.cols) != (exact.rows, exact.cols)
+        || [got.data.len(), g.data.len(), u.data.len()] != [n; 3]
+    {
         return Err(format!(
-            "shape {}x{} vs {}x{}",
-            got.rows, got.cols, exact.rows, exact.cols
+            "shape {}x{} ({} values) vs {}x{} ({n} values; g {}, u {})",
+            got.rows,
+            got.cols,
+            got.data.len(),
+            exact.rows,
+            exact.cols,
+            g.data.len(),
+            u.data.len()
         ));
     }
     let t = got.dtype;
