@@ -349,6 +349,33 @@ pub trait AheadCompiler: Send + Sync {
     fn compile_ahead(&self, launches: &[Launch<'_>]);
 }
 
+/// One extent of a declared tensor's shape, as `#[trellis::kernel]` writes it: any
+/// unsigned integer that fits a `usize` (the macro's shapes are struct fields and their
+/// arithmetic). A float, a signed integer or anything else does not compile, where a cast
+/// would truncate or wrap.
+pub fn dim(extent: impl Dim) -> usize {
+    extent.to_usize()
+}
+
+/// An unsigned extent: see [`dim`].
+pub trait Dim {
+    /// The extent as a `usize`.
+    fn to_usize(self) -> usize;
+}
+
+macro_rules! dims {
+    ($($t:ty),*) => {$(
+        impl Dim for $t {
+            fn to_usize(self) -> usize {
+                // Past usize (a 32-bit target): the largest, which no tensor has, so the
+                // launch's shape check names it.
+                usize::try_from(self).unwrap_or(usize::MAX)
+            }
+        }
+    )*};
+}
+dims!(usize, u64, u32, u16, u8);
+
 /// Check tensors against specs before a launch (used by generated wrappers).
 pub fn check_args<T: DeviceTensor>(
     kernel: &str,

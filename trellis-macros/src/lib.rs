@@ -15,7 +15,9 @@
 //! Element types are `u32`, `f32`, `f16`, `bf16`, the name of a field whose type
 //! converts into `trellis::kernel::Elem` (`act` above; a `DType` or `ScaleDType` does), or
 //! a method of no arguments returning one, written with its parentheses (`x_elem()`: an
-//! input whose type a variant chooses). Shapes are Rust expressions over `self`.
+//! input whose type a variant chooses). Shapes are Rust expressions over `self`, each
+//! extent an unsigned integer (`kernel::dim`). Tensor names `backend`, `launch`, `render`
+//! and `outs` are the launch methods' own; the struct takes no generic parameters.
 //! Optional: `validate = expr` (a `Result<()>` checked before every launch),
 //! `shared = expr` (threadgroup bytes the body declares), `dynamic_shared = expr` (of
 //! those, the bytes of the one array a CUDA body sizes at launch, `extern __shared__`:
@@ -36,9 +38,10 @@
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, quote_spanned};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
 use syn::{bracketed, parenthesized, Expr, Ident, ItemStruct, LitStr, Token};
 
 struct TensorDecl {
@@ -158,7 +161,10 @@ fn elem_expr(elem: &Ident, call: bool) -> TokenStream2 {
         "f32" => quote!(::trellis::kernel::Elem::F32),
         "f16" => quote!(::trellis::kernel::Elem::F16),
         "bf16" => quote!(::trellis::kernel::Elem::Bf16),
-        _ => quote!(::core::convert::Into::<::trellis::kernel::Elem>::into(self.#elem)),
+        // Spanned to the field: a field of another type is an error there.
+        _ => {
+            quote_spanned!(elem.span()=> ::core::convert::Into::<::trellis::kernel::Elem>::into(self.#elem))
+        }
     }
 }
 
@@ -166,8 +172,14 @@ fn specs(list: &[TensorDecl]) -> TokenStream2 {
     let items = list.iter().map(|t| {
         let name = t.name.to_string();
         let elem = elem_expr(&t.elem, t.elem_call);
-        let shape = t.shape.iter();
-        quote!(::trellis::kernel::TensorSpec { name: #name, elem: #elem, shape: vec![#((#shape) as usize),*] })
+        // Each extent through `kernel::dim`, spanned to its expression: an extent of a type
+        // that is no unsigned size (a float, a signed or a string) is an error there, not
+        // a cast that truncates or wraps.
+        let shape = t
+            .shape
+            .iter()
+            .map(|e| quote_spanned!(e.span()=> ::trellis::kernel::dim(#e)));
+        quote!(::trellis::kernel::TensorSpec { name: #name, elem: #elem, shape: vec![#(#shape),*] })
     });
     quote!(vec![#(#items),*])
 }
@@ -197,7 +209,32 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     if args.outputs.is_empty() {
         return Err(syn::Error::new(span, "kernel needs at least one output"));
     }
-    // Each tensor is a parameter of the kernel: one name, one tensor.
+    // The struct's fields are the specialization, hashed into its id: no generics.
+    if !item.generics.params.is_empty() {
+        return Err(syn::Error::new_spanned(
+            &item.generics,
+            "a kernel struct takes no generic parameters (its fields are the kernel's \
+             specialization)",
+        ));
+    }
+    // Each tensor is a parameter of the kernel: one name, one tensor, none of the names
+    // the launch methods use themselves.
+    const RESERVED: [&str; 4] = ["backend", "launch", "render", "outs"];
+    if let Some(t) = args
+        .inputs
+        .iter()
+        .chain(&args.outputs)
+        .find(|t| RESERVED.contains(&t.name.to_string().as_str()))
+    {
+        return Err(syn::Error::new(
+            t.name.span(),
+            format!(
+                "tensor name `{}` is reserved by the launch methods ({})",
+                t.name,
+                RESERVED.join(", ")
+            ),
+        ));
+    }
     let tensors: Vec<&Ident> = args
         .inputs
         .iter()
@@ -296,7 +333,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
                 ::trellis::kernel::KernelSpec::validate(self)?;
                 let render = |d: ::trellis::kernel::Dialect| self.render(d);
                 let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render);
-                ::trellis::kernel::check_args(#name, &launch.inputs, &[#(#in_names),*])?;
+                ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
                 let mut outs = backend.launch(&launch, &[#(#in_names),*])?.into_iter();
                 Ok(#outputs_ty { #(#out_names: outs.next().expect("backend returned every output")),* })
             }
@@ -308,8 +345,8 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
                 ::trellis::kernel::KernelSpec::validate(self)?;
                 let render = |d: ::trellis::kernel::Dialect| self.render(d);
                 let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render);
-                ::trellis::kernel::check_args(#name, &launch.inputs, &[#(#in_names),*])?;
-                ::trellis::kernel::check_args(#name, &launch.outputs, &[#(&*#out_names),*])?;
+                ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
+                ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.outputs, &[#(&*#out_names),*])?;
                 let _ = [#(#out_idx),*];
                 backend.launch_into(&launch, &[#(#in_names),*], &mut [#(#out_names),*])
             }
@@ -374,5 +411,25 @@ mod tests {
         let args = syn::parse_str::<KernelArgs>(&full.join(", ")).unwrap();
         let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
         assert!(expand(args, item).is_ok());
+    }
+
+    /// Generics, and tensor names the launch methods use themselves, are errors saying so
+    /// (they failed deep in the generated code, with fixes that made no sense).
+    #[test]
+    fn generics_and_reserved_names_are_named() {
+        let args = |outputs: &str| {
+            syn::parse_str::<KernelArgs>(&format!(
+                "name = \"k\", template = \"k.kernel\", grid = g(), {outputs}"
+            ))
+            .unwrap()
+        };
+        let generic: ItemStruct = syn::parse_str("struct K<T> { n: T }").unwrap();
+        let e = expand(args("outputs(y: f32[4])"), generic).unwrap_err();
+        assert!(e.to_string().contains("no generic parameters"), "{e}");
+        for name in ["backend", "launch", "render", "outs"] {
+            let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
+            let e = expand(args(&format!("outputs({name}: f32[4])")), item).unwrap_err();
+            assert!(e.to_string().contains("is reserved"), "{name}: {e}");
+        }
     }
 }
