@@ -225,11 +225,7 @@ fn diagnose_header(header: &[u8], data_len: u64) -> Option<String> {
         };
         let (begin, end) = info.data_offsets;
         let shape = &info.shape;
-        let bits = shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .and_then(|n| n.checked_mul(info.dtype.bitsize()));
-        let Some(bits) = bits else {
+        let Some(bits) = tensor_bits(info.dtype, shape) else {
             return Some(format!(
                 "tensor `{name}`: shape {shape:?} has more elements than can be counted"
             ));
@@ -272,6 +268,13 @@ fn diagnose_header(header: &[u8], data_len: u64) -> Option<String> {
         at = end;
     }
     None
+}
+
+/// The bits of a tensor of `dtype` and `shape` (`None`: more than a usize counts).
+fn tensor_bits(dtype: Dtype, shape: &[usize]) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(dtype.bitsize(), |n, &d| n.checked_mul(d))
 }
 
 /// Why `kind` is no regular file, if it is not.
@@ -781,11 +784,7 @@ impl Writer {
         }
         let mut seen = std::collections::HashSet::new();
         for t in &self.tensors {
-            let bits = t
-                .shape
-                .iter()
-                .try_fold(t.dtype.bitsize(), |n, &d| n.checked_mul(d));
-            if bits.map(|b| b.div_ceil(8)) != Some(t.data.len()) {
+            if tensor_bits(t.dtype, &t.shape).map(|b| b.div_ceil(8)) != Some(t.data.len()) {
                 return Err(Error::invalid(
                     format!("tensor `{}` shape", t.name),
                     format!("{:?}", t.shape),
@@ -828,6 +827,33 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
+/// Whether `path` may be written as an output, asked before any work that would be lost:
+/// its directory exists, and an existing `path` is a regular file (a rename would replace
+/// a device or a pipe with a file) that is not read-only. The existing file's
+/// permissions, which the new one takes.
+pub fn check_output(path: &Path) -> Result<Option<std::fs::Permissions>> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::file(path, "its directory does not exist"));
+    }
+    match std::fs::metadata(path) {
+        Ok(kind) => match not_regular(&kind) {
+            Some(what) => Err(Error::file(
+                path,
+                format!("not a regular file ({what}); outputs replace files only"),
+            )),
+            None if kind.permissions().readonly() => {
+                Err(Error::file(path, "the file is read-only"))
+            }
+            None => Ok(Some(kind.permissions())),
+        },
+        Err(_) => Ok(None),
+    }
+}
+
 /// Have `fill` write a temporary sibling file of `path`, flush it and rename it over
 /// `path`; on any failure the temporary file is removed and `path` is left as it was.
 /// An existing `path` must be a regular file (a rename would replace a device or a pipe
@@ -838,23 +864,10 @@ fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&Path) -> std::result::Result<(), String>,
 ) -> Result<()> {
-    let existing = match std::fs::metadata(path) {
-        Ok(kind) => match not_regular(&kind) {
-            Some(what) => {
-                return Err(Error::file(
-                    path,
-                    format!(
-                        "cannot write: not a regular file ({what}); outputs replace files only"
-                    ),
-                ))
-            }
-            None if kind.permissions().readonly() => {
-                return Err(Error::file(path, "cannot write: the file is read-only"))
-            }
-            None => Some(kind.permissions()),
-        },
-        Err(_) => None,
-    };
+    let existing = check_output(path).map_err(|e| match e {
+        Error::File { path, reason } => Error::file(path, format!("cannot write: {reason}")),
+        e => e,
+    })?;
     // A symlink's target is what is replaced, not the link.
     let resolved = match existing {
         Some(_) => std::fs::canonicalize(path)

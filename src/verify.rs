@@ -134,8 +134,8 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
     let entries = index
         .as_array()
         .ok_or_else(|| Error::file(&index_path, "expected a JSON array"))?;
-    // A verify that checked no vector must not pass: an empty index, or an entry of a
-    // kind not run here, is an error naming it.
+    // A verify that checked no vector must not pass: an empty index, an entry of an
+    // unknown kind, or an index of no kernel's vector is an error naming it.
     if entries.is_empty() {
         return Err(Error::file(&index_path, "lists no vectors"));
     }

@@ -1,8 +1,9 @@
 #!/bin/bash
-# The thirty-first session's device call: the checks a reader re-runs, on the build of the
-# shipped table: the CUDA verify of the quick catalog and the vectors, random problems
-# through the facade, the independent checker through the CLI (exact and fast), and a
-# bench of the Qwen3-14B keys at M 1 (cuBLAS and the seed's structure in the same run).
+# The device checks a reader re-runs (the thirtieth session's call AF, the thirty-first's
+# AG-AJ, each its own SEED), on the build of the shipped table: the CUDA verify of the
+# quick catalog and the vectors, random problems through the facade, the independent
+# checker through the CLI (exact and fast), and a bench of the Qwen3-14B keys at M 1
+# (cuBLAS and the seed's structure in the same run).
 # Carry [".device", ".vectors"].
 D=.device/main
 chmod +x $D/xtask $D/trellis

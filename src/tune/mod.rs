@@ -193,6 +193,15 @@ pub fn space_hash<F: Family>(p: &F::Problem, tier: Tier, quick: bool, dialect: D
 /// larger `*.toml` in a tables directory is ignored with a warning, unread.
 pub const MAX_TABLE_BYTES: u64 = 64 << 20;
 
+/// The table in the file at `path` as the selector takes one: a regular file of at most
+/// [`MAX_TABLE_BYTES`], parsed, passing [`check_table`]; else an error naming the file.
+pub fn read_table(path: &Path) -> Result<Table> {
+    let text = crate::io::read_text(path, MAX_TABLE_BYTES)?;
+    Table::parse(&text)
+        .and_then(|t| check_table(&t).map(|()| t))
+        .map_err(|e| Error::file(path, e))
+}
+
 /// Environment variable naming a directory of `*.toml` tables that override the embedded ones.
 pub const TUNING_DIR_ENV: &str = "TRELLIS_TUNING_DIR";
 
@@ -254,8 +263,8 @@ impl Selector {
         };
         paths.sort();
         for p in paths {
-            match crate::io::read_text(&p, MAX_TABLE_BYTES) {
-                Ok(text) => self.add_text(&p.display().to_string(), &text),
+            match read_table(&p) {
+                Ok(t) => self.add_table(&p.display().to_string(), t),
                 Err(Error::File { reason, .. }) => self
                     .warnings
                     .push(format!("{}: ignored: {reason}", p.display())),

@@ -22,7 +22,7 @@ use trellis::kernel::{Backend, Dialect, Elem, KernelSpec, TensorSpec};
 use trellis::numerics::{Tail, Tier};
 use trellis::simt::{MStrategy, Representation, Variant, XStage, MAX_M, ROWS_PER_SIMD};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
-use trellis::tune::{Selector, Table};
+use trellis::tune::Selector;
 use trellis::{Code, DType, Error, Geometry, Result, ScaleDType};
 
 fn err(e: impl std::fmt::Debug) -> Error {
@@ -242,15 +242,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     // of the embedded ones under a warning.
     let mut selector = Selector::from_env();
     if let Some(t) = table {
-        let text = trellis::io::read_text(t, trellis::tune::MAX_TABLE_BYTES)?;
-        let parsed = Table::parse(&text).and_then(|p| {
-            trellis::tune::check_table(&p)?;
-            Ok(p)
-        });
-        selector.add_table(
-            &t.display().to_string(),
-            parsed.map_err(|e| Error::file(t, e))?,
-        );
+        selector.add_table(&t.display().to_string(), trellis::tune::read_table(t)?);
     }
     for w in &selector.warnings {
         eprintln!("warning: {w}");

@@ -502,7 +502,11 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
             out.display()
         );
     }
-    check_writable(&out, existing.is_some())?;
+    // Before anything is measured, as `io::write_atomic` will ask it when it writes.
+    trellis::io::check_output(&out).map_err(|e| match e {
+        Error::File { path, reason } => Error::file(path, format!("--out: {reason}")),
+        e => e,
+    })?;
     if let Some(trace) = &a.trace {
         check_trace(trace)?;
     }
@@ -606,27 +610,6 @@ struct FamilyJob<'a, B: Backend> {
     left: harness::Untuned,
     /// Whether the table was written.
     saved: bool,
-}
-
-/// Before anything is measured: `out`'s directory exists, and an existing `out` (a
-/// resumed table) may be replaced (a regular file, not read-only; `io::write_atomic` holds
-/// it to that again when it writes).
-fn check_writable(out: &Path, exists: bool) -> Result<()> {
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if !dir.is_dir() {
-        return Err(Error::file(out, "--out: its directory does not exist"));
-    }
-    if exists
-        && std::fs::metadata(out)
-            .map(|m| m.permissions().readonly())
-            .unwrap_or(false)
-    {
-        return Err(Error::file(out, "--out: the file is read-only"));
-    }
-    Ok(())
 }
 
 /// `--trace` is a regular file or a new one in an existing directory, appended to: checked
