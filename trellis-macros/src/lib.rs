@@ -19,7 +19,8 @@
 //! extent an unsigned integer (`kernel::dim`). Tensor names `backend`, `launch`, `render`
 //! and `outs` are the launch methods' own; the struct takes no generic parameters.
 //! Optional: `validate = expr` (a `Result<()>` checked before every launch),
-//! `shared = expr` (threadgroup bytes the body declares), `dynamic_shared = expr` (of
+//! `shared = expr` (threadgroup bytes the body declares; it and `dynamic_shared` are
+//! unsigned integers, as the extents are), `dynamic_shared = expr` (of
 //! those, the bytes of the one array a CUDA body sizes at launch, `extern __shared__`:
 //! past the 48 KB a kernel may declare statically, the backend opts in at load) and
 //! `zero_outputs = expr` (a `bool`: the outputs must start zeroed, as for arrival
@@ -152,6 +153,9 @@ impl Parse for KernelArgs {
     }
 }
 
+/// The element types a declaration names directly.
+const BUILTIN_ELEMS: [&str; 4] = ["u32", "f32", "f16", "bf16"];
+
 fn elem_expr(elem: &Ident, call: bool) -> TokenStream2 {
     if call {
         return quote!(::core::convert::Into::<::trellis::kernel::Elem>::into(self.#elem()));
@@ -249,14 +253,37 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             ));
         }
     }
+    // An element type that is no built-in, no call and no field of the struct: say what
+    // an element type may be (rustc would only say the struct has no such field).
+    if let syn::Fields::Named(fields) = &item.fields {
+        let has = |e: &Ident| fields.named.iter().any(|f| f.ident.as_ref() == Some(e));
+        if let Some(t) = args.inputs.iter().chain(&args.outputs).find(|t| {
+            !t.elem_call && !BUILTIN_ELEMS.contains(&t.elem.to_string().as_str()) && !has(&t.elem)
+        }) {
+            return Err(syn::Error::new(
+                t.elem.span(),
+                format!(
+                    "`{}` (the element type of tensor `{}`) is neither a built-in element \
+                     type ({}) nor a field of `{}`; a field whose type converts into \
+                     `trellis::kernel::Elem`, or a method written `name()`, also serves",
+                    t.elem,
+                    t.name,
+                    BUILTIN_ELEMS.join(", "),
+                    item.ident
+                ),
+            ));
+        }
+    }
     let validate = args.validate.map(|v| quote!(#v)).unwrap_or(quote!(Ok(())));
+    // Byte counts through `kernel::dim` as the shapes' extents: a signed or float count is
+    // an error at its expression, not a cast that wraps or truncates.
     let shared = args
         .shared
-        .map(|v| quote!((#v) as usize))
+        .map(|v| quote_spanned!(v.span()=> ::trellis::kernel::dim(#v)))
         .unwrap_or(quote!(0usize));
     let dynamic_shared = args
         .dynamic_shared
-        .map(|v| quote!((#v) as usize))
+        .map(|v| quote_spanned!(v.span()=> ::trellis::kernel::dim(#v)))
         .unwrap_or(quote!(0usize));
     let zero_outputs = args
         .zero_outputs
@@ -426,6 +453,18 @@ mod tests {
         let generic: ItemStruct = syn::parse_str("struct K<T> { n: T }").unwrap();
         let e = expand(args("outputs(y: f32[4])"), generic).unwrap_err();
         assert!(e.to_string().contains("no generic parameters"), "{e}");
+        let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
+        let e = expand(args("outputs(y: f64[4])"), item).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("`f64` (the element type of tensor `y`) is neither"),
+            "{e}"
+        );
+        // A field or a method is an element type; the field's type is rustc's to check.
+        let item: ItemStruct = syn::parse_str("struct K { act: Elem }").unwrap();
+        assert!(expand(args("outputs(y: act[4])"), item).is_ok());
+        let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
+        assert!(expand(args("outputs(y: y_elem()[4])"), item).is_ok());
         for name in ["backend", "launch", "render", "outs"] {
             let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
             let e = expand(args(&format!("outputs({name}: f32[4])")), item).unwrap_err();
