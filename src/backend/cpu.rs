@@ -2,15 +2,16 @@
 //! (`$CXX`, else `c++`) into a shared library cached on disk by source hash, loaded
 //! with `libloading`, and run one threadgroup per rayon task.
 
+use super::cache;
 use crate::codegen::{cpu_prelude, cpu_unit_part, Dialect, Rendered};
 use crate::error::{Error, Result};
 use crate::kernel::{fnv1a, Backend, Elem, KernelId, Launch, Limits, TensorSpec};
 use libloading::Library;
 use rayon::prelude::*;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Entry point of a compiled CPU kernel: buffers in signature order, then the group.
 type EntryFn = unsafe extern "C" fn(*const *mut u8, u32, u32);
@@ -49,12 +50,12 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
-    /// A backend using `$CXX` (default `c++`) and the cache directory
-    /// `$TRELLIS_CACHE_DIR/cpu` (default: the system temp dir).
+    /// A backend using `$CXX` (default `c++`) and the cache directory `cpu` of the
+    /// kernel cache ([`cache_root`]; an error naming it when it cannot be created or
+    /// another user could write it).
     pub fn new() -> Result<Self> {
         let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-        let cache_dir = cache_root().join("cpu");
-        std::fs::create_dir_all(&cache_dir).map_err(|e| Error::file(&cache_dir, e))?;
+        let cache_dir = cache::dir("cpu")?;
         let pool = rayon::ThreadPoolBuilder::new()
             // Tables and staged x live on the task's stack (up to 48 KB + 256 KB at L = 16).
             .stack_size(16 << 20)
@@ -101,68 +102,61 @@ impl CpuBackend {
             ));
         }
         let key = fnv1a(format!("{}|{}|{}", self.compiler, CXX_FLAGS.join(" "), src).as_bytes());
-        let lib_path = self.cache_dir.join(format!("k{key:016x}.so"));
-        if !lib_path.exists() {
-            let src_path = self.cache_dir.join(format!("k{key:016x}.cpp"));
-            std::fs::write(&src_path, &src).map_err(|e| Error::file(&src_path, e))?;
-            let tmp = self
-                .cache_dir
-                .join(format!("k{key:016x}.{}.tmp.so", std::process::id()));
-            let out = Command::new(&self.compiler)
+        let build = |src_path: &Path, out: &Path| {
+            let run = Command::new(&self.compiler)
                 .args(CXX_FLAGS)
                 .arg("-o")
-                .arg(&tmp)
-                .arg(&src_path)
+                .arg(out)
+                .arg(src_path)
                 .output()
                 .map_err(|e| Error::Unavailable {
                     backend: "cpu".into(),
                     reason: format!("cannot run the C++ compiler `{}`: {e}", self.compiler),
                 })?;
-            if !out.status.success() {
-                let names: Vec<String> = items.iter().map(|i| i.0.to_string()).collect();
-                return Err(Error::Compile {
-                    kernel: names.join(", "),
-                    backend: "cpu".into(),
-                    log: format!(
-                        "{}\n(source: {})",
-                        String::from_utf8_lossy(&out.stderr),
-                        src_path.display()
-                    ),
-                });
+            if run.status.success() {
+                return Ok(());
             }
-            std::fs::rename(&tmp, &lib_path).map_err(|e| Error::file(&lib_path, e))?;
-        }
-        // SAFETY: a library this backend just built from its own rendered source; its
-        // initialisers are the C++ runtime's.
-        let lib =
-            Arc::new(unsafe { Library::new(&lib_path) }.map_err(|e| Error::file(&lib_path, e))?);
-        let mut kernels = self.kernels.lock().expect("kernel cache lock");
-        for (id, ..) in items {
-            let symbol = id.unique_symbol();
-            // SAFETY: every symbol in this library has the `EntryFn` signature (see
-            // `codegen::cpu_unit_part`).
-            let entry: EntryFn = unsafe {
-                *lib.get::<EntryFn>(symbol.as_bytes())
-                    .map_err(|e| Error::backend("cpu", format!("symbol {symbol}: {e}")))?
-            };
-            kernels.insert(
-                *id,
-                Compiled {
-                    _lib: lib.clone(),
-                    entry,
-                },
-            );
-        }
+            let names: Vec<String> = items.iter().map(|i| i.0.to_string()).collect();
+            Err(Error::Compile {
+                kernel: names.join(", "),
+                backend: "cpu".into(),
+                log: format!(
+                    "{}\n(source: {})",
+                    String::from_utf8_lossy(&run.stderr),
+                    src_path.display()
+                ),
+            })
+        };
+        let bind = |lib: Arc<Library>| {
+            items
+                .iter()
+                .map(|(id, ..)| {
+                    let symbol = id.unique_symbol();
+                    // SAFETY: every symbol in this library has the `EntryFn` signature
+                    // (see `codegen::cpu_unit_part`).
+                    let entry: EntryFn = unsafe {
+                        *lib.get::<EntryFn>(symbol.as_bytes())
+                            .map_err(|e| Error::backend("cpu", format!("symbol {symbol}: {e}")))?
+                    };
+                    let lib = lib.clone();
+                    Ok((*id, Compiled { _lib: lib, entry }))
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let found = cache::library(&self.cache_dir, &format!("k{key:016x}"), &src, build, bind)?;
+        self.kernels().extend(found);
         Ok(())
     }
 
+    /// The in-memory cache. A thread that panicked while holding it cannot have left it
+    /// half-updated (each insert is whole), so a poisoned lock is taken as it is rather
+    /// than passing the panic to every other thread.
+    fn kernels(&self) -> MutexGuard<'_, HashMap<KernelId, Compiled>> {
+        self.kernels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn compiled(&self, launch: &Launch<'_>) -> Result<Compiled> {
-        if let Some(c) = self
-            .kernels
-            .lock()
-            .expect("kernel cache lock")
-            .get(&launch.id)
-        {
+        if let Some(c) = self.kernels().get(&launch.id) {
             return Ok(c.clone());
         }
         let rendered = (launch.render)(Dialect::Cpu)?;
@@ -172,15 +166,17 @@ impl CpuBackend {
             launch.inputs.clone(),
             launch.outputs.clone(),
         )])?;
-        Ok(self.kernels.lock().expect("kernel cache lock")[&launch.id].clone())
+        self.kernels().get(&launch.id).cloned().ok_or_else(|| {
+            Error::backend("cpu", format!("{} missing after its compile", launch.id))
+        })
     }
 }
 
-/// The cache root: `$TRELLIS_CACHE_DIR`, else `<temp>/trellis-kernel-cache`.
+/// The kernel cache root: `$TRELLIS_CACHE_DIR`, else the user's cache directory
+/// (`$XDG_CACHE_HOME/trellis` or `~/.cache/trellis`), else
+/// `<temp>/trellis-kernel-cache-<uid>` ([`super::cache`] says why and how it is checked).
 pub fn cache_root() -> PathBuf {
-    std::env::var_os("TRELLIS_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("trellis-kernel-cache"))
+    cache::Root::of_env().path
 }
 
 /// A CPU kernel with its buffers bound: the entry, the buffer pointers and the grid.
@@ -279,9 +275,7 @@ impl Backend for CpuBackend {
 
     fn precompile(&self, launches: &[Launch<'_>]) -> Result<()> {
         let known = self
-            .kernels
-            .lock()
-            .expect("kernel cache lock")
+            .kernels()
             .keys()
             .copied()
             .collect::<std::collections::HashSet<_>>();
@@ -311,5 +305,37 @@ impl Backend for CpuBackend {
             let _ = self.compile_batch(c);
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
+
+    #[test]
+    fn a_poisoned_kernel_cache_does_not_pass_the_panic_on() {
+        let b = CpuBackend::new().unwrap();
+        // A thread that panics holding the lock poisons it.
+        let panicked = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _held = b.kernels.lock().unwrap();
+                panic!("a panic while holding the kernel cache (expected by this test)");
+            })
+            .join()
+        });
+        assert!(panicked.is_err() && b.kernels.is_poisoned());
+        let g = Geometry::new(32, 256, 256, 2, 12, Code::OneMad).unwrap();
+        let codes = (0..g.codes_shape().iter().product::<usize>())
+            .map(|i| (i as u32).wrapping_mul(0x9e37_79b9))
+            .collect();
+        let w = QuantizedMatrix::new(g, codes, vec![0.015625; 32], ScaleDType::F16, None).unwrap();
+        let x = (0..256).map(|i| (i % 17) as f32 / 8.0 - 1.0).collect();
+        let x = Activations::from_f32(DType::F32, 1, 256, x).unwrap();
+        let want = crate::reference::reduce(&w, &x).unwrap();
+        for _ in 0..2 {
+            let got = crate::ops::matvec(&b, &w, &x, crate::numerics::Tier::Exact).unwrap();
+            assert!(got.bits_eq(&want));
+        }
     }
 }

@@ -81,7 +81,7 @@ impl Cubins {
         let opts = nvrtc_options(self.arch, cap);
         let key = fnv1a(format!("{opts:?}|{src}").as_bytes());
         let path = self.dir.join(format!("{symbol}-{key:016x}.cubin"));
-        if let Ok(bin) = std::fs::read(&path) {
+        if let Some(bin) = crate::backend::cache::read_blob(&path) {
             return Ok(bin);
         }
         let (bin, _) = nvrtc_cubin(src, &opts).map_err(|log| Error::Compile {
@@ -89,10 +89,7 @@ impl Cubins {
             backend: format!("cuda ({})", self.arch),
             log,
         })?;
-        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-        if std::fs::write(&tmp, &bin).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
+        crate::backend::cache::write_blob(&path, &bin);
         Ok(bin)
     }
 
@@ -203,8 +200,7 @@ impl CudaBackend {
             )? as usize,
         };
         let arch: &'static str = Box::leak(format!("sm_{}{}", cc.0, cc.1).into_boxed_str());
-        let cache_dir = crate::backend::cpu::cache_root().join("cuda");
-        std::fs::create_dir_all(&cache_dir).map_err(|e| Error::file(&cache_dir, e))?;
+        let cache_dir = crate::backend::cache::dir("cuda")?;
         Ok(CudaBackend {
             ctx,
             stream,
@@ -236,7 +232,7 @@ impl CudaBackend {
         if let Some(f) = self
             .kernels
             .lock()
-            .expect("kernel cache lock")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(&launch.id)
         {
             return Ok(f.clone());
@@ -293,7 +289,7 @@ impl CudaBackend {
         // Cached only once it fits: a kernel that cannot launch is never handed out.
         self.kernels
             .lock()
-            .expect("kernel cache lock")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(id, f.clone());
         Ok(f)
     }
@@ -522,7 +518,7 @@ impl Backend for CudaBackend {
         let known: std::collections::HashSet<KernelId> = self
             .kernels
             .lock()
-            .expect("kernel cache lock")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .keys()
             .copied()
             .collect();

@@ -12,8 +12,11 @@
 //! uninitialized, so an element no thread writes shows up. Threadgroups run in parallel
 //! on a rayon pool; the fibers of one group share one OS thread. Compiled kernels are
 //! cached on disk under `$TRELLIS_CACHE_DIR/metal-sim` by source hash, like the CPU
-//! backend's, and many specializations share one compiler call ([`Backend::precompile`]).
+//! backend's (through [`crate::backend::cache`]: private directories, atomic writes, a
+//! damaged library built again), and many specializations share one compiler call
+//! ([`Backend::precompile`]).
 
+use super::cache;
 use crate::codegen::metal::{
     self as metal_source, BufferKind, MlxDispatch, Param, MAX_THREADGROUP_MEMORY,
     MAX_THREADS_PER_THREADGROUP,
@@ -25,9 +28,9 @@ use libloading::Library;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The executable `<metal_stdlib>`.
 pub const METAL_STDLIB: &str = include_str!("metal_sim/metal_stdlib");
@@ -174,18 +177,22 @@ unsafe impl Send for SendPtrs {}
 unsafe impl Sync for SendPtrs {}
 
 impl MetalSimBackend {
-    /// A backend using `$TRELLIS_METAL_SIM_CXX`, `$CXX` or `c++`, caching under
-    /// `$TRELLIS_CACHE_DIR/metal-sim` (default: the system temp dir).
+    /// A backend using `$TRELLIS_METAL_SIM_CXX`, `$CXX` or `c++`, caching in the
+    /// directory `metal-sim` of the kernel cache ([`crate::backend::cpu::cache_root`];
+    /// an error naming it when it cannot be created or another user could write it).
     pub fn new() -> Result<Self> {
         let compiler = std::env::var("TRELLIS_METAL_SIM_CXX")
             .or_else(|_| std::env::var("CXX"))
             .unwrap_or_else(|_| "c++".into());
-        let cache_dir = crate::backend::cpu::cache_root().join("metal-sim");
-        let include_dir =
-            cache_dir.join(format!("include-{:016x}", fnv1a(METAL_STDLIB.as_bytes())));
-        std::fs::create_dir_all(&include_dir).map_err(|e| Error::file(&include_dir, e))?;
+        let cache_dir = cache::dir("metal-sim")?;
+        let include_dir = cache::subdir(
+            &cache_dir,
+            &format!("include-{:016x}", fnv1a(METAL_STDLIB.as_bytes())),
+        )?;
         let header = include_dir.join("metal_stdlib");
         if std::fs::read_to_string(&header).ok().as_deref() != Some(METAL_STDLIB) {
+            // Under a name of its own, then renamed: a compiler of another process never
+            // reads it half-written.
             static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
             let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let tmp = include_dir.join(format!("metal_stdlib.{}.{n}.tmp", std::process::id()));
@@ -224,91 +231,85 @@ impl MetalSimBackend {
             )
             .as_bytes(),
         );
-        let lib_path = self.cache_dir.join(format!("m{key:016x}.so"));
-        if !lib_path.exists() {
-            let src_path = self.cache_dir.join(format!("m{key:016x}.cpp"));
-            std::fs::write(&src_path, &src).map_err(|e| Error::file(&src_path, e))?;
-            let tmp = self.cache_dir.join(
-                format!(
-                    "m{key:016x}.{}.{:?}.tmp.so",
-                    std::process::id(),
-                    std::thread::current().id()
-                )
-                .replace(['(', ')'], ""),
-            );
-            let out = Command::new(&self.compiler)
+        let build = |src_path: &Path, out: &Path| {
+            let run = Command::new(&self.compiler)
                 .args(CXX_FLAGS)
                 .arg(format!("-I{}", self.include_dir.display()))
                 .arg("-o")
-                .arg(&tmp)
-                .arg(&src_path)
+                .arg(out)
+                .arg(src_path)
                 .output()
                 .map_err(|e| Error::Unavailable {
                     backend: "metal-sim".into(),
                     reason: format!("cannot run the C++ compiler `{}`: {e}", self.compiler),
                 })?;
-            if !out.status.success() {
-                let names: Vec<&str> = units.iter().map(|u| u.symbol.as_str()).collect();
-                let log = String::from_utf8_lossy(&out.stderr);
-                let log: String = log.lines().take(60).collect::<Vec<_>>().join("\n");
-                return Err(Error::Compile {
-                    kernel: names.join(", "),
-                    backend: "metal-sim".into(),
-                    log: format!("{log}\n(source: {})", src_path.display()),
-                });
+            if run.status.success() {
+                return Ok(());
             }
-            std::fs::rename(&tmp, &lib_path).map_err(|e| Error::file(&lib_path, e))?;
-        }
-        // SAFETY: a library this backend just built from its own generated source; its
-        // initialisers are the C++ runtime's.
-        let lib =
-            Arc::new(unsafe { Library::new(&lib_path) }.map_err(|e| Error::file(&lib_path, e))?);
-        let sym_err =
-            |s: &str, e: libloading::Error| Error::backend("metal-sim", format!("{s}: {e}"));
-        // SAFETY: the shim defines these two functions with exactly these signatures.
-        let (run, scratch_bytes) = unsafe {
-            let run: RunFn = *lib
-                .get::<RunFn>(b"trellis_sim_run")
-                .map_err(|e| sym_err("trellis_sim_run", e))?;
-            let scratch: ScratchFn = *lib
-                .get::<ScratchFn>(b"trellis_sim_scratch_bytes")
-                .map_err(|e| sym_err("trellis_sim_scratch_bytes", e))?;
-            (run, scratch())
+            let names: Vec<&str> = units.iter().map(|u| u.symbol.as_str()).collect();
+            let log = String::from_utf8_lossy(&run.stderr);
+            let log: String = log.lines().take(60).collect::<Vec<_>>().join("\n");
+            Err(Error::Compile {
+                kernel: names.join(", "),
+                backend: "metal-sim".into(),
+                log: format!("{log}\n(source: {})", src_path.display()),
+            })
         };
-        let mut kernels = self.kernels.lock().expect("kernel cache lock");
-        for u in units {
-            let name = format!("{}_sim", u.symbol);
-            // SAFETY: every `<symbol>_sim` of this library has the `EntryFn` signature
-            // (see `translation_unit_part`).
-            let entry: EntryFn = unsafe {
-                *lib.get::<EntryFn>(name.as_bytes())
-                    .map_err(|e| sym_err(&name, e))?
+        let bind = |lib: Arc<Library>| {
+            let sym_err =
+                |s: &str, e: libloading::Error| Error::backend("metal-sim", format!("{s}: {e}"));
+            // SAFETY: the shim defines these two functions with exactly these signatures.
+            let (run, scratch_bytes) = unsafe {
+                let run: RunFn = *lib
+                    .get::<RunFn>(b"trellis_sim_run")
+                    .map_err(|e| sym_err("trellis_sim_run", e))?;
+                let scratch: ScratchFn = *lib
+                    .get::<ScratchFn>(b"trellis_sim_scratch_bytes")
+                    .map_err(|e| sym_err("trellis_sim_scratch_bytes", e))?;
+                (run, scratch())
             };
-            kernels.insert(
-                u.id,
-                Compiled {
-                    _lib: lib.clone(),
-                    entry,
-                    run,
-                    scratch_bytes,
-                    params: Arc::new(u.params.clone()),
-                },
-            );
-        }
+            units
+                .iter()
+                .map(|u| {
+                    let name = format!("{}_sim", u.symbol);
+                    // SAFETY: every `<symbol>_sim` of this library has the `EntryFn`
+                    // signature (see `translation_unit_part`).
+                    let entry: EntryFn = unsafe {
+                        *lib.get::<EntryFn>(name.as_bytes())
+                            .map_err(|e| sym_err(&name, e))?
+                    };
+                    let compiled = Compiled {
+                        _lib: lib.clone(),
+                        entry,
+                        run,
+                        scratch_bytes,
+                        params: Arc::new(u.params.clone()),
+                    };
+                    Ok((u.id, compiled))
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let found = cache::library(&self.cache_dir, &format!("m{key:016x}"), &src, build, bind)?;
+        self.kernels().extend(found);
         Ok(())
     }
 
+    /// The in-memory cache; a poisoned lock is taken as it is (see the CPU backend's).
+    fn kernels(&self) -> MutexGuard<'_, HashMap<KernelId, Compiled>> {
+        self.kernels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn compiled(&self, launch: &Launch<'_>) -> Result<Compiled> {
-        if let Some(c) = self
-            .kernels
-            .lock()
-            .expect("kernel cache lock")
-            .get(&launch.id)
-        {
+        if let Some(c) = self.kernels().get(&launch.id) {
             return Ok(c.clone());
         }
         self.compile_batch(&[Unit::of(launch)?])?;
-        Ok(self.kernels.lock().expect("kernel cache lock")[&launch.id].clone())
+        self.kernels().get(&launch.id).cloned().ok_or_else(|| {
+            Error::backend(
+                "metal-sim",
+                format!("{} missing after its compile", launch.id),
+            )
+        })
     }
 }
 
@@ -532,13 +533,7 @@ impl MetalSimBackend {
     }
 
     fn precompile_units(&self, launches: &[Launch<'_>]) -> Result<()> {
-        let known: std::collections::HashSet<KernelId> = self
-            .kernels
-            .lock()
-            .expect("kernel cache lock")
-            .keys()
-            .copied()
-            .collect();
+        let known: std::collections::HashSet<KernelId> = self.kernels().keys().copied().collect();
         let mut seen = std::collections::HashSet::new();
         let mut todo = Vec::new();
         for l in launches {

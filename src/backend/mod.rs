@@ -4,7 +4,24 @@
 //! shim); `cuda` when built with the `cuda` feature and a driver is found at run time;
 //! `metal` on macOS. (`reference` names the plain SPEC implementation, which the CLI
 //! runs without a backend.) Nothing here knows about families, tuning or the facade.
+//!
+//! **The on-disk kernel cache** ([`cache`]) is `$TRELLIS_CACHE_DIR` when set, else the
+//! user's own cache directory (`$XDG_CACHE_HOME/trellis` or `~/.cache/trellis`;
+//! `~/Library/Caches/trellis` on macOS), else `<temp>/trellis-kernel-cache-<uid>`, with a
+//! subdirectory per backend (`cpu`, `metal-sim`, `cuda`). The root and the `cpu` and
+//! `metal-sim` directories must be owned by this user (or root) and not writable by group
+//! or others, since the libraries in them are loaded as code: one that is not (or is a
+//! file, a dangling symlink, cannot be created) is an error naming it and where it came
+//! from (`TRELLIS_CACHE_DIR` or the default). Processes and threads share
+//! it safely (every file is written under its own name and renamed into place), and a
+//! cached library that is damaged (its recorded SHA-256 does not match), does not load or
+//! lacks a symbol is built again.
+//!
+//! `cpu`, `metal-sim` and `cuda` are `Send + Sync` (their compiled-kernel caches are
+//! behind mutexes; a test asserts it), so one backend serves many threads; `metal` (MLX)
+//! is neither, by type.
 
+pub mod cache;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -101,7 +118,8 @@ pub enum AnyBackend {
 }
 
 impl AnyBackend {
-    /// Open the backend called `name` (`cpu`, `cuda`, `metal`).
+    /// Open the backend called `name` (`cpu`, `metal-sim`, `cuda`, `metal`; `reference`
+    /// is an error: it is no kernel backend).
     pub fn open(name: &str) -> Result<Self> {
         match name {
             "cpu" => Ok(AnyBackend::Cpu(CpuBackend::new()?)),

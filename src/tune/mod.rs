@@ -135,7 +135,11 @@ fn catalog_hash<F: Family>(dialect: Dialect, slice: Option<&str>) -> Option<Stri
         dialect,
         slice.map(str::to_string),
     );
-    if let Some(h) = memo.lock().expect("hash memo").get(&id) {
+    if let Some(h) = memo
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&id)
+    {
         return h.clone();
     }
     let mut h = crate::kernel::Fnv1a::default();
@@ -152,7 +156,9 @@ fn catalog_hash<F: Family>(dialect: Dialect, slice: Option<&str>) -> Option<Stri
         }
     }
     let hex = any.then(|| format!("{:016x}", std::hash::Hasher::finish(&h)));
-    memo.lock().expect("hash memo").insert(id, hex.clone());
+    memo.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(id, hex.clone());
     hex
 }
 

@@ -1,0 +1,742 @@
+//! The on-disk kernel cache of the backends that build shared libraries (`cpu`,
+//! `metal-sim`) and of CUBINs (`cuda`, [`read_blob`] / [`write_blob`]): where it lives,
+//! and how a file gets into it and out of it.
+//!
+//! **Where.** `$TRELLIS_CACHE_DIR` when set (and not empty); else the user's cache
+//! directory, `$XDG_CACHE_HOME/trellis` (an absolute `XDG_CACHE_HOME`) or
+//! `~/.cache/trellis` (`~/Library/Caches/trellis` on macOS); where that cannot be created
+//! (no `HOME`, a read-only home), `<temp>/trellis-kernel-cache-<uid>`. Each backend keeps
+//! its files in a subdirectory (`cpu`, `metal-sim`, `cuda`).
+//!
+//! **Whose.** A library in the cache is code this process runs, so the cache root and the
+//! backend's directory must be owned by this user (or root) and not writable by group or
+//! others ([`dir`] refuses them otherwise, naming the directory and where it came from;
+//! every backend opens its directory through it);
+//! the directories trellis creates are `0700`. A cached library that another user could
+//! have written (owned by someone else, group- or world-writable) is not loaded: it is
+//! built again and replaced.
+//!
+//! **Concurrency and damage.** Every file is written under a name of its own (process id
+//! and a counter) and renamed into place once complete, so processes and threads sharing
+//! the cache never see a half-written file and never compile each other's half-written
+//! source; two of them building the same library both build it, and the last rename wins
+//! (the same bytes). Beside each library `<stem>.so` lies `<stem>.so.sha256`, its SHA-256
+//! (`sha256sum -c` reads it), written before the library is renamed into place: a cached
+//! library whose bytes do not match it (truncated by a full disk or a crash, edited), that
+//! does not load, or that lacks a symbol the backend binds, is built again once, loaded
+//! from the new build's own name, and replaces the damaged one. `dlopen` of a truncated
+//! library can end the process (`SIGBUS` on the missing pages), hence the digest check
+//! before it.
+
+use crate::error::{Error, Result};
+use libloading::Library;
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The variable that names the cache root.
+pub const ENV: &str = "TRELLIS_CACHE_DIR";
+
+/// A cache root and where it came from (for error messages).
+#[derive(Clone, Debug)]
+pub struct Root {
+    /// The directory.
+    pub path: PathBuf,
+    /// `true`: `$TRELLIS_CACHE_DIR`; `false`: the default.
+    from_env: bool,
+}
+
+impl Root {
+    /// The cache root of this process (see the module docs). Creates the default user
+    /// cache directory to know whether it can be used; `$TRELLIS_CACHE_DIR` is taken as
+    /// it is (and checked by [`dir`]).
+    pub fn of_env() -> Root {
+        if let Some(p) = std::env::var_os(ENV).filter(|p| !p.is_empty()) {
+            return Root {
+                path: PathBuf::from(p),
+                from_env: true,
+            };
+        }
+        let path = user_cache_dir()
+            .map(|d| d.join("trellis"))
+            .filter(|p| create_private(p).is_ok())
+            .unwrap_or_else(temp_root);
+        Root {
+            path,
+            from_env: false,
+        }
+    }
+
+    /// A root given explicitly (the tests), reported as if it came from
+    /// `$TRELLIS_CACHE_DIR` when `from_env`.
+    pub fn new(path: impl Into<PathBuf>, from_env: bool) -> Root {
+        Root {
+            path: path.into(),
+            from_env,
+        }
+    }
+
+    /// What an error about this root says of where it came from.
+    fn origin(&self) -> String {
+        if self.from_env {
+            format!("the kernel cache, set by {ENV}")
+        } else {
+            format!("the default kernel cache; set {ENV} to use another directory")
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME` (when absolute, as the XDG spec asks) or the platform's per-user
+/// cache directory under `$HOME`.
+fn user_cache_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from) {
+        if x.is_absolute() {
+            return Some(x);
+        }
+    }
+    let home = PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?);
+    if cfg!(target_os = "macos") {
+        Some(home.join("Library").join("Caches"))
+    } else {
+        Some(home.join(".cache"))
+    }
+}
+
+/// The fallback root: per user in the system temp directory. Another user can create
+/// this name first; [`dir`] then refuses it (not ours), it is never used.
+fn temp_root() -> PathBuf {
+    std::env::temp_dir().join(format!("trellis-kernel-cache-{}", uid()))
+}
+
+#[cfg(unix)]
+fn uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+#[cfg(not(unix))]
+fn uid() -> u32 {
+    0
+}
+
+/// Create `path` and its missing parents, `0700` (the umask may narrow it further).
+fn create_private(path: &Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(path)
+}
+
+/// The backend directory `<root>/<sub>` of this process's cache root ([`Root::of_env`]),
+/// created and checked (see [`dir_in`]).
+pub fn dir(sub: &str) -> Result<PathBuf> {
+    dir_in(&Root::of_env(), sub)
+}
+
+/// `<root>/<sub>`, created (`0700`) where missing; an error naming the directory and
+/// where the root came from when it cannot be created or is not private: the root and
+/// the subdirectory must be directories owned by this user or root, not writable by
+/// group or others.
+pub fn dir_in(root: &Root, sub: &str) -> Result<PathBuf> {
+    let d = root.path.join(sub);
+    create_private(&d).map_err(|e| {
+        let why = diagnose(&d).unwrap_or_else(|| e.to_string());
+        Error::file(
+            &d,
+            format!("cannot create the directory ({}): {why}", root.origin()),
+        )
+    })?;
+    for p in [&root.path, &d] {
+        check_private(p)
+            .map_err(|why| Error::file(p, format!("not used ({}): {why}", root.origin())))?;
+    }
+    Ok(d)
+}
+
+/// A directory made inside a checked cache directory (`metal-sim`'s include directory),
+/// created and checked as [`dir_in`] checks its directories.
+pub fn subdir(parent: &Path, name: &str) -> Result<PathBuf> {
+    let d = parent.join(name);
+    create_private(&d).map_err(|e| Error::file(&d, format!("cannot create the directory: {e}")))?;
+    check_private(&d).map_err(|why| Error::file(&d, format!("not used: {why}")))?;
+    Ok(d)
+}
+
+/// Why creating `path` failed, where the OS error says it poorly: the first existing
+/// component that is not a directory (`File exists` for a dangling symlink, `Not a
+/// directory` for a file).
+fn diagnose(path: &Path) -> Option<String> {
+    let mut ancestors: Vec<&Path> = path.ancestors().collect();
+    ancestors.reverse();
+    for a in ancestors {
+        if a.as_os_str().is_empty() {
+            continue;
+        }
+        match std::fs::symlink_metadata(a) {
+            Ok(m) if m.file_type().is_symlink() && std::fs::metadata(a).is_err() => {
+                let to = std::fs::read_link(a).map(|t| t.display().to_string());
+                return Some(format!(
+                    "{} is a symlink to {}, which does not exist",
+                    a.display(),
+                    to.unwrap_or_else(|_| "?".into())
+                ));
+            }
+            Ok(_) => match std::fs::metadata(a) {
+                Ok(m) if !m.is_dir() => {
+                    return Some(format!("{} exists and is not a directory", a.display()))
+                }
+                _ => {}
+            },
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Whether a directory may hold libraries this process loads: a directory (after
+/// symlinks), owned by this user or root, not writable by group or others.
+fn check_private(path: &Path) -> std::result::Result<(), String> {
+    let m = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !m.is_dir() {
+        return Err("not a directory".into());
+    }
+    trusted(&m)
+}
+
+/// Whether a file or directory's owner and mode let only this user (or root) write it.
+#[cfg(unix)]
+fn trusted(m: &std::fs::Metadata) -> std::result::Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = uid();
+    if m.uid() != me && m.uid() != 0 {
+        return Err(format!(
+            "owned by uid {}, not this user (uid {me}): another user could plant the \
+             libraries loaded from it",
+            m.uid()
+        ));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "writable by group or others (mode {:o}): another user could plant the \
+             libraries loaded from it (`chmod go-w` it, or use another directory)",
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn trusted(_: &std::fs::Metadata) -> std::result::Result<(), String> {
+    Ok(())
+}
+
+/// A directory in `dir` no other process or thread uses, created `0700`:
+/// `<stem>.<pid>-<n>.tmp`. A build happens in one, under the final file names, so two
+/// builds of one source give the same bytes (the compiler writes the source's name into
+/// the library).
+fn temp_dir(dir: &Path, stem: &str) -> Result<PathBuf> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let d = dir.join(format!("{stem}.{}-{n}.tmp", std::process::id()));
+    let mut b = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(&d)
+        .map_err(|e| Error::file(&d, format!("cannot create: {e}")))?;
+    Ok(d)
+}
+
+/// Write `bytes` to a fresh file of its own name (which must not exist).
+fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o644);
+    o.open(path)
+        .and_then(|mut f| f.write_all(bytes))
+        .map_err(|e| Error::file(path, format!("cannot write: {e}")))
+}
+
+/// The SHA-256 of a file's bytes, in hex, and its metadata (from the open file).
+fn digest(path: &Path) -> std::io::Result<(String, std::fs::Metadata)> {
+    let mut f = std::fs::File::open(path)?;
+    let meta = f.metadata()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok((hex_digest(&bytes), meta))
+}
+
+/// A cached file that is data, not code (a CUBIN): its bytes when it is a regular file
+/// this user or root owns, not writable by others, whose bytes match the SHA-256
+/// recorded beside it (`<name>.sha256`, as [`write_blob`] writes it); `None` otherwise
+/// (missing, truncated, edited, another user's), so the caller builds it again.
+pub fn read_blob(path: &Path) -> Option<Vec<u8>> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || trusted(&meta).is_err() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let recorded = std::fs::read_to_string(digest_path(path)).ok()?;
+    (recorded.split_whitespace().next() == Some(hex_digest(&bytes).as_str())).then_some(bytes)
+}
+
+/// Publish `bytes` as `path` in a cache directory with its SHA-256 beside it, each
+/// written under a name of its own (process id and a counter: threads and processes
+/// share the cache) and renamed into place, the digest first. The cache only saves work,
+/// so a failure to write leaves the entry missing and is not an error.
+pub fn write_blob(path: &Path, bytes: &[u8]) {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tmp = |p: &Path| {
+        let mut s = p.as_os_str().to_owned();
+        s.push(format!(".{}-{n}.tmp", std::process::id()));
+        PathBuf::from(s)
+    };
+    let name = path.file_name().map(|f| f.to_string_lossy().into_owned());
+    let sum = format!("{}  {}\n", hex_digest(bytes), name.unwrap_or_default());
+    let sum_path = digest_path(path);
+    let (sum_tmp, tmp_path) = (tmp(&sum_path), tmp(path));
+    let ok = write_new(&sum_tmp, sum.as_bytes()).is_ok()
+        && std::fs::rename(&sum_tmp, &sum_path).is_ok()
+        && write_new(&tmp_path, bytes).is_ok()
+        && std::fs::rename(&tmp_path, path).is_ok();
+    if !ok {
+        let _ = std::fs::remove_file(&sum_tmp);
+        let _ = std::fs::remove_file(&tmp_path);
+    }
+}
+
+/// SHA-256 of `bytes`, in hex.
+fn hex_digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The `.sha256` file beside a library.
+fn digest_path(lib: &Path) -> PathBuf {
+    let mut s = lib.as_os_str().to_owned();
+    s.push(".sha256");
+    PathBuf::from(s)
+}
+
+/// The cached library `lib`, loaded: `Ok(None)` when there is none; `Err` (why) when it
+/// is there but damaged, not ours, or does not load, so it is to be built again.
+fn load_cached(lib: &Path) -> std::result::Result<Option<Library>, String> {
+    let (hex, meta) = match digest(lib) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    trusted(&meta)?;
+    let recorded = std::fs::read_to_string(digest_path(lib)).map_err(|e| e.to_string())?;
+    if recorded.split_whitespace().next() != Some(hex.as_str()) {
+        return Err("its bytes do not match its recorded SHA-256 (truncated or edited)".into());
+    }
+    // SAFETY: a library of this cache whose bytes are those recorded when this crate
+    // built it from its own generated source, in a directory only this user can write;
+    // its initialisers are the C++ runtime's.
+    unsafe { Library::new(lib) }
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// The library built from `src` in the cache directory `dir` as `<stem>.so`, bound by
+/// `bind` (the backend's symbol lookups). A cached library is used when its bytes match
+/// its recorded digest, it is trusted (`trusted`), it loads and `bind` takes it; else
+/// (missing, or damaged in any of these ways) `build(source, output)` compiles `src`,
+/// written as `<stem>.cpp` in a directory of this build's own, into `<stem>.so` there,
+/// which is loaded and bound from there, then renamed into place after its digest (the
+/// source too, as `<stem>.cpp`, for reading). `build`'s error is returned with its
+/// source kept as `<stem>.cpp` (a compile log naming the source names that); a fresh
+/// build that does not load or bind is an error naming it.
+pub fn library<T>(
+    dir: &Path,
+    stem: &str,
+    src: &str,
+    build: impl FnOnce(&Path, &Path) -> Result<()>,
+    bind: impl Fn(std::sync::Arc<Library>) -> Result<T>,
+) -> Result<T> {
+    let lib_path = dir.join(format!("{stem}.so"));
+    if let Ok(Some(lib)) = load_cached(&lib_path) {
+        if let Ok(t) = bind(std::sync::Arc::new(lib)) {
+            return Ok(t);
+        }
+    }
+    let work = temp_dir(dir, stem)?;
+    let (src_tmp, lib_tmp) = (
+        work.join(format!("{stem}.cpp")),
+        work.join(format!("{stem}.so")),
+    );
+    write_new(&src_tmp, src.as_bytes())?;
+    let cleanup = || {
+        let _ = std::fs::remove_dir_all(&work);
+    };
+    if let Err(e) = build(&src_tmp, &lib_tmp) {
+        // The source stays for the log that names it, as `<stem>.cpp` beside the
+        // libraries (and the log says so), so failed builds do not pile up.
+        let kept = dir.join(format!("{stem}.cpp"));
+        if std::fs::rename(&src_tmp, &kept).is_err() {
+            return Err(e);
+        }
+        cleanup();
+        return Err(match e {
+            Error::Compile {
+                kernel,
+                backend,
+                log,
+            } => Error::Compile {
+                kernel,
+                backend,
+                log: log.replace(&*src_tmp.to_string_lossy(), &kept.to_string_lossy()),
+            },
+            e => e,
+        });
+    }
+    let fail = |what: String| {
+        let e = Error::file(&lib_tmp, what);
+        cleanup();
+        e
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&lib_tmp, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| fail(format!("cannot set the built library's permissions: {e}")))?;
+    }
+    let (hex, _) =
+        digest(&lib_tmp).map_err(|e| fail(format!("cannot read the built library: {e}")))?;
+    // SAFETY: the library just built from this crate's own generated source, in a
+    // directory only this call uses; its initialisers are the C++ runtime's.
+    let lib = unsafe { Library::new(&lib_tmp) }
+        .map_err(|e| fail(format!("the built library does not load: {e}")))?;
+    let t = bind(std::sync::Arc::new(lib)).inspect_err(|_| cleanup())?;
+    // Publish: the digest first, so a reader that finds the new library finds its digest
+    // (and one that finds another build's digest with it builds again, no more).
+    let sum_tmp = work.join(format!("{stem}.so.sha256"));
+    let sum_path = digest_path(&lib_path);
+    let published = write_new(&sum_tmp, format!("{hex}  {stem}.so\n").as_bytes())
+        .and_then(|()| {
+            std::fs::rename(&sum_tmp, &sum_path)
+                .map_err(|e| Error::file(&sum_path, format!("cannot write: {e}")))
+        })
+        .and_then(|()| {
+            std::fs::rename(&lib_tmp, &lib_path)
+                .map_err(|e| Error::file(&lib_path, format!("cannot write: {e}")))
+        });
+    if published.is_ok() {
+        let _ = std::fs::rename(&src_tmp, dir.join(format!("{stem}.cpp")));
+    }
+    cleanup();
+    published.map(|()| t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Build a C++ source into a shared library with the host compiler.
+    fn cxx(src: &Path, out: &Path) -> Result<()> {
+        let o = std::process::Command::new("c++")
+            .args(["-shared", "-fPIC", "-O0", "-o"])
+            .arg(out)
+            .arg(src)
+            .output()
+            .map_err(|e| Error::backend("test", e))?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(Error::Compile {
+                kernel: "test".into(),
+                backend: "test".into(),
+                log: String::from_utf8_lossy(&o.stderr).into_owned(),
+            })
+        }
+    }
+
+    const SRC: &str = "extern \"C\" int answer() { return 42; }\n";
+
+    /// `answer()` of the library, the `bind` of these tests.
+    fn answer(lib: Arc<Library>) -> Result<i32> {
+        // SAFETY: `answer` is `int(void)` in every source of these tests.
+        let f = unsafe { lib.get::<unsafe extern "C" fn() -> i32>(b"answer") }
+            .map_err(|e| Error::backend("test", e))?;
+        // SAFETY: as above.
+        Ok(unsafe { f() })
+    }
+
+    fn get(dir: &Path, builds: &AtomicU64) -> Result<i32> {
+        library(
+            dir,
+            "t",
+            SRC,
+            |s, o| {
+                builds.fetch_add(1, Ordering::Relaxed);
+                cxx(s, o)
+            },
+            answer,
+        )
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_library_is_built_once_then_loaded_from_the_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let builds = AtomicU64::new(0);
+        assert_eq!(get(tmp.path(), &builds).unwrap(), 42);
+        assert_eq!(get(tmp.path(), &builds).unwrap(), 42);
+        assert_eq!(builds.load(Ordering::Relaxed), 1);
+        assert_eq!(names(tmp.path()), ["t.cpp", "t.so", "t.so.sha256"]);
+        let (hex, _) = digest(&tmp.path().join("t.so")).unwrap();
+        let recorded = std::fs::read_to_string(tmp.path().join("t.so.sha256")).unwrap();
+        assert_eq!(recorded, format!("{hex}  t.so\n"));
+    }
+
+    #[test]
+    fn a_damaged_cached_library_is_built_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = tmp.path().join("t.so");
+        let builds = AtomicU64::new(0);
+        get(tmp.path(), &builds).unwrap();
+        let good = std::fs::read(&lib).unwrap();
+        let damage = [
+            "truncated", // loading it unchecked ends the process with SIGBUS
+            "empty",
+            "a byte changed",
+            "no digest",
+            "group-writable",
+        ];
+        for (i, what) in damage.into_iter().enumerate() {
+            match what {
+                "truncated" => std::fs::write(&lib, &good[..good.len() / 2]).unwrap(),
+                "empty" => std::fs::write(&lib, b"").unwrap(),
+                "a byte changed" => {
+                    let mut b = good.clone();
+                    b[good.len() / 3] ^= 0x55;
+                    std::fs::write(&lib, b).unwrap()
+                }
+                "no digest" => std::fs::remove_file(digest_path(&lib)).unwrap(),
+                _ => {
+                    #[cfg(unix)]
+                    {
+                        use std::os::unix::fs::PermissionsExt;
+                        let p = std::fs::Permissions::from_mode(0o777);
+                        std::fs::set_permissions(&lib, p).unwrap();
+                    }
+                }
+            }
+            assert_eq!(get(tmp.path(), &builds).unwrap(), 42, "{what}");
+            assert_eq!(
+                builds.load(Ordering::Relaxed),
+                i as u64 + 2,
+                "{what}: rebuilt"
+            );
+            assert_eq!(std::fs::read(&lib).unwrap(), good, "{what}: replaced");
+            assert_eq!(
+                names(tmp.path()),
+                ["t.cpp", "t.so", "t.so.sha256"],
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cached_library_that_does_not_bind_is_built_again() {
+        // A library with a matching digest but without the symbol: built again, and the
+        // new build loaded from its own name (dlopen of the old name would return the
+        // old library while it is loaded).
+        let tmp = tempfile::tempdir().unwrap();
+        let builds = AtomicU64::new(0);
+        let other = library(
+            tmp.path(),
+            "t",
+            "extern \"C\" int other() { return 1; }",
+            cxx,
+            Ok,
+        )
+        .unwrap();
+        assert_eq!(get(tmp.path(), &builds).unwrap(), 42);
+        assert_eq!(builds.load(Ordering::Relaxed), 1);
+        drop(other);
+        assert_eq!(get(tmp.path(), &builds).unwrap(), 42);
+        assert_eq!(
+            builds.load(Ordering::Relaxed),
+            1,
+            "the rebuilt one is cached"
+        );
+    }
+
+    #[test]
+    fn threads_building_one_library_at_once_all_get_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let builds = AtomicU64::new(0);
+        let n = 8;
+        let barrier = std::sync::Barrier::new(n);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        get(tmp.path(), &builds)
+                    })
+                })
+                .collect();
+            for h in handles {
+                assert_eq!(h.join().unwrap().unwrap(), 42);
+            }
+        });
+        assert!(builds.load(Ordering::Relaxed) >= 1);
+        // No temporary file is left, and the published library is intact.
+        assert_eq!(names(tmp.path()), ["t.cpp", "t.so", "t.so.sha256"]);
+        assert!(matches!(load_cached(&tmp.path().join("t.so")), Ok(Some(_))));
+    }
+
+    /// A data file (a CUBIN) reads back only as written: a truncated or edited one, one
+    /// without its digest or one others can write reads as missing (built again); threads
+    /// writing one entry at once leave it whole and no temporary file behind.
+    #[test]
+    fn a_blob_reads_back_only_whole_and_trusted() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("k.cubin");
+        assert_eq!(read_blob(&p), None);
+        let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+        write_blob(&p, &bytes);
+        assert_eq!(read_blob(&p).as_deref(), Some(&bytes[..]));
+        std::fs::write(&p, &bytes[..100]).unwrap();
+        assert_eq!(read_blob(&p), None, "truncated");
+        let mut edited = bytes.clone();
+        edited[7] ^= 1;
+        std::fs::write(&p, &edited).unwrap();
+        assert_eq!(read_blob(&p), None, "edited");
+        write_blob(&p, &bytes);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(read_blob(&p), None, "writable by others");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(read_blob(&p).as_deref(), Some(&bytes[..]));
+        std::fs::remove_file(digest_path(&p)).unwrap();
+        assert_eq!(read_blob(&p), None, "no digest");
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| write_blob(&p, &bytes));
+            }
+        });
+        assert_eq!(read_blob(&p).as_deref(), Some(&bytes[..]));
+        let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["k.cubin", "k.cubin.sha256"]);
+    }
+
+    #[test]
+    fn a_build_that_fails_publishes_nothing_and_keeps_its_source() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = library(tmp.path(), "bad", "this is not C++", cxx, answer).unwrap_err();
+        assert!(matches!(e, Error::Compile { .. }), "{e}");
+        // The compiler's log names the source where it stays.
+        assert_eq!(names(tmp.path()), ["bad.cpp"]);
+        let kept = tmp.path().join("bad.cpp");
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), "this is not C++");
+        assert!(e.to_string().contains(&*kept.to_string_lossy()), "{e}");
+        let work = format!("bad.{}-", std::process::id());
+        assert!(!e.to_string().contains(&work), "{e}");
+    }
+
+    #[test]
+    fn a_cache_dir_that_is_a_file_or_a_dangling_link_is_an_error_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let e = dir_in(&Root::new(&file, true), "cpu")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&*file.to_string_lossy()), "{e}");
+        assert!(
+            e.contains("TRELLIS_CACHE_DIR") && e.contains("not a directory"),
+            "{e}"
+        );
+        #[cfg(unix)]
+        {
+            let link = tmp.path().join("link");
+            std::os::unix::fs::symlink(tmp.path().join("nowhere"), &link).unwrap();
+            let e = dir_in(&Root::new(&link, true), "cpu")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&*link.to_string_lossy()), "{e}");
+            assert!(
+                e.contains("does not exist") && e.contains("TRELLIS_CACHE_DIR"),
+                "{e}"
+            );
+            let e = dir_in(&Root::new(&link, false), "cpu")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("default kernel cache; set TRELLIS_CACHE_DIR"),
+                "{e}"
+            );
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_cache_dir_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let d = dir_in(&Root::new(&root, true), "cpu").unwrap();
+        assert_eq!(d, root.join("cpu"));
+        for p in [&root, &d] {
+            let mode = std::fs::metadata(p).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{} is created private", p.display());
+        }
+        for (p, mode) in [(&d, 0o770), (&root, 0o1777)] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = dir_in(&Root::new(&root, true), "cpu")
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&*p.to_string_lossy()), "{e}");
+            assert!(e.contains("writable by group or others"), "{e}");
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        dir_in(&Root::new(&root, true), "cpu").unwrap();
+        if uid() == 0 {
+            // Root can give the directory away: owned by another user, refused.
+            std::os::unix::fs::chown(&d, Some(65534), None).unwrap();
+            let e = dir_in(&Root::new(&root, true), "cpu")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("owned by uid 65534, not this user"), "{e}");
+        } else {
+            // A directory this user cannot create in: the error names it.
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o500)).unwrap();
+            let e = dir_in(&Root::new(&root, true), "metal-sim")
+                .unwrap_err()
+                .to_string();
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+            assert!(
+                e.contains("metal-sim") && e.contains("TRELLIS_CACHE_DIR"),
+                "{e}"
+            );
+        }
+    }
+}
