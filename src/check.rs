@@ -363,10 +363,19 @@ mod tests {
             let i = off.data.iter().position(|v| v.abs() > 1.0).unwrap();
             let v = off.data[i] as f64;
             off.data[i] = (v + (8.0 * ulp(dtype, v)).max(v.abs() * 2f64.powi(-10))) as f32;
-            assert!(native_gate_up(&off, &exact, &g, &u).is_err(), "{dtype:?}");
+            let e = native_gate_up(&off, &exact, &g, &u).unwrap_err();
+            assert!(
+                e.starts_with(&format!("mid[0, {i}] = ")) && e.contains("native tolerance"),
+                "{dtype:?}: {e}"
+            );
             let mut nan = exact.clone();
             nan.data[3] = f32::NAN;
-            assert!(native_gate_up(&nan, &exact, &g, &u).is_err());
+            let e = native_gate_up(&nan, &exact, &g, &u).unwrap_err();
+            assert!(e.starts_with("mid[0, 3] = NaN"), "{dtype:?}: {e}");
+            // Operands of another shape are an error naming both, not an index past them.
+            let short = Activations::from_f32(dtype, 1, 8, vec![0.5; 8]).unwrap();
+            let e = native_gate_up(&exact, &exact, &short, &u).unwrap_err();
+            assert!(e.contains("g 8"), "{dtype:?}: {e}");
         }
     }
 

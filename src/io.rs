@@ -986,24 +986,42 @@ mod tests {
             SafetensorsFile::open(&bad).unwrap_err().to_string()
         };
 
+        // The data bytes the header declares, and what the file holds after it.
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let data_len = bytes.len() - 8 - n;
         let mut padded = bytes.clone();
         padded.extend_from_slice(&[0; 5]);
         let e = open_err(&padded);
         assert!(
-            e.contains("bad.safetensors") && e.contains("data bytes"),
+            e.contains("bad.safetensors")
+                && e.contains(&format!("declares {data_len} data bytes"))
+                && e.contains(&format!("holds {} after the header", data_len + 5)),
             "{e}"
         );
 
-        // A header length beyond the file, and beyond the crate's header limit.
+        // A header length beyond the file, and beyond the crate's header limit, named
+        // with its value and the limit.
         let mut long = bytes.clone();
         long[..8].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
-        assert!(open_err(&long).contains("header length"));
+        let e = open_err(&long);
+        assert!(
+            e.contains("bad.safetensors")
+                && e.contains(&format!(
+                    "header length {} exceeds {} bytes",
+                    bytes.len(),
+                    bytes.len() - 8
+                )),
+            "{e}"
+        );
         long[..8].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(open_err(&long).contains("header length"));
+        let e = open_err(&long);
+        assert!(
+            e.contains(&format!("header length {} exceeds", u64::MAX)),
+            "{e}"
+        );
 
         // Repeated keys, at the top level and in __metadata__, spaces kept so the
         // offsets stay right.
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
         let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
         let with = |h: String| {
             let mut b = (h.len() as u64).to_le_bytes().to_vec();
@@ -1047,54 +1065,82 @@ mod tests {
             f(&mut h);
             open_err(&with(h.to_string()))
         };
-        let scales = |h: &mut serde_json::Value| h["w.scales"].clone();
-        for (change, needles) in [
+        let offsets = |h: &serde_json::Value, name: &str| {
+            [0, 1].map(|i| h[name]["data_offsets"][i].as_u64().unwrap())
+        };
+        let parsed: serde_json::Value = serde_json::from_str(header).unwrap();
+        let [sa, sb] = offsets(&parsed, "w.scales");
+        let [ca, cb] = offsets(&parsed, "w.codes");
+        // The writer puts the codes first, then the scales, each where the last ended.
+        assert_eq!((ca, cb, sa, sb as usize), (0, sa, 48, data_len), "{header}");
+        type Change = dyn Fn(&mut serde_json::Value);
+        let cases: [(&Change, Vec<String>); 6] = [
             (
-                &(|h: &mut serde_json::Value| {
-                    let mut s = scales(h);
-                    s["data_offsets"] = serde_json::json!([8192, 8336]);
-                    h["w.scales"] = s;
-                }) as &dyn Fn(&mut serde_json::Value),
-                &["`w.scales`", "end past the"][..],
+                &|h| h["w.scales"]["data_offsets"] = serde_json::json!([8192, 8198]),
+                vec![
+                    "`w.scales`".into(),
+                    "data_offsets [8192, 8198]".into(),
+                    format!("end past the {data_len} data bytes"),
+                ],
             ),
             (
-                &|h: &mut serde_json::Value| h["w.scales"]["dtype"] = "F4".into(),
-                &["`w.scales`", "F4", "need"][..],
+                &|h| h["w.scales"]["dtype"] = "F4".into(),
+                vec![
+                    "`w.scales`".into(),
+                    "hold 6 bytes".into(),
+                    "F4".into(),
+                    "need 12 bits".into(),
+                ],
             ),
             (
-                &|h: &mut serde_json::Value| {
-                    h["w.codes"]["shape"] = serde_json::json!([1u64 << 33, 0, 1u64 << 33])
-                },
-                &["`w.codes`", "need 0 bytes"][..],
+                &|h| h["w.codes"]["shape"] = serde_json::json!([1u64 << 33, 0, 1u64 << 33]),
+                vec![
+                    "`w.codes`".into(),
+                    "hold 48 bytes".into(),
+                    "need 0 bytes".into(),
+                ],
             ),
             (
-                &|h: &mut serde_json::Value| {
-                    let [a, b] = [
-                        &h["w.scales"]["data_offsets"][0],
-                        &h["w.scales"]["data_offsets"][1],
-                    ]
-                    .map(|v| v.as_u64().unwrap());
-                    h["w.scales"]["data_offsets"] = serde_json::json!([b, a]);
-                },
-                &["`w.scales`", "end before they begin"][..],
+                &move |h| h["w.scales"]["data_offsets"] = serde_json::json!([sb, sa]),
+                vec![
+                    "`w.scales`".into(),
+                    format!("data_offsets [{sb}, {sa}] end before they begin"),
+                ],
             ),
             (
-                &|h: &mut serde_json::Value| h["w.scales"]["dtype"] = "Q7".into(),
-                &["`w.scales`", "Q7"][..],
+                &|h| h["w.scales"]["dtype"] = "Q7".into(),
+                vec!["`w.scales`".into(), "Q7".into()],
             ),
-        ] {
+            // The scales' bytes over the codes' first ones: sizes right, data not
+            // contiguous.
+            (
+                &|h| h["w.scales"]["data_offsets"] = serde_json::json!([0, 6]),
+                vec![
+                    "`w.codes`".into(),
+                    "begins at byte 0 of the data, where the tensors before it end at 6".into(),
+                ],
+            ),
+        ];
+        for (change, needles) in cases {
             let e = edit(change);
             for n in needles {
-                assert!(e.contains(n), "{n}: {e}");
+                assert!(e.contains(&n), "{n}: {e}");
             }
         }
 
         let e = SafetensorsFile::open(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("not a regular file"), "{e}");
+        assert!(
+            e.starts_with(&dir.path().display().to_string())
+                && e.contains("not a regular file (a directory)"),
+            "{e}"
+        );
         #[cfg(unix)]
         {
             let e = SafetensorsFile::open("/dev/zero").unwrap_err().to_string();
-            assert!(e.contains("not a regular file"), "{e}");
+            assert!(
+                e.starts_with("/dev/zero: not a regular file (a device, pipe or socket)"),
+                "{e}"
+            );
         }
     }
 
@@ -1116,7 +1162,13 @@ mod tests {
         assert_eq!(std::fs::read(&target).unwrap(), b"new");
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o444)).unwrap();
         let e = write_atomic(&link, b"newer").unwrap_err().to_string();
-        assert!(e.contains("read-only"), "{e}");
+        assert!(
+            e.contains(&format!(
+                "{}: cannot write: the file is read-only",
+                link.display()
+            )),
+            "{e}"
+        );
         assert_eq!(std::fs::read(&target).unwrap(), b"new");
     }
 

@@ -289,12 +289,27 @@ mod tests {
             codes: vec![u32::MAX; n],
             ..w.clone()
         };
-        ones.check_weights_finite(DType::F16).unwrap_err();
+        // f16: row 0 already (1e38 * 1); f32: only row 1 (1e38 * 8), named with both.
+        let e = ones
+            .check_weights_finite(DType::F16)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("w[0, 0] = value 1000")
+                && e.contains("scales[0] 1:")
+                && e.contains("overflows f16"),
+            "{e}"
+        );
         let e = ones
             .check_weights_finite(DType::F32)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("w[1, 0]") && e.contains("overflows f32"), "{e}");
+        assert!(
+            e.contains("w[1, 0] = value 1000")
+                && e.contains("scales[1] 8:")
+                && e.contains("overflows f32"),
+            "{e}"
+        );
         let small = QuantizedMatrix {
             scales: vec![1.0, 1.0],
             ..ones.clone()

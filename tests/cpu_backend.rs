@@ -1041,33 +1041,85 @@ fn hand_set_fields_are_errors_not_panics_or_wrong_results() {
         ops::matvec(&cpu, &off, &x, Tier::Exact).unwrap_err(),
         reference::reduce(&off, &x).unwrap_err(),
     ] {
-        assert!(e.to_string().contains("scales[3]"), "{e}");
+        assert!(e.to_string().contains("scales[3] = 0.1"), "{e}");
     }
-    // An activation that is no value of its dtype.
+    // An activation that is no value of its dtype (4097 lies between bf16's 4096 and
+    // 4112), named with its value by the facade on both tiers and by the reference.
     let mut bad = x.clone();
     bad.data[5] = 4097.0;
     for tier in [Tier::Exact, Tier::Fast] {
         let e = ops::matvec(&cpu, &w, &bad, tier).unwrap_err().to_string();
-        assert!(e.contains("x[0, 5]") && e.contains("bf16"), "{e}");
+        assert!(
+            e.contains("x[0, 5] = 4097") && e.contains("not a bf16 value"),
+            "{tier:?}: {e}"
+        );
     }
-    assert!(reference::reduce(&w, &bad).is_err());
+    let e = reference::reduce(&w, &bad).unwrap_err().to_string();
+    assert!(
+        e.contains("x[0, 5] = 4097") && e.contains("not a bf16 value"),
+        "{e}"
+    );
     // A table of an L outside SPEC 1, and a lut of the wrong length through value_table.
-    assert!(Code::OneMad.table(64, None).is_err());
-    assert!(Code::OneMad.table(32, None).is_err());
-    assert!(trellis::encode::gaussian_lut(40, 1).is_err());
+    for (l, e) in [
+        (64, Code::OneMad.table(64, None).unwrap_err()),
+        (32, Code::OneMad.table(32, None).unwrap_err()),
+        (40, trellis::encode::gaussian_lut(40, 1).unwrap_err()),
+        (1, Code::Mcg.table(1, None).unwrap_err()),
+    ] {
+        let e = e.to_string();
+        assert!(
+            e.contains(&format!("L = {l}")) && e.contains("2..=16"),
+            "{e}"
+        );
+    }
     let mut lut = random_matrix(Geometry::new(8, 512, 256, 2, 8, Code::Lut).unwrap(), 93);
     lut.lut.as_mut().unwrap().pop();
-    assert!(lut
-        .value_table()
-        .unwrap_err()
-        .to_string()
-        .contains("lut length"));
-    // The exact tail of mismatched projections.
+    let e = lut.value_table().unwrap_err().to_string();
+    assert!(
+        e.contains("lut length = 255") && e.contains("2^L = 256"),
+        "{e}"
+    );
+    // The exact tail of mismatched projections: `u` named with its shape and g's.
     let y = reference::reduce(&w, &x).unwrap();
     let one = Activations::from_f32(DType::Bf16, 1, 8, vec![0.5; 8]).unwrap();
-    assert!(reference::swiglu_tail(&y, &one).is_err());
+    let e = reference::swiglu_tail(&y, &one).unwrap_err().to_string();
+    assert!(
+        e.contains("u = [1, 8] bf16") && e.contains("must match g: [2, 8] bf16"),
+        "{e}"
+    );
     // Buckets of sizes past 2^63 stay in the top one.
     assert_eq!(trellis::tune::Bucket::of(usize::MAX, 1).rows, 1 << 63);
+}
+
+/// x given as `[C, M]` (transposed) is named as such, with its shape, by the facade on
+/// both tiers (before any kernel; M = 512 would be chunked) and by the reference; an x
+/// whose columns are simply wrong keeps the plain shape error.
+#[test]
+fn a_transposed_x_is_named() {
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(8, 512, 256, 2, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 95), random_matrix(g, 96));
+    let xt = random_x(DType::Bf16, 512, 2, 97);
+    let transposed = |e: trellis::Error| {
+        let e = e.to_string();
+        assert!(
+            e.contains("x shape = [512, 2]") && e.contains("C = 512") && e.contains("transposed"),
+            "{e}"
+        );
+    };
+    for tier in [Tier::Exact, Tier::Fast] {
+        transposed(ops::matvec(&cpu, &w, &xt, tier).unwrap_err());
+        transposed(ops::gate_up(&cpu, &w, &u, &xt, Tail::Exact, tier).unwrap_err());
+    }
+    transposed(reference::reduce(&w, &xt).unwrap_err());
+    let narrow = random_x(DType::Bf16, 2, 256, 98);
+    let e = ops::matvec(&cpu, &w, &narrow, Tier::Exact)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`x` has shape [2, 256], expected [2, 512]") && !e.contains("transposed"),
+        "{e}"
+    );
 }
 
 /// The writer refuses a matrix that would not read back, and a tensor whose shape does not
@@ -1081,12 +1133,15 @@ fn the_writer_names_what_it_cannot_write() {
     let e = trellis::io::write_quantized(&path, "m", &w)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("matrix `m`") && e.contains("scales[1]"), "{e}");
+    assert!(
+        e.contains("w.safetensors") && e.contains("matrix `m`") && e.contains("scales[1] = NaN"),
+        "{e}"
+    );
     let mut out = trellis::io::Writer::new();
     out.f32("t", vec![3, 2], &[0.0; 5]);
     let e = out.write(&path).unwrap_err().to_string();
     assert!(
-        e.contains("tensor `t` shape") && e.contains("[3, 2]"),
+        e.contains("tensor `t` shape = [3, 2]") && e.contains("its 20 bytes"),
         "{e}"
     );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);

@@ -810,6 +810,39 @@ fn operand_exponent_puts_the_largest_magnitude_below_2_14() {
     }
 }
 
+/// The fast tier's fallback for sample `m` of `x` as `ops` documents it, derived from the
+/// oracle: the reference's SPEC 5 sums (which the exact kernels match bit for bit) of `w`
+/// with unit row scales over the sample at f32, each times its row's scale in f64. (The
+/// fallback also takes a power of two out of x and the lut table; that is exact, and
+/// left out here, where no value nears the ends of f32's range.)
+fn fallback_sums(w: &QuantizedMatrix, x: &Activations, m: usize) -> Vec<f64> {
+    let unit = QuantizedMatrix {
+        scales: vec![1.0; w.geometry.rows],
+        scale_dtype: ScaleDType::F32,
+        ..w.clone()
+    };
+    let xm = Activations::from_f32(DType::F32, 1, x.cols, x.row(m).to_vec()).unwrap();
+    let y = trellis::reference::reduce(&unit, &xm).unwrap();
+    y.data
+        .iter()
+        .zip(&w.scales)
+        .map(|(&v, &s)| v as f64 * s as f64)
+        .collect()
+}
+
+/// Sample `m` of a fast `matvec` result is the fallback's: [`fallback_sums`] rounded to T
+/// once, bit for bit.
+fn assert_fallback_matvec(y: &Activations, w: &QuantizedMatrix, x: &Activations, m: usize) {
+    for (r, (&got, want)) in y.row(m).iter().zip(fallback_sums(w, x, m)).enumerate() {
+        let want = x.dtype.round_f64(want);
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "y[{m}, {r}] = {got:e}, the fallback's {want:e}"
+        );
+    }
+}
+
 /// A sample whose values span more than 2^28 is beyond what f16 operands hold, even
 /// prescaled, only where some row weights its large values at zero (the tiny ones then
 /// carry the row, and f16 keeps them to an absolute 2^-25): the facade runs such a sample
@@ -861,9 +894,25 @@ fn samples_beyond_f16_operands_run_on_the_fallback() {
 
     let fast = ops::matvec(&b, &w, &x, Tier::Fast).unwrap();
     check::fast_reduce(&fast, &RealSums::of(&w, &x).unwrap()).unwrap();
+    // Sample 1 ran on the fallback (its bits are the fallback's), not the matrix units.
+    assert_fallback_matvec(&fast, &w, &x, 1);
     let both = beyond_f16_operands(&x, &[&w, &u], &f16_ops).unwrap();
     assert!(both.contains(&1), "{both:?}");
     let fast = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
+    // The held samples' mid is the fallback's: silu(g) u of its sums in f64, rounded once.
+    for &m in &both {
+        let (g, up) = (fallback_sums(&w, &x, m), fallback_sums(&u, &x, m));
+        for (r, &got) in fast.row(m).iter().enumerate() {
+            let want = x
+                .dtype
+                .round_f64(trellis::reference::silu_f64(g[r]) * up[r]);
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "mid[{m}, {r}] = {got:e}, the fallback's {want:e}"
+            );
+        }
+    }
     // Every sample, those on the matrix units too, meets SPEC 7.
     check_fast_gate_up(&w, &u, &x, fast, "gate_up, samples beyond f16 operands");
 
@@ -871,9 +920,8 @@ fn samples_beyond_f16_operands_run_on_the_fallback() {
     // launches).
     let gl = Geometry::new(24, 512, 256, 2, 10, Code::Lut).unwrap();
     let mut wl = check::random_matrix(gl, 104);
-    if let Some(t) = wl.lut.as_mut() {
-        t[3] = t.iter().fold(0.0f32, |m, v| m.max(v.abs())) * 2f32.powi(-30);
-    }
+    let t = wl.lut.as_mut().expect("code lut has its table");
+    t[3] = t.iter().fold(0.0f32, |m, v| m.max(v.abs())) * 2f32.powi(-30);
     let x11 = Activations::from_f32(
         DType::Bf16,
         11,
@@ -945,6 +993,9 @@ fn samples_beyond_f16_operands_run_on_the_fallback() {
     let fast = ops::matvec(&b, &wl, &x11, Tier::Fast).unwrap();
     check::fast_reduce(&fast, &RealSums::of(&wl, &x11).unwrap())
         .unwrap_or_else(|e| panic!("lut spanning 2^30, M 11: {e}"));
+    for m in 0..11 {
+        assert_fallback_matvec(&fast, &wl, &x11, m);
+    }
 }
 
 /// Row scales of 2^-136 with bf16 x (f32 scales below 2^-60 send every sample to the
@@ -968,12 +1019,21 @@ fn fast_fallback_meets_spec7_where_exact_weights_are_subnormal() {
     let x = check::random_activations(DType::Bf16, 2, 2048, 132);
     let real = RealSums::of(&w, &x).unwrap();
     let exact = ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
-    assert!(
-        check::fast_reduce(&exact, &real).is_err(),
-        "the exact tier's subnormal weights should miss SPEC 7 here"
-    );
+    let e = check::fast_reduce(&exact, &real)
+        .expect_err("the exact tier's subnormal weights should miss SPEC 7 here");
+    // ... in a row of scale 2^-136 (e is "y[m, r] = ...").
+    let row: usize = e
+        .split_once(", ")
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .and_then(|(r, _)| r.parse().ok())
+        .unwrap_or_else(|| panic!("no output named: {e}"));
+    assert_eq!(row % 2, 1, "{e}");
     let fast = ops::matvec(&b, &w, &x, Tier::Fast).unwrap();
     check::fast_reduce(&fast, &real).unwrap();
+    // Every sample ran on the fallback (scales below 2^-60), whose bits these are.
+    for m in 0..2 {
+        assert_fallback_matvec(&fast, &w, &x, m);
+    }
     let u = check::random_matrix(
         Geometry::new(16, 2048, 256, 3, 12, Code::OneMad).unwrap(),
         133,

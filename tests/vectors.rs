@@ -350,15 +350,15 @@ fn index_lists_every_vector_file() {
 fn an_empty_or_unknown_index_is_an_error() {
     let b = trellis::backend::CpuBackend::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    for (index, needle) in [
-        ("[]", "lists no vectors"),
+    for (index, needles) in [
+        ("[]", &["lists no vectors"][..]),
         (
             r#"[{"file": "a.safetensors", "kind": "matvect"}]"#,
-            "entry[0]",
+            &["entry[0] = ", "matvect"][..],
         ),
         (
             r#"[{"file": "f.safetensors", "kind": "functions"}]"#,
-            "lists no matvec or gate_up vector",
+            &["lists no matvec or gate_up vector"][..],
         ),
     ] {
         std::fs::write(dir.path().join("index.json"), index).unwrap();
@@ -366,6 +366,20 @@ fn an_empty_or_unknown_index_is_an_error() {
             .err()
             .unwrap()
             .to_string();
-        assert!(e.contains("index.json") && e.contains(needle), "{e}");
+        assert!(e.contains("index.json"), "{e}");
+        for n in needles {
+            assert!(e.contains(n), "{n}: {e}");
+        }
     }
+    // A listed vector that cannot be read is an error naming its file, not a pass.
+    std::fs::write(
+        dir.path().join("index.json"),
+        r#"[{"file": "gone.safetensors", "kind": "matvec"}]"#,
+    )
+    .unwrap();
+    let Err(e) = trellis::verify::verify_vectors(&b, dir.path()) else {
+        panic!("a missing vector file is an error");
+    };
+    let e = e.to_string();
+    assert!(e.contains("gone.safetensors"), "{e}");
 }

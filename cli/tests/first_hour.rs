@@ -360,6 +360,10 @@ fn weights_that_overflow_the_activation_dtype_are_refused_by_the_exact_tier() {
     ok(dir, &args);
     let y = io::read_activations(&dir.join("y.safetensors"), "y").unwrap();
     assert!(y.data.iter().all(|v| v.is_finite()), "{:?}", y.data);
+    // ... and within SPEC 7 of the real sums (row 1's reach about 2^15 in f16).
+    let x = io::read_activations(&dir.join("x.safetensors"), "x").unwrap();
+    let real = trellis::check::RealSums::of(&w, &x).unwrap();
+    trellis::check::fast_reduce(&y, &real).unwrap_or_else(|e| panic!("fast tier: {e}"));
 }
 
 #[test]

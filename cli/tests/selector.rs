@@ -600,8 +600,17 @@ fn odd_files_in_a_tables_directory_are_warnings_not_reads() {
     huge.set_len(trellis::tune::MAX_TABLE_BYTES + 1).unwrap();
     let s = selector_of(d.path());
     assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
-    for (w, what) in s.warnings.iter().zip(["pipe", "device", "more than"]) {
-        assert!(w.contains("ignored") && w.contains(what), "{w}");
+    let files = ["a-pipe.toml", "c-zero.toml", "d-huge.toml"];
+    for ((w, what), file) in s
+        .warnings
+        .iter()
+        .zip(["pipe", "device", "more than"])
+        .zip(files)
+    {
+        assert!(
+            w.contains(&format!("{file}: ignored")) && w.contains(what),
+            "{w}"
+        );
     }
     assert!(matches!(
         s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)

@@ -460,15 +460,71 @@ mod tests {
                 .starts_with("`f64` (the element type of tensor `y`) is neither"),
             "{e}"
         );
-        // A field or a method is an element type; the field's type is rustc's to check.
+        // A field or a method is an element type, read from `self`; the field's type is
+        // rustc's to check.
+        let into_elem = "::core::convert::Into::<::trellis::kernel::Elem>::into";
         let item: ItemStruct = syn::parse_str("struct K { act: Elem }").unwrap();
-        assert!(expand(args("outputs(y: act[4])"), item).is_ok());
+        let ts = squeeze(expand(args("outputs(y: act[4])"), item).unwrap());
+        assert!(ts.contains(&format!("elem:{into_elem}(self.act)")), "{ts}");
         let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
-        assert!(expand(args("outputs(y: y_elem()[4])"), item).is_ok());
+        let ts = squeeze(expand(args("outputs(y: y_elem()[4])"), item).unwrap());
+        assert!(
+            ts.contains(&format!("elem:{into_elem}(self.y_elem())")),
+            "{ts}"
+        );
         for name in ["backend", "launch", "render", "outs"] {
             let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
             let e = expand(args(&format!("outputs({name}: f32[4])")), item).unwrap_err();
-            assert!(e.to_string().contains("is reserved"), "{name}: {e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("tensor name `{name}` is reserved")),
+                "{name}: {e}"
+            );
+        }
+    }
+
+    /// `ts` as text without whitespace (token spacing is `quote`'s, not ours).
+    fn squeeze(ts: TokenStream2) -> String {
+        ts.to_string().split_whitespace().collect()
+    }
+
+    /// Every shape extent and both byte counts go through `kernel::dim` (an extent or a
+    /// count that is no unsigned integer is then rustc's error at its expression, not a
+    /// cast); counts not given are 0, and `zero_outputs` is false unless given.
+    #[test]
+    fn extents_and_byte_counts_go_through_dim() {
+        let dim = "::trellis::kernel::dim";
+        let args = |extra: &str| {
+            syn::parse_str::<KernelArgs>(&format!(
+                "name = \"k\", template = \"k.kernel\", grid = g(), \
+                 inputs(x: f16[self.m, self.n / 2]), outputs(y: f32[self.m]){extra}"
+            ))
+            .unwrap()
+        };
+        let item = || syn::parse_str::<ItemStruct>("struct K { m: u32, n: usize }").unwrap();
+        let ts = squeeze(
+            expand(
+                args(", shared = self.n * 4, dynamic_shared = 2 * self.n, zero_outputs = true"),
+                item(),
+            )
+            .unwrap(),
+        );
+        for want in [
+            format!("shape:vec![{dim}(self.m),{dim}(self.n/2)]"),
+            format!("shape:vec![{dim}(self.m)]"),
+            format!("fnshared_bytes(&self)->usize{{{dim}(self.n*4)}}"),
+            format!("fndynamic_shared_bytes(&self)->usize{{{dim}(2*self.n)}}"),
+            "fnzero_outputs(&self)->bool{true}".to_string(),
+        ] {
+            assert!(ts.contains(&want), "{want} in {ts}");
+        }
+        let ts = squeeze(expand(args(""), item()).unwrap());
+        for want in [
+            "fnshared_bytes(&self)->usize{0usize}",
+            "fndynamic_shared_bytes(&self)->usize{0usize}",
+            "fnzero_outputs(&self)->bool{false}",
+        ] {
+            assert!(ts.contains(want), "{want} in {ts}");
         }
     }
 }

@@ -1,0 +1,82 @@
+//! `cargo xtask` refuses, before it opens a backend, the arguments that would check or
+//! measure nothing or something else than asked: `verify --random` outside 1..=100000
+//! (0 passed having checked nothing), `bench` of a family it does not bench, a table
+//! with `--family reduce_mma`, and a `--table` that is no table (named, and read before
+//! the GPU is opened: these run on machines without one).
+
+use std::process::{Command, Output};
+
+fn xtask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A failure (status `code`) whose stderr has every needle, with nothing on stdout.
+fn refused(args: &[&str], code: i32, needles: &[&str]) {
+    let o = xtask(args);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "{args:?}: {n:?} in {stderr}");
+    }
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    assert_eq!(text(&o.stdout), "", "{args:?}");
+}
+
+#[test]
+fn verify_random_takes_1_to_100000() {
+    for n in ["0", "100001"] {
+        // clap's usage error (status 2) names the flag, the value and the range.
+        refused(
+            &["verify", "--backend", "cpu", "--random", n],
+            2,
+            &["--random", &format!("'{n}'"), "1..=100000"],
+        );
+    }
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn bench_refuses_what_it_would_not_bench_before_the_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.md");
+    let out = out.to_str().unwrap();
+    refused(
+        &["bench", "--family", "reduce", "--out", out],
+        1,
+        &["family = reduce", "reduce_mma only"],
+    );
+    let table = dir.path().join("t.toml");
+    std::fs::write(&table, "this is = no [table").unwrap();
+    let table = table.to_str().unwrap();
+    refused(
+        &[
+            "bench",
+            "--family",
+            "reduce_mma",
+            "--table",
+            table,
+            "--out",
+            out,
+        ],
+        1,
+        &["table = given", "every launch shape"],
+    );
+    // The corrupt table is named (not a bench of the embedded tables under a warning,
+    // and not a missing-driver error: it is read before the GPU is opened).
+    refused(
+        &["bench", "--table", table, "--out", out],
+        1,
+        &[
+            &format!("{table}: invalid tuning table"),
+            "TOML parse error",
+        ],
+    );
+    assert!(!dir.path().join("bench.md").exists());
+}
