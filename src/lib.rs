@@ -1,13 +1,49 @@
 //! Trellis-coded (QTIP / EXL3) weights: the format of `SPEC.md`, its CPU reference, an
 //! encoder, and generated kernels for CPU, CUDA and Metal with measured tuning tables.
 //!
+//! # Where to start
+//!
+//! - **Calling kernels**: the facade [`ops`] ([`ops::matvec`], [`ops::gate_up`],
+//!   [`ops::expand`]) on a backend you open once and keep (it holds the compiled
+//!   kernels): [`backend::CpuBackend`], or any by name with [`backend::AnyBackend::open`].
+//!   The [`Tier`] picks the families: `Exact` (SPEC 5 bits) or `Fast` (the SPEC 7 bound,
+//!   on matrix units); the tuning tables pick the variant ([`tune::Selector`]). Files are
+//!   read and written by [`io`]; matrices are made by [`encode`].
+//! - **Kernels**: a kernel is a struct, an Askama template and the [`kernel`](macro@kernel)
+//!   attribute; a *family* ([`family::Family`]) makes it verifiable, tunable and selectable.
+//!   This crate's families are in [`families`] (`reduce`, `gate_up`, `expand`, and the fast
+//!   tier's `reduce_mma`, `gate_up_mma`), one module beside each template of `templates/`.
+//!   `docs/kernels.md` walks through writing one.
+//! - **Backends**: the backends of [`backend`] (`cpu`, `cuda`, `metal`, `metal-sim`)
+//!   implement [`kernel::Backend`]: compile, bind, launch, cache; [`codegen`] writes each
+//!   dialect's translation unit. `docs/backends.md` says what each one does.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use trellis::backend::CpuBackend;
+//! use trellis::{io, ops, Tier};
+//!
+//! fn main() -> trellis::Result<()> {
+//!     let w = io::read_quantized(Path::new("w.safetensors"), "w")?;
+//!     let x = io::read_activations(Path::new("x.safetensors"), "x")?;
+//!     let b = CpuBackend::new()?; // open once: it keeps its compiled kernels
+//!     let y = ops::matvec(&b, &w, &x, Tier::Exact)?; // y = x W^T, SPEC 5 bits
+//!     io::write_activations(Path::new("y.safetensors"), "y", &y)
+//! }
+//! ```
+//!
+//! # The modules
+//!
 //! One concept, one module: [`geometry`] (SPEC 1), [`layout`] (SPEC 2), [`codes`]
-//! (SPEC 3), [`reference`](mod@reference) (SPEC 4-6) with [`canonical`] (the SPEC 5 order),
-//! [`check`] (SPEC 5 bits and the SPEC 7 bound), [`io`] (SPEC 8).
+//! (SPEC 3), [`dtype`] (SPEC 4's `round_T`), [`matrix`] (the in-memory tensors),
+//! [`reference`](mod@reference) (SPEC 4-6) with [`canonical`] (the SPEC 5 order),
+//! [`check`] (SPEC 5 bits and the SPEC 7 bound), [`io`] (SPEC 8), [`encode`] (the
+//! encoder), [`numerics`] (the tier and the SwiGLU tail a caller chooses), [`error`].
 //!
 //! Layers, bottom up: [`kernel`](mod@kernel) and [`backend`] (runtime: launch, memory, compile
 //! cache, limits) beside [`codegen`] (each dialect's translation unit); [`family`] and
-//! [`families`] (kernel families, one module each beside its template); [`tune`] and
+//! [`families`] (kernel families, one module each beside its template), with [`simt`] and
+//! [`catalog`] (the SIMT families' variant, verify cases and candidate space); [`tune`] and
 //! [`verify`] (generic over families); [`ops`], the user facade, on top. [`key`] (what a
 //! tuned choice is keyed by) sits with the family contract.
 
