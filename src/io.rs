@@ -2,7 +2,10 @@
 //!
 //! Reading checks every tensor against the `<prefix>.trellis` metadata (dtype, shape,
 //! table length) before anything runs, and every mismatch is an [`Error`] that names
-//! the tensor or field and the offending value. Writing is atomic: the file is written
+//! the tensor or field and the offending value. A file's header is read and validated
+//! when it is opened, and a tensor's bytes only when that tensor is read
+//! ([`SafetensorsFile`]): listing a file of many GB reads its header, reading one matrix
+//! reads that matrix's bytes. Writing is atomic: the file is written
 //! next to its destination under a temporary name and renamed into place, so a failed
 //! command never leaves a half-written output behind.
 
@@ -11,8 +14,8 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::matrix::{Activations, QuantizedMatrix};
-use safetensors::tensor::Metadata;
-use safetensors::{Dtype, SafeTensors, View};
+use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::{Dtype, View};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::Write;
@@ -66,6 +69,9 @@ pub fn from_st_dtype(d: Dtype) -> Option<DType> {
 }
 
 /// One tensor of an open file: its name, dtype, shape and little-endian bytes.
+///
+/// [`SafetensorsFile::tensor`] reads the bytes of this one tensor from the file when it
+/// is asked for (`data` is then owned); a `TensorRef` made by hand may borrow them.
 #[derive(Clone, Debug)]
 pub struct TensorRef<'a> {
     /// The tensor's name in the file (e.g. `<prefix>.codes`, SPEC 8).
@@ -75,14 +81,14 @@ pub struct TensorRef<'a> {
     /// Its shape, row-major.
     pub shape: &'a [usize],
     /// Its raw little-endian bytes.
-    pub data: &'a [u8],
+    pub data: Cow<'a, [u8]>,
 }
 
 impl TensorRef<'_> {
     /// Require one of the float dtypes and decode to exact f32 values.
     pub fn to_f32(&self) -> Result<Vec<f32>> {
         match from_st_dtype(self.dtype) {
-            Some(d) => d.try_decode(self.data, &format!("tensor `{}`", self.name)),
+            Some(d) => d.try_decode(&self.data, &format!("tensor `{}`", self.name)),
             None => Err(self.wrong_dtype("bf16, f16 or f32")),
         }
     }
@@ -105,48 +111,93 @@ impl TensorRef<'_> {
 
     /// An [`Error::DType`] for this tensor.
     pub fn wrong_dtype(&self, expected: &str) -> Error {
-        Error::DType {
-            name: self.name.clone(),
-            actual: dtype_name(self.dtype),
-            expected: expected.to_string(),
-        }
+        wrong_dtype(&self.name, self.dtype, expected)
     }
 
     /// Require exactly `expected` as the shape.
     pub fn expect_shape(&self, expected: &[usize]) -> Result<()> {
-        if self.shape != expected {
-            return Err(Error::Shape {
-                name: self.name.clone(),
-                actual: self.shape.to_vec(),
-                expected: expected.to_vec(),
-            });
-        }
-        Ok(())
+        expect_shape(&self.name, self.shape, expected)
     }
 
     /// Require rank 2 and return `(rows, cols)`; another rank is an error naming it
     /// (one vector of C values is `[1, C]`).
     pub fn matrix_shape(&self) -> Result<(usize, usize)> {
-        match *self.shape {
-            [rows, cols] => Ok((rows, cols)),
-            _ => Err(Error::invalid(
-                format!("tensor `{}` shape", self.name),
-                format!("{:?}", self.shape),
-                match *self.shape {
-                    [c] => format!("must be [rows, cols]: one vector of {c} values is [1, {c}]"),
-                    _ => format!("must be [rows, cols], not {} dimensions", self.shape.len()),
-                },
-            )),
-        }
+        matrix_shape(&self.name, self.shape)
     }
 }
 
-/// A safetensors file read into memory and validated (header, offsets, length).
+/// An [`Error::DType`] for tensor `name` of `dtype`.
+fn wrong_dtype(name: &str, dtype: Dtype, expected: &str) -> Error {
+    Error::DType {
+        name: name.to_string(),
+        actual: dtype_name(dtype),
+        expected: expected.to_string(),
+    }
+}
+
+/// Require exactly `expected` as the shape of tensor `name`.
+fn expect_shape(name: &str, shape: &[usize], expected: &[usize]) -> Result<()> {
+    if shape != expected {
+        return Err(Error::Shape {
+            name: name.to_string(),
+            actual: shape.to_vec(),
+            expected: expected.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// Require rank 2 of tensor `name` and return `(rows, cols)`.
+fn matrix_shape(name: &str, shape: &[usize]) -> Result<(usize, usize)> {
+    match *shape {
+        [rows, cols] => Ok((rows, cols)),
+        _ => Err(Error::invalid(
+            format!("tensor `{name}` shape"),
+            format!("{shape:?}"),
+            match *shape {
+                [c] => format!("must be [rows, cols]: one vector of {c} values is [1, {c}]"),
+                _ => format!("must be [rows, cols], not {} dimensions", shape.len()),
+            },
+        )),
+    }
+}
+
+/// A safetensors file opened for reading: its header is read and validated when it is
+/// opened, each tensor's bytes are read from the file when that tensor is asked for.
+///
+/// [`SafetensorsFile::open`] reads the 8-byte header length and the header, nothing else,
+/// and checks them whole: the header length against the file's, a key given twice, every
+/// tensor's dtype, shape and offsets (contiguous, in bounds, each holding the bytes its
+/// dtype and shape need), and the data length the header declares against what the file
+/// holds after it. The file stays open; [`tensor`](Self::tensor) (and
+/// [`quantized`](Self::quantized), [`activations`](Self::activations),
+/// [`dense`](Self::dense)) seeks to that one tensor's bytes and reads them into memory
+/// reserved first (a huge tensor is an error, not an abort). So memory and I/O follow what
+/// is used, not the file's size: listing the matrices of a shard of many GB
+/// ([`names`](Self::names), [`info`](Self::info),
+/// [`quantized_prefixes`](Self::quantized_prefixes),
+/// [`quantized_layout`](Self::quantized_layout), [`list_quantized`]) reads its header
+/// only, and reading one matrix reads that matrix's tensors only.
+///
+/// The file is read, never memory-mapped (a mapped file truncated by another process
+/// would kill this one with SIGBUS). A file that shrank or changed after it was opened is
+/// an error naming the file and the tensor, not wrong data: a read that ends before the
+/// tensor does, or a file whose length or modification time, asked after each read, is
+/// not what it was at `open` (a rewrite of the same length within the file system's
+/// timestamp granularity cannot be seen). A file replaced by a rename after `open` is not
+/// a change: the open handle goes on reading the file that was opened.
 pub struct SafetensorsFile {
     path: PathBuf,
-    bytes: Vec<u8>,
-    data_start: usize,
+    /// The open file; the lock holds its seek position from the seek to the read.
+    file: std::sync::Mutex<std::fs::File>,
+    /// The file's length and modification time at `open`, checked after each read.
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    /// Where the data begins in the file: 8 + the header length.
+    data_start: u64,
     meta: Metadata,
+    /// Data bytes read from the file so far (what the tests count).
+    data_read: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for SafetensorsFile {
@@ -328,19 +379,18 @@ pub fn read_text(path: &Path, max: u64) -> Result<String> {
 }
 
 impl SafetensorsFile {
-    /// Read and parse a file. A missing, truncated or garbage file is an [`Error::File`].
-    /// The header is read and checked against the file's length before the data is:
-    /// a device, a pipe or a file whose header declares other sizes is refused without
-    /// reading it.
+    /// Open a file and read and validate its header (not its data, see
+    /// [`SafetensorsFile`]). A missing, truncated or garbage file is an [`Error::File`].
+    /// The header length is checked against the file's length before the header is
+    /// read: a device, a pipe or a file whose header declares other sizes is refused
+    /// without reading it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         use std::io::Read;
         let path = path.as_ref();
         let bad = |why: String| Error::file(path, why);
-        let mut f = open_regular(path, "a safetensors file is read whole")?;
-        let file_len = f
-            .metadata()
-            .map_err(|e| bad(format!("cannot read: {e}")))?
-            .len();
+        let mut f = open_regular(path, "a safetensors file is read by seeking to its tensors")?;
+        let stat = f.metadata().map_err(|e| bad(format!("cannot read: {e}")))?;
+        let (file_len, modified) = (stat.len(), stat.modified().ok());
         let mut len = [0u8; 8];
         f.read_exact(&mut len).map_err(|_| {
             bad(format!(
@@ -349,22 +399,30 @@ impl SafetensorsFile {
             ))
         })?;
         let n = u64::from_le_bytes(len);
-        if n > MAX_HEADER_BYTES || n > file_len - 8 {
+        // Saturating: the file may have grown past 8 bytes since its length was asked.
+        let room = file_len.saturating_sub(8);
+        if n > MAX_HEADER_BYTES || n > room {
             return Err(bad(format!(
                 "not a valid safetensors file: its header length {n} exceeds {} bytes",
-                (file_len - 8).min(MAX_HEADER_BYTES)
+                room.min(MAX_HEADER_BYTES)
             )));
         }
-        let mut bytes = crate::error::reserve(file_len as usize, "file length", file_len)
+        let mut header = crate::error::reserve(n as usize, "header length", n)
             .map_err(|e| bad(e.to_string()))?;
-        bytes.extend_from_slice(&len);
         (&mut f)
             .take(n)
-            .read_to_end(&mut bytes)
+            .read_to_end(&mut header)
             .map_err(|e| bad(format!("cannot read: {e}")))?;
+        if header.len() as u64 != n {
+            return Err(bad(format!(
+                "cannot read: the file ends {} bytes into its {n}-byte header (it was \
+                 truncated while it was opened)",
+                header.len()
+            )));
+        }
         // A repeated key first: the crate keeps one of the copies, and the other's
         // offsets would be blamed instead.
-        if let Some(key) = serde_json::from_slice::<RepeatedKey>(&bytes[8..])
+        if let Some(key) = serde_json::from_slice::<RepeatedKey>(&header)
             .ok()
             .and_then(|r| r.0)
         {
@@ -372,33 +430,31 @@ impl SafetensorsFile {
                 "not a valid safetensors file: header key `{key}` appears more than once"
             )));
         }
-        let data_len = file_len - 8 - n;
-        let header: Metadata = serde_json::from_slice(&bytes[8..]).map_err(|e| {
-            let why = diagnose_header(&bytes[8..], data_len).unwrap_or_else(|| e.to_string());
+        let data_len = room - n;
+        // The crate's own checks of a header (what `SafeTensors::read_metadata` checks of
+        // it, short of the data): `Metadata`'s deserialization validates every tensor's
+        // offsets (contiguous from 0, in order) and byte length (its dtype's size times
+        // its shape, without overflow). The data length the header declares is then
+        // checked against the file's, which is what `read_metadata` adds.
+        let meta: Metadata = serde_json::from_slice(&header).map_err(|e| {
+            let why = diagnose_header(&header, data_len).unwrap_or_else(|| e.to_string());
             bad(format!("not a valid safetensors file: header: {why}"))
         })?;
-        if header.data_len() as u64 != data_len {
+        if meta.data_len() as u64 != data_len {
             return Err(bad(format!(
                 "not a valid safetensors file: its header declares {} data bytes, the file \
                  holds {data_len} after the header (truncated or padded)",
-                header.data_len()
+                meta.data_len()
             )));
         }
-        f.read_to_end(&mut bytes)
-            .map_err(|e| bad(format!("cannot read: {e}")))?;
-        // The full check of the crate, on the bytes as read (the file may have changed).
-        let (n, meta) = SafeTensors::read_metadata(&bytes).map_err(|e| {
-            let why = bytes
-                .get(8..8 + n as usize)
-                .and_then(|h| diagnose_header(h, data_len))
-                .unwrap_or_else(|| e.to_string());
-            bad(format!("not a valid safetensors file: {why}"))
-        })?;
         Ok(SafetensorsFile {
             path: path.to_path_buf(),
-            bytes,
+            file: std::sync::Mutex::new(f),
+            len: file_len,
+            modified,
             data_start: 8 + n,
             meta,
+            data_read: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -426,21 +482,16 @@ impl SafetensorsFile {
             .map(String::as_str)
     }
 
-    /// A tensor, if present.
-    pub fn get(&self, name: &str) -> Option<TensorRef<'_>> {
-        let info = self.meta.info(name)?;
-        let (s, e) = info.data_offsets;
-        Some(TensorRef {
-            name: name.to_string(),
-            dtype: info.dtype,
-            shape: &info.shape,
-            data: &self.bytes[self.data_start + s..self.data_start + e],
-        })
+    /// A tensor's header entry (dtype, shape, data offsets), if present: nothing is read
+    /// from the file.
+    pub fn info(&self, name: &str) -> Option<&TensorInfo> {
+        self.meta.info(name)
     }
 
-    /// A tensor; a missing one is an [`Error::File`] that lists what the file holds.
-    pub fn tensor(&self, name: &str) -> Result<TensorRef<'_>> {
-        self.get(name).ok_or_else(|| {
+    /// A tensor's header entry; a missing one is the error of [`Self::tensor`]. Nothing
+    /// is read from the file.
+    pub fn tensor_info(&self, name: &str) -> Result<&TensorInfo> {
+        self.info(name).ok_or_else(|| {
             Error::file(
                 &self.path,
                 format!(
@@ -451,8 +502,116 @@ impl SafetensorsFile {
         })
     }
 
-    /// The quantized matrix stored under `prefix`, checked against its metadata.
+    /// A tensor, if present, with its bytes read from the file (an error if they cannot
+    /// be, see [`SafetensorsFile`]).
+    pub fn get(&self, name: &str) -> Result<Option<TensorRef<'_>>> {
+        self.info(name)
+            .map(|info| self.read(name, info))
+            .transpose()
+    }
+
+    /// A tensor with its bytes read from the file; a missing one is an [`Error::File`]
+    /// that lists what the file holds.
+    pub fn tensor(&self, name: &str) -> Result<TensorRef<'_>> {
+        self.read(name, self.tensor_info(name)?)
+    }
+
+    /// Tensor `name` (whose header entry is `info`) with its bytes read from the file.
+    fn read<'a>(&'a self, name: &str, info: &'a TensorInfo) -> Result<TensorRef<'a>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let bad = |why: String| Error::file(&self.path, format!("tensor `{name}`: {why}"));
+        // Checked at `open`: in order, and within the data of a file of `self.len` bytes.
+        let (begin, end) = info.data_offsets;
+        let len = end - begin;
+        let at = self.data_start + begin as u64;
+        let mut data =
+            crate::error::reserve(len, format!("tensor `{name}`"), format!("{len} bytes"))
+                .map_err(|e| Error::file(&self.path, e.to_string()))?;
+        let mut file = self
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        file.seek(SeekFrom::Start(at))
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        (&mut *file)
+            .take(len as u64)
+            .read_to_end(&mut data)
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        self.data_read
+            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        if data.len() != len {
+            return Err(bad(format!(
+                "cannot read its {len} bytes at byte {at} of the file: the file ends {} bytes \
+                 into them (it was truncated after it was opened)",
+                data.len()
+            )));
+        }
+        let now = file
+            .metadata()
+            .map_err(|e| bad(format!("cannot read: {e}")))?;
+        if now.len() != self.len {
+            return Err(bad(format!(
+                "the file changed after it was opened: {} bytes then, {} now",
+                self.len,
+                now.len()
+            )));
+        }
+        if now.modified().ok() != self.modified {
+            return Err(bad(
+                "the file changed after it was opened: it was modified since".to_string(),
+            ));
+        }
+        Ok(TensorRef {
+            name: name.to_string(),
+            dtype: info.dtype,
+            shape: &info.shape,
+            data: Cow::Owned(data),
+        })
+    }
+
+    /// Data bytes read from the file since it was opened.
+    #[cfg(test)]
+    fn data_read(&self) -> u64 {
+        self.data_read.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The quantized matrix stored under `prefix`, checked against its metadata: first
+    /// by the header ([`Self::quantized_layout`]), then its tensors are read and their
+    /// values checked ([`QuantizedMatrix::new`]).
     pub fn quantized(&self, prefix: &str) -> Result<QuantizedMatrix> {
+        let (geometry, scale_dtype) = self.quantized_layout(prefix)?;
+        let codes = self.tensor(&codes_name(prefix))?.to_u32()?;
+        let scales = self.tensor(&scales_name(prefix))?.to_f32()?;
+        let lut = match geometry.code {
+            Code::Lut => Some(self.tensor(&lut_name(prefix))?.to_f32()?),
+            // A stray table next to a computed code is not part of the matrix.
+            _ => None,
+        };
+        QuantizedMatrix::new(geometry, codes, scales, scale_dtype, lut)
+    }
+
+    /// The geometry and scale dtype of the quantized matrix stored under `prefix`, checked
+    /// as [`Self::quantized`] checks it except for its code words, which are not read:
+    /// [`Self::quantized_layout`], then the scales and the table read and checked
+    /// ([`QuantizedMatrix::check_scales_and_lut`]). Reads `rows` scales (and `2^L`
+    /// table values), not the matrix.
+    pub fn quantized_checked_layout(&self, prefix: &str) -> Result<(Geometry, ScaleDType)> {
+        let (geometry, scale_dtype) = self.quantized_layout(prefix)?;
+        let scales = self.tensor(&scales_name(prefix))?.to_f32()?;
+        let lut = match geometry.code {
+            Code::Lut => Some(self.tensor(&lut_name(prefix))?.to_f32()?),
+            _ => None,
+        };
+        QuantizedMatrix::check_scales_and_lut(&geometry, &scales, scale_dtype, lut.as_deref())?;
+        Ok((geometry, scale_dtype))
+    }
+
+    /// The geometry and scale dtype of the quantized matrix stored under `prefix`, from
+    /// the header only (nothing is read from the file): its `<prefix>.trellis` metadata,
+    /// and each of its tensors present with the dtype and shape the geometry gives. The
+    /// values (finite scales, the table's) are checked only when the matrix is read,
+    /// by [`Self::quantized`].
+    pub fn quantized_layout(&self, prefix: &str) -> Result<(Geometry, ScaleDType)> {
         let key = metadata_key(prefix);
         let meta = self.metadata_value(&key).ok_or_else(|| {
             let found = self.quantized_prefixes();
@@ -467,39 +626,38 @@ impl SafetensorsFile {
         })?;
         let geometry = parse_geometry(&key, meta)?;
 
-        let codes_t = self.tensor(&codes_name(prefix))?;
-        let codes = codes_t.to_u32()?;
-        codes_t.expect_shape(&geometry.codes_shape())?;
+        let name = codes_name(prefix);
+        let codes = self.tensor_info(&name)?;
+        if codes.dtype != Dtype::U32 {
+            return Err(wrong_dtype(&name, codes.dtype, "u32"));
+        }
+        expect_shape(&name, &codes.shape, &geometry.codes_shape())?;
 
-        let scales_t = self.tensor(&scales_name(prefix))?;
-        let scale_dtype = match scales_t.dtype {
+        let name = scales_name(prefix);
+        let scales = self.tensor_info(&name)?;
+        let scale_dtype = match scales.dtype {
             Dtype::F16 => ScaleDType::F16,
             Dtype::F32 => ScaleDType::F32,
-            _ => return Err(scales_t.wrong_dtype("f16 or f32")),
+            _ => return Err(wrong_dtype(&name, scales.dtype, "f16 or f32")),
         };
-        scales_t.expect_shape(&[geometry.rows])?;
-        let scales = scales_t.to_f32()?;
+        expect_shape(&name, &scales.shape, &[geometry.rows])?;
 
-        let lut = match geometry.code {
-            Code::Lut => {
-                let lut_t = self.tensor(&lut_name(prefix))?;
-                if lut_t.dtype != Dtype::F32 {
-                    return Err(lut_t.wrong_dtype("f32"));
-                }
-                let n: usize = lut_t.shape.iter().product();
-                if lut_t.shape.len() != 1 || n != geometry.states() {
-                    return Err(Error::invalid(
-                        format!("{} length", lut_t.name),
-                        format!("{n} (shape {:?})", lut_t.shape),
-                        format!("must be 2^L = {} for L = {}", geometry.states(), geometry.l),
-                    ));
-                }
-                Some(lut_t.to_f32()?)
+        if geometry.code == Code::Lut {
+            let name = lut_name(prefix);
+            let lut = self.tensor_info(&name)?;
+            if lut.dtype != Dtype::F32 {
+                return Err(wrong_dtype(&name, lut.dtype, "f32"));
             }
-            // A stray table next to a computed code is not part of the matrix.
-            _ => None,
-        };
-        QuantizedMatrix::new(geometry, codes, scales, scale_dtype, lut)
+            let n: usize = lut.shape.iter().product();
+            if lut.shape.len() != 1 || n != geometry.states() {
+                return Err(Error::invalid(
+                    format!("{name} length"),
+                    format!("{n} (shape {:?})", lut.shape),
+                    format!("must be 2^L = {} for L = {}", geometry.states(), geometry.l),
+                ));
+            }
+        }
+        Ok((geometry, scale_dtype))
     }
 
     /// Prefixes of every `<prefix>.trellis` metadata key, sorted.
@@ -513,24 +671,31 @@ impl SafetensorsFile {
         v
     }
 
-    /// Activations `[M, C]` in bf16, f16 or f32.
+    /// Activations `[M, C]` in bf16, f16 or f32 (dtype and shape checked before the
+    /// data is read).
     pub fn activations(&self, name: &str) -> Result<Activations> {
-        let t = self.tensor(name)?;
-        let dtype = from_st_dtype(t.dtype).ok_or_else(|| t.wrong_dtype("bf16, f16 or f32"))?;
-        let (rows, cols) = t.matrix_shape()?;
+        let info = self.tensor_info(name)?;
+        let dtype = from_st_dtype(info.dtype)
+            .ok_or_else(|| wrong_dtype(name, info.dtype, "bf16, f16 or f32"))?;
+        let (rows, cols) = matrix_shape(name, &info.shape)?;
+        let t = self.read(name, info)?;
         Ok(Activations {
             dtype,
             rows,
             cols,
-            data: dtype.try_decode(t.data, &format!("tensor `{name}`"))?,
+            data: dtype.try_decode(&t.data, &format!("tensor `{name}`"))?,
         })
     }
 
-    /// A dense matrix `[rows, cols]` in bf16, f16 or f32, as exact f32 values.
+    /// A dense matrix `[rows, cols]` in bf16, f16 or f32, as exact f32 values (dtype and
+    /// shape checked before the data is read).
     pub fn dense(&self, name: &str) -> Result<(Vec<f32>, usize, usize)> {
-        let t = self.tensor(name)?;
-        let data = t.to_f32()?;
-        let (rows, cols) = t.matrix_shape()?;
+        let info = self.tensor_info(name)?;
+        if from_st_dtype(info.dtype).is_none() {
+            return Err(wrong_dtype(name, info.dtype, "bf16, f16 or f32"));
+        }
+        let (rows, cols) = matrix_shape(name, &info.shape)?;
+        let data = self.read(name, info)?.to_f32()?;
         Ok((data, rows, cols))
     }
 }
@@ -572,7 +737,9 @@ pub fn read_quantized(path: &Path, prefix: &str) -> Result<QuantizedMatrix> {
 }
 
 /// Every quantized matrix in a file: `(prefix, geometry)` from the metadata keys ending
-/// in `.trellis`, sorted by prefix. Only the metadata is checked, not the tensors.
+/// in `.trellis`, sorted by prefix. Only the file's header is read (the whole header is
+/// validated, see [`SafetensorsFile::open`]); of the matrices only the metadata is
+/// checked, not their tensors.
 pub fn list_quantized(path: &Path) -> Result<Vec<(String, Geometry)>> {
     let f = SafetensorsFile::open(path)?;
     f.quantized_prefixes()
@@ -600,12 +767,12 @@ pub fn read_dense(path: &Path, name: &str) -> Result<(Vec<f32>, usize, usize)> {
 /// the table must be one-dimensional (its length is checked against `2^L` by the caller).
 pub fn read_lut_file(path: &Path) -> Result<(String, Vec<f32>)> {
     let f = SafetensorsFile::open(path)?;
-    let name = if f.get("lut").is_some() {
+    let name = if f.info("lut").is_some() {
         "lut".to_string()
     } else {
         f.names()
             .into_iter()
-            .find(|n| f.get(n).is_some_and(|t| t.dtype == Dtype::F32))
+            .find(|n| f.info(n).is_some_and(|t| t.dtype == Dtype::F32))
             .ok_or_else(|| {
                 Error::file(
                     path,
@@ -616,18 +783,18 @@ pub fn read_lut_file(path: &Path) -> Result<(String, Vec<f32>)> {
                 )
             })?
     };
-    let t = f.tensor(&name)?;
-    if t.dtype != Dtype::F32 {
-        return Err(t.wrong_dtype("f32"));
+    let info = f.tensor_info(&name)?;
+    if info.dtype != Dtype::F32 {
+        return Err(wrong_dtype(&name, info.dtype, "f32"));
     }
-    if t.shape.len() != 1 {
+    if info.shape.len() != 1 {
         return Err(Error::Shape {
             name: name.clone(),
-            actual: t.shape.to_vec(),
-            expected: vec![t.shape.iter().product()],
+            actual: info.shape.to_vec(),
+            expected: vec![info.shape.iter().product()],
         });
     }
-    let values = t.to_f32()?;
+    let values = f.tensor(&name)?.to_f32()?;
     Ok((name, values))
 }
 
@@ -1142,6 +1309,144 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// `src` (a valid file) written to `dst` with a tensor `big` of `big` u8 bytes before
+    /// its data: a hole in a sparse file, which costs no disk.
+    fn with_big_hole(src: &Path, dst: &Path, big: u64) {
+        use std::io::{Seek, SeekFrom};
+        let bytes = std::fs::read(src).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+        for (name, t) in header.as_object_mut().unwrap() {
+            if name != "__metadata__" {
+                for i in 0..2 {
+                    let at = t["data_offsets"][i].as_u64().unwrap();
+                    t["data_offsets"][i] = (at + big).into();
+                }
+            }
+        }
+        header["big"] =
+            serde_json::json!({"dtype": "U8", "shape": [big], "data_offsets": [0, big]});
+        let header = header.to_string();
+        let mut f = std::fs::File::create(dst).unwrap();
+        f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+        f.write_all(header.as_bytes()).unwrap();
+        f.seek(SeekFrom::Current(big as i64)).unwrap();
+        f.write_all(&bytes[8 + n..]).unwrap();
+    }
+
+    /// A file of 8 GiB (sparse) whose other tensors are a few hundred bytes: listed from
+    /// its header alone, and one matrix or one tensor read by reading its bytes alone.
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn a_large_file_is_listed_from_its_header_and_read_by_the_tensors_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let (small, path) = (dir.path().join("small"), dir.path().join("big.safetensors"));
+        let w = matrix(Code::Lut);
+        let x =
+            Activations::from_f32(DType::F16, 2, 64, (0..128).map(|i| i as f32).collect()).unwrap();
+        let mut out = Writer::new();
+        out.quantized("w", &w).activations("x", &x);
+        out.write(&small).unwrap();
+        let big = 8u64 << 30;
+        with_big_hole(&small, &path, big);
+        let file_len = std::fs::metadata(&path).unwrap().len();
+        assert!(file_len > big, "{file_len}");
+
+        let f = SafetensorsFile::open(&path).unwrap();
+        assert_eq!(f.data_read(), 0);
+        assert_eq!(f.info("big").unwrap().shape, vec![big as usize]);
+        assert_eq!(f.names()[0], "big");
+        assert_eq!(f.quantized_prefixes(), vec!["w".to_string()]);
+        assert_eq!(
+            f.quantized_layout("w").unwrap(),
+            (w.geometry, ScaleDType::F16)
+        );
+        assert_eq!(f.data_read(), 0, "listing reads the header only");
+        assert_eq!(
+            list_quantized(&path).unwrap(),
+            vec![("w".to_string(), w.geometry)]
+        );
+
+        // The matrix: its three tensors' bytes, no more.
+        let used: u64 = ["w.codes", "w.scales", "w.lut"]
+            .map(|n| {
+                let (b, e) = f.info(n).unwrap().data_offsets;
+                (e - b) as u64
+            })
+            .iter()
+            .sum();
+        assert_eq!(used, (w.codes.len() * 4 + 3 * 2 + 64 * 4) as u64);
+        assert_eq!(f.quantized("w").unwrap(), w);
+        assert_eq!(f.data_read(), used);
+        assert!(f.activations("x").unwrap().bits_eq(&x));
+        assert_eq!(f.data_read(), used + 128 * 2);
+        // Through the path-taking readers too.
+        assert_eq!(read_quantized(&path, "w").unwrap(), w);
+        assert!(read_activations(&path, "x").unwrap().bits_eq(&x));
+    }
+
+    /// A file that shrank or changed after it was opened is an error naming the file and
+    /// the tensor read, never other data; one replaced by a rename is read as opened.
+    #[test]
+    fn a_file_changed_after_open_is_an_error_naming_the_tensor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.safetensors");
+        let w = matrix(Code::OneMad);
+        write_quantized(&path, "w", &w).unwrap();
+        let full = std::fs::metadata(&path).unwrap().len();
+        let f = SafetensorsFile::open(&path).unwrap();
+        let (sb, se) = f.info("w.scales").unwrap().data_offsets;
+        assert_eq!(se, sb + 6);
+        let scales_at = f.data_start + sb as u64;
+        // Cut 3 bytes into the scales.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(scales_at + 3)
+            .unwrap();
+        let e = f.tensor("w.scales").unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: tensor `w.scales`", path.display()))
+                && e.contains(&format!(
+                    "cannot read its 6 bytes at byte {scales_at} of the file: the file ends 3 \
+                     bytes into them (it was truncated after it was opened)"
+                )),
+            "{e}"
+        );
+        // The codes are all there, but the file is no longer the one opened.
+        let e = f.quantized("w").unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: tensor `w.codes`", path.display()))
+                && e.contains(&format!(
+                    "the file changed after it was opened: {full} bytes then, {} now",
+                    scales_at + 3
+                )),
+            "{e}"
+        );
+
+        // Rewritten in place, at its length: its modification time tells (set here, as
+        // a write may land within the file system's timestamp granularity).
+        write_quantized(&path, "w", &w).unwrap();
+        let f = SafetensorsFile::open(&path).unwrap();
+        assert_eq!(f.quantized("w").unwrap(), w);
+        let g = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        g.set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1 << 20))
+            .unwrap();
+        let e = f.tensor("w.codes").unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}: tensor `w.codes`", path.display()))
+                && e.contains("the file changed after it was opened: it was modified since"),
+            "{e}"
+        );
+
+        // Replaced by a rename (as the writer replaces a file): the open file is read.
+        let f = SafetensorsFile::open(&path).unwrap();
+        write_quantized(&path, "w", &matrix(Code::Mcg)).unwrap();
+        assert_eq!(f.quantized("w").unwrap(), w);
+        assert_eq!(read_quantized(&path, "w").unwrap(), matrix(Code::Mcg));
     }
 
     /// An output replaces a symlink's target, not the link; a read-only file is refused

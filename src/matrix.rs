@@ -56,6 +56,19 @@ impl QuantizedMatrix {
                 expected: geometry.codes_shape().to_vec(),
             });
         }
+        Self::check_scales_and_lut(geometry, scales, self.scale_dtype, lut.as_deref())
+    }
+
+    /// The checks of [`Self::validate`] that need no code word: one finite scale per row
+    /// (an f16 value where `scale_dtype` is f16) and a finite table of 2^L values exactly
+    /// where the code is `lut`. For a file's matrix without reading its codes (`trellis
+    /// info`).
+    pub fn check_scales_and_lut(
+        geometry: &Geometry,
+        scales: &[f32],
+        scale_dtype: ScaleDType,
+        lut: Option<&[f32]>,
+    ) -> Result<()> {
         if scales.len() != geometry.rows {
             return Err(Error::Shape {
                 name: "scales".into(),
@@ -75,7 +88,7 @@ impl QuantizedMatrix {
         }
         // Stored as f16, a scale must be an f16 value: the kernels read the stored one,
         // the reference this one, and they must be the same number.
-        if self.scale_dtype == ScaleDType::F16 {
+        if scale_dtype == ScaleDType::F16 {
             if let Some(r) = scales
                 .iter()
                 .position(|&s| half::f16::from_f32(s).to_f32().to_bits() != s.to_bits())
@@ -114,8 +127,8 @@ impl QuantizedMatrix {
         // As with the scales: a non-finite table value makes every weight of its state
         // inf or NaN.
         let bad = lut
+            .unwrap_or_default()
             .iter()
-            .flatten()
             .enumerate()
             .find(|(_, v)| !v.is_finite());
         if let Some((i, v)) = bad {

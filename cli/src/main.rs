@@ -993,22 +993,24 @@ fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
+/// `info FILE`: from the file's header only (no tensor's data is read): each matrix's
+/// metadata, tensors' dtypes and shapes checked as a read of it checks them, its size
+/// from its tensors' shapes.
 fn info_file(file: &Path, out: &mut Vec<String>) -> Result<()> {
     let f = SafetensorsFile::open(file)?;
     let prefixes = f.quantized_prefixes();
     let mut owned = std::collections::HashSet::new();
     let mut lines = Vec::new();
     for p in &prefixes {
-        let w = f.quantized(p).map_err(in_file(file))?;
-        let g = w.geometry;
-        let bytes = w.codes.len() * 4
-            + w.scales.len()
-                * if w.scale_dtype == ScaleDType::F16 {
-                    2
-                } else {
-                    4
-                }
-            + w.lut.as_ref().map_or(0, |l| l.len() * 4);
+        // Every check of reading the matrix but its code words (the bulk of the file).
+        let (g, scale_dtype) = f.quantized_checked_layout(p).map_err(in_file(file))?;
+        let bytes = g.codes_shape().iter().product::<usize>() * 4
+            + g.rows * if scale_dtype == ScaleDType::F16 { 2 } else { 4 }
+            + if g.code == Code::Lut {
+                g.states() * 4
+            } else {
+                0
+            };
         lines.push(format!(
             "{p}: code={} k={} L={} T={} rows={} cols={} scales={} ({:.3} bits/weight with scales)",
             g.code,
@@ -1017,7 +1019,7 @@ fn info_file(file: &Path, out: &mut Vec<String>) -> Result<()> {
             g.t,
             g.rows,
             g.cols,
-            w.scale_dtype,
+            scale_dtype,
             (bytes * 8) as f64 / (g.rows * g.cols) as f64
         ));
         owned.insert(io::codes_name(p));
@@ -1034,7 +1036,7 @@ fn info_file(file: &Path, out: &mut Vec<String>) -> Result<()> {
         if owned.contains(&name) {
             continue;
         }
-        let t = f.tensor(&name)?;
+        let t = f.tensor_info(&name)?;
         out.push(format!("{name}: {} {:?}", io::dtype_name(t.dtype), t.shape));
     }
     Ok(())

@@ -489,6 +489,72 @@ fn info_prints_every_matrix() {
     assert!(stdout.contains("x: bf16 [2, 64]"), "{stdout}");
 }
 
+/// A weight shard of 8 GiB (sparse: a hole costs no disk) holding one small matrix and
+/// one activation after the hole: `info` lists it from its header, and `matvec` reads
+/// the matrix and `x` from it, not the rest.
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn info_and_matvec_read_a_large_file_by_the_tensors_used() {
+    use std::io::Write;
+    let d = Dir::new();
+    let (big_path, y) = (d.path("shard.safetensors"), d.path("y.safetensors"));
+    let big = 8u64 << 30;
+    let codes = u32_bytes(4 * 2 * 16, 1);
+    let scales = f16_bytes(&[0.02, 0.03, 0.04, 0.05]);
+    let x = DType::Bf16.encode(&(0..512).map(|i| (i % 7) as f32 - 3.0).collect::<Vec<_>>());
+    let (codes_at, scales_at, x_at) = (
+        big,
+        big + codes.len() as u64,
+        big + (codes.len() + scales.len()) as u64,
+    );
+    let end = x_at + x.len() as u64;
+    let header = format!(
+        "{{\"__metadata__\":{{\"w.trellis\":\"{META_OK}\"}},\
+         \"big\":{{\"dtype\":\"U8\",\"shape\":[{big}],\"data_offsets\":[0,{big}]}},\
+         \"w.codes\":{{\"dtype\":\"U32\",\"shape\":[4,2,16],\"data_offsets\":[{codes_at},{scales_at}]}},\
+         \"w.scales\":{{\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[{scales_at},{x_at}]}},\
+         \"x\":{{\"dtype\":\"BF16\",\"shape\":[1,512],\"data_offsets\":[{x_at},{end}]}}}}"
+    );
+    let mut f = std::fs::File::create(&big_path).unwrap();
+    f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    f.write_all(header.as_bytes()).unwrap();
+    f.set_len(8 + header.len() as u64 + big).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&big_path)
+        .unwrap();
+    for part in [&codes, &scales, &x] {
+        f.write_all(part).unwrap();
+    }
+    drop(f);
+    assert_eq!(
+        std::fs::metadata(&big_path).unwrap().len(),
+        8 + header.len() as u64 + end
+    );
+
+    let stdout = ok(&["info", s(&big_path)]);
+    assert!(
+        stdout.contains("w: code=1mad k=2 L=12 T=256 rows=4 cols=512 scales=f16")
+            && stdout.contains(&format!("big: u8 [{big}]"))
+            && stdout.contains("x: bf16 [1, 512]"),
+        "{stdout}"
+    );
+    ok(&[
+        "matvec",
+        "--weights",
+        s(&big_path),
+        "--prefix",
+        "w",
+        "--x",
+        s(&big_path),
+        "--out",
+        s(&y),
+    ]);
+    let w = io::read_quantized(&big_path, "w").unwrap();
+    let want = reference::reduce(&w, &read_bits(&big_path, "x")).unwrap();
+    assert_same_bits("matvec from a large file", &read_bits(&y, "y"), &want);
+}
+
 /// A small Gaussian dense matrix: the MSE is printed, matches the written codes, and is
 /// well below the signal power (a trellis code at 2 bits keeps ~90% of it).
 #[test]
@@ -912,6 +978,25 @@ fn lut_must_have_two_to_the_l_f32_entries() {
     nan[9] = f32::NAN;
     base(Some((Dtype::F32, vec![1024], f32_bytes(&nan))));
     c.matvec(&["lut[9]", "finite"]);
+    // `info` reads no code word but checks the table and the scales as `matvec` does.
+    fails(&["info", s(&c.w)], &c.out, &["lut[9]", "finite"]);
+    let mut t = vec![
+        ("w.codes", Dtype::U32, vec![4, 2, 16], u32_bytes(128, 0)),
+        (
+            "w.scales",
+            Dtype::F16,
+            vec![4],
+            f16_bytes(&[0.02, 0.02, f32::NAN, 0.02]),
+        ),
+        ("w.lut", Dtype::F32, vec![1024], f32_bytes(&[0.5; 1024])),
+    ];
+    write_raw(&c.w, t.clone(), &meta);
+    fails(&["info", s(&c.w)], &c.out, &["scales[2] = NaN", "finite"]);
+    c.matvec(&["scales[2] = NaN", "finite"]);
+    t[1].3 = f16_bytes(&[0.02; 4]);
+    write_raw(&c.w, t, &meta);
+    let stdout = ok(&["info", s(&c.w)]);
+    assert!(stdout.contains("w: code=lut k=2 L=10"), "{stdout}");
     base(Some((Dtype::F32, vec![1024], f32_bytes(&[0.5; 1024]))));
     ok(&[
         "matvec",
