@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <random>
 #include <sstream>
 #include <string>
@@ -130,12 +131,14 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  std::map<std::pair<bool, unsigned>, std::vector<Unit*>> by_rows;  // mma and simt units apart
-  for (auto& u : units) by_rows[{u.simt, u.rows}].push_back(&u);
+  // mma and simt units apart, and units of another shape or k apart (the code words are
+  // sized by the group's first unit)
+  std::map<std::tuple<bool, unsigned, unsigned, unsigned>, std::vector<Unit*>> by_rows;
+  for (auto& u : units) by_rows[{u.simt, u.rows, u.cols, u.k}].push_back(&u);
   std::mt19937 rng(20261203);
   printf("| rows | twin | registers | us (natural residency) | us (<= 4 groups per SM) | checksum |\n|---:|---|---:|---:|---:|---|\n");
   for (auto& [kind_rows, us] : by_rows) {
-    const unsigned rows = kind_rows.second;
+    const unsigned rows = std::get<1>(kind_rows);
     const unsigned cols = us[0]->cols, k = us[0]->k;
     const size_t words = (size_t)rows * cols * k / 32, nc = std::max<size_t>(2, (256u << 20) / (words * 4) + 1);
     std::vector<uint32_t> hc(words * nc);
