@@ -152,7 +152,26 @@ pub fn dir_in(root: &Root, sub: &str) -> Result<PathBuf> {
         check_private(p)
             .map_err(|why| Error::file(p, format!("not used ({}): {why}", root.origin())))?;
     }
+    sweep(&d);
     Ok(d)
+}
+
+/// Remove the build directories (`*.tmp`) a killed process left in `dir` a day or more
+/// ago (a build takes seconds; a younger one may be another process's, in flight).
+fn sweep(dir: &Path) {
+    const STALE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let stale = e.file_name().to_string_lossy().ends_with(".tmp")
+            && e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE));
+        if stale {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// A directory made inside a checked cache directory (`metal-sim`'s include directory),
@@ -232,20 +251,62 @@ fn trusted(_: &std::fs::Metadata) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// A directory in `dir` no other process or thread uses, created `0700`:
-/// `<stem>.<pid>-<n>.tmp`. A build happens in one, under the final file names, so two
-/// builds of one source give the same bytes (the compiler writes the source's name into
-/// the library).
-fn temp_dir(dir: &Path, stem: &str) -> Result<PathBuf> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let d = dir.join(format!("{stem}.{}-{n}.tmp", std::process::id()));
-    let mut b = std::fs::DirBuilder::new();
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-    b.create(&d)
-        .map_err(|e| Error::file(&d, format!("cannot create: {e}")))?;
-    Ok(d)
+/// A build directory no other process or thread uses, created `0700` (so a build
+/// happens under the final file names and two builds of one source give the same bytes:
+/// the compiler writes the source's name into the library); removed when dropped unless
+/// kept ([`WorkDir::keep`]).
+struct WorkDir(Option<PathBuf>);
+
+/// The number of this process's next build directory.
+static NEXT_WORK: AtomicU64 = AtomicU64::new(0);
+
+impl WorkDir {
+    /// `<stem>.<pid>-<n>.tmp` in the cache directory `dir`, `n` the first number free
+    /// (a killed process with this pid may have left one); where `dir` cannot be written
+    /// (a read-only cache, which still serves what it holds), the same name prefixed
+    /// `trellis-` in the system temp directory.
+    fn new(dir: &Path, stem: &str) -> Result<WorkDir> {
+        let mut b = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        let mut failed = None;
+        for (base, prefix) in [(dir.to_path_buf(), ""), (std::env::temp_dir(), "trellis-")] {
+            for _ in 0..1000 {
+                let n = NEXT_WORK.fetch_add(1, Ordering::Relaxed);
+                let d = base.join(format!("{prefix}{stem}.{}-{n}.tmp", std::process::id()));
+                match b.create(&d) {
+                    Ok(()) => return Ok(WorkDir(Some(d))),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => {
+                        failed = Some((d, e));
+                        break;
+                    }
+                }
+            }
+        }
+        let (d, e) = failed.expect("1000 names taken in both directories");
+        Err(Error::file(
+            &d,
+            format!("cannot create a build directory of the kernel cache: {e}"),
+        ))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.as_deref().expect("a work directory until dropped")
+    }
+
+    /// Leave the directory in place (a log names a file in it).
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
 
 /// Write `bytes` to a fresh file of its own name (which must not exist).
@@ -319,6 +380,35 @@ fn hex_digest(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// The host's CPU as `-march=native` sees it, for the cache keys of the backends that
+/// compile with it: a library built for one CPU can fault with an illegal instruction on
+/// another that shares the cache (a home directory on a network file system). The CPU's
+/// model and feature flags as Linux reports them (`/proc/cpuinfo`), hashed, after the
+/// architecture; elsewhere the architecture alone.
+pub fn host_target() -> &'static str {
+    static TARGET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TARGET.get_or_init(|| {
+        const KEYS: [&str; 5] = [
+            "model name",
+            "flags",
+            "Features",
+            "CPU implementer",
+            "CPU part",
+        ];
+        let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let first: Vec<&str> = info
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .filter(|l| KEYS.iter().any(|k| l.starts_with(k)))
+            .collect();
+        format!(
+            "{}-{:016x}",
+            std::env::consts::ARCH,
+            crate::kernel::fnv1a(first.join("\n").as_bytes())
+        )
+    })
+}
+
 /// The `.sha256` file beside a library.
 fn digest_path(lib: &Path) -> PathBuf {
     let mut s = lib.as_os_str().to_owned();
@@ -352,13 +442,16 @@ fn load_cached(lib: &Path) -> std::result::Result<Option<Library>, String> {
 
 /// The library built from `src` in the cache directory `dir` as `<stem>.so`, bound by
 /// `bind` (the backend's symbol lookups). A cached library is used when its bytes match
-/// its recorded digest, it is trusted (`trusted`), it loads and `bind` takes it; else
-/// (missing, or damaged in any of these ways) `build(source, output)` compiles `src`,
-/// written as `<stem>.cpp` in a directory of this build's own, into `<stem>.so` there,
-/// which is loaded and bound from there, then renamed into place after its digest (the
-/// source too, as `<stem>.cpp`, for reading). `build`'s error is returned with its
-/// source kept as `<stem>.cpp` (a compile log naming the source names that); a fresh
-/// build that does not load or bind is an error naming it.
+/// its recorded digest, it is trusted (owned by this user or root, not writable by
+/// others), it loads and `bind` takes it; else (missing, or damaged in any of these ways,
+/// which a warning names) `build(source, output)` compiles `src`, written as `<stem>.cpp`
+/// in a build directory of its own ([`WorkDir`]), into `<stem>.so` there, which is
+/// loaded and bound from there, then renamed into place after its digest (the source
+/// too, as `<stem>.cpp`, for reading). A cache that cannot take the new library (read
+/// only, full) costs a warning, not the kernel. A build that fails, or whose library does
+/// not load or bind, is an error naming the library and the source, kept as
+/// `<stem>.cpp` beside the libraries (or, where that cannot be written, in its build
+/// directory, which then stays).
 pub fn library<T>(
     dir: &Path,
     stem: &str,
@@ -367,28 +460,38 @@ pub fn library<T>(
     bind: impl Fn(std::sync::Arc<Library>) -> Result<T>,
 ) -> Result<T> {
     let lib_path = dir.join(format!("{stem}.so"));
-    if let Ok(Some(lib)) = load_cached(&lib_path) {
-        if let Ok(t) = bind(std::sync::Arc::new(lib)) {
-            return Ok(t);
-        }
+    let damaged = match load_cached(&lib_path) {
+        Ok(Some(lib)) => match bind(std::sync::Arc::new(lib)) {
+            Ok(t) => return Ok(t),
+            Err(e) => Some(e.to_string()),
+        },
+        Ok(None) => None,
+        Err(why) => Some(why),
+    };
+    if let Some(why) = damaged {
+        eprintln!(
+            "warning: kernel cache: {}: {why}; building it again",
+            lib_path.display()
+        );
     }
-    let work = temp_dir(dir, stem)?;
+    let work = WorkDir::new(dir, stem)?;
     let (src_tmp, lib_tmp) = (
-        work.join(format!("{stem}.cpp")),
-        work.join(format!("{stem}.so")),
+        work.path().join(format!("{stem}.cpp")),
+        work.path().join(format!("{stem}.so")),
     );
     write_new(&src_tmp, src.as_bytes())?;
-    let cleanup = || {
-        let _ = std::fs::remove_dir_all(&work);
+    // A failure past here keeps the source where its message says.
+    let keep_source = |work: WorkDir| -> PathBuf {
+        let kept = dir.join(format!("{stem}.cpp"));
+        if std::fs::rename(&src_tmp, &kept).is_ok() || std::fs::copy(&src_tmp, &kept).is_ok() {
+            kept
+        } else {
+            work.keep();
+            src_tmp.clone()
+        }
     };
     if let Err(e) = build(&src_tmp, &lib_tmp) {
-        // The source stays for the log that names it, as `<stem>.cpp` beside the
-        // libraries (and the log says so), so failed builds do not pile up.
-        let kept = dir.join(format!("{stem}.cpp"));
-        if std::fs::rename(&src_tmp, &kept).is_err() {
-            return Err(e);
-        }
-        cleanup();
+        let kept = keep_source(work);
         return Err(match e {
             Error::Compile {
                 kernel,
@@ -402,27 +505,40 @@ pub fn library<T>(
             e => e,
         });
     }
-    let fail = |what: String| {
-        let e = Error::file(&lib_tmp, what);
-        cleanup();
-        e
+    let loaded = (|| {
+        let (hex, _) = digest(&lib_tmp).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                "the compiler reported success but wrote no library".to_string()
+            } else {
+                format!("cannot read the built library: {e}")
+            }
+        })?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&lib_tmp, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| format!("cannot set the built library's permissions: {e}"))?;
+        }
+        // SAFETY: the library just built from this crate's own generated source, in a
+        // directory only this call uses; its initialisers are the C++ runtime's.
+        let lib = unsafe { Library::new(&lib_tmp) }
+            .map_err(|e| format!("the built library does not load: {e}"))?;
+        let t = bind(std::sync::Arc::new(lib)).map_err(|e| e.to_string())?;
+        Ok::<_, String>((hex, t))
+    })();
+    let (hex, t) = match loaded {
+        Ok(v) => v,
+        Err(why) => {
+            let kept = keep_source(work);
+            return Err(Error::file(
+                &lib_path,
+                format!("{why} (source: {})", kept.display()),
+            ));
+        }
     };
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&lib_tmp, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| fail(format!("cannot set the built library's permissions: {e}")))?;
-    }
-    let (hex, _) =
-        digest(&lib_tmp).map_err(|e| fail(format!("cannot read the built library: {e}")))?;
-    // SAFETY: the library just built from this crate's own generated source, in a
-    // directory only this call uses; its initialisers are the C++ runtime's.
-    let lib = unsafe { Library::new(&lib_tmp) }
-        .map_err(|e| fail(format!("the built library does not load: {e}")))?;
-    let t = bind(std::sync::Arc::new(lib)).inspect_err(|_| cleanup())?;
     // Publish: the digest first, so a reader that finds the new library finds its digest
     // (and one that finds another build's digest with it builds again, no more).
-    let sum_tmp = work.join(format!("{stem}.so.sha256"));
+    let sum_tmp = work.path().join(format!("{stem}.so.sha256"));
     let sum_path = digest_path(&lib_path);
     let published = write_new(&sum_tmp, format!("{hex}  {stem}.so\n").as_bytes())
         .and_then(|()| {
@@ -433,11 +549,13 @@ pub fn library<T>(
             std::fs::rename(&lib_tmp, &lib_path)
                 .map_err(|e| Error::file(&lib_path, format!("cannot write: {e}")))
         });
-    if published.is_ok() {
-        let _ = std::fs::rename(&src_tmp, dir.join(format!("{stem}.cpp")));
+    match published {
+        Ok(()) => {
+            let _ = std::fs::rename(&src_tmp, dir.join(format!("{stem}.cpp")));
+        }
+        Err(e) => eprintln!("warning: kernel cache: {e}; the kernel runs, uncached"),
     }
-    cleanup();
-    published.map(|()| t)
+    Ok(t)
 }
 
 #[cfg(test)]
@@ -612,6 +730,7 @@ mod tests {
     /// A data file (a CUBIN) reads back only as written: a truncated or edited one, one
     /// without its digest or one others can write reads as missing (built again); threads
     /// writing one entry at once leave it whole and no temporary file behind.
+    #[cfg(unix)]
     #[test]
     fn a_blob_reads_back_only_whole_and_trusted() {
         use std::os::unix::fs::PermissionsExt;
@@ -660,6 +779,97 @@ mod tests {
         assert!(e.to_string().contains(&*kept.to_string_lossy()), "{e}");
         let work = format!("bad.{}-", std::process::id());
         assert!(!e.to_string().contains(&work), "{e}");
+    }
+
+    /// Build directories a killed process of the same pid left are skipped, not an error
+    /// (a container's first process is always pid 1); those a day old are swept when the
+    /// directory is opened, younger ones (a build in flight) kept.
+    #[test]
+    fn leftover_build_directories_are_skipped_then_swept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let next = NEXT_WORK.load(Ordering::Relaxed);
+        let left: Vec<PathBuf> = (next..next + 3)
+            .map(|n| tmp.path().join(format!("t.{}-{n}.tmp", std::process::id())))
+            .collect();
+        for d in &left {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("t.so"), "half written").unwrap();
+        }
+        let builds = AtomicU64::new(0);
+        assert_eq!(get(tmp.path(), &builds).unwrap(), 42);
+        assert_eq!(builds.load(Ordering::Relaxed), 1);
+        assert!(left.iter().all(|d| d.is_dir()), "another's leftovers kept");
+        // A day old: swept when the directory is opened; a fresh one stays.
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(25 * 3600);
+        std::fs::File::open(&left[0])
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let root = Root::new(tmp.path(), true);
+        let d = dir_in(&root, ".").unwrap();
+        assert!(
+            !left[0].exists() && left[1].is_dir() && left[2].is_dir(),
+            "{d:?}"
+        );
+    }
+
+    /// A cache that cannot take a new library costs a warning, not the kernel: the
+    /// library is built and bound, the cache left as it was.
+    #[test]
+    fn a_cache_that_cannot_take_a_library_still_gives_the_kernel() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("t.so")).unwrap();
+        let builds = AtomicU64::new(0);
+        assert_eq!(get(tmp.path(), &builds).unwrap(), 42);
+        assert_eq!(get(tmp.path(), &builds).unwrap(), 42);
+        assert_eq!(
+            builds.load(Ordering::Relaxed),
+            2,
+            "not cached, built each time"
+        );
+        assert!(tmp.path().join("t.so").is_dir());
+        let work = format!("t.{}-", std::process::id());
+        assert!(
+            names(tmp.path()).iter().all(|n| !n.starts_with(&work)),
+            "{:?}",
+            names(tmp.path())
+        );
+    }
+
+    /// A compiler that reports success without writing the library, or writes one that
+    /// does not load: an error naming the library and the source kept for reading.
+    #[test]
+    fn a_build_without_a_loadable_library_names_it_and_keeps_the_source() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = tmp.path().join("t.so");
+        let e = library(tmp.path(), "t", SRC, |_, _| Ok(()), answer).unwrap_err();
+        let kept = tmp.path().join("t.cpp");
+        for want in [
+            &*lib.to_string_lossy(),
+            "reported success but wrote no library",
+            &*kept.to_string_lossy(),
+        ] {
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        }
+        assert_eq!(std::fs::read_to_string(&kept).unwrap(), SRC);
+        let garbage =
+            |_: &Path, o: &Path| std::fs::write(o, "not a library").map_err(|e| Error::file(o, e));
+        let e = library(tmp.path(), "t", SRC, garbage, answer).unwrap_err();
+        assert!(e.to_string().contains("does not load"), "{e}");
+        assert_eq!(names(tmp.path()), ["t.cpp"]);
+    }
+
+    /// The CPU part of the cache keys: the architecture, then a hash of what the OS says
+    /// of the CPU, the same on every call.
+    #[test]
+    fn the_host_target_names_the_architecture() {
+        let t = host_target();
+        assert!(
+            t.starts_with(&format!("{}-", std::env::consts::ARCH)),
+            "{t}"
+        );
+        assert_eq!(t.len(), std::env::consts::ARCH.len() + 17, "{t}");
+        assert!(std::ptr::eq(t, host_target()));
     }
 
     #[test]

@@ -101,7 +101,16 @@ impl CpuBackend {
                 outputs,
             ));
         }
-        let key = fnv1a(format!("{}|{}|{}", self.compiler, CXX_FLAGS.join(" "), src).as_bytes());
+        let key = fnv1a(
+            format!(
+                "{}|{}|{}|{}",
+                self.compiler,
+                CXX_FLAGS.join(" "),
+                cache::host_target(),
+                src
+            )
+            .as_bytes(),
+        );
         let build = |src_path: &Path, out: &Path| {
             let run = Command::new(&self.compiler)
                 .args(CXX_FLAGS)
@@ -173,7 +182,8 @@ impl CpuBackend {
 }
 
 /// The kernel cache root: `$TRELLIS_CACHE_DIR`, else the user's cache directory
-/// (`$XDG_CACHE_HOME/trellis` or `~/.cache/trellis`), else
+/// (`$XDG_CACHE_HOME/trellis` or `~/.cache/trellis`; `~/Library/Caches/trellis` on
+/// macOS), else
 /// `<temp>/trellis-kernel-cache-<uid>` ([`super::cache`] says why and how it is checked).
 pub fn cache_root() -> PathBuf {
     cache::Root::of_env().path

@@ -11,7 +11,7 @@
 //! Outputs start as poison (all bits set, NaN for floats), as MLX leaves them
 //! uninitialized, so an element no thread writes shows up. Threadgroups run in parallel
 //! on a rayon pool; the fibers of one group share one OS thread. Compiled kernels are
-//! cached on disk under `$TRELLIS_CACHE_DIR/metal-sim` by source hash, like the CPU
+//! cached on disk under `<cache root>/metal-sim` by source hash, like the CPU
 //! backend's (through [`crate::backend::cache`]: private directories, atomic writes, a
 //! damaged library built again), and many specializations share one compiler call
 //! ([`Backend::precompile`]).
@@ -223,9 +223,10 @@ impl MetalSimBackend {
         }
         let key = fnv1a(
             format!(
-                "{}|{}|{}|{}",
+                "{}|{}|{}|{}|{}",
                 self.compiler,
                 CXX_FLAGS.join(" "),
+                cache::host_target(),
                 METAL_STDLIB,
                 src
             )

@@ -8,14 +8,15 @@
 //! **The on-disk kernel cache** ([`cache`]) is `$TRELLIS_CACHE_DIR` when set, else the
 //! user's own cache directory (`$XDG_CACHE_HOME/trellis` or `~/.cache/trellis`;
 //! `~/Library/Caches/trellis` on macOS), else `<temp>/trellis-kernel-cache-<uid>`, with a
-//! subdirectory per backend (`cpu`, `metal-sim`, `cuda`). The root and the `cpu` and
-//! `metal-sim` directories must be owned by this user (or root) and not writable by group
-//! or others, since the libraries in them are loaded as code: one that is not (or is a
+//! subdirectory per backend (`cpu`, `metal-sim`, `cuda`). The root and each backend's
+//! directory must be owned by this user (or root) and not writable by group or others,
+//! since what is in them is loaded as code: one that is not (or is a
 //! file, a dangling symlink, cannot be created) is an error naming it and where it came
 //! from (`TRELLIS_CACHE_DIR` or the default). Processes and threads share
 //! it safely (every file is written under its own name and renamed into place), and a
 //! cached library that is damaged (its recorded SHA-256 does not match), does not load or
-//! lacks a symbol is built again.
+//! lacks a symbol is built again. The cache keys hold the compiler, its flags and the
+//! host's CPU (`-march=native`), so hosts sharing a home directory keep apart.
 //!
 //! `cpu`, `metal-sim` and `cuda` are `Send + Sync` (their compiled-kernel caches are
 //! behind mutexes; a test asserts it), so one backend serves many threads; `metal` (MLX)
