@@ -445,7 +445,7 @@ fn load_cached(lib: &Path) -> std::result::Result<Option<Library>, String> {
 /// its recorded digest, it is trusted (owned by this user or root, not writable by
 /// others), it loads and `bind` takes it; else (missing, or damaged in any of these ways,
 /// which a warning names) `build(source, output)` compiles `src`, written as `<stem>.cpp`
-/// in a build directory of its own ([`WorkDir`]), into `<stem>.so` there, which is
+/// in a build directory of its own (`WorkDir`), into `<stem>.so` there, which is
 /// loaded and bound from there, then renamed into place after its digest (the source
 /// too, as `<stem>.cpp`, for reading). A cache that cannot take the new library (read
 /// only, full) costs a warning, not the kernel. A build that fails, or whose library does
