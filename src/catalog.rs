@@ -253,7 +253,7 @@ fn code_load_sets(tier: Tier, m: u32, rows: usize) -> Vec<Variant> {
 /// peak, and its interleaved twin ran 53.2 -> 48.9 us with the L1 at 28 %
 /// (`prototypes/results/xperm.md`); M = 1, M = 8 and 17408 rows were flat.
 pub fn interleaved_x_variants(tier: Tier, m: u32, rows: usize, cols: usize) -> Vec<Variant> {
-    let fits = matches!(m, 2 | 4) && rows < BALANCE_ROWS && cols % INTERLEAVE_COLS == 0;
+    let fits = matches!(m, 2 | 4) && rows < BALANCE_ROWS && cols.is_multiple_of(INTERLEAVE_COLS);
     if !fits {
         return Vec::new();
     }

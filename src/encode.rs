@@ -233,7 +233,7 @@ fn quantize_inner(
             let mut n = done.lock().unwrap_or_else(|e| e.into_inner());
             *n += 1;
             on_rows(*n);
-            if opts.progress && (*n % step == 0 || *n == rows) {
+            if opts.progress && ((*n).is_multiple_of(step) || *n == rows) {
                 eprintln!("quantize: {}/{rows} rows", *n);
             }
             drop(n);
@@ -629,7 +629,7 @@ fn forward_const<const K: u32>(
         step::<K>(values, cur, nxt, &mut bp[t * p_n..(t + 1) * p_n], x[t - 1]);
         std::mem::swap(&mut cur, &mut nxt);
     }
-    if x.len() % 2 == 0 {
+    if x.len().is_multiple_of(2) {
         // An odd number of steps left M_{T-1} in `next`.
         mins.copy_from_slice(next);
     }
@@ -661,7 +661,7 @@ fn step<const K: u32>(values: &[f32], prev: &[f32], next: &mut [f32], bp: &mut [
             let base = h * p_n + p0;
             let vals = &values[base..base + pb];
             let e = &mut spread[..pb];
-            if pb % h_n == 0 {
+            if pb.is_multiple_of(h_n) {
                 let q0 = base >> K;
                 for (ee, &mm) in e.chunks_exact_mut(h_n).zip(&prev[q0..q0 + pb / h_n]) {
                     ee.fill(mm);

@@ -54,14 +54,14 @@ impl Geometry {
         if self.rows == 0 {
             return Err(Error::invalid("rows", self.rows, "must be at least 1"));
         }
-        if self.t == 0 || self.t % 32 != 0 {
+        if self.t == 0 || !self.t.is_multiple_of(32) {
             return Err(Error::invalid(
                 "T",
                 self.t,
                 "must be a positive multiple of 32",
             ));
         }
-        if self.cols == 0 || self.cols % self.t != 0 {
+        if self.cols == 0 || !self.cols.is_multiple_of(self.t) {
             return Err(Error::invalid(
                 "cols",
                 self.cols,

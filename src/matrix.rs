@@ -244,7 +244,7 @@ impl Activations {
     /// chunk 32 q + l, so each load reads 512 contiguous bytes. Only where the bytes sit
     /// changes: the kernels' sums, and so their bits, stay.
     pub fn lane_interleaved(&self) -> Option<Activations> {
-        if self.cols % INTERLEAVE_COLS != 0
+        if !self.cols.is_multiple_of(INTERLEAVE_COLS)
             || self.rows.checked_mul(self.cols) != Some(self.data.len())
         {
             return None;

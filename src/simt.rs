@@ -418,7 +418,10 @@ impl Proj {
     /// and blocks and rows are whole multiples of k words). A SIMT variant may load them
     /// one by one (`XLayout::run_code_vec`).
     pub fn code_vec(&self) -> u32 {
-        [4, 2, 1].into_iter().find(|v| self.k % v == 0).unwrap_or(1)
+        [4, 2, 1]
+            .into_iter()
+            .find(|v| self.k.is_multiple_of(*v))
+            .unwrap_or(1)
     }
     /// The coding of a matrix.
     pub fn of(g: &Geometry) -> Self {
@@ -494,7 +497,8 @@ pub(crate) fn check_common(
             "must be a power of two in 1..=32",
         ));
     }
-    if v.max_registers != 0 && !(v.max_registers % 8 == 0 && (32..=248).contains(&v.max_registers))
+    if v.max_registers != 0
+        && !(v.max_registers.is_multiple_of(8) && (32..=248).contains(&v.max_registers))
     {
         return Err(Error::invalid(
             "max_registers",
@@ -511,7 +515,7 @@ pub(crate) fn check_common(
              k a multiple of 2)",
         ));
     }
-    if v.interleaved_x && !(v.x_stage.is_registers() && cols % INTERLEAVE_COLS == 0) {
+    if v.interleaved_x && !(v.x_stage.is_registers() && cols.is_multiple_of(INTERLEAVE_COLS)) {
         return Err(Error::invalid(
             "interleaved_x",
             v.interleaved_x,
@@ -598,7 +602,7 @@ pub trait XLayout {
     }
     /// Whether `rows` is a multiple of rows per simdgroup (no row set is cut short).
     fn rows_whole(&self, rows: &usize) -> bool {
-        rows % self.tuned().rows_per_simd as usize == 0
+        rows.is_multiple_of(self.tuned().rows_per_simd as usize)
     }
     /// Whether `rows` holds at least one whole row set (so the last set can be moved back
     /// to end at the last row instead of clamping its reads: `row_set` in decode.inc).

@@ -735,7 +735,7 @@ mod tests {
         assert_eq!(register_cap(1024), 64);
         for threads in (32..=1024).step_by(32) {
             let cap = register_cap(threads);
-            assert!(cap % 8 == 0 || cap == 255, "{threads}: {cap}");
+            assert!(cap.is_multiple_of(8) || cap == 255, "{threads}: {cap}");
             assert!(cap.div_ceil(8) * 8 * threads <= 65536, "{threads}: {cap}");
         }
     }

@@ -195,6 +195,57 @@ pub fn space_hash<F: Family>(p: &F::Problem, tier: Tier, quick: bool, dialect: D
     format!("{:016x}", std::hash::Hasher::finish(&h))
 }
 
+/// A table held by one tuning run: an advisory lock (`flock`), released when this is
+/// dropped or the process ends, so two runs writing one table (which would each save
+/// theirs over the other's after every key) cannot overlap. The lock file is
+/// `<cache root>/tune-locks/<hash of the table's absolute path>.lock`, in the user's
+/// private cache directory ([`crate::backend::cache`]): not beside the table, where
+/// it would show in a checkout, nor at a name in the shared temp directory.
+#[derive(Debug)]
+pub struct TableLock {
+    _file: std::fs::File,
+}
+
+impl TableLock {
+    /// Hold the table at `path` (which need not exist yet); an error naming it when
+    /// another run holds it.
+    pub fn take(path: &Path) -> Result<TableLock> {
+        let abs = std::path::absolute(path).map_err(|e| Error::file(path, e))?;
+        // One lock for one table however it is named: its directory resolved.
+        let abs = match (abs.parent(), abs.file_name()) {
+            (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+                .map(|d| d.join(name))
+                .unwrap_or(abs),
+            _ => abs,
+        };
+        let dir = crate::backend::cache::dir("tune-locks")?;
+        let lock = dir.join(format!(
+            "{:016x}.lock",
+            crate::kernel::fnv1a(abs.as_os_str().as_encoded_bytes())
+        ));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock)
+            .map_err(|e| Error::file(&lock, format!("cannot open the table's lock: {e}")))?;
+        match file.try_lock() {
+            Ok(()) => Ok(TableLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::file(
+                path,
+                format!(
+                    "another tuning run is writing this table (it holds {}): wait for it \
+                     to end, or give another --out",
+                    lock.display()
+                ),
+            )),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(Error::file(&lock, format!("cannot lock the table: {e}")))
+            }
+        }
+    }
+}
+
 /// The largest tuning table read (the H200's, every key of both tiers, is about 6 MB): a
 /// larger `*.toml` in a tables directory is ignored with a warning, unread.
 pub const MAX_TABLE_BYTES: u64 = 64 << 20;
@@ -621,5 +672,31 @@ pub fn fit<F: Family>(
             why: format!("{} chose {not_fit}", s.source),
         },
         runner_up: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One run holds a table at a time, however its path is spelled; other tables and a
+    /// released one are free.
+    #[test]
+    fn a_table_is_held_by_one_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let table = tmp.path().join("t.toml");
+        let held = TableLock::take(&table).unwrap();
+        for again in [table.clone(), tmp.path().join(".").join("t.toml")] {
+            let e = TableLock::take(&again).unwrap_err().to_string();
+            assert!(
+                e.contains(&*again.to_string_lossy())
+                    && e.contains("another tuning run is writing this table"),
+                "{e}"
+            );
+        }
+        let other = TableLock::take(&tmp.path().join("u.toml")).unwrap();
+        drop(held);
+        let again = TableLock::take(&table).unwrap();
+        drop((other, again));
     }
 }

@@ -507,6 +507,9 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
         Error::File { path, reason } => Error::file(path, format!("--out: {reason}")),
         e => e,
     })?;
+    // Held until this run ends: another run saving the same table after each of its keys
+    // would drop this one's entries (and this one its).
+    let _held = trellis::tune::TableLock::take(&out)?;
     if let Some(trace) = &a.trace {
         check_trace(trace)?;
     }
@@ -842,8 +845,19 @@ fn supervise_child(a: &TuneArgs) -> Result<u8> {
                 .candidate_timeout
         }
     };
-    let journal = std::env::temp_dir().join(format!("trellis-tune-{}.journal", std::process::id()));
-    let _ = std::fs::remove_file(&journal);
+    // In a directory of this run's own (0700, an unguessable name, removed at the end): a
+    // journal at a name others can predict in the shared temp directory could be a
+    // symlink planted there, and the journal's writes would land in its target.
+    let journal_dir = tempfile::Builder::new()
+        .prefix("trellis-tune-")
+        .tempdir()
+        .map_err(|e| {
+            Error::backend(
+                "tune",
+                format!("cannot create the journal's directory: {e}"),
+            )
+        })?;
+    let journal = journal_dir.path().join("journal");
     let result = (|| {
         for attempt in 1..=ATTEMPTS {
             let mut child = std::process::Command::new(&exe)
@@ -888,6 +902,6 @@ fn supervise_child(a: &TuneArgs) -> Result<u8> {
             format!("the tuner crashed or hung {ATTEMPTS} times; giving up"),
         ))
     })();
-    let _ = std::fs::remove_file(&journal);
+    drop(journal_dir);
     result
 }

@@ -80,3 +80,41 @@ fn bench_refuses_what_it_would_not_bench_before_the_gpu() {
     );
     assert!(!dir.path().join("bench.md").exists());
 }
+
+/// A table another tuning run holds is refused before anything is measured (the two
+/// runs would save their tables over each other after every key), naming the table; once
+/// released, the same run goes ahead.
+#[test]
+fn a_table_another_run_holds_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("t.toml");
+    let args = [
+        "tune",
+        "--backend",
+        "cpu",
+        "--family",
+        "reduce",
+        "--shape",
+        "256x1024",
+        "--m",
+        "1",
+        "--k",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let held = trellis::tune::TableLock::take(&out).unwrap();
+    refused(
+        &args,
+        1,
+        &[
+            out.to_str().unwrap(),
+            "another tuning run is writing this table",
+        ],
+    );
+    assert!(!out.exists());
+    drop(held);
+    let o = xtask(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(trellis::tune::read_table(&out).unwrap().entries.len() == 1);
+}

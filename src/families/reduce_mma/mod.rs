@@ -420,7 +420,7 @@ fn operand_of(code: Code) -> &'static str {
 /// a code of one k-slot per weight, and a second state at the top of each window (L <= 16,
 /// k divides 32 - L). Elsewhere they are correct but save nothing.
 pub fn paired_windows_fit(proj: Proj) -> bool {
-    operand_of(proj.code) != "half_pair" && proj.l <= 16 && (32 - proj.l) % proj.k == 0
+    operand_of(proj.code) != "half_pair" && proj.l <= 16 && (32 - proj.l).is_multiple_of(proj.k)
 }
 
 /// Whether a problem of activations `act` and these codes can take bf16 operands: bf16
@@ -471,7 +471,7 @@ pub trait MmaLayout {
     /// lane's tile is never clamped, and its code words sit a constant `8 words_per_row`
     /// past row g's (an immediate offset of the same loads' address, one pointer fewer).
     fn whole_tiles(&self) -> bool {
-        self.dims().0 % 16 == 0
+        self.dims().0.is_multiple_of(16)
     }
     /// Runs of 32 weights per row.
     fn runs(&self) -> usize {
@@ -513,7 +513,7 @@ pub trait MmaLayout {
     }
     /// Whether every step holds 4 live runs (no run is masked off).
     fn all_live(&self) -> bool {
-        self.runs() % 4 == 0
+        self.runs().is_multiple_of(4)
     }
     /// Whether a lane's code words advance by a constant per step: all runs live and
     /// a simdgroup's stride of 4 `col_split` runs a whole number of trellis blocks (run
@@ -521,7 +521,7 @@ pub trait MmaLayout {
     /// computed once, outside the loop.
     fn linear_words(&self) -> bool {
         let (_, _, t, _, v) = self.dims();
-        self.all_live() && (4 * v.col_split as usize) % (t / 32) == 0
+        self.all_live() && (4 * v.col_split as usize).is_multiple_of(t / 32)
     }
     /// Samples of a slice staged in threadgroup memory (`x_stage = shared`).
     fn x_samples(&self) -> usize {
