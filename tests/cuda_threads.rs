@@ -1,0 +1,68 @@
+//! The CUDA backend from several threads, on a GPU: one backend shared by threads and
+//! backends of their own, exact and fast, each result checked against the reference (bit
+//! for bit, or within SPEC 7). Ignored where there is no GPU (CI has none); on a GPU
+//! machine: `cargo test --release --test cuda_threads -- --ignored` (or the built test
+//! binary with `--ignored`, as the device checks run it).
+#![cfg(feature = "cuda")]
+
+use trellis::backend::cuda::CudaBackend;
+use trellis::numerics::Tier;
+use trellis::{
+    check, ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType,
+};
+
+/// A `reduce` problem of `rows` x 2048, k 2, L 12, 1mad, M samples of bf16 x.
+fn problem(rows: usize, m: usize, seed: u64) -> (QuantizedMatrix, Activations) {
+    let g = Geometry::new(rows, 2048, 256, 2, 12, Code::OneMad).unwrap();
+    let mut s = seed;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let codes = (0..g.codes_shape().iter().product::<usize>())
+        .map(|_| next() as u32)
+        .collect();
+    let scales = (0..g.rows)
+        .map(|_| half::f16::from_f32(0.005 + (next() % 1000) as f32 * 3e-5).to_f32())
+        .collect();
+    let w = QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, None).unwrap();
+    let x = (0..m * g.cols)
+        .map(|_| half::bf16::from_f32(((next() % 4001) as f32 - 2000.0) / 700.0).to_f32())
+        .collect();
+    (w, Activations::from_f32(DType::Bf16, m, g.cols, x).unwrap())
+}
+
+/// Each thread's problem through `b`, checked: exact bit for bit, fast within SPEC 7.
+fn run_and_check(b: &CudaBackend, t: u64) {
+    for (rows, m) in [(512, 1), (1024, 4), (768, 8)] {
+        let (w, x) = problem(rows, m, 0x9e37_79b9_7f4a_7c15 ^ (t * 7919 + rows as u64));
+        let want = reference::reduce(&w, &x).unwrap();
+        let exact = ops::matvec(b, &w, &x, Tier::Exact).unwrap();
+        assert_eq!(
+            exact.to_bytes(),
+            want.to_bytes(),
+            "thread {t}: exact {rows} x M {m}"
+        );
+        let fast = ops::matvec(b, &w, &x, Tier::Fast).unwrap();
+        let real = check::RealSums::of(&w, &x).unwrap();
+        check::fast_reduce(&fast, &real)
+            .unwrap_or_else(|e| panic!("thread {t}: fast {rows} x M {m}: {e}"));
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn threads_share_a_cuda_backend_and_open_their_own() {
+    let shared = CudaBackend::new(0).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let shared = &shared;
+            s.spawn(move || run_and_check(shared, t));
+        }
+        for t in 4..6 {
+            s.spawn(move || run_and_check(&CudaBackend::new(0).unwrap(), t));
+        }
+    });
+}
