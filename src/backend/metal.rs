@@ -13,8 +13,7 @@
 //! the work (`async_eval`).
 //!
 //! `launch_into` writes the results into the caller's output tensors: each caller's
-//! `Array` handle is set in place (`mlx_array_set`) to the kernel's output, after its
-//! shape and dtype are checked. (MLX arrays are immutable values: other handles to the
+//! tensor takes the kernel's output `Array`, after its shape and dtype are checked. (MLX arrays are immutable values: other handles to the
 //! old value, made by cloning, keep it, as with any MLX operation.)
 //!
 //! Timing is wall-clock: mlx-rs 0.33 (and mlx-c) expose no GPU timestamps for a custom
@@ -66,7 +65,8 @@ fn elem_of(dtype: Dtype) -> Option<Elem> {
 
 fn mlx_shape(name: &str, shape: &[usize]) -> Result<Vec<i32>> {
     let len = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-    if len.is_none_or(|n| n > i32::MAX as usize) {
+    // Each extent too: with another extent 0 the product passes, and a cast would wrap.
+    if len.is_none_or(|n| n > i32::MAX as usize) || shape.iter().any(|&d| d > i32::MAX as usize) {
         return Err(Error::invalid(
             name,
             format!("{shape:?}"),
@@ -271,17 +271,23 @@ impl MetalBackend {
     }
 
     /// What MLX raised for a bound launch, as the error of that kernel: its source
-    /// (compile error) or its threadgroup (MLX's "Thread group size (N) is greater than
-    /// the maximum allowed threads per threadgroup (M)", from the pipeline's
-    /// maxTotalThreadsPerThreadgroup) on its first evaluation; a plain backend error later.
+    /// (MLX's "Unable to build metal library" / "Unable to load", a compile error) or its
+    /// threadgroup (MLX's "Thread group size (N) is greater than the maximum allowed
+    /// threads per threadgroup (M)", from the pipeline's maxTotalThreadsPerThreadgroup)
+    /// on its first evaluation, which also drops the kernel from the cache; anything
+    /// else (raised by `apply` itself, or by a lazy input) a plain backend error.
     fn failed(&self, b: &Bound<'_>, first: bool, e: Exception) -> Error {
         let what = e.what().to_string();
         let who = format!("{} ({})", b.kernel, b.id);
-        if !first {
+        let threads =
+            what.contains("Thread group size") || what.contains("threads per threadgroup");
+        let compile =
+            what.contains("Unable to build metal library") || what.contains("Unable to load");
+        if !first || !(threads || compile) {
             return Error::backend("metal", format!("{who}: {what}"));
         }
         self.kernels.borrow_mut().remove(&b.id);
-        if what.contains("Thread group size") || what.contains("threads per threadgroup") {
+        if threads {
             Error::invalid(
                 format!("{who} threads per threadgroup"),
                 b.threads,
@@ -494,8 +500,10 @@ impl Backend for MetalBackend {
         let arrays_in: Vec<&Array> = b.inputs.iter().collect();
         // SAFETY: input and output shapes and dtypes match the kernel's declared specs
         // (checked in `bind`); every validated specialization reads only inside its
-        // inputs, never writes them, and writes every element of every output exactly
-        // once, from one thread, within the grid built from its own `grid()`.
+        // inputs, never writes them, and writes only inside its outputs, within the grid
+        // built from its own `grid()`: every element once, or (split-K arrival counters
+        // and workspaces) through atomics and fences on outputs MLX zeroes first
+        // (`zero_outputs`, MLX's `init_value`).
         let arrays = unsafe {
             kernel.apply(
                 &arrays_in,
@@ -528,7 +536,7 @@ impl Backend for MetalBackend {
         } else {
             mlx_rs::transforms::async_eval(&arrays).map_err(|e| self.failed(b, false, e))?;
         }
-        for ((slot, array), spec) in b.outputs.iter().zip(&arrays).zip(&b.specs) {
+        for ((slot, array), spec) in b.outputs.iter().zip(arrays).zip(&b.specs) {
             let got: Vec<usize> = array.shape().iter().map(|&d| d as usize).collect();
             if elem_of(array.dtype()) != Some(spec.elem) || got != spec.shape {
                 return Err(Error::backend(
@@ -546,19 +554,9 @@ impl Backend for MetalBackend {
             // SAFETY: `slot` points at the caller's output tensor, mutably borrowed for
             // the bound's lifetime `'a` (see `bind`), so it is live and unaliased here.
             let slot = unsafe { &mut **slot };
-            // Write into the caller's array: its handle now holds the kernel's output.
-            let mut handle = slot.array.as_ptr();
-            // SAFETY: `handle` is the caller's live, owned mlx_array (its `ctx` is the
-            // C++ array object `slot.array` owns); mlx_array_set assigns the output's
-            // C++ array into that object in place (mlx-c's `mlx_array_set_`), so the
-            // handle stays owned by `slot.array` and nothing is freed twice.
-            let status = unsafe { mlx_sys::mlx_array_set(&mut handle, array.as_ptr()) };
-            if status != 0 {
-                return Err(Error::backend(
-                    "metal",
-                    format!("{}: could not set output {}", b.id, spec.name),
-                ));
-            }
+            // The caller's tensor now holds the kernel's output (its clones, separate
+            // MLX arrays, keep the old value, as with any MLX operation).
+            slot.array = array;
         }
         Ok(())
     }
