@@ -7,31 +7,13 @@
 
 use trellis::backend::cuda::CudaBackend;
 use trellis::numerics::Tier;
-use trellis::{
-    check, ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType,
-};
+use trellis::{check, ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix};
 
 /// A `reduce` problem of `rows` x 2048, k 2, L 12, 1mad, M samples of bf16 x.
 fn problem(rows: usize, m: usize, seed: u64) -> (QuantizedMatrix, Activations) {
     let g = Geometry::new(rows, 2048, 256, 2, 12, Code::OneMad).unwrap();
-    let mut s = seed;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let codes = (0..g.codes_shape().iter().product::<usize>())
-        .map(|_| next() as u32)
-        .collect();
-    let scales = (0..g.rows)
-        .map(|_| half::f16::from_f32(0.005 + (next() % 1000) as f32 * 3e-5).to_f32())
-        .collect();
-    let w = QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, None).unwrap();
-    let x = (0..m * g.cols)
-        .map(|_| half::bf16::from_f32(((next() % 4001) as f32 - 2000.0) / 700.0).to_f32())
-        .collect();
-    (w, Activations::from_f32(DType::Bf16, m, g.cols, x).unwrap())
+    let x = check::random_activations(DType::Bf16, m, g.cols, seed + 1);
+    (check::random_matrix(g, seed), x)
 }
 
 /// Each thread's problem through `b`, checked: exact bit for bit, fast within SPEC 7.

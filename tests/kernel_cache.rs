@@ -8,29 +8,15 @@ use std::process::{Child, Command, Stdio};
 use trellis::backend::metal_sim::MetalSimBackend;
 use trellis::backend::{Backend, CpuBackend};
 use trellis::numerics::Tier;
-use trellis::{ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
+use trellis::{check, ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix};
 
 /// The problem every child computes: a small `reduce`, M = 1.
 fn problem() -> (QuantizedMatrix, Activations) {
     let g = Geometry::new(64, 256, 256, 2, 12, Code::OneMad).unwrap();
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let codes = (0..g.codes_shape().iter().product::<usize>())
-        .map(|_| next() as u32)
-        .collect();
-    let scales = (0..g.rows)
-        .map(|_| half::f16::from_f32(0.005 + (next() % 1000) as f32 * 3e-5).to_f32())
-        .collect();
-    let w = QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, None).unwrap();
-    let x = (0..g.cols)
-        .map(|_| ((next() % 4001) as f32 - 2000.0) / 700.0)
-        .collect();
-    (w, Activations::from_f32(DType::F32, 1, g.cols, x).unwrap())
+    (
+        check::random_matrix(g, 20261204),
+        check::random_activations(DType::F32, 1, g.cols, 20261205),
+    )
 }
 
 fn want() -> Vec<u8> {

@@ -321,29 +321,12 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(|e| Error::file(path, format!("cannot write: {e}")))
 }
 
-/// The SHA-256 of a file's bytes, in hex, and its metadata (from the open file).
-fn digest(path: &Path) -> std::io::Result<(String, std::fs::Metadata)> {
-    let mut f = std::fs::File::open(path)?;
-    let meta = f.metadata()?;
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes)?;
-    Ok((hex_digest(&bytes), meta))
-}
-
-/// A cached file that is data, not code (a CUBIN): its bytes when it is a regular file
-/// this user or root owns, not writable by others, whose bytes match the SHA-256
-/// recorded beside it (`<name>.sha256`, as [`write_blob`] writes it); `None` otherwise
-/// (missing, truncated, edited, another user's), so the caller builds it again.
+/// A cached file that is data, not code (a CUBIN): its bytes when they pass `verified`
+/// against the SHA-256 recorded beside it (`<name>.sha256`, as [`write_blob`] writes it);
+/// `None` otherwise (missing, truncated, edited, another user's), so the caller builds it
+/// again.
 pub fn read_blob(path: &Path) -> Option<Vec<u8>> {
-    let mut f = std::fs::File::open(path).ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file() || trusted(&meta).is_err() {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes).ok()?;
-    let recorded = std::fs::read_to_string(digest_path(path)).ok()?;
-    (recorded.split_whitespace().next() == Some(hex_digest(&bytes).as_str())).then_some(bytes)
+    verified(path).ok().flatten()
 }
 
 /// Publish `bytes` as `path` in a cache directory with its SHA-256 beside it, each
@@ -416,21 +399,35 @@ fn digest_path(lib: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// The cached library `lib`, loaded: `Ok(None)` when there is none; `Err` (why) when it
-/// is there but damaged, not ours, or does not load, so it is to be built again.
-fn load_cached(lib: &Path) -> std::result::Result<Option<Library>, String> {
-    let (hex, meta) = match digest(lib) {
-        Ok(d) => d,
+/// The bytes of the cache file `path`: `Ok(None)` when there is none; `Err` (why) when
+/// it is there but is no regular file, is not ours (`trusted`), or its bytes do not match
+/// the SHA-256 recorded beside it (truncated or edited).
+fn verified(path: &Path) -> std::result::Result<Option<Vec<u8>>, String> {
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
+    let meta = f.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".into());
     }
     trusted(&meta)?;
-    let recorded = std::fs::read_to_string(digest_path(lib)).map_err(|e| e.to_string())?;
-    if recorded.split_whitespace().next() != Some(hex.as_str()) {
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    let recorded = std::fs::read_to_string(digest_path(path)).map_err(|e| e.to_string())?;
+    if recorded.split_whitespace().next() != Some(hex_digest(&bytes).as_str()) {
         return Err("its bytes do not match its recorded SHA-256 (truncated or edited)".into());
+    }
+    Ok(Some(bytes))
+}
+
+/// The cached library `lib`, loaded: `Ok(None)` when there is none; `Err` (why) when it
+/// is there but damaged or not ours ([`verified`]) or does not load, so it is to be built
+/// again.
+fn load_cached(lib: &Path) -> std::result::Result<Option<Library>, String> {
+    if verified(lib)?.is_none() {
+        return Ok(None);
     }
     // SAFETY: a library of this cache whose bytes are those recorded when this crate
     // built it from its own generated source, in a directory only this user can write;
@@ -506,13 +503,15 @@ pub fn library<T>(
         });
     }
     let loaded = (|| {
-        let (hex, _) = digest(&lib_tmp).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                "the compiler reported success but wrote no library".to_string()
-            } else {
-                format!("cannot read the built library: {e}")
-            }
-        })?;
+        let hex = std::fs::read(&lib_tmp)
+            .map(|b| hex_digest(&b))
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    "the compiler reported success but wrote no library".to_string()
+                } else {
+                    format!("cannot read the built library: {e}")
+                }
+            })?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -623,7 +622,7 @@ mod tests {
         assert_eq!(get(tmp.path(), &builds).unwrap(), 42);
         assert_eq!(builds.load(Ordering::Relaxed), 1);
         assert_eq!(names(tmp.path()), ["t.cpp", "t.so", "t.so.sha256"]);
-        let (hex, _) = digest(&tmp.path().join("t.so")).unwrap();
+        let hex = hex_digest(&std::fs::read(tmp.path().join("t.so")).unwrap());
         let recorded = std::fs::read_to_string(tmp.path().join("t.so.sha256")).unwrap();
         assert_eq!(recorded, format!("{hex}  t.so\n"));
     }

@@ -51,7 +51,7 @@ pub struct CpuBackend {
 
 impl CpuBackend {
     /// A backend using `$CXX` (default `c++`) and the cache directory `cpu` of the
-    /// kernel cache ([`cache_root`]; an error naming it when it cannot be created or
+    /// kernel cache ([`cache::Root::of_env`]; an error naming it when it cannot be created or
     /// another user could write it).
     pub fn new() -> Result<Self> {
         let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
@@ -179,14 +179,6 @@ impl CpuBackend {
             Error::backend("cpu", format!("{} missing after its compile", launch.id))
         })
     }
-}
-
-/// The kernel cache root: `$TRELLIS_CACHE_DIR`, else the user's cache directory
-/// (`$XDG_CACHE_HOME/trellis` or `~/.cache/trellis`; `~/Library/Caches/trellis` on
-/// macOS), else
-/// `<temp>/trellis-kernel-cache-<uid>` ([`super::cache`] says why and how it is checked).
-pub fn cache_root() -> PathBuf {
-    cache::Root::of_env().path
 }
 
 /// A CPU kernel with its buffers bound: the entry, the buffer pointers and the grid.

@@ -178,7 +178,7 @@ unsafe impl Sync for SendPtrs {}
 
 impl MetalSimBackend {
     /// A backend using `$TRELLIS_METAL_SIM_CXX`, `$CXX` or `c++`, caching in the
-    /// directory `metal-sim` of the kernel cache ([`crate::backend::cpu::cache_root`];
+    /// directory `metal-sim` of the kernel cache ([`crate::backend::cache::Root::of_env`];
     /// an error naming it when it cannot be created or another user could write it).
     pub fn new() -> Result<Self> {
         let compiler = std::env::var("TRELLIS_METAL_SIM_CXX")
