@@ -296,22 +296,41 @@ pub trait Backend {
     fn compile(&self, launch: &Launch<'_>) -> Result<Self::Compiled>;
     /// Check arguments against the launch's specs and bind them to a compiled kernel:
     /// everything a launch needs is prepared here, once.
+    ///
+    /// The bound kernel holds the outputs' slice borrowed for its whole life, so nothing
+    /// reads or moves an output while a launch may write it; the borrow ends with the
+    /// bound kernel:
+    ///
+    /// ```compile_fail
+    /// use trellis::backend::cpu::CpuBackend;
+    /// use trellis::kernel::{Backend, KernelSpec};
+    /// # fn f(b: &CpuBackend, k: &impl KernelSpec) -> trellis::Result<()> {
+    /// let render = |d| k.render(d);
+    /// let launch = k.launch_request(&render);
+    /// let compiled = b.compile(&launch)?;
+    /// let mut out = b.alloc(&launch.outputs[0])?;
+    /// let mut outs = [&mut out];
+    /// let mut bound = b.bind(&compiled, &launch, &[], &mut outs)?;
+    /// let _ = b.download(outs[0]); // error: `outs` is borrowed by `bound`
+    /// b.run(&mut bound)?;
+    /// # Ok(()) }
+    /// ```
     fn bind<'a>(
         &self,
         compiled: &Self::Compiled,
         launch: &Launch<'_>,
         inputs: &[&'a Self::Tensor],
-        outputs: &mut [&'a mut Self::Tensor],
+        outputs: &'a mut [&mut Self::Tensor],
     ) -> Result<Self::Bound<'a>>;
     /// Enqueue a bound kernel: no allocation, hashing or checking (the hot path that
     /// timing measures).
     fn run(&self, bound: &mut Self::Bound<'_>) -> Result<()>;
     /// Compile (or fetch from cache), check and run, writing into the caller's outputs.
-    fn launch_into<'a>(
+    fn launch_into(
         &self,
         launch: &Launch<'_>,
-        inputs: &[&'a Self::Tensor],
-        outputs: &mut [&'a mut Self::Tensor],
+        inputs: &[&Self::Tensor],
+        outputs: &mut [&mut Self::Tensor],
     ) -> Result<()> {
         let compiled = self.compile(launch)?;
         let mut bound = self.bind(&compiled, launch, inputs, outputs)?;

@@ -240,7 +240,7 @@ impl Backend for CpuBackend {
         compiled: &Compiled,
         launch: &Launch<'_>,
         inputs: &[&'a CpuTensor],
-        outputs: &mut [&'a mut CpuTensor],
+        outputs: &'a mut [&mut CpuTensor],
     ) -> Result<Bound<'a>> {
         // The typed wrapper checked these already; a backend never trusts a caller with
         // raw pointers, so check again.

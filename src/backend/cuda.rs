@@ -461,7 +461,7 @@ impl Backend for CudaBackend {
         compiled: &CudaFunction,
         launch: &Launch<'_>,
         inputs: &[&'a CudaTensor],
-        outputs: &mut [&'a mut CudaTensor],
+        outputs: &'a mut [&mut CudaTensor],
     ) -> Result<Bound<'a>> {
         crate::kernel::check_launch(launch, inputs, outputs)?;
         let mut ptrs = [0u64; MAX_ARGS];

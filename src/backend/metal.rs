@@ -154,8 +154,8 @@ pub struct Bound<'a> {
     specs: Vec<TensorSpec>,
     /// MLX makes fresh outputs per launch: fill them with zeros (`zero_outputs`).
     zero_outputs: bool,
-    outputs: Vec<*mut MetalTensor>,
-    _buffers: std::marker::PhantomData<&'a mut MetalTensor>,
+    /// The caller's output tensors: a launch hands each its result.
+    outputs: Vec<&'a mut MetalTensor>,
 }
 
 /// `architecture` kept as MLX spells it: lower case, `[a-z0-9_]`, anything else a dash.
@@ -451,7 +451,7 @@ impl Backend for MetalBackend {
         compiled: &Compiled,
         launch: &Launch<'_>,
         inputs: &[&'a MetalTensor],
-        outputs: &mut [&'a mut MetalTensor],
+        outputs: &'a mut [&mut MetalTensor],
     ) -> Result<Bound<'a>> {
         crate::kernel::check_launch(launch, inputs, outputs)?;
         // MLX dispatches threads, not groups: the grid is in threads.
@@ -486,11 +486,7 @@ impl Backend for MetalBackend {
             out_specs,
             specs: launch.outputs.clone(),
             zero_outputs: launch.zero_outputs,
-            outputs: outputs
-                .iter_mut()
-                .map(|t| &mut **t as *mut MetalTensor)
-                .collect(),
-            _buffers: std::marker::PhantomData,
+            outputs: outputs.iter_mut().map(|t| &mut **t).collect(),
         })
     }
 
@@ -536,7 +532,7 @@ impl Backend for MetalBackend {
         } else {
             mlx_rs::transforms::async_eval(&arrays).map_err(|e| self.failed(b, false, e))?;
         }
-        for ((slot, array), spec) in b.outputs.iter().zip(arrays).zip(&b.specs) {
+        for ((slot, array), spec) in b.outputs.iter_mut().zip(arrays).zip(&b.specs) {
             let got: Vec<usize> = array.shape().iter().map(|&d| d as usize).collect();
             if elem_of(array.dtype()) != Some(spec.elem) || got != spec.shape {
                 return Err(Error::backend(
@@ -551,9 +547,6 @@ impl Backend for MetalBackend {
                     ),
                 ));
             }
-            // SAFETY: `slot` points at the caller's output tensor, mutably borrowed for
-            // the bound's lifetime `'a` (see `bind`), so it is live and unaliased here.
-            let slot = unsafe { &mut **slot };
             // The caller's tensor now holds the kernel's output (its clones, separate
             // MLX arrays, keep the old value, as with any MLX operation).
             slot.array = array;

@@ -369,7 +369,7 @@ impl Backend for MetalSimBackend {
         compiled: &Compiled,
         launch: &Launch<'_>,
         inputs: &[&'a SimTensor],
-        outputs: &mut [&'a mut SimTensor],
+        outputs: &'a mut [&mut SimTensor],
     ) -> Result<Bound<'a>> {
         let dispatch = MlxDispatch::of(launch.kernel, launch.grid)?;
         self.bind_dispatch(compiled, launch, dispatch, inputs, outputs)
@@ -419,7 +419,7 @@ impl MetalSimBackend {
         launch: &Launch<'_>,
         dispatch: MlxDispatch,
         inputs: &[&'a SimTensor],
-        outputs: &mut [&'a mut SimTensor],
+        outputs: &'a mut [&mut SimTensor],
     ) -> Result<Bound<'a>> {
         crate::kernel::check_launch(launch, inputs, outputs)?;
         let (grid, tg) = dispatch.metal_threads();

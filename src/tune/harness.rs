@@ -474,11 +474,11 @@ fn time_candidate<F: Family, B: Backend>(
         .iter()
         .map(|_| family::alloc_outputs(b, &k))
         .collect::<Result<_>>()?;
-    let mut bound = Vec::with_capacity(outs.len());
-    for (d, out) in inst.devices.iter().zip(outs.iter_mut()) {
-        let inputs = F::inputs(d, &v);
-        let mut refs: Vec<&mut B::Tensor> = out.iter_mut().collect();
-        bound.push(b.bind(&compiled, &launch, &inputs, &mut refs)?);
+    let mut refs: Vec<Vec<&mut B::Tensor>> =
+        outs.iter_mut().map(|o| o.iter_mut().collect()).collect();
+    let mut bound = Vec::with_capacity(refs.len());
+    for (d, out) in inst.devices.iter().zip(refs.iter_mut()) {
+        bound.push(b.bind(&compiled, &launch, &F::inputs(d, &v), out)?);
     }
     measure(b, o, bound.len(), cutoff, |i| b.run(&mut bound[i]))
 }

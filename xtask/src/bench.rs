@@ -145,10 +145,11 @@ fn cublas(
         2 => Some(b.alloc(&launch.outputs[0])?),
         _ => None,
     };
+    let mut mid = mid.as_mut().map(|m| [m]);
     let mut bound = match mid.as_mut() {
         Some(mid) => {
             let compiled = b.compile(&launch)?;
-            Some(b.bind(&compiled, &launch, &[&ys[0], &ys[1]], &mut [mid])?)
+            Some(b.bind(&compiled, &launch, &[&ys[0], &ys[1]], mid)?)
         }
         None => None,
     };

@@ -359,7 +359,7 @@ impl Backend for LookAhead<'_> {
         c: &Self::Compiled,
         l: &trellis::kernel::Launch<'_>,
         inputs: &[&'a Self::Tensor],
-        outputs: &mut [&'a mut Self::Tensor],
+        outputs: &'a mut [&mut Self::Tensor],
     ) -> Result<Self::Bound<'a>> {
         self.cpu.bind(c, l, inputs, outputs)
     }
