@@ -143,10 +143,41 @@ impl TensorSpec {
 /// emulates its simdgroups' lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Grid {
-    /// Threadgroups along x, y and z.
+    /// Threadgroups along x, y and z. The kernels' vocabulary indexes groups along x and
+    /// y (`GROUP_X`, `GROUP_Y`), so z is 1 (0 for an empty grid).
     pub groups: [u32; 3],
-    /// Threads per threadgroup, all along x.
+    /// Threads per threadgroup, all along x: whole simdgroups of 32.
     pub threads: u32,
+}
+
+impl Grid {
+    /// No threadgroups (an empty problem): every backend launches nothing, and the
+    /// outputs keep what they held.
+    pub fn is_empty(&self) -> bool {
+        self.groups.contains(&0)
+    }
+
+    /// Whether every backend can run this grid alike: whole simdgroups (a partial one
+    /// would leave lanes out of the shuffles on a GPU, while the CPU emulates 32), and
+    /// no groups along z (the vocabulary has no `GROUP_Z`: a GPU would run each group
+    /// z times over the same outputs, the CPU once).
+    pub fn check(&self, kernel: &str) -> Result<()> {
+        if self.threads == 0 || !self.threads.is_multiple_of(32) {
+            return Err(Error::invalid(
+                format!("{kernel} threads per threadgroup"),
+                self.threads,
+                "must be a positive multiple of 32 (whole simdgroups)",
+            ));
+        }
+        if self.groups[2] > 1 {
+            return Err(Error::invalid(
+                format!("{kernel} grid z"),
+                self.groups[2],
+                "must be 1: kernels index threadgroups along x and y only",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// A kernel declaration, implemented by `#[trellis::kernel]`.
@@ -540,8 +571,9 @@ impl Limits {
         threads_per_group: 1024,
     };
 
-    /// Check a launch's resources against these limits.
+    /// Check a launch's grid ([`Grid::check`]) and resources against these limits.
     pub fn check(&self, launch: &Launch<'_>, device: &str) -> Result<()> {
+        launch.grid.check(launch.kernel)?;
         self.check_resources(
             launch.kernel,
             launch.shared_bytes,

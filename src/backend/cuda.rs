@@ -493,6 +493,11 @@ impl Backend for CudaBackend {
     }
 
     fn run(&self, bound: &mut Bound<'_>) -> Result<()> {
+        let (gx, gy, gz) = bound.grid;
+        if gx == 0 || gy == 0 || gz == 0 {
+            // An empty grid launches nothing (the driver would refuse it).
+            return Ok(());
+        }
         let mut params = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_ARGS];
         for (p, v) in params.iter_mut().zip(bound.ptrs.iter_mut()) {
             *p = v as *mut u64 as *mut std::ffi::c_void;

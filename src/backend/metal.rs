@@ -86,8 +86,8 @@ pub struct MetalTensor {
 }
 
 impl MetalTensor {
-    /// Wrap an MLX array (u32, f32, f16 or bf16; it should be row-contiguous, as kernels
-    /// index it as a flat buffer).
+    /// Wrap an MLX array (u32, f32, f16 or bf16). Any layout: kernels get inputs made
+    /// row-contiguous (`ensure_row_contiguous`), and a download reads them in row order.
     pub fn from_array(array: Array) -> Result<Self> {
         let elem = elem_of(array.dtype()).ok_or_else(|| {
             Error::invalid(
@@ -402,35 +402,34 @@ impl Backend for MetalBackend {
     }
 
     fn download(&self, t: &MetalTensor) -> Result<Vec<u8>> {
-        t.array.eval().map_err(mlx_err)?;
-        if t.array.size() == 0 {
+        // A view (a transpose, a strided slice) is not a row-major slice: copy it into
+        // one; MLX shares the buffer where it already is.
+        let array = t.array.contiguous().map_err(mlx_err)?;
+        array.eval().map_err(mlx_err)?;
+        if array.size() == 0 {
             return Ok(Vec::new());
         }
         let slice_err = |e: mlx_rs::error::AsSliceError| Error::backend("metal", e);
         let bytes = match t.elem {
-            Elem::U32 => t
-                .array
+            Elem::U32 => array
                 .try_as_slice::<u32>()
                 .map_err(slice_err)?
                 .iter()
                 .flat_map(|v| v.to_le_bytes())
                 .collect(),
-            Elem::F32 => t
-                .array
+            Elem::F32 => array
                 .try_as_slice::<f32>()
                 .map_err(slice_err)?
                 .iter()
                 .flat_map(|v| v.to_le_bytes())
                 .collect(),
-            Elem::F16 => t
-                .array
+            Elem::F16 => array
                 .try_as_slice::<half::f16>()
                 .map_err(slice_err)?
                 .iter()
                 .flat_map(|v| v.to_bits().to_le_bytes())
                 .collect(),
-            Elem::Bf16 => t
-                .array
+            Elem::Bf16 => array
                 .try_as_slice::<half::bf16>()
                 .map_err(slice_err)?
                 .iter()
@@ -491,6 +490,12 @@ impl Backend for MetalBackend {
     }
 
     fn run(&self, b: &mut Bound<'_>) -> Result<()> {
+        let (gx, gy, gz) = b.dispatch.grid;
+        if gx == 0 || gy == 0 || gz == 0 {
+            // An empty grid launches nothing: MLX would clamp the threadgroup to 0
+            // threads, which Metal refuses.
+            return Ok(());
+        }
         let (kernel, evaluated) = &*b.compiled.0;
         let first = !evaluated.get();
         let arrays_in: Vec<&Array> = b.inputs.iter().collect();

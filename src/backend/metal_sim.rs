@@ -473,19 +473,20 @@ impl MetalSimBackend {
 
     /// Run a bound launch: poison the outputs (MLX leaves them uninitialized, so an
     /// element nobody writes shows) or zero them (`zero_outputs`), then every threadgroup.
+    /// An empty grid runs nothing and leaves the outputs as they were, as the Metal
+    /// backend does.
     fn run_bound(&self, bound: &mut Bound<'_>) -> Result<()> {
-        for &(p, n) in &bound.outs {
-            // SAFETY: an output buffer of at least `n` bytes, borrowed for the bound.
-            unsafe { std::ptr::write_bytes(p, bound.fill, n) };
-        }
         let (compiled, grid, tg, ptrs) = (&bound.compiled, bound.grid, bound.tg, &bound.ptrs);
         let (kernel, id) = (bound.kernel, bound.id);
-
         let groups: u64 = (0..3)
             .map(|d| grid[d].div_ceil(tg[d].max(1)) as u64)
             .product();
         if groups == 0 {
             return Ok(());
+        }
+        for &(p, n) in &bound.outs {
+            // SAFETY: an output buffer of at least `n` bytes, borrowed for the bound.
+            unsafe { std::ptr::write_bytes(p, bound.fill, n) };
         }
         let tasks = (self.pool.current_num_threads() as u64 * 4).clamp(1, groups);
         let per = groups.div_ceil(tasks);

@@ -1,7 +1,8 @@
 //! The downstream kernel runs on the CPU backend like trellis's own, with the same checks.
 
+use trellis::backend::metal_sim::MetalSimBackend;
 use trellis::backend::CpuBackend;
-use trellis::kernel::{Backend, Elem};
+use trellis::kernel::{Backend, DeviceTensor, Dialect, Elem, Grid};
 use trellis::DType;
 use trellis_downstream_example::ScaleRows;
 
@@ -69,4 +70,96 @@ fn wrong_shapes_and_dtypes_are_errors() {
         .unwrap()
         .to_string()
         .contains("rows_per_group = 0"));
+}
+
+#[test]
+fn an_empty_problem_launches_nothing() {
+    // No rows: no threadgroups. Every backend runs nothing (CUDA's driver and Metal
+    // refuse an empty grid, so those backends skip the launch) and the output is empty.
+    let k = ScaleRows {
+        rows: 0,
+        cols: 64,
+        act: Elem::F32,
+        rows_per_group: 2,
+    };
+    let cpu = CpuBackend::new().unwrap();
+    let x = cpu.upload(Elem::F32, &[0, 64], &[]).unwrap();
+    let s = cpu.upload(Elem::F32, &[0], &[]).unwrap();
+    let out = k.launch(&cpu, &x, &s).unwrap();
+    assert_eq!(out.y.shape(), vec![0, 64]);
+    assert!(cpu.download(&out.y).unwrap().is_empty());
+    let sim = MetalSimBackend::new().unwrap();
+    let x = sim.upload(Elem::F32, &[0, 64], &[]).unwrap();
+    let s = sim.upload(Elem::F32, &[0], &[]).unwrap();
+    let out = k.launch(&sim, &x, &s).unwrap();
+    assert!(sim.download(&out.y).unwrap().is_empty());
+}
+
+/// `scale_rows`'s template under a grid of the caller's choosing.
+#[trellis::kernel(
+    name = "scale_rows_grid",
+    template = "scale_rows.kernel",
+    grid = Grid { groups: [self.rows as u32, 1, self.z], threads: self.threads },
+    inputs(x: act[self.rows, self.cols], scale: f32[self.rows]),
+    outputs(y: act[self.rows, self.cols]),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct AnyGrid {
+    rows: usize,
+    cols: usize,
+    act: Elem,
+    rows_per_group: u32,
+    z: u32,
+    threads: u32,
+}
+
+impl AnyGrid {
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        self.act.c_type(*d)
+    }
+}
+
+#[test]
+fn a_grid_the_backends_would_run_differently_is_an_error() {
+    // A partial simdgroup (a GPU's shuffles would miss lanes the CPU emulates) and
+    // groups along z (a GPU would run each group z times, the CPU once) are refused
+    // by name and value on every backend, before anything runs.
+    let ok = AnyGrid {
+        rows: 2,
+        cols: 32,
+        act: Elem::F32,
+        rows_per_group: 1,
+        z: 1,
+        threads: 32,
+    };
+    let cpu = CpuBackend::new().unwrap();
+    let sim = MetalSimBackend::new().unwrap();
+    let (x, s) = (
+        cpu.upload(Elem::F32, &[2, 32], &[0; 2 * 32 * 4]).unwrap(),
+        cpu.upload(Elem::F32, &[2], &[0; 8]).unwrap(),
+    );
+    let (sx, ss) = (
+        sim.upload(Elem::F32, &[2, 32], &[0; 2 * 32 * 4]).unwrap(),
+        sim.upload(Elem::F32, &[2], &[0; 8]).unwrap(),
+    );
+    assert!(ok.launch(&cpu, &x, &s).is_ok());
+    assert!(ok.launch(&sim, &sx, &ss).is_ok());
+    for (bad, says) in [
+        (
+            AnyGrid { threads: 48, ..ok },
+            "threads per threadgroup = 48",
+        ),
+        (AnyGrid { threads: 0, ..ok }, "threads per threadgroup = 0"),
+        (AnyGrid { z: 2, ..ok }, "grid z = 2"),
+    ] {
+        for msg in [
+            bad.launch(&cpu, &x, &s).err().unwrap().to_string(),
+            bad.launch(&sim, &sx, &ss).err().unwrap().to_string(),
+        ] {
+            assert!(
+                msg.contains("scale_rows_grid") && msg.contains(says),
+                "{msg}"
+            );
+        }
+    }
 }

@@ -1,0 +1,61 @@
+//! Launch edge cases on a CUDA GPU. Ignored where there is no GPU (CI has none); on a
+//! GPU machine: `cargo test --release --test cuda_launch -- --ignored` (or the built
+//! test binary with `--ignored`, as the device checks run it).
+#![cfg(feature = "cuda")]
+
+use trellis::backend::cuda::CudaBackend;
+use trellis::codegen::Rendered;
+use trellis::kernel::{fnv1a, Backend, Dialect, Elem, Grid, KernelId, Launch, TensorSpec};
+
+/// A kernel that writes 1 to `y[0]`, launched on `groups` threadgroups of 32 threads;
+/// returns `y[0]` (outputs start zeroed).
+fn write_one(b: &CudaBackend, groups: [u32; 3]) -> trellis::Result<f32> {
+    let render = |d: Dialect| {
+        Ok(Rendered {
+            dialect: d,
+            header: String::new(),
+            body: "  if (threadIdx.x == 0 && blockIdx.x == 0) y[0] = 1.0f;\n".to_string(),
+        })
+    };
+    let launch = Launch {
+        kernel: "write_one",
+        id: KernelId {
+            name: "write_one",
+            params: fnv1a(b"write_one"),
+            detail: 0,
+        },
+        grid: Grid {
+            groups,
+            threads: 32,
+        },
+        shared_bytes: 0,
+        dynamic_shared_bytes: 0,
+        zero_outputs: false,
+        inputs: vec![],
+        outputs: vec![TensorSpec {
+            name: "y",
+            elem: Elem::F32,
+            shape: vec![1],
+        }],
+        render: &render,
+    };
+    let y = b.launch(&launch, &[])?;
+    b.synchronize()?;
+    let bytes = b.download(&y[0])?;
+    Ok(f32::from_le_bytes(bytes[..4].try_into().unwrap()))
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn an_empty_grid_launches_nothing() {
+    // The driver refuses a grid with a zero extent; the backend runs nothing instead,
+    // as the CPU and Metal backends do, and the output keeps its zeros.
+    let b = CudaBackend::new(0).unwrap();
+    assert_eq!(write_one(&b, [1, 1, 1]).unwrap(), 1.0);
+    for groups in [[0, 1, 1], [1, 0, 1], [1, 1, 0]] {
+        assert_eq!(write_one(&b, groups).unwrap(), 0.0, "{groups:?}");
+    }
+    // And a grid the CPU would run differently is refused before the driver sees it.
+    let msg = write_one(&b, [1, 1, 2]).unwrap_err().to_string();
+    assert!(msg.contains("write_one grid z = 2"), "{msg}");
+}
