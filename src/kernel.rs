@@ -483,9 +483,20 @@ pub struct KernelId {
     pub detail: u64,
 }
 
+/// What a kernel declaration's struct must be: its fields are the kernel's identity
+/// ([`KernelId::of`] hashes them), so `Hash` and `Debug`. Implemented for every such
+/// type; named so that `#[trellis::kernel]` on a struct without them says so.
+#[diagnostic::on_unimplemented(
+    message = "`#[trellis::kernel]` needs `{Self}` to implement `Hash` and `Debug`",
+    label = "its fields are the kernel's identity: add `#[derive(Debug, Hash)]`"
+)]
+pub trait KernelIdentity: std::hash::Hash + fmt::Debug {}
+
+impl<T: std::hash::Hash + fmt::Debug + ?Sized> KernelIdentity for T {}
+
 impl KernelId {
     /// The id of `spec`, a specialization of kernel `name`.
-    pub fn of<T: std::hash::Hash + fmt::Debug + ?Sized>(name: &'static str, spec: &T) -> Self {
+    pub fn of<T: KernelIdentity + ?Sized>(name: &'static str, spec: &T) -> Self {
         let mut h = Fnv1a::default();
         spec.hash(&mut h);
         KernelId {

@@ -28,7 +28,8 @@
 //! the next launch).
 //!
 //! The struct must implement `Hash` and `Debug` (its fields are the kernel's identity:
-//! [`KernelSpec::id`](../trellis/kernel/trait.KernelSpec.html#tymethod.id)).
+//! [`KernelSpec::id`](../trellis/kernel/trait.KernelSpec.html#tymethod.id)); one without
+//! them fails to build with that message at its name (`trellis::kernel::KernelIdentity`).
 //!
 //! Generated: `impl KernelSpec`, two askama renderers (blocks `header` and `body`,
 //! with the declaration's fields and `dialect` in scope, so a template naming a field
@@ -299,6 +300,15 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     let in_names: Vec<&Ident> = args.inputs.iter().map(|t| &t.name).collect();
     let out_names: Vec<&Ident> = args.outputs.iter().map(|t| &t.name).collect();
     let out_idx = 0..out_names.len();
+    // Checked at the struct's name, so a struct without `Hash` or `Debug` is told so
+    // there (`KernelIdentity`'s message), not at the attribute.
+    let identity = quote_spanned! {ty.span()=>
+        const _: fn() = || {
+            fn kernel_identity<T: ::trellis::kernel::KernelIdentity + ?Sized>() {}
+            kernel_identity::<#ty>();
+        };
+    };
+    let kernel_id = quote_spanned!(ty.span()=> ::trellis::kernel::KernelId::of(#name, self));
     let doc_outputs = format!("Outputs of [`{ty}`], one field per declared output.");
     let out_docs: Vec<String> = out_names
         .iter()
@@ -307,6 +317,8 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
 
     Ok(quote! {
         #item
+
+        #identity
 
         #[derive(::trellis::askama::Template)]
         #[template(path = #template, block = "header", escape = "none", askama = ::trellis::askama)]
@@ -326,7 +338,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
 
         impl ::trellis::kernel::KernelSpec for #ty {
             const NAME: &'static str = #name;
-            fn id(&self) -> ::trellis::kernel::KernelId { ::trellis::kernel::KernelId::of(#name, self) }
+            fn id(&self) -> ::trellis::kernel::KernelId { #kernel_id }
             fn inputs(&self) -> Vec<::trellis::kernel::TensorSpec> { #input_specs }
             fn outputs(&self) -> Vec<::trellis::kernel::TensorSpec> { #output_specs }
             fn grid(&self) -> ::trellis::kernel::Grid { #grid }
