@@ -10,18 +10,33 @@ use trellis::kernel::{fnv1a, Backend, Dialect, Elem, Grid, KernelId, Launch, Ten
 /// A kernel that writes 1 to `y[0]`, launched on `groups` threadgroups of 32 threads;
 /// returns `y[0]` (outputs start zeroed).
 fn write_one(b: &CudaBackend, groups: [u32; 3]) -> trellis::Result<f32> {
+    run_body(
+        b,
+        "write_one",
+        "  if (threadIdx.x == 0 && blockIdx.x == 0) y[0] = 1.0f;\n",
+        groups,
+    )
+}
+
+/// `body` as kernel `name` with one output `y: f32[1]`; returns `y[0]`.
+fn run_body(
+    b: &CudaBackend,
+    name: &'static str,
+    body: &str,
+    groups: [u32; 3],
+) -> trellis::Result<f32> {
     let render = |d: Dialect| {
         Ok(Rendered {
             dialect: d,
             header: String::new(),
-            body: "  if (threadIdx.x == 0 && blockIdx.x == 0) y[0] = 1.0f;\n".to_string(),
+            body: body.to_string(),
         })
     };
     let launch = Launch {
-        kernel: "write_one",
+        kernel: name,
         id: KernelId {
-            name: "write_one",
-            params: fnv1a(b"write_one"),
+            name,
+            params: fnv1a(body.as_bytes()),
             detail: 0,
         },
         grid: Grid {
@@ -58,4 +73,22 @@ fn an_empty_grid_launches_nothing() {
     // And a grid the CPU would run differently is refused before the driver sees it.
     let msg = write_one(&b, [1, 1, 2]).unwrap_err().to_string();
     assert!(msg.contains("write_one grid z = 2"), "{msg}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn a_kernel_that_fails_to_compile_is_named_and_spares_the_backend() {
+    let b = CudaBackend::new(0).unwrap();
+    let err = run_body(&b, "broken", "  y[0] = undeclared_name;\n", [1, 1, 1]).unwrap_err();
+    assert!(matches!(err, trellis::Error::Compile { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("broken") && text.contains("undeclared_name"),
+        "{text}"
+    );
+    // Asked again, the same error (not a cached half-built kernel); the backend still runs
+    // other kernels.
+    let again = run_body(&b, "broken", "  y[0] = undeclared_name;\n", [1, 1, 1]).unwrap_err();
+    assert_eq!(again.to_string(), text);
+    assert_eq!(write_one(&b, [1, 1, 1]).unwrap(), 1.0);
 }
