@@ -181,6 +181,12 @@ impl Grid {
 }
 
 /// A kernel declaration, implemented by `#[trellis::kernel]`.
+///
+/// A declaration promises what the backends cannot check: for every value that
+/// [`KernelSpec::validate`] accepts, the body reads only inside its declared inputs and
+/// writes only inside its declared outputs (the backends check the grid, the resources
+/// and each argument's type and shape; see `docs/kernels.md`, "What a declaration
+/// promises").
 pub trait KernelSpec: fmt::Debug {
     /// Base name of the kernel family.
     const NAME: &'static str;

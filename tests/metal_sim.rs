@@ -436,6 +436,35 @@ fn the_grid_is_in_threads() {
     assert_eq!(d.metal_threads(), ([640, 3, 1], [128, 1, 1]));
 }
 
+#[test]
+fn a_write_past_an_output_is_caught() {
+    // One thread writes one element past `out`: the padding after every output must stay
+    // zero, so the launch is an error naming the output (and the next launch is checked
+    // afresh); an in-bounds run of the same kernel passes.
+    let b = backend();
+    let dummy = upload_f32(&b, &[0.0; 8]);
+    let run = |n: &str| {
+        run_body(
+            &b,
+            &format!("past{n}"),
+            "",
+            &format!("  out[thread_position_in_grid.x + {n}u] = 1.0f;"),
+            &[("a", &dummy)],
+            &[spec("out", Elem::F32, 32)],
+            (32, 1, 1),
+            (32, 1, 1),
+        )
+    };
+    assert_eq!(f32s(&b, &run("0").unwrap()[0]), vec![1.0; 32]);
+    for _ in 0..2 {
+        let msg = run("1").unwrap_err().to_string();
+        assert!(
+            msg.contains("wrote past the end of output `out` (32 elements): element 32"),
+            "{msg}"
+        );
+    }
+}
+
 // ---- Planted defects --------------------------------------------------------------------
 
 struct Case {

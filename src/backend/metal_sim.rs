@@ -79,7 +79,8 @@ pub struct Compiled {
 }
 
 /// Extra zeroed words after every tensor: a kernel that reads a little past a buffer
-/// (a wrong index) gets garbage instead of taking the process down.
+/// (a wrong index) gets zeros instead of taking the process down, and one that writes a
+/// little past an output is caught (`run_bound` checks the padding stayed zero).
 const PAD_WORDS: usize = 1024;
 
 /// A tensor of the simulated device (followed by zeroed padding words).
@@ -163,12 +164,23 @@ pub struct Bound<'a> {
     grid: [u32; 3],
     tg: [u32; 3],
     ptrs: SendPtrs,
-    outs: Vec<(*mut u8, usize)>,
+    /// Each output: its name, its first byte, its bytes and the zero padding after them.
+    outs: Vec<Out>,
     /// What outputs start as: poison, or zeros where the launch asks (`zero_outputs`,
     /// MLX's `init_value`).
     fill: u8,
     _meta: (Vec<Vec<i32>>, Vec<Vec<i64>>, Vec<i32>),
     _buffers: std::marker::PhantomData<&'a mut SimTensor>,
+}
+
+/// An output buffer as a bound launch sees it.
+struct Out {
+    name: &'static str,
+    ptr: *mut u8,
+    /// Its elements' bytes, then `pad` bytes that must stay zero.
+    len: usize,
+    pad: usize,
+    elem_size: usize,
 }
 
 struct SendPtrs(Vec<*mut u8>);
@@ -441,16 +453,26 @@ impl MetalSimBackend {
             })
             .collect();
         let ndims: Vec<i32> = inputs.iter().map(|t| t.shape.len() as i32).collect();
-        let outs: Vec<(*mut u8, usize)> = outputs
+        let outs: Vec<Out> = outputs
             .iter_mut()
-            .map(|t| (t.words.as_mut_ptr() as *mut u8, t.byte_len()))
+            .zip(&launch.outputs)
+            .map(|(t, s)| {
+                let len = t.byte_len();
+                Out {
+                    name: s.name,
+                    ptr: t.words.as_mut_ptr() as *mut u8,
+                    len,
+                    pad: (t.words.len() * 4).saturating_sub(len),
+                    elem_size: s.elem.size(),
+                }
+            })
             .collect();
         let mut ptrs = Vec::new();
         for p in compiled.params.iter() {
             if let Param::Buffer { what, .. } = p {
                 ptrs.push(match *what {
                     BufferKind::Input { i, .. } => inputs[i].words.as_ptr() as *mut u8,
-                    BufferKind::Output { i } => outs[i].0,
+                    BufferKind::Output { i } => outs[i].ptr,
                     BufferKind::Shape { i } => shapes[i].as_ptr() as *mut u8,
                     BufferKind::Strides { i } => strides[i].as_ptr() as *mut u8,
                     BufferKind::Ndim { i } => &ndims[i] as *const i32 as *mut u8,
@@ -484,9 +506,9 @@ impl MetalSimBackend {
         if groups == 0 {
             return Ok(());
         }
-        for &(p, n) in &bound.outs {
-            // SAFETY: an output buffer of at least `n` bytes, borrowed for the bound.
-            unsafe { std::ptr::write_bytes(p, bound.fill, n) };
+        for o in &bound.outs {
+            // SAFETY: an output buffer of at least `len` bytes, borrowed for the bound.
+            unsafe { std::ptr::write_bytes(o.ptr, bound.fill, o.len) };
         }
         let tasks = (self.pool.current_num_threads() as u64 * 4).clamp(1, groups);
         let per = groups.div_ceil(tasks);
@@ -530,6 +552,24 @@ impl MetalSimBackend {
         });
         if let Some(e) = errors.into_iter().next() {
             return Err(Error::backend("metal-sim", format!("{kernel} ({id}): {e}")));
+        }
+        for o in &bound.outs {
+            // SAFETY: the output's padding, `pad` bytes after its `len`, in the same
+            // allocation, borrowed for the bound; no thread runs now.
+            let after = unsafe { std::slice::from_raw_parts_mut(o.ptr.add(o.len), o.pad) };
+            if let Some(at) = after.iter().position(|&b| b != 0) {
+                after.fill(0);
+                return Err(Error::backend(
+                    "metal-sim",
+                    format!(
+                        "{kernel} ({id}) wrote past the end of output `{}` ({} elements): \
+                         element {}",
+                        o.name,
+                        o.len / o.elem_size,
+                        (o.len + at) / o.elem_size
+                    ),
+                ));
+            }
         }
         Ok(())
     }
