@@ -261,8 +261,9 @@ pub fn native_gate_up(
 /// `2 ulp_T(mid*) + 1.1 (B_g + ulp_T(g*)) |u*| + |silu(g*)| (B_u + ulp_T(u*)) + tail`,
 /// the tail term [`native_tail_tolerance`] for a native tail (`native_tail`), else 0.
 /// SPEC 7 also asks `g` and `u` to meet the `reduce` bound before the tail; the fused
-/// kernels return `mid` only, so that half is checked where the same decode and sums
-/// return their result: the fast `reduce` families.
+/// kernels return `mid` only, so that half is checked on `GateUpMmaParts`, the same
+/// kernel storing `g` and `u` beside a `mid` equal to the plain kernel's
+/// (`tests/gate_up_parts.rs`, with [`fast_reduce`]).
 pub fn fast_gate_up(
     got: &Activations,
     g: &RealSums,

@@ -104,6 +104,59 @@ impl GateUpMma {
     }
 }
 
+/// [`GateUpMma`] that also stores `g` and `u`, each rounded to the activation dtype
+/// before the tail, beside `mid`: what SPEC 7 bounds of a fast `gate_up` besides `mid`
+/// (the same template; its lines for them render nothing in `GateUpMma`, whose tuned
+/// units stay as they are). For checks, not for tuning: `tests/gate_up_parts.rs` runs it
+/// against the plain kernel (the same `mid`, bit for bit) and SPEC 7.
+#[crate::kernel(
+    name = "gate_up_mma_parts",
+    template = "reduce_mma.kernel",
+    grid = self.mma_grid(),
+    validate = self.mma_check(),
+    shared = self.mma_shared(),
+    dynamic_shared = self.mma_dynamic_shared(),
+    inputs(
+        x: x_elem()[self.m, self.cols],
+        gcodes: u32[self.rows, self.cols / self.t, self.gate.words_per_block(self.t)],
+        gscales: gate_scale()[self.rows],
+        gtable: f32[self.projs()[0].table_len()],
+        ucodes: u32[self.rows, self.cols / self.t, self.up.words_per_block(self.t)],
+        uscales: up_scale()[self.rows],
+        utable: f32[self.projs()[1].table_len()],
+        unscale: f32[self.unscale_len()],
+    ),
+    outputs(
+        mid: act()[self.m, self.rows],
+        gate_out: act()[self.m, self.rows],
+        up_out: act()[self.m, self.rows],
+    ),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GateUpMmaParts {
+    /// The kernel whose parts are stored.
+    pub kernel: GateUpMma,
+}
+
+impl std::ops::Deref for GateUpMmaParts {
+    type Target = GateUpMma;
+    fn deref(&self) -> &GateUpMma {
+        &self.kernel
+    }
+}
+
+impl GateUpMmaParts {
+    fn stores_parts(&self) -> bool {
+        true
+    }
+    fn gate_scale(&self) -> ScaleDType {
+        self.kernel.gate_scale
+    }
+    fn up_scale(&self) -> ScaleDType {
+        self.kernel.up_scale
+    }
+}
+
 /// The launch shapes that never came within 1.09x of a key's best in the
 /// twenty-seventh session's full re-tune (every tuned key of both presets, same-k and
 /// mixed; `prototypes/session26/space.py --family gate_up_mma`, and `gate_up_mma_mixed`),

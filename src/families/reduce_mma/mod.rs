@@ -451,6 +451,13 @@ pub trait MmaLayout {
     fn out_name(&self) -> &'static str {
         "y"
     }
+    /// `gate_up` only: also store `g` and `u` (each rounded to the activation dtype,
+    /// before the tail) in outputs `gate_out` and `up_out`, so that a check sees what
+    /// SPEC 7 bounds of them ([`super::gate_up_mma::GateUpMmaParts`]). Renders nothing
+    /// when off, so the tuned units stay as they are.
+    fn stores_parts(&self) -> bool {
+        false
+    }
 
     /// Words of the `unscale` input ([`Prescaled`]): one per sample, then one per
     /// projection.
