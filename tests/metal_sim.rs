@@ -465,6 +465,28 @@ fn a_write_past_an_output_is_caught() {
     }
 }
 
+#[test]
+fn a_read_past_an_input_shows_as_poison() {
+    // An input's padding is 0xFF bytes (NaN as a float): a kernel reading one element past
+    // `a` gets NaN, which a check sees, where zeros would have added nothing to a sum.
+    let b = backend();
+    let a = upload_f32(&b, &[2.0; 32]);
+    let out = run_body(
+        &b,
+        "read_past",
+        "",
+        "  out[thread_position_in_grid.x] = a[thread_position_in_grid.x + 1u];",
+        &[("a", &a)],
+        &[spec("out", Elem::F32, 32)],
+        (32, 1, 1),
+        (32, 1, 1),
+    )
+    .unwrap();
+    let v = f32s(&b, &out[0]);
+    assert_eq!(v[..31], [2.0; 31]);
+    assert!(v[31].is_nan(), "{}", v[31]);
+}
+
 // ---- Planted defects --------------------------------------------------------------------
 
 struct Case {

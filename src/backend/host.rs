@@ -49,6 +49,17 @@ impl HostTensor {
         t.bytes_mut().copy_from_slice(bytes);
         Ok(t)
     }
+    /// Set every byte after the elements to `0xFF` (NaN in every float type, and no
+    /// small index): an input read past its end then shows in the results, where zeros
+    /// would add nothing to a sum.
+    pub(super) fn poison_padding(&mut self) {
+        let n = self.byte_len();
+        // SAFETY: u32 storage viewed as bytes, uniquely borrowed; 4 * len covers it.
+        let all = unsafe {
+            std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.words.len() * 4)
+        };
+        all[n..].fill(0xFF);
+    }
     pub(super) fn byte_len(&self) -> usize {
         self.shape.iter().product::<usize>() * self.elem.size()
     }

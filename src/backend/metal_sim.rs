@@ -78,9 +78,11 @@ pub struct Compiled {
     params: Arc<Vec<Param>>,
 }
 
-/// Extra zeroed words after every tensor: a kernel that reads a little past a buffer
-/// (a wrong index) gets zeros instead of taking the process down, and one that writes a
-/// little past an output is caught (`run_bound` checks the padding stayed zero).
+/// Extra words after every tensor: a kernel that reads a little past a buffer (a wrong
+/// index) gets poison instead of taking the process down (an uploaded input's padding is
+/// `0xFF` bytes, NaN as a float, so a value read past it shows in the results), and one
+/// that writes a little past an output is caught (`run_bound` checks that an output's
+/// zero padding stayed zero).
 const PAD_WORDS: usize = 1024;
 
 /// A tensor of the simulated device (followed by zeroed padding words).
@@ -396,7 +398,9 @@ impl Backend for MetalSimBackend {
     }
 
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<SimTensor> {
-        SimTensor::from_bytes(elem, shape, bytes, PAD_WORDS)
+        let mut t = SimTensor::from_bytes(elem, shape, bytes, PAD_WORDS)?;
+        t.poison_padding();
+        Ok(t)
     }
 
     fn download(&self, t: &SimTensor) -> Result<Vec<u8>> {
