@@ -1,0 +1,29 @@
+#!/bin/bash
+# The thirty-third session's third device call: the CUDA kernels under NVIDIA's
+# compute-sanitizer (never run on this project's kernels before). memcheck (out-of-bounds
+# and misaligned global and shared accesses) over the quick verify catalog (every
+# representation, both tiers, the vectors) and random problems through the facade (the
+# tuned winners at random shapes); racecheck (shared-memory hazards) and synccheck
+# (barrier misuse) over random problems; memcheck over the GPU tests. Each tool's summary
+# line and the verify reports land in one archive. Carry [".device", ".vectors"].
+D=.device/main
+chmod +x $D/*
+exec > >(tee -a "$OUT/log.txt") 2>&1
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+echo "compute-sanitizer: $CS"; $CS --version | tail -1
+mkdir -p /tmp/cs
+san() { # tool, timeout, name, command...
+  local tool=$1 t=$2 name=$3; shift 3
+  local S=$SECONDS
+  timeout $t $CS --tool $tool --error-exitcode 97 --print-limit 20 --log-file /tmp/cs/$name.san "$@" > /tmp/cs/$name.out 2>&1
+  echo "$name ($tool): rc=$? ($((SECONDS - S)) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs/$name.san | tail -2 | tr '\n' ' ')"
+  grep -E "matched|passed|failed" /tmp/cs/$name.out | tail -1
+}
+san memcheck 240 quick-memcheck $D/xtask verify --backend cuda --quick --vectors .vectors --out /tmp/cs/quick.txt
+san memcheck 120 random-memcheck $D/xtask verify --backend cuda --random ${N:-24} --seed 20261537 --out /tmp/cs/random.txt
+san racecheck 150 random-racecheck $D/xtask verify --backend cuda --random ${N_RACE:-12} --seed 20261538
+san synccheck 90 random-synccheck $D/xtask verify --backend cuda --random ${N_RACE:-12} --seed 20261539
+for t in cuda_launch gate_up_parts; do
+  san memcheck 90 $t-memcheck $D/$t --ignored --test-threads 1
+done
+(cd /tmp/cs && tar czf "$OUT/sanitizer.tgz" .)
