@@ -20,10 +20,10 @@ san() { # tool, timeout, name, command...
   grep -E "matched|passed|failed" /tmp/cs/$name.out | tail -1
 }
 san memcheck 240 quick-memcheck $D/xtask verify --backend cuda --quick --vectors .vectors --out /tmp/cs/quick.txt
-san memcheck 120 random-memcheck $D/xtask verify --backend cuda --random ${N:-24} --seed 20261537 --out /tmp/cs/random.txt
-san racecheck 150 random-racecheck $D/xtask verify --backend cuda --random ${N_RACE:-12} --seed 20261538
-san synccheck 90 random-synccheck $D/xtask verify --backend cuda --random ${N_RACE:-12} --seed 20261539
+san memcheck 100 random-memcheck $D/xtask verify --backend cuda --random ${N:-24} --seed 20261537 --out /tmp/cs/random.txt
+san racecheck 120 random-racecheck $D/xtask verify --backend cuda --random ${N_RACE:-12} --seed 20261538
+san synccheck 80 random-synccheck $D/xtask verify --backend cuda --random ${N_RACE:-12} --seed 20261539
 for t in cuda_launch gate_up_parts; do
-  san memcheck 90 $t-memcheck $D/$t --ignored --test-threads 1
+  san memcheck 60 $t-memcheck $D/$t --ignored --test-threads 1
 done
 (cd /tmp/cs && tar czf "$OUT/sanitizer.tgz" .)
