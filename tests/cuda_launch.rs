@@ -92,3 +92,22 @@ fn a_kernel_that_fails_to_compile_is_named_and_spares_the_backend() {
     assert_eq!(again.to_string(), text);
     assert_eq!(write_one(&b, [1, 1, 1]).unwrap(), 1.0);
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn uploads_and_allocations_round_trip_their_elements_alone() {
+    // Allocations carry `READ_SLACK_BYTES` past the elements; downloads give the
+    // elements only, uploads put them first.
+    let b = CudaBackend::new(0).unwrap();
+    let bytes: Vec<u8> = (0..30).collect();
+    let u = b.upload(Elem::F16, &[3, 5], &bytes).unwrap();
+    assert_eq!(b.download(&u).unwrap(), bytes);
+    let spec = TensorSpec {
+        name: "t",
+        elem: Elem::F16,
+        shape: vec![3, 5],
+    };
+    assert_eq!(b.download(&b.alloc(&spec).unwrap()).unwrap(), vec![0; 30]);
+    let empty = b.upload(Elem::F32, &[0, 4], &[]).unwrap();
+    assert!(b.download(&empty).unwrap().is_empty());
+}

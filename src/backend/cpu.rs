@@ -29,6 +29,10 @@ const CXX_FLAGS: &[&str] = &[
     "-w",
 ];
 
+/// Flags added after [`CXX_FLAGS`] (split on white space; part of the cache key): e.g.
+/// `-fsanitize=address` to run the kernels under AddressSanitizer (docs/backends.md).
+pub const EXTRA_FLAGS_ENV: &str = "TRELLIS_CPU_CXXFLAGS";
+
 /// A compiled CPU kernel: its entry point in a loaded library.
 #[derive(Clone)]
 pub struct Compiled {
@@ -44,17 +48,23 @@ pub struct CpuBackend {
     /// `cpu_model_id()`, read once (every selection asks for it).
     id: String,
     compiler: String,
+    /// `$TRELLIS_CPU_CXXFLAGS`, split.
+    extra_flags: Vec<String>,
     cache_dir: PathBuf,
     kernels: Mutex<HashMap<KernelId, Compiled>>,
     pool: rayon::ThreadPool,
 }
 
 impl CpuBackend {
-    /// A backend using `$CXX` (default `c++`) and the cache directory `cpu` of the
+    /// A backend using `$CXX` (default `c++`) with [`CXX_FLAGS`] and
+    /// `$TRELLIS_CPU_CXXFLAGS`, and the cache directory `cpu` of the
     /// kernel cache ([`cache::Root::of_env`]; an error naming it when it cannot be created or
     /// another user could write it).
     pub fn new() -> Result<Self> {
         let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let extra_flags = std::env::var(EXTRA_FLAGS_ENV)
+            .map(|f| f.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
         let cache_dir = cache::dir("cpu")?;
         let pool = rayon::ThreadPoolBuilder::new()
             // Tables and staged x live on the task's stack (up to 48 KB + 256 KB at L = 16).
@@ -64,6 +74,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             id: Self::cpu_model_id(),
             compiler,
+            extra_flags,
             cache_dir,
             kernels: Mutex::new(HashMap::new()),
             pool,
@@ -105,7 +116,12 @@ impl CpuBackend {
             format!(
                 "{}|{}|{}|{}",
                 self.compiler,
-                CXX_FLAGS.join(" "),
+                CXX_FLAGS
+                    .iter()
+                    .copied()
+                    .chain(self.extra_flags.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 cache::host_target(),
                 src
             )
@@ -114,6 +130,7 @@ impl CpuBackend {
         let build = |src_path: &Path, out: &Path| {
             let run = Command::new(&self.compiler)
                 .args(CXX_FLAGS)
+                .args(&self.extra_flags)
                 .arg("-o")
                 .arg(out)
                 .arg(src_path)
@@ -213,11 +230,11 @@ impl Backend for CpuBackend {
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<CpuTensor> {
-        CpuTensor::zeroed(spec.elem, &spec.shape, 0)
+        CpuTensor::zeroed(spec.elem, &spec.shape, super::READ_SLACK_BYTES / 4)
     }
 
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<CpuTensor> {
-        CpuTensor::from_bytes(elem, shape, bytes, 0)
+        CpuTensor::from_bytes(elem, shape, bytes, super::READ_SLACK_BYTES / 4)
     }
 
     fn download(&self, t: &CpuTensor) -> Result<Vec<u8>> {
@@ -314,6 +331,26 @@ impl Backend for CpuBackend {
 mod tests {
     use super::*;
     use crate::{Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
+
+    #[test]
+    fn tensors_keep_the_read_slack_after_their_elements() {
+        // What a kernel may load a little past a buffer's end stays in its allocation
+        // (`READ_SLACK_BYTES`); a download gives the elements alone.
+        let b = CpuBackend::new().unwrap();
+        let spec = TensorSpec {
+            name: "t",
+            elem: Elem::F16,
+            shape: vec![3, 5],
+        };
+        let bytes: Vec<u8> = (0..30).collect();
+        let a = b.alloc(&spec).unwrap();
+        let u = b.upload(Elem::F16, &[3, 5], &bytes).unwrap();
+        for t in [&a, &u] {
+            assert!(t.words.len() * 4 >= t.byte_len() + crate::backend::READ_SLACK_BYTES);
+        }
+        assert_eq!(b.download(&u).unwrap(), bytes);
+        assert_eq!(b.download(&a).unwrap(), vec![0; 30]);
+    }
 
     #[test]
     fn a_poisoned_kernel_cache_does_not_pass_the_panic_on() {

@@ -397,7 +397,10 @@ impl Backend for CudaBackend {
         Ok(CudaTensor {
             elem: spec.elem,
             shape: spec.shape.clone(),
-            buf: self.stream.alloc_zeros::<u8>(bytes).map_err(driver_err)?,
+            buf: self
+                .stream
+                .alloc_zeros::<u8>(bytes.saturating_add(super::READ_SLACK_BYTES))
+                .map_err(driver_err)?,
         })
     }
 
@@ -410,11 +413,16 @@ impl Backend for CudaBackend {
                 format!("{elem} tensor of shape {shape:?} needs {want}"),
             ));
         }
-        let buf = if bytes.is_empty() {
-            self.stream.alloc_zeros::<u8>(1).map_err(driver_err)?
-        } else {
-            self.stream.clone_htod(bytes).map_err(driver_err)?
-        };
+        // Zeroed slack past the elements (`READ_SLACK_BYTES`), then the elements.
+        let mut buf = self
+            .stream
+            .alloc_zeros::<u8>(bytes.len().saturating_add(super::READ_SLACK_BYTES))
+            .map_err(driver_err)?;
+        if !bytes.is_empty() {
+            self.stream
+                .memcpy_htod(bytes, &mut buf)
+                .map_err(driver_err)?;
+        }
         Ok(CudaTensor {
             elem,
             shape: shape.to_vec(),
@@ -425,13 +433,14 @@ impl Backend for CudaBackend {
     fn download(&self, t: &CudaTensor) -> Result<Vec<u8>> {
         let n = t.shape.iter().product::<usize>() * t.elem.size();
         // Into memory reserved first: a huge output is an error, not an allocation abort.
-        let len = t.buf.len();
-        let mut v = crate::error::reserve(len, "download", format!("{:?}", t.shape))?;
-        v.resize(len, 0);
-        self.stream
-            .memcpy_dtoh(&t.buf, &mut v)
-            .map_err(driver_err)?;
-        v.truncate(n);
+        // The elements only, not the slack after them.
+        let mut v = crate::error::reserve(n, "download", format!("{:?}", t.shape))?;
+        v.resize(n, 0);
+        if n > 0 {
+            self.stream
+                .memcpy_dtoh(&t.buf.slice(0..n), &mut v)
+                .map_err(driver_err)?;
+        }
         Ok(v)
     }
 

@@ -83,7 +83,7 @@ pub struct Compiled {
 /// `0xFF` bytes, NaN as a float, so a value read past it shows in the results), and one
 /// that writes a little past an output is caught (`run_bound` checks that an output's
 /// zero padding stayed zero).
-const PAD_WORDS: usize = 1024;
+const PAD_WORDS: usize = super::READ_SLACK_BYTES / 4;
 
 /// A tensor of the simulated device (followed by zeroed padding words).
 pub type SimTensor = super::host::HostTensor;
