@@ -29,7 +29,7 @@ const CXX_FLAGS: &[&str] = &[
     "-w",
 ];
 
-/// Flags added after [`CXX_FLAGS`] (split on white space; part of the cache key): e.g.
+/// Flags added after the built-in ones (split on white space; part of the cache key): e.g.
 /// `-fsanitize=address` to run the kernels under AddressSanitizer (docs/backends.md).
 pub const EXTRA_FLAGS_ENV: &str = "TRELLIS_CPU_CXXFLAGS";
 
@@ -56,7 +56,7 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
-    /// A backend using `$CXX` (default `c++`) with [`CXX_FLAGS`] and
+    /// A backend using `$CXX` (default `c++`) with its built-in flags and
     /// `$TRELLIS_CPU_CXXFLAGS`, and the cache directory `cpu` of the
     /// kernel cache ([`cache::Root::of_env`]; an error naming it when it cannot be created or
     /// another user could write it).
