@@ -48,8 +48,8 @@ pub struct CpuBackend {
     /// `cpu_model_id()`, read once (every selection asks for it).
     id: String,
     compiler: String,
-    /// `$TRELLIS_CPU_CXXFLAGS`, split.
-    extra_flags: Vec<String>,
+    /// `CXX_FLAGS`, then `$TRELLIS_CPU_CXXFLAGS` split.
+    flags: Vec<String>,
     cache_dir: PathBuf,
     kernels: Mutex<HashMap<KernelId, Compiled>>,
     pool: rayon::ThreadPool,
@@ -62,9 +62,13 @@ impl CpuBackend {
     /// another user could write it).
     pub fn new() -> Result<Self> {
         let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-        let extra_flags = std::env::var(EXTRA_FLAGS_ENV)
-            .map(|f| f.split_whitespace().map(str::to_string).collect())
-            .unwrap_or_default();
+        let extra = std::env::var(EXTRA_FLAGS_ENV).unwrap_or_default();
+        let flags = CXX_FLAGS
+            .iter()
+            .copied()
+            .chain(extra.split_whitespace())
+            .map(str::to_string)
+            .collect();
         let cache_dir = cache::dir("cpu")?;
         let pool = rayon::ThreadPoolBuilder::new()
             // Tables and staged x live on the task's stack (up to 48 KB + 256 KB at L = 16).
@@ -74,7 +78,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             id: Self::cpu_model_id(),
             compiler,
-            extra_flags,
+            flags,
             cache_dir,
             kernels: Mutex::new(HashMap::new()),
             pool,
@@ -116,12 +120,7 @@ impl CpuBackend {
             format!(
                 "{}|{}|{}|{}",
                 self.compiler,
-                CXX_FLAGS
-                    .iter()
-                    .copied()
-                    .chain(self.extra_flags.iter().map(String::as_str))
-                    .collect::<Vec<_>>()
-                    .join(" "),
+                self.flags.join(" "),
                 cache::host_target(),
                 src
             )
@@ -129,8 +128,7 @@ impl CpuBackend {
         );
         let build = |src_path: &Path, out: &Path| {
             let run = Command::new(&self.compiler)
-                .args(CXX_FLAGS)
-                .args(&self.extra_flags)
+                .args(&self.flags)
                 .arg("-o")
                 .arg(out)
                 .arg(src_path)
@@ -230,11 +228,11 @@ impl Backend for CpuBackend {
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<CpuTensor> {
-        CpuTensor::zeroed(spec.elem, &spec.shape, super::READ_SLACK_BYTES / 4)
+        CpuTensor::zeroed(spec.elem, &spec.shape)
     }
 
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<CpuTensor> {
-        CpuTensor::from_bytes(elem, shape, bytes, super::READ_SLACK_BYTES / 4)
+        CpuTensor::from_bytes(elem, shape, bytes)
     }
 
     fn download(&self, t: &CpuTensor) -> Result<Vec<u8>> {

@@ -348,6 +348,8 @@ pub struct Bound<'a> {
     dynamic_shared: u32,
     ptrs: [u64; MAX_ARGS],
     args: usize,
+    /// No threadgroups ([`crate::kernel::Grid::is_empty`]): runs nothing (the driver would refuse it).
+    empty: bool,
     _buffers: std::marker::PhantomData<&'a mut CudaTensor>,
 }
 
@@ -497,14 +499,13 @@ impl Backend for CudaBackend {
             dynamic_shared: launch.dynamic_shared_bytes as u32,
             ptrs,
             args: inputs.len() + outputs.len(),
+            empty: g.is_empty(),
             _buffers: std::marker::PhantomData,
         })
     }
 
     fn run(&self, bound: &mut Bound<'_>) -> Result<()> {
-        let (gx, gy, gz) = bound.grid;
-        if gx == 0 || gy == 0 || gz == 0 {
-            // An empty grid launches nothing (the driver would refuse it).
+        if bound.empty {
             return Ok(());
         }
         let mut params = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_ARGS];

@@ -1,6 +1,6 @@
 //! Tensors in host memory, for the backends that run kernels on the CPU (`cpu`,
-//! `metal-sim`): little-endian elements in 4-byte-aligned storage, optionally followed
-//! by padding words.
+//! `metal-sim`): little-endian elements in 4-byte-aligned storage, followed by
+//! [`super::READ_SLACK_BYTES`] of padding.
 
 use crate::error::{Error, Result};
 use crate::kernel::{tensor_bytes, DeviceTensor, Elem};
@@ -10,17 +10,17 @@ use crate::kernel::{tensor_bytes, DeviceTensor, Elem};
 pub struct HostTensor {
     elem: Elem,
     pub(super) shape: Vec<usize>,
-    /// The elements, then `pad` zero words (a kernel that reads a little past a buffer
-    /// gets zeros instead of taking the process down, where a backend asks for them).
+    /// The elements, then `READ_SLACK_BYTES` of padding (zeros, or poison where
+    /// [`Self::poison_padding`] made it so).
     pub(super) words: Vec<u32>,
 }
 
 impl HostTensor {
-    /// A zeroed tensor with `pad` extra words after its elements; an error naming the
-    /// shape where its size overflows or cannot be allocated.
-    pub(super) fn zeroed(elem: Elem, shape: &[usize], pad: usize) -> Result<Self> {
+    /// A zeroed tensor, its padding zeroed too; an error naming the shape where its size
+    /// overflows or cannot be allocated.
+    pub(super) fn zeroed(elem: Elem, shape: &[usize]) -> Result<Self> {
         let bytes = tensor_bytes(elem, shape)?;
-        let n = (bytes.div_ceil(4) + pad).max(1);
+        let n = bytes.div_ceil(4) + super::READ_SLACK_BYTES / 4;
         let mut words = crate::error::reserve(n, "tensor shape", format!("{shape:?}"))?;
         words.resize(n, 0);
         Ok(HostTensor {
@@ -31,12 +31,7 @@ impl HostTensor {
     }
     /// A tensor holding `bytes`, which must be exactly its size (checked before anything
     /// is allocated).
-    pub(super) fn from_bytes(
-        elem: Elem,
-        shape: &[usize],
-        bytes: &[u8],
-        pad: usize,
-    ) -> Result<Self> {
+    pub(super) fn from_bytes(elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<Self> {
         let want = tensor_bytes(elem, shape)?;
         if bytes.len() != want {
             return Err(Error::invalid(
@@ -45,7 +40,7 @@ impl HostTensor {
                 format!("{elem} tensor of shape {shape:?} needs {want}"),
             ));
         }
-        let mut t = Self::zeroed(elem, shape, pad)?;
+        let mut t = Self::zeroed(elem, shape)?;
         t.bytes_mut().copy_from_slice(bytes);
         Ok(t)
     }
@@ -54,11 +49,7 @@ impl HostTensor {
     /// would add nothing to a sum.
     pub(super) fn poison_padding(&mut self) {
         let n = self.byte_len();
-        // SAFETY: u32 storage viewed as bytes, uniquely borrowed; 4 * len covers it.
-        let all = unsafe {
-            std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.words.len() * 4)
-        };
-        all[n..].fill(0xFF);
+        self.storage_mut()[n..].fill(0xFF);
     }
     pub(super) fn byte_len(&self) -> usize {
         self.shape.iter().product::<usize>() * self.elem.size()
@@ -78,8 +69,15 @@ impl HostTensor {
     }
     pub(super) fn bytes_mut(&mut self) -> &mut [u8] {
         let n = self.byte_len();
-        // SAFETY: as above, unique borrow.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, n) }
+        &mut self.storage_mut()[..n]
+    }
+    /// The whole storage, elements and padding, as bytes.
+    fn storage_mut(&mut self) -> &mut [u8] {
+        // SAFETY: u32 storage viewed as bytes (any bit pattern is valid either way),
+        // uniquely borrowed, 4 bytes a word.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.words.len() * 4)
+        }
     }
 }
 

@@ -156,6 +156,9 @@ pub struct Bound<'a> {
     zero_outputs: bool,
     /// The caller's output tensors: a launch hands each its result.
     outputs: Vec<&'a mut MetalTensor>,
+    /// No threadgroups ([`crate::kernel::Grid::is_empty`]): runs nothing (MLX would clamp the
+    /// threadgroup to 0 threads, which Metal refuses).
+    empty: bool,
 }
 
 /// `architecture` kept as MLX spells it: lower case, `[a-z0-9_]`, anything else a dash.
@@ -486,14 +489,12 @@ impl Backend for MetalBackend {
             specs: launch.outputs.clone(),
             zero_outputs: launch.zero_outputs,
             outputs: outputs.iter_mut().map(|t| &mut **t).collect(),
+            empty: launch.grid.is_empty(),
         })
     }
 
     fn run(&self, b: &mut Bound<'_>) -> Result<()> {
-        let (gx, gy, gz) = b.dispatch.grid;
-        if gx == 0 || gy == 0 || gz == 0 {
-            // An empty grid launches nothing: MLX would clamp the threadgroup to 0
-            // threads, which Metal refuses.
+        if b.empty {
             return Ok(());
         }
         let (kernel, evaluated) = &*b.compiled.0;

@@ -78,13 +78,6 @@ pub struct Compiled {
     params: Arc<Vec<Param>>,
 }
 
-/// Extra words after every tensor: a kernel that reads a little past a buffer (a wrong
-/// index) gets poison instead of taking the process down (an uploaded input's padding is
-/// `0xFF` bytes, NaN as a float, so a value read past it shows in the results), and one
-/// that writes a little past an output is caught (`run_bound` checks that an output's
-/// zero padding stayed zero).
-const PAD_WORDS: usize = super::READ_SLACK_BYTES / 4;
-
 /// A tensor of the simulated device (followed by zeroed padding words).
 pub type SimTensor = super::host::HostTensor;
 
@@ -394,11 +387,14 @@ impl Backend for MetalSimBackend {
     }
 
     fn alloc(&self, spec: &TensorSpec) -> Result<SimTensor> {
-        SimTensor::zeroed(spec.elem, &spec.shape, PAD_WORDS)
+        SimTensor::zeroed(spec.elem, &spec.shape)
     }
 
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<SimTensor> {
-        let mut t = SimTensor::from_bytes(elem, shape, bytes, PAD_WORDS)?;
+        // A kernel that reads a little past an input (a wrong index) gets poison, NaN as
+        // a float, which shows in its results; one that writes a little past an output
+        // is caught (`run_bound` checks that an output's zero padding stayed zero).
+        let mut t = SimTensor::from_bytes(elem, shape, bytes)?;
         t.poison_padding();
         Ok(t)
     }
