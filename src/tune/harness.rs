@@ -255,7 +255,13 @@ impl Stats {
 /// - an entry without a candidate-space hash ([`super::space_hash`], tables written
 ///   before entries recorded it) whose sources are current gets it (its space is then
 ///   the one measured, as long as no candidate or unit changed since: stamp before
-///   changing any).
+///   changing any);
+/// - an entry whose candidate-space hash is current (the default and every candidate,
+///   each with its complete unit at the entry's problem, are byte for byte what was
+///   measured) while its source hash is not gets today's source hash: the source hash
+///   covers the catalog's small problems, so a template change that renders differently
+///   only there (a guard for shapes no tuned problem has) leaves every measured unit as
+///   it was.
 ///
 /// Returns how many entries changed.
 pub fn stamp<F: Family>(
@@ -282,6 +288,13 @@ pub fn stamp<F: Family>(
             }
             if e.space_hash.is_none() && e.source_hash == hash {
                 e.space_hash = Some(super::space_hash::<F>(p, o.tier, o.quick, dialect));
+                changed = true;
+            }
+            if e.source_hash != hash
+                && e.space_hash.as_deref()
+                    == Some(super::space_hash::<F>(p, o.tier, o.quick, dialect).as_str())
+            {
+                e.source_hash = hash.clone();
                 changed = true;
             }
             stamped += usize::from(changed);

@@ -70,9 +70,10 @@ pub struct TuneArgs {
     #[arg(long)]
     pub trace: Option<std::path::PathBuf>,
     /// Measure nothing: bring the --out table's entries for the problems of the space
-    /// given up to today's hashes where their sources are current: the candidate-space
-    /// hash where an entry lacks one, and the per-code source hash where it records its
-    /// family's whole one (older tables). Needs no device.
+    /// given up to today's hashes where what they measured is provably unchanged: the
+    /// candidate-space hash where an entry lacks one and its sources are current, the
+    /// per-code source hash where it records its family's whole one (older tables), and
+    /// today's source hash where its candidate-space hash is current. Needs no device.
     #[arg(long, requires = "out", conflicts_with = "fresh")]
     pub stamp: bool,
     /// Measure nothing: print the end-of-run summary of the --out table (every entry's
@@ -385,7 +386,8 @@ impl FamilyVisitor for PlanJob<'_> {
     }
 }
 
-/// `tune --stamp`: record candidate-space hashes in the --out table without a device.
+/// `tune --stamp`: bring the --out table's hashes up to date without a device
+/// ([`harness::stamp`]'s rules).
 pub fn stamp(a: &TuneArgs) -> Result<()> {
     check_families(a)?;
     let (out, mut table) = read_out(a)?;

@@ -530,6 +530,24 @@ pub trait MmaLayout {
         let (_, _, t, _, v) = self.dims();
         self.all_live() && (4 * v.col_split as usize).is_multiple_of(t / 32)
     }
+    /// Whether a simdgroup's first step can lie past the row's last (its part of a split
+    /// with fewer steps than `col_split`, the last split's): such a simdgroup runs no
+    /// step, but the words it loads before its loop must still be the matrix's, so the
+    /// first run is clamped to the row's last where this holds (and only there, so the
+    /// tuned units that never start past the end render as before).
+    fn first_step_may_pass_end(&self) -> bool {
+        let (s, v) = (self.steps(), self.dims().4);
+        let (ks, cs) = (v.k_split.max(1) as usize, v.col_split.max(1) as usize);
+        (ks - 1) * s / ks + cs > s
+    }
+    /// Whether `d`'s rendering clamps the first run ([`Self::first_step_may_pass_end`]):
+    /// every dialect but CUDA. CUDA's tensors are the backend's own allocations, each
+    /// with [`crate::backend::READ_SLACK_BYTES`] past it, so the unclamped load stays
+    /// inside its buffer; the clamp changes units of its tuned spaces (the table's
+    /// hashes), so it lands there with the next re-tune (`prototypes/next/NEXT.md`).
+    fn clamps_first_step(&self, d: &Dialect) -> bool {
+        !d.is_cuda() && self.first_step_may_pass_end()
+    }
     /// Samples of a slice staged in threadgroup memory (`x_stage = shared`).
     fn x_samples(&self) -> usize {
         let (_, _, _, m, v) = self.dims();
