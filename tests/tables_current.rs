@@ -7,21 +7,23 @@
 //! entries only. This test names
 //! them; refresh them with `cargo xtask tune` (it re-measures exactly the stale entries
 //! of the space it is given) on the device the table was measured on (README, "Tuning
-//! tables").
+//! tables"). Below them, the rules by which `cargo xtask tune --stamp` makes an entry
+//! current without measuring.
 
 use std::collections::HashMap;
+use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::{Family, FamilyVisitor, Shape, TuneSpace};
 use trellis::kernel::Dialect;
 use trellis::numerics::Tier;
-use trellis::tune::harness::TuneOptions;
-use trellis::tune::{Selector, Table};
+use trellis::tune::harness::{stamp, TuneOptions};
+use trellis::tune::{source_hash, source_hash_of, space_hash, Selector, Table};
 use trellis::{Code, DType};
 
 struct Stale<'a> {
     table: &'a Table,
     dialect: Dialect,
-    /// The problems whose candidate spaces are checked: the table's shapes, at the M, k,
-    /// L, codes and dtype below (widen these when a table goes past them).
+    /// The problems whose candidate spaces are checked ([`tuned_space`] of the table's
+    /// shapes).
     space: TuneSpace,
     checked: usize,
     stale: Vec<String>,
@@ -72,6 +74,20 @@ impl FamilyVisitor for Stale<'_> {
     }
 }
 
+/// The problems whose candidate spaces are checked: `shapes` at the M, k, L, codes and
+/// dtype below (widen these when a table goes past them).
+fn tuned_space(shapes: Vec<Shape>) -> TuneSpace {
+    TuneSpace {
+        shapes,
+        ms: vec![1, 2, 4, 8, 16],
+        ks: vec![2, 3, 4],
+        ls: vec![12, 16],
+        codes: Code::ALL.to_vec(),
+        dtype: DType::Bf16,
+        t: 256,
+    }
+}
+
 /// The shapes a table's entries were measured at, each once.
 fn table_shapes(t: &Table) -> Vec<Shape> {
     let mut shapes: Vec<Shape> = Vec::new();
@@ -107,15 +123,7 @@ fn shipped_tables_are_current() {
         let mut v = Stale {
             table: &t,
             dialect: t.device.dialect().unwrap(),
-            space: TuneSpace {
-                shapes,
-                ms: vec![1, 2, 4, 8, 16],
-                ks: vec![2, 3, 4],
-                ls: vec![12, 16],
-                codes: Code::ALL.to_vec(),
-                dtype: DType::Bf16,
-                t: 256,
-            },
+            space: tuned_space(shapes),
             checked: 0,
             stale: Vec::new(),
         };
@@ -243,4 +251,119 @@ fn every_tuned_candidate_has_a_kernel_of_its_own() {
     trellis::families::for_each(&mut d);
     assert!(d.problems > 500, "only {} problems checked", d.problems);
     assert!(d.clashes.is_empty(), "{}", d.clashes.join("\n"));
+}
+
+// `cargo xtask tune --stamp` (`tune::harness::stamp`) brings an entry's hashes up to
+// today's without measuring only where what the entry measured is provably the same,
+// and leaves every other entry stale. Checked on a shipped matrix-unit entry (current,
+// above), with its hashes edited into each case.
+
+/// The shipped CUDA table holding only its first `reduce_mma` entry, that entry's
+/// problem, and the options its tier is tuned with.
+fn one_entry() -> (Table, <ReduceMmaFamily as Family>::Problem, TuneOptions) {
+    let (_, text) = Selector::embedded()
+        .iter()
+        .find(|(name, _)| name.starts_with("nvidia"))
+        .expect("a shipped CUDA table");
+    let mut t = Table::parse(text).expect("the shipped table parses");
+    let i = t
+        .entries
+        .iter()
+        .position(|e| trellis::families::is::<ReduceMmaFamily>(&e.family))
+        .expect("a reduce_mma entry");
+    t.entries = vec![t.entries.swap_remove(i)];
+    let e = &t.entries[0];
+    let (rows, cols) = e.shape.split_once('x').expect("RxC shape");
+    let space = tuned_space(vec![Shape {
+        rows: rows.parse().expect("rows"),
+        cols: cols.parse().expect("cols"),
+        gate_up: true,
+    }]);
+    let tier: Tier = e.tier.parse().expect("entry tier");
+    let key = e.key().expect("entry key");
+    let p = ReduceMmaFamily::problems(&space)
+        .expect("the space is valid")
+        .into_iter()
+        .find(|p| ReduceMmaFamily::key(p, tier) == key)
+        .expect("the entry's problem");
+    (t, p, TuneOptions::for_backend("cuda", tier))
+}
+
+fn dialect(t: &Table) -> trellis::kernel::Dialect {
+    t.device.dialect().expect("the table's dialect")
+}
+
+#[test]
+fn a_current_entry_is_left_as_it_is() {
+    let (mut t, p, o) = one_entry();
+    let before = t.to_toml();
+    assert_eq!(stamp::<ReduceMmaFamily>(&o, dialect(&t), &[p], &mut t), 0);
+    assert_eq!(t.to_toml(), before);
+}
+
+#[test]
+fn a_stale_source_hash_over_the_measured_space_takes_todays() {
+    // What a template change renders only in units no tuned problem has leaves: the
+    // entry's space (every candidate's unit at its problem) is byte for byte the same.
+    let (mut t, p, o) = one_entry();
+    let d = dialect(&t);
+    t.entries[0].source_hash = "0123456789abcdef".into();
+    assert_eq!(
+        stamp::<ReduceMmaFamily>(&o, d, std::slice::from_ref(&p), &mut t),
+        1
+    );
+    assert_eq!(
+        t.entries[0].source_hash,
+        source_hash_of::<ReduceMmaFamily>(d, &p)
+    );
+}
+
+#[test]
+fn a_stale_source_hash_over_another_space_stays_stale() {
+    // Candidates or their units changed at the entry's problem: only a re-tune tells.
+    let (mut t, p, o) = one_entry();
+    t.entries[0].source_hash = "0123456789abcdef".into();
+    t.entries[0].space_hash = Some("fedcba9876543210".into());
+    let before = t.to_toml();
+    assert_eq!(stamp::<ReduceMmaFamily>(&o, dialect(&t), &[p], &mut t), 0);
+    assert_eq!(t.to_toml(), before);
+}
+
+#[test]
+fn an_entry_without_a_space_hash_gets_it_only_over_current_sources() {
+    let (mut t, p, o) = one_entry();
+    let d = dialect(&t);
+    let space = space_hash::<ReduceMmaFamily>(&p, o.tier, o.quick, d);
+    // Sources current: the space measured is today's.
+    t.entries[0].space_hash = None;
+    assert_eq!(
+        stamp::<ReduceMmaFamily>(&o, d, std::slice::from_ref(&p), &mut t),
+        1
+    );
+    assert_eq!(t.entries[0].space_hash.as_deref(), Some(space.as_str()));
+    // Sources changed since: nothing says which space was measured.
+    t.entries[0].space_hash = None;
+    t.entries[0].source_hash = "0123456789abcdef".into();
+    assert_eq!(
+        stamp::<ReduceMmaFamily>(&o, d, std::slice::from_ref(&p), &mut t),
+        0
+    );
+    assert_eq!(t.entries[0].space_hash, None);
+}
+
+#[test]
+fn the_whole_family_hash_of_older_tables_becomes_the_slice_hash() {
+    let (mut t, p, o) = one_entry();
+    let d = dialect(&t);
+    let (whole, slice) = (
+        source_hash::<ReduceMmaFamily>(d),
+        source_hash_of::<ReduceMmaFamily>(d, &p),
+    );
+    assert_ne!(whole, slice, "the family's codes hash apart from the whole");
+    t.entries[0].source_hash = whole;
+    assert_eq!(
+        stamp::<ReduceMmaFamily>(&o, d, std::slice::from_ref(&p), &mut t),
+        1
+    );
+    assert_eq!(t.entries[0].source_hash, slice);
 }
