@@ -4,9 +4,10 @@
 //! planted defects in copies of rendered kernels that verification must catch.
 //! The whole quick catalog runs in CI as `cargo xtask verify --backend metal-sim --quick`.
 
-use trellis::backend::metal_sim::{MetalSimBackend, SimTensor};
+use trellis::backend::metal_sim::{MetalSimBackend, Schedule, SimTensor};
 use trellis::codegen::metal::MlxDispatch;
 use trellis::families::reduce::Reduce;
+use trellis::family::{self, Family, FamilyVisitor};
 use trellis::kernel::{Backend, Dialect, Elem, Grid, KernelSpec, Launch, Rendered, TensorSpec};
 use trellis::numerics::Tier;
 use trellis::ops::{self, DeviceMatrix};
@@ -261,6 +262,108 @@ fn barriers_order_threadgroup_memory_and_it_starts_uninitialized() {
             "uninitialized threadgroup memory at {i}"
         );
     }
+}
+
+#[test]
+fn a_missing_barrier_shows_in_one_schedule_or_the_other() {
+    // Each thread writes its slot and reads its mirror's with no barrier between: on a
+    // GPU the result depends on timing. In order, lane by lane, a thread sees its
+    // mirror's write only where the mirror ran first (the later half); reversed, only
+    // the earlier half does: the two schedules disagree, so a kernel that passes in both
+    // does not lean on an order.
+    let dummy = upload_f32(&backend(), &[0.0; 8]);
+    let body = "
+  threadgroup uint tile[64];
+  const uint t = thread_index_in_threadgroup;
+  tile[t] = t + 1u + (uint)a[0];
+  out[t] = tile[63u - t];";
+    for schedule in [Schedule::InOrder, Schedule::Reversed] {
+        let b = backend().with_schedule(schedule);
+        assert_eq!(b.schedule(), schedule);
+        let out = run_body(
+            &b,
+            "race",
+            "",
+            body,
+            &[("a", &dummy)],
+            &[spec("out", Elem::U32, 64)],
+            (64, 1, 1),
+            (64, 1, 1),
+        )
+        .unwrap();
+        let v = u32s(&b, &out[0]);
+        for t in 0..64u32 {
+            let mirror_first = match schedule {
+                Schedule::InOrder => t > 31,
+                Schedule::Reversed => t < 32,
+            };
+            let want = if mirror_first { 64 - t } else { u32::MAX };
+            assert_eq!(v[t as usize], want, "{schedule:?}, thread {t}");
+        }
+    }
+}
+
+#[test]
+fn the_schedule_is_named_by_its_variable() {
+    assert_eq!("reversed".parse::<Schedule>().unwrap(), Schedule::Reversed);
+    assert_eq!("in-order".parse::<Schedule>().unwrap(), Schedule::InOrder);
+    assert_eq!("".parse::<Schedule>().unwrap(), Schedule::InOrder);
+    let e = "backwards".parse::<Schedule>().unwrap_err().to_string();
+    assert!(
+        e.contains(Schedule::ENV) && e.contains("backwards") && e.contains("reversed"),
+        "{e}"
+    );
+}
+
+/// Every specialization of the quick catalog gives the same bits, exact and fast, with
+/// the simulator's schedule reversed (simdgroups, lanes and threadgroups last to first):
+/// no result leans on one simdgroup or threadgroup running before another, which a GPU
+/// runs at once. (`cargo xtask verify --backend metal-sim` checks them against the
+/// reference in order; `TRELLIS_METAL_SIM_SCHEDULE=reversed` runs it reversed.)
+#[test]
+fn the_quick_catalog_gives_the_same_bits_in_either_schedule() {
+    struct Both {
+        in_order: MetalSimBackend,
+        reversed: MetalSimBackend,
+        runs: usize,
+        differ: Vec<String>,
+    }
+    impl FamilyVisitor for Both {
+        fn visit<F: Family>(&mut self) {
+            let all = verify::specializations::<F>(true, &self.in_order.limits());
+            family::precompile::<F, _>(&self.in_order, &all).expect("the catalog compiles");
+            for (i, (p, vs)) in all.iter().enumerate() {
+                let host = F::random_host(p, 3000 + i as u64).expect("host data");
+                let dev = F::upload(&self.in_order, p, &host).expect("upload");
+                for v in vs {
+                    let a = family::run::<F, _>(&self.in_order, p, *v, &dev).expect("in order");
+                    let b = family::run::<F, _>(&self.reversed, p, *v, &dev).expect("reversed");
+                    self.runs += 1;
+                    assert_eq!(a.len(), b.len());
+                    for (x, y) in a.iter().zip(&b) {
+                        if let Some(m) = verify::first_mismatch(y, x) {
+                            self.differ.push(format!("{} {p} [{v}]: {m}", F::NAME));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut both = Both {
+        in_order: backend(),
+        reversed: backend().with_schedule(Schedule::Reversed),
+        runs: 0,
+        differ: Vec::new(),
+    };
+    trellis::families::for_each(&mut both);
+    assert!(both.runs > 700, "only {} specializations ran", both.runs);
+    assert!(
+        both.differ.is_empty(),
+        "{} of {} differ:\n{}",
+        both.differ.len(),
+        both.runs,
+        both.differ.join("\n")
+    );
 }
 
 #[test]

@@ -9,7 +9,9 @@
 //! ([`crate::codegen::metal::MlxDispatch`]), run as `dispatchThreads` runs it.
 //!
 //! Outputs start as poison (all bits set, NaN for floats), as MLX leaves them
-//! uninitialized, so an element no thread writes shows up. Threadgroups run in parallel
+//! uninitialized, so an element no thread writes shows up. The fibers run in a fixed
+//! order, first to last or last to first ([`Schedule`]): a kernel that leans on one
+//! simdgroup running before another gives different results in the two. Threadgroups run in parallel
 //! on a rayon pool; the fibers of one group share one OS thread. Compiled kernels are
 //! cached on disk under `<cache root>/metal-sim` by source hash, like the CPU
 //! backend's (through [`crate::backend::cache`]: private directories, atomic writes, a
@@ -62,6 +64,7 @@ type RunFn = unsafe extern "C" fn(
     *const u32,
     u64,
     u64,
+    u32,
     *mut u8,
     *mut u8,
     usize,
@@ -81,9 +84,55 @@ pub struct Compiled {
 /// A tensor of the simulated device (followed by zeroed padding words).
 pub type SimTensor = super::host::HostTensor;
 
+/// The order in which the simulator runs a threadgroup's simdgroups and lanes (each
+/// until its next barrier or simd function) and a launch's threadgroups. A GPU runs
+/// them concurrently, so a kernel that is right on one must give the same results in
+/// either order; one that reads what another simdgroup writes without a barrier between
+/// sees poison or a stale value in one of them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Schedule {
+    /// First to last.
+    #[default]
+    InOrder,
+    /// Last to first.
+    Reversed,
+}
+
+impl Schedule {
+    /// The variable that picks the schedule of [`MetalSimBackend::new`]: `in-order` (the
+    /// default) or `reversed`.
+    pub const ENV: &'static str = "TRELLIS_METAL_SIM_SCHEDULE";
+
+    /// The schedule `$TRELLIS_METAL_SIM_SCHEDULE` names (unset or empty: in order); an
+    /// error naming the variable and its value when it names none.
+    pub fn of_env() -> Result<Self> {
+        match std::env::var(Self::ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(Schedule::InOrder),
+            Ok(v) => v.parse(),
+            Err(e) => Err(Error::invalid(Self::ENV, e, Self::EXPECTED)),
+        }
+    }
+
+    const EXPECTED: &'static str = "expected in-order or reversed";
+}
+
+impl std::str::FromStr for Schedule {
+    type Err = Error;
+    /// `in-order` (or empty) or `reversed`; an error naming [`Schedule::ENV`] and the
+    /// value otherwise.
+    fn from_str(v: &str) -> Result<Self> {
+        match v {
+            "" | "in-order" => Ok(Schedule::InOrder),
+            "reversed" => Ok(Schedule::Reversed),
+            _ => Err(Error::invalid(Self::ENV, v, Self::EXPECTED)),
+        }
+    }
+}
+
 /// The simulated Metal device.
 pub struct MetalSimBackend {
     compiler: String,
+    schedule: Schedule,
     cache_dir: PathBuf,
     include_dir: PathBuf,
     kernels: Mutex<HashMap<KernelId, Compiled>>,
@@ -186,8 +235,10 @@ unsafe impl Sync for SendPtrs {}
 impl MetalSimBackend {
     /// A backend using `$TRELLIS_METAL_SIM_CXX`, `$CXX` or `c++`, caching in the
     /// directory `metal-sim` of the kernel cache ([`crate::backend::cache::Root::of_env`];
-    /// an error naming it when it cannot be created or another user could write it).
+    /// an error naming it when it cannot be created or another user could write it),
+    /// running the schedule `$TRELLIS_METAL_SIM_SCHEDULE` names ([`Schedule::of_env`]).
     pub fn new() -> Result<Self> {
+        let schedule = Schedule::of_env()?;
         let compiler = std::env::var("TRELLIS_METAL_SIM_CXX")
             .or_else(|_| std::env::var("CXX"))
             .unwrap_or_else(|_| "c++".into());
@@ -211,6 +262,7 @@ impl MetalSimBackend {
             .map_err(|e| Error::backend("metal-sim", e))?;
         Ok(MetalSimBackend {
             compiler,
+            schedule,
             cache_dir,
             include_dir,
             kernels: Mutex::new(HashMap::new()),
@@ -221,6 +273,17 @@ impl MetalSimBackend {
     /// The compiler this backend runs.
     pub fn compiler(&self) -> &str {
         &self.compiler
+    }
+
+    /// This backend running `schedule` (its compiled kernels serve every schedule).
+    pub fn with_schedule(mut self, schedule: Schedule) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// The schedule this backend runs.
+    pub fn schedule(&self) -> Schedule {
+        self.schedule
     }
 
     fn compile_batch(&self, units: &[Unit]) -> Result<()> {
@@ -537,6 +600,7 @@ impl MetalSimBackend {
                                 tg.as_ptr(),
                                 begin,
                                 end,
+                                u32::from(self.schedule == Schedule::Reversed),
                                 s.as_mut_ptr() as *mut u8,
                                 err.as_mut_ptr(),
                                 err.len(),
