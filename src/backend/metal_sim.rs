@@ -11,12 +11,12 @@
 //! Outputs start as poison (all bits set, NaN for floats), as MLX leaves them
 //! uninitialized, so an element no thread writes shows up. The fibers run in a fixed
 //! order, first to last or last to first ([`Schedule`]): a kernel that leans on one
-//! simdgroup running before another gives different results in the two. Threadgroups run in parallel
-//! on a rayon pool; the fibers of one group share one OS thread. Compiled kernels are
-//! cached on disk under `<cache root>/metal-sim` by source hash, like the CPU
-//! backend's (through [`crate::backend::cache`]: private directories, atomic writes, a
-//! damaged library built again), and many specializations share one compiler call
-//! ([`Backend::precompile`]).
+//! simdgroup running before another gives different results in the two. Threadgroups
+//! run in parallel on a rayon pool; the fibers of one group share one OS thread.
+//! Compiled kernels are cached on disk under `<cache root>/metal-sim` by source hash,
+//! like the CPU backend's (through [`crate::backend::cache`]: private directories,
+//! atomic writes, a damaged library built again), and many specializations share one
+//! compiler call ([`Backend::precompile`]).
 
 use super::cache;
 use crate::codegen::metal::{
