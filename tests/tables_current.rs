@@ -286,10 +286,11 @@ fn one_entry() -> (Table, <ReduceMmaFamily as Family>::Problem, TuneOptions) {
         .into_iter()
         .find(|p| ReduceMmaFamily::key(p, tier) == key)
         .expect("the entry's problem");
-    (t, p, TuneOptions::for_backend("cuda", tier))
+    let o = TuneOptions::for_backend(&t.device.backend, tier);
+    (t, p, o)
 }
 
-fn dialect(t: &Table) -> trellis::kernel::Dialect {
+fn dialect(t: &Table) -> Dialect {
     t.device.dialect().expect("the table's dialect")
 }
 
