@@ -258,113 +258,120 @@ fn every_tuned_candidate_has_a_kernel_of_its_own() {
 // and leaves every other entry stale. Checked on a shipped matrix-unit entry (current,
 // above), with its hashes edited into each case.
 
-/// The shipped CUDA table holding only its first `reduce_mma` entry, that entry's
-/// problem, and the options its tier is tuned with.
-fn one_entry() -> (Table, <ReduceMmaFamily as Family>::Problem, TuneOptions) {
-    let (_, text) = Selector::embedded()
-        .iter()
-        .find(|(name, _)| name.starts_with("nvidia"))
-        .expect("a shipped CUDA table");
-    let mut t = Table::parse(text).expect("the shipped table parses");
-    let i = t
-        .entries
-        .iter()
-        .position(|e| trellis::families::is::<ReduceMmaFamily>(&e.family))
-        .expect("a reduce_mma entry");
-    t.entries = vec![t.entries.swap_remove(i)];
-    let e = &t.entries[0];
-    let (rows, cols) = e.shape.split_once('x').expect("RxC shape");
-    let space = tuned_space(vec![Shape {
-        rows: rows.parse().expect("rows"),
-        cols: cols.parse().expect("cols"),
-        gate_up: true,
-    }]);
-    let tier: Tier = e.tier.parse().expect("entry tier");
-    let key = e.key().expect("entry key");
-    let p = ReduceMmaFamily::problems(&space)
-        .expect("the space is valid")
-        .into_iter()
-        .find(|p| ReduceMmaFamily::key(p, tier) == key)
-        .expect("the entry's problem");
-    let o = TuneOptions::for_backend(&t.device.backend, tier);
-    (t, p, o)
+type Mma = ReduceMmaFamily;
+
+/// The shipped CUDA table holding only its first `reduce_mma` entry, with that entry's
+/// problem, the options its tier is tuned with and the table's dialect.
+struct OneEntry {
+    table: Table,
+    problem: <Mma as Family>::Problem,
+    opts: TuneOptions,
+    dialect: Dialect,
 }
 
-fn dialect(t: &Table) -> Dialect {
-    t.device.dialect().expect("the table's dialect")
+impl OneEntry {
+    fn new() -> Self {
+        let (_, text) = Selector::embedded()
+            .iter()
+            .find(|(name, _)| name.starts_with("nvidia"))
+            .expect("a shipped CUDA table");
+        let mut table = Table::parse(text).expect("the shipped table parses");
+        let i = table
+            .entries
+            .iter()
+            .position(|e| trellis::families::is::<Mma>(&e.family))
+            .expect("a reduce_mma entry");
+        table.entries = vec![table.entries.swap_remove(i)];
+        let e = &table.entries[0];
+        let (rows, cols) = e.shape.split_once('x').expect("RxC shape");
+        let space = tuned_space(vec![Shape {
+            rows: rows.parse().expect("rows"),
+            cols: cols.parse().expect("cols"),
+            gate_up: true,
+        }]);
+        let tier: Tier = e.tier.parse().expect("entry tier");
+        let key = e.key().expect("entry key");
+        let problem = Mma::problems(&space)
+            .expect("the space is valid")
+            .into_iter()
+            .find(|p| Mma::key(p, tier) == key)
+            .expect("the entry's problem");
+        let opts = TuneOptions::for_backend(&table.device.backend, tier);
+        let dialect = table.device.dialect().expect("the table's dialect");
+        OneEntry {
+            table,
+            problem,
+            opts,
+            dialect,
+        }
+    }
+    fn entry(&self) -> &trellis::tune::Entry {
+        &self.table.entries[0]
+    }
+    fn entry_mut(&mut self) -> &mut trellis::tune::Entry {
+        &mut self.table.entries[0]
+    }
+    /// `--stamp` over the entry's problem: how many entries it changed.
+    fn stamp(&mut self) -> usize {
+        let problems = std::slice::from_ref(&self.problem);
+        stamp::<Mma>(&self.opts, self.dialect, problems, &mut self.table)
+    }
 }
 
 #[test]
 fn a_current_entry_is_left_as_it_is() {
-    let (mut t, p, o) = one_entry();
-    let before = t.to_toml();
-    assert_eq!(stamp::<ReduceMmaFamily>(&o, dialect(&t), &[p], &mut t), 0);
-    assert_eq!(t.to_toml(), before);
+    let mut c = OneEntry::new();
+    let before = c.table.to_toml();
+    assert_eq!(c.stamp(), 0);
+    assert_eq!(c.table.to_toml(), before);
 }
 
 #[test]
 fn a_stale_source_hash_over_the_measured_space_takes_todays() {
     // What a template change renders only in units no tuned problem has leaves: the
     // entry's space (every candidate's unit at its problem) is byte for byte the same.
-    let (mut t, p, o) = one_entry();
-    let d = dialect(&t);
-    t.entries[0].source_hash = "0123456789abcdef".into();
+    let mut c = OneEntry::new();
+    c.entry_mut().source_hash = "0123456789abcdef".into();
+    assert_eq!(c.stamp(), 1);
     assert_eq!(
-        stamp::<ReduceMmaFamily>(&o, d, std::slice::from_ref(&p), &mut t),
-        1
-    );
-    assert_eq!(
-        t.entries[0].source_hash,
-        source_hash_of::<ReduceMmaFamily>(d, &p)
+        c.entry().source_hash,
+        source_hash_of::<Mma>(c.dialect, &c.problem)
     );
 }
 
 #[test]
 fn a_stale_source_hash_over_another_space_stays_stale() {
     // Candidates or their units changed at the entry's problem: only a re-tune tells.
-    let (mut t, p, o) = one_entry();
-    t.entries[0].source_hash = "0123456789abcdef".into();
-    t.entries[0].space_hash = Some("fedcba9876543210".into());
-    let before = t.to_toml();
-    assert_eq!(stamp::<ReduceMmaFamily>(&o, dialect(&t), &[p], &mut t), 0);
-    assert_eq!(t.to_toml(), before);
+    let mut c = OneEntry::new();
+    c.entry_mut().source_hash = "0123456789abcdef".into();
+    c.entry_mut().space_hash = Some("fedcba9876543210".into());
+    let before = c.table.to_toml();
+    assert_eq!(c.stamp(), 0);
+    assert_eq!(c.table.to_toml(), before);
 }
 
 #[test]
 fn an_entry_without_a_space_hash_gets_it_only_over_current_sources() {
-    let (mut t, p, o) = one_entry();
-    let d = dialect(&t);
-    let space = space_hash::<ReduceMmaFamily>(&p, o.tier, o.quick, d);
+    let mut c = OneEntry::new();
+    let space = space_hash::<Mma>(&c.problem, c.opts.tier, c.opts.quick, c.dialect);
     // Sources current: the space measured is today's.
-    t.entries[0].space_hash = None;
-    assert_eq!(
-        stamp::<ReduceMmaFamily>(&o, d, std::slice::from_ref(&p), &mut t),
-        1
-    );
-    assert_eq!(t.entries[0].space_hash.as_deref(), Some(space.as_str()));
+    c.entry_mut().space_hash = None;
+    assert_eq!(c.stamp(), 1);
+    assert_eq!(c.entry().space_hash.as_deref(), Some(space.as_str()));
     // Sources changed since: nothing says which space was measured.
-    t.entries[0].space_hash = None;
-    t.entries[0].source_hash = "0123456789abcdef".into();
-    assert_eq!(
-        stamp::<ReduceMmaFamily>(&o, d, std::slice::from_ref(&p), &mut t),
-        0
-    );
-    assert_eq!(t.entries[0].space_hash, None);
+    c.entry_mut().space_hash = None;
+    c.entry_mut().source_hash = "0123456789abcdef".into();
+    assert_eq!(c.stamp(), 0);
+    assert_eq!(c.entry().space_hash, None);
 }
 
 #[test]
 fn the_whole_family_hash_of_older_tables_becomes_the_slice_hash() {
-    let (mut t, p, o) = one_entry();
-    let d = dialect(&t);
-    let (whole, slice) = (
-        source_hash::<ReduceMmaFamily>(d),
-        source_hash_of::<ReduceMmaFamily>(d, &p),
-    );
+    let mut c = OneEntry::new();
+    let whole = source_hash::<Mma>(c.dialect);
+    let slice = source_hash_of::<Mma>(c.dialect, &c.problem);
     assert_ne!(whole, slice, "the family's codes hash apart from the whole");
-    t.entries[0].source_hash = whole;
-    assert_eq!(
-        stamp::<ReduceMmaFamily>(&o, d, std::slice::from_ref(&p), &mut t),
-        1
-    );
-    assert_eq!(t.entries[0].source_hash, slice);
+    c.entry_mut().source_hash = whole;
+    assert_eq!(c.stamp(), 1);
+    assert_eq!(c.entry().source_hash, slice);
 }
