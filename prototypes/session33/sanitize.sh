@@ -23,7 +23,7 @@ san memcheck 240 quick-memcheck $D/xtask verify --backend cuda --quick --vectors
 san memcheck 100 random-memcheck $D/xtask verify --backend cuda --random ${N:-24} --seed 20261537 --out /tmp/cs/random.txt
 san racecheck 120 random-racecheck $D/xtask verify --backend cuda --random ${N_RACE:-12} --seed 20261538
 san synccheck 80 random-synccheck $D/xtask verify --backend cuda --random ${N_RACE:-12} --seed 20261539
-for t in cuda_launch gate_up_parts; do
+for t in ${TESTS-cuda_launch gate_up_parts}; do
   san memcheck 60 $t-memcheck $D/$t --ignored --test-threads 1
 done
 (cd /tmp/cs && tar czf "$OUT/sanitizer.tgz" .)

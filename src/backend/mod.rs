@@ -34,14 +34,12 @@ pub mod metal_sim;
 pub use crate::kernel::Backend;
 
 /// Bytes every backend that owns its allocations (`cpu`, `cuda`, `metal-sim`) allocates
-/// past a tensor's elements: a kernel's load a little past a buffer's end stays inside
-/// its allocation. CUDA's matrix-unit units make such loads: a simdgroup whose first
-/// step lies past its row's last (one with no step to run: a split with fewer steps
-/// than `col_split`, at small shapes) loads its first code words before its loop, up to
-/// about 2 KB past the last row's (found by AddressSanitizer on the cpu backend,
-/// `TRELLIS_CPU_CXXFLAGS`). The words are never used. The template clamps that load on
-/// the other dialects (MLX allocates `metal`'s arrays); on CUDA the clamp changes units
-/// of tuned spaces, so it lands there with the next re-tune (`prototypes/next/NEXT.md`).
+/// past a tensor's elements: a margin, so that a kernel's load a little past a buffer's
+/// end stays inside its allocation. No kernel of this crate needs it: the one such load
+/// found (a matrix-unit simdgroup with no step to run loading its first code words, up
+/// to about 2 KB past the codes; AddressSanitizer on the cpu backend,
+/// `TRELLIS_CPU_CXXFLAGS`) is clamped in the template on every dialect, and the quick
+/// catalog runs clean under AddressSanitizer with this set to 0 (docs/backends.md).
 /// `metal-sim` also checks an output's slack for writes past it, and poisons an
 /// input's.
 pub const READ_SLACK_BYTES: usize = 4096;

@@ -540,14 +540,6 @@ pub trait MmaLayout {
         let (ks, cs) = (v.k_split.max(1) as usize, v.col_split.max(1) as usize);
         (ks - 1) * s / ks + cs > s
     }
-    /// Whether `d`'s rendering clamps the first run ([`Self::first_step_may_pass_end`]):
-    /// every dialect but CUDA. CUDA's tensors are the backend's own allocations, each
-    /// with [`crate::backend::READ_SLACK_BYTES`] past it, so the unclamped load stays
-    /// inside its buffer; the clamp changes units of its tuned spaces (the table's
-    /// hashes), so it lands there with the next re-tune (`prototypes/next/NEXT.md`).
-    fn clamps_first_step(&self, d: &Dialect) -> bool {
-        !d.is_cuda() && self.first_step_may_pass_end()
-    }
     /// Samples of a slice staged in threadgroup memory (`x_stage = shared`).
     fn x_samples(&self) -> usize {
         let (_, _, _, m, v) = self.dims();
