@@ -18,50 +18,64 @@ use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::simt::Proj;
 
-/// Fast `mid = silu(G x) * (U x)` on matrix units.
-#[crate::kernel(
-    name = "gate_up_mma",
-    template = "reduce_mma.kernel",
-    grid = self.mma_grid(),
-    validate = self.mma_check(),
-    shared = self.mma_shared(),
-    dynamic_shared = self.mma_dynamic_shared(),
-    inputs(
-        x: x_elem()[self.m, self.cols],
-        gcodes: u32[self.rows, self.cols / self.t, self.gate.words_per_block(self.t)],
-        gscales: gate_scale[self.rows],
-        gtable: f32[self.projs()[0].table_len()],
-        ucodes: u32[self.rows, self.cols / self.t, self.up.words_per_block(self.t)],
-        uscales: up_scale[self.rows],
-        utable: f32[self.projs()[1].table_len()],
-        unscale: f32[self.unscale_len()],
-    ),
-    outputs(mid: act[self.m, self.rows]),
-)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct GateUpMma {
-    /// Rows R of each matrix (outputs per sample).
-    pub rows: usize,
-    /// Columns C of each matrix (inputs per sample).
-    pub cols: usize,
-    /// Weights per block T (shared by both matrices).
-    pub t: usize,
-    /// The gate matrix's coding (k, L, code).
-    pub gate: Proj,
-    /// The up matrix's coding (its k may differ from the gate's).
-    pub up: Proj,
-    /// Samples M (1..=[`MAX_M_MMA`]).
-    pub m: u32,
-    /// Activation dtype (of x and mid).
-    pub act: DType,
-    /// The dtype of the gate matrix's stored row scales.
-    pub gate_scale: ScaleDType,
-    /// The dtype of the up matrix's stored row scales.
-    pub up_scale: ScaleDType,
-    /// SwiGLU tail arithmetic (SPEC 6).
-    pub tail: Tail,
-    /// The tuned variant this specialization renders.
-    pub variant: MmaVariant,
+/// Declares a kernel struct over `gate_up_mma`'s inputs, the one list of them (the
+/// template binds them by name): the plain kernel and [`GateUpMmaParts`] differ only in
+/// their outputs, each `[M, rows]` of the activation dtype. (The shapes are written
+/// here, not passed in: `self` in the caller's tokens would not name the method's.)
+macro_rules! gate_up_mma_kernel {
+    ($name:tt, outputs($($output:ident),+), $item:item) => {
+        #[crate::kernel(
+            name = $name,
+            template = "reduce_mma.kernel",
+            grid = self.mma_grid(),
+            validate = self.mma_check(),
+            shared = self.mma_shared(),
+            dynamic_shared = self.mma_dynamic_shared(),
+            inputs(
+                x: x_elem()[self.m, self.cols],
+                gcodes: u32[self.rows, self.cols / self.t, self.gate.words_per_block(self.t)],
+                gscales: gate_scale()[self.rows],
+                gtable: f32[self.projs()[0].table_len()],
+                ucodes: u32[self.rows, self.cols / self.t, self.up.words_per_block(self.t)],
+                uscales: up_scale()[self.rows],
+                utable: f32[self.projs()[1].table_len()],
+                unscale: f32[self.unscale_len()],
+            ),
+            outputs($($output: act()[self.m, self.rows]),+),
+        )]
+        $item
+    };
+}
+
+gate_up_mma_kernel! {
+    "gate_up_mma",
+    outputs(mid),
+    /// Fast `mid = silu(G x) * (U x)` on matrix units.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct GateUpMma {
+        /// Rows R of each matrix (outputs per sample).
+        pub rows: usize,
+        /// Columns C of each matrix (inputs per sample).
+        pub cols: usize,
+        /// Weights per block T (shared by both matrices).
+        pub t: usize,
+        /// The gate matrix's coding (k, L, code).
+        pub gate: Proj,
+        /// The up matrix's coding (its k may differ from the gate's).
+        pub up: Proj,
+        /// Samples M (1..=[`MAX_M_MMA`]).
+        pub m: u32,
+        /// Activation dtype (of x and mid).
+        pub act: DType,
+        /// The dtype of the gate matrix's stored row scales.
+        pub gate_scale: ScaleDType,
+        /// The dtype of the up matrix's stored row scales.
+        pub up_scale: ScaleDType,
+        /// SwiGLU tail arithmetic (SPEC 6).
+        pub tail: Tail,
+        /// The tuned variant this specialization renders.
+        pub variant: MmaVariant,
+    }
 }
 
 impl MmaLayout for GateUpMma {
@@ -99,43 +113,32 @@ impl MmaLayout for GateUpMma {
 }
 
 impl GateUpMma {
+    // The declaration's element types are calls (`gate_up_mma_kernel!`), so that
+    // `GateUpMmaParts` reaches them through `Deref`.
+    fn gate_scale(&self) -> ScaleDType {
+        self.gate_scale
+    }
+    fn up_scale(&self) -> ScaleDType {
+        self.up_scale
+    }
     fn act_c(&self, d: &Dialect) -> &'static str {
         Elem::from(self.act).c_type(*d)
     }
 }
 
-/// [`GateUpMma`] that also stores `g` and `u`, each rounded to the activation dtype
-/// before the tail, beside `mid`: what SPEC 7 bounds of a fast `gate_up` besides `mid`
-/// (the same template; its lines for them render nothing in `GateUpMma`, whose tuned
-/// units stay as they are). For checks, not for tuning: `tests/gate_up_parts.rs` runs it
-/// against the plain kernel (the same `mid`, bit for bit) and SPEC 7.
-#[crate::kernel(
-    name = "gate_up_mma_parts",
-    template = "reduce_mma.kernel",
-    grid = self.mma_grid(),
-    validate = self.mma_check(),
-    shared = self.mma_shared(),
-    dynamic_shared = self.mma_dynamic_shared(),
-    inputs(
-        x: x_elem()[self.m, self.cols],
-        gcodes: u32[self.rows, self.cols / self.t, self.gate.words_per_block(self.t)],
-        gscales: gate_scale()[self.rows],
-        gtable: f32[self.projs()[0].table_len()],
-        ucodes: u32[self.rows, self.cols / self.t, self.up.words_per_block(self.t)],
-        uscales: up_scale()[self.rows],
-        utable: f32[self.projs()[1].table_len()],
-        unscale: f32[self.unscale_len()],
-    ),
-    outputs(
-        mid: act()[self.m, self.rows],
-        gate_out: act()[self.m, self.rows],
-        up_out: act()[self.m, self.rows],
-    ),
-)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct GateUpMmaParts {
-    /// The kernel whose parts are stored.
-    pub kernel: GateUpMma,
+gate_up_mma_kernel! {
+    "gate_up_mma_parts",
+    outputs(mid, gate_out, up_out),
+    /// [`GateUpMma`] that also stores `g` and `u`, each rounded to the activation dtype
+    /// before the tail, beside `mid`: what SPEC 7 bounds of a fast `gate_up` besides `mid`
+    /// (the same template; its lines for them render nothing in `GateUpMma`, whose tuned
+    /// units stay as they are). For checks, not for tuning: `tests/gate_up_parts.rs` runs it
+    /// against the plain kernel (the same `mid`, bit for bit) and SPEC 7.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct GateUpMmaParts {
+        /// The kernel whose parts are stored.
+        pub kernel: GateUpMma,
+    }
 }
 
 impl std::ops::Deref for GateUpMmaParts {
@@ -148,12 +151,6 @@ impl std::ops::Deref for GateUpMmaParts {
 impl GateUpMmaParts {
     fn stores_parts(&self) -> bool {
         true
-    }
-    fn gate_scale(&self) -> ScaleDType {
-        self.kernel.gate_scale
-    }
-    fn up_scale(&self) -> ScaleDType {
-        self.kernel.up_scale
     }
 }
 

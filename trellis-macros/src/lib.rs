@@ -27,6 +27,11 @@
 //! counters; the kernel leaves them as it found them, so a bound output stays valid for
 //! the next launch).
 //!
+//! A declaration may come out of a `macro_rules!` (kernels that share an input list:
+//! `trellis`'s `gate_up_mma` and its parts). Expressions over `self` must then be
+//! written in the macro's own body: `self` in tokens the caller passes in belongs to the
+//! caller's hygiene and does not name the generated methods' receiver.
+//!
 //! The struct must implement `Hash` and `Debug` (its fields are the kernel's identity:
 //! [`KernelSpec::id`](../trellis/kernel/trait.KernelSpec.html#tymethod.id)); one without
 //! them fails to build with that message at its name (`trellis::kernel::KernelIdentity`).
@@ -166,9 +171,11 @@ fn elem_expr(elem: &Ident, call: bool) -> TokenStream2 {
         "f32" => quote!(::trellis::kernel::Elem::F32),
         "f16" => quote!(::trellis::kernel::Elem::F16),
         "bf16" => quote!(::trellis::kernel::Elem::Bf16),
-        // Spanned to the field: a field of another type is an error there.
+        // Spanned to the field: a field of another type is an error there. `self` keeps
+        // the call site's span, as in `kernel_id`.
         _ => {
-            quote_spanned!(elem.span()=> ::core::convert::Into::<::trellis::kernel::Elem>::into(self.#elem))
+            let receiver = quote!(self);
+            quote_spanned!(elem.span()=> ::core::convert::Into::<::trellis::kernel::Elem>::into(#receiver.#elem))
         }
     }
 }
@@ -308,7 +315,10 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             kernel_identity::<#ty>();
         };
     };
-    let kernel_id = quote_spanned!(ty.span()=> ::trellis::kernel::KernelId::of(#name, self));
+    // `self` at the call site, where the method's receiver is: at the name's span it
+    // would not name it when the declaration comes from a `macro_rules!` expansion.
+    let receiver = quote!(self);
+    let kernel_id = quote_spanned!(ty.span()=> ::trellis::kernel::KernelId::of(#name, #receiver));
     let doc_outputs = format!("Outputs of [`{ty}`], one field per declared output.");
     let out_docs: Vec<String> = out_names
         .iter()

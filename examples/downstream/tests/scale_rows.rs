@@ -163,3 +163,69 @@ fn a_grid_the_backends_would_run_differently_is_an_error() {
         }
     }
 }
+
+/// Declares `scale_rows` kernels whose element type and struct come from the caller, as
+/// a crate with several kernels over one input list would (trellis's `gate_up_mma` and
+/// its parts do): the generated methods must name their own `self`, not the caller's.
+// Skipped: rustfmt re-indents an attribute inside a macro body on every run.
+#[rustfmt::skip]
+macro_rules! scale_rows_kernel {
+    ($name:tt, $elem:ident, $item:item) => {
+        #[trellis::kernel(
+            name = $name,
+            template = "scale_rows.kernel",
+            grid = Grid { groups: [self.rows as u32, 1, 1], threads: 32 },
+            inputs(x: $elem[self.rows, self.cols], scale: f32[self.rows]),
+            outputs(y: $elem[self.rows, self.cols]),
+        )]
+        $item
+    };
+}
+
+scale_rows_kernel! {
+    "scale_rows_by_macro",
+    act,
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    struct ByMacro {
+        rows: usize,
+        cols: usize,
+        act: Elem,
+        rows_per_group: u32,
+    }
+}
+
+impl ByMacro {
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        self.act.c_type(*d)
+    }
+}
+
+#[test]
+fn a_kernel_declared_through_macro_rules_launches_as_written() {
+    let b = CpuBackend::new().unwrap();
+    let (rows, cols) = (3, 40);
+    let x: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.25 - 7.0).collect();
+    let s: Vec<f32> = (0..rows).map(|r| 1.5 - r as f32).collect();
+    let xt = b
+        .upload(Elem::F32, &[rows, cols], &DType::F32.encode(&x))
+        .unwrap();
+    let st = b
+        .upload(Elem::F32, &[rows], &DType::F32.encode(&s))
+        .unwrap();
+    let k = ByMacro {
+        rows,
+        cols,
+        act: Elem::F32,
+        rows_per_group: 1,
+    };
+    let out = k.launch(&b, &xt, &st).unwrap();
+    let got = DType::F32.decode(&b.download(&out.y).unwrap());
+    let want: Vec<f32> = (0..rows * cols).map(|i| x[i] * s[i / cols]).collect();
+    assert_eq!(got, want);
+    // The element type the caller named is checked like a written one.
+    let wrong = b
+        .upload(Elem::Bf16, &[rows, cols], &vec![0; rows * cols * 2])
+        .unwrap();
+    let msg = k.launch(&b, &wrong, &st).err().unwrap().to_string();
+    assert!(msg.contains("x") && msg.contains("bf16"), "{msg}");
+}
