@@ -94,6 +94,16 @@ impl Error {
         }
     }
 
+    /// This error as one from the file at `path`: a file error already names its file
+    /// and is kept; any other (a field, shape or dtype of what the file holds) becomes a
+    /// file error with its message as the reason.
+    pub fn in_file(self, path: impl Into<PathBuf>) -> Self {
+        match self {
+            e @ Error::File { .. } => e,
+            e => Error::file(path, e),
+        }
+    }
+
     /// A backend-level problem.
     pub fn backend(backend: impl Into<String>, reason: impl ToString) -> Self {
         Error::Backend {

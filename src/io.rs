@@ -186,6 +186,10 @@ fn matrix_shape(name: &str, shape: &[usize]) -> Result<(usize, usize)> {
 /// not what it was at `open` (a rewrite of the same length within the file system's
 /// timestamp granularity cannot be seen). A file replaced by a rename after `open` is not
 /// a change: the open handle goes on reading the file that was opened.
+///
+/// Every error of its methods, and of the path-taking readers ([`read_quantized`] and the
+/// rest), names the file ([`Error::in_file`]): a shape, dtype or metadata field refused
+/// is a [`Error::File`] whose reason is that field's error.
 pub struct SafetensorsFile {
     path: PathBuf,
     /// The open file; the lock holds its seek position from the seek to the read.
@@ -569,6 +573,11 @@ impl SafetensorsFile {
         })
     }
 
+    /// `f`'s result, its error naming this file ([`Error::in_file`]).
+    fn in_file<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        f().map_err(|e| e.in_file(&self.path))
+    }
+
     /// Data bytes read from the file since it was opened.
     #[cfg(test)]
     fn data_read(&self) -> u64 {
@@ -579,15 +588,17 @@ impl SafetensorsFile {
     /// by the header ([`Self::quantized_layout`]), then its tensors are read and their
     /// values checked ([`QuantizedMatrix::new`]).
     pub fn quantized(&self, prefix: &str) -> Result<QuantizedMatrix> {
-        let (geometry, scale_dtype) = self.quantized_layout(prefix)?;
-        let codes = self.tensor(&codes_name(prefix))?.to_u32()?;
-        let scales = self.tensor(&scales_name(prefix))?.to_f32()?;
-        let lut = match geometry.code {
-            Code::Lut => Some(self.tensor(&lut_name(prefix))?.to_f32()?),
-            // A stray table next to a computed code is not part of the matrix.
-            _ => None,
-        };
-        QuantizedMatrix::new(geometry, codes, scales, scale_dtype, lut)
+        self.in_file(|| {
+            let (geometry, scale_dtype) = self.quantized_layout(prefix)?;
+            let codes = self.tensor(&codes_name(prefix))?.to_u32()?;
+            let scales = self.tensor(&scales_name(prefix))?.to_f32()?;
+            let lut = match geometry.code {
+                Code::Lut => Some(self.tensor(&lut_name(prefix))?.to_f32()?),
+                // A stray table next to a computed code is not part of the matrix.
+                _ => None,
+            };
+            QuantizedMatrix::new(geometry, codes, scales, scale_dtype, lut)
+        })
     }
 
     /// The geometry and scale dtype of the quantized matrix stored under `prefix`, checked
@@ -596,14 +607,16 @@ impl SafetensorsFile {
     /// ([`QuantizedMatrix::check_scales_and_lut`]). Reads `rows` scales (and `2^L`
     /// table values), not the matrix.
     pub fn quantized_checked_layout(&self, prefix: &str) -> Result<(Geometry, ScaleDType)> {
-        let (geometry, scale_dtype) = self.quantized_layout(prefix)?;
-        let scales = self.tensor(&scales_name(prefix))?.to_f32()?;
-        let lut = match geometry.code {
-            Code::Lut => Some(self.tensor(&lut_name(prefix))?.to_f32()?),
-            _ => None,
-        };
-        QuantizedMatrix::check_scales_and_lut(&geometry, &scales, scale_dtype, lut.as_deref())?;
-        Ok((geometry, scale_dtype))
+        self.in_file(|| {
+            let (geometry, scale_dtype) = self.quantized_layout(prefix)?;
+            let scales = self.tensor(&scales_name(prefix))?.to_f32()?;
+            let lut = match geometry.code {
+                Code::Lut => Some(self.tensor(&lut_name(prefix))?.to_f32()?),
+                _ => None,
+            };
+            QuantizedMatrix::check_scales_and_lut(&geometry, &scales, scale_dtype, lut.as_deref())?;
+            Ok((geometry, scale_dtype))
+        })
     }
 
     /// The geometry and scale dtype of the quantized matrix stored under `prefix`, from
@@ -612,52 +625,54 @@ impl SafetensorsFile {
     /// values (finite scales, the table's) are checked only when the matrix is read,
     /// by [`Self::quantized`].
     pub fn quantized_layout(&self, prefix: &str) -> Result<(Geometry, ScaleDType)> {
-        let key = metadata_key(prefix);
-        let meta = self.metadata_value(&key).ok_or_else(|| {
-            let found = self.quantized_prefixes();
-            Error::file(
-                &self.path,
-                format!(
-                    "no metadata `{key}` describing a quantized matrix with prefix `{prefix}` \
-                     (prefixes in the file: {})",
-                    list_or_none(&found)
-                ),
-            )
-        })?;
-        let geometry = parse_geometry(&key, meta)?;
+        self.in_file(|| {
+            let key = metadata_key(prefix);
+            let meta = self.metadata_value(&key).ok_or_else(|| {
+                let found = self.quantized_prefixes();
+                Error::file(
+                    &self.path,
+                    format!(
+                        "no metadata `{key}` describing a quantized matrix with prefix `{prefix}` \
+                         (prefixes in the file: {})",
+                        list_or_none(&found)
+                    ),
+                )
+            })?;
+            let geometry = parse_geometry(&key, meta)?;
 
-        let name = codes_name(prefix);
-        let codes = self.tensor_info(&name)?;
-        if codes.dtype != Dtype::U32 {
-            return Err(wrong_dtype(&name, codes.dtype, "u32"));
-        }
-        expect_shape(&name, &codes.shape, &geometry.codes_shape())?;
-
-        let name = scales_name(prefix);
-        let scales = self.tensor_info(&name)?;
-        let scale_dtype = match scales.dtype {
-            Dtype::F16 => ScaleDType::F16,
-            Dtype::F32 => ScaleDType::F32,
-            _ => return Err(wrong_dtype(&name, scales.dtype, "f16 or f32")),
-        };
-        expect_shape(&name, &scales.shape, &[geometry.rows])?;
-
-        if geometry.code == Code::Lut {
-            let name = lut_name(prefix);
-            let lut = self.tensor_info(&name)?;
-            if lut.dtype != Dtype::F32 {
-                return Err(wrong_dtype(&name, lut.dtype, "f32"));
+            let name = codes_name(prefix);
+            let codes = self.tensor_info(&name)?;
+            if codes.dtype != Dtype::U32 {
+                return Err(wrong_dtype(&name, codes.dtype, "u32"));
             }
-            let n: usize = lut.shape.iter().product();
-            if lut.shape.len() != 1 || n != geometry.states() {
-                return Err(Error::invalid(
-                    format!("{name} length"),
-                    format!("{n} (shape {:?})", lut.shape),
-                    format!("must be 2^L = {} for L = {}", geometry.states(), geometry.l),
-                ));
+            expect_shape(&name, &codes.shape, &geometry.codes_shape())?;
+
+            let name = scales_name(prefix);
+            let scales = self.tensor_info(&name)?;
+            let scale_dtype = match scales.dtype {
+                Dtype::F16 => ScaleDType::F16,
+                Dtype::F32 => ScaleDType::F32,
+                _ => return Err(wrong_dtype(&name, scales.dtype, "f16 or f32")),
+            };
+            expect_shape(&name, &scales.shape, &[geometry.rows])?;
+
+            if geometry.code == Code::Lut {
+                let name = lut_name(prefix);
+                let lut = self.tensor_info(&name)?;
+                if lut.dtype != Dtype::F32 {
+                    return Err(wrong_dtype(&name, lut.dtype, "f32"));
+                }
+                let n: usize = lut.shape.iter().product();
+                if lut.shape.len() != 1 || n != geometry.states() {
+                    return Err(Error::invalid(
+                        format!("{name} length"),
+                        format!("{n} (shape {:?})", lut.shape),
+                        format!("must be 2^L = {} for L = {}", geometry.states(), geometry.l),
+                    ));
+                }
             }
-        }
-        Ok((geometry, scale_dtype))
+            Ok((geometry, scale_dtype))
+        })
     }
 
     /// Prefixes of every `<prefix>.trellis` metadata key, sorted.
@@ -674,29 +689,33 @@ impl SafetensorsFile {
     /// Activations `[M, C]` in bf16, f16 or f32 (dtype and shape checked before the
     /// data is read).
     pub fn activations(&self, name: &str) -> Result<Activations> {
-        let info = self.tensor_info(name)?;
-        let dtype = from_st_dtype(info.dtype)
-            .ok_or_else(|| wrong_dtype(name, info.dtype, "bf16, f16 or f32"))?;
-        let (rows, cols) = matrix_shape(name, &info.shape)?;
-        let t = self.read(name, info)?;
-        Ok(Activations {
-            dtype,
-            rows,
-            cols,
-            data: dtype.try_decode(&t.data, &format!("tensor `{name}`"))?,
+        self.in_file(|| {
+            let info = self.tensor_info(name)?;
+            let dtype = from_st_dtype(info.dtype)
+                .ok_or_else(|| wrong_dtype(name, info.dtype, "bf16, f16 or f32"))?;
+            let (rows, cols) = matrix_shape(name, &info.shape)?;
+            let t = self.read(name, info)?;
+            Ok(Activations {
+                dtype,
+                rows,
+                cols,
+                data: dtype.try_decode(&t.data, &format!("tensor `{name}`"))?,
+            })
         })
     }
 
     /// A dense matrix `[rows, cols]` in bf16, f16 or f32, as exact f32 values (dtype and
     /// shape checked before the data is read).
     pub fn dense(&self, name: &str) -> Result<(Vec<f32>, usize, usize)> {
-        let info = self.tensor_info(name)?;
-        if from_st_dtype(info.dtype).is_none() {
-            return Err(wrong_dtype(name, info.dtype, "bf16, f16 or f32"));
-        }
-        let (rows, cols) = matrix_shape(name, &info.shape)?;
-        let data = self.read(name, info)?.to_f32()?;
-        Ok((data, rows, cols))
+        self.in_file(|| {
+            let info = self.tensor_info(name)?;
+            if from_st_dtype(info.dtype).is_none() {
+                return Err(wrong_dtype(name, info.dtype, "bf16, f16 or f32"));
+            }
+            let (rows, cols) = matrix_shape(name, &info.shape)?;
+            let data = self.read(name, info)?.to_f32()?;
+            Ok((data, rows, cols))
+        })
     }
 }
 
@@ -742,14 +761,16 @@ pub fn read_quantized(path: &Path, prefix: &str) -> Result<QuantizedMatrix> {
 /// checked, not their tensors.
 pub fn list_quantized(path: &Path) -> Result<Vec<(String, Geometry)>> {
     let f = SafetensorsFile::open(path)?;
-    f.quantized_prefixes()
-        .into_iter()
-        .map(|p| {
-            let key = metadata_key(&p);
-            let g = parse_geometry(&key, f.metadata_value(&key).unwrap_or_default())?;
-            Ok((p, g))
-        })
-        .collect()
+    f.in_file(|| {
+        f.quantized_prefixes()
+            .into_iter()
+            .map(|p| {
+                let key = metadata_key(&p);
+                let g = parse_geometry(&key, f.metadata_value(&key).unwrap_or_default())?;
+                Ok((p, g))
+            })
+            .collect()
+    })
 }
 
 /// Read activations `name` (`[M, C]`, bf16/f16/f32).
@@ -783,19 +804,21 @@ pub fn read_lut_file(path: &Path) -> Result<(String, Vec<f32>)> {
                 )
             })?
     };
-    let info = f.tensor_info(&name)?;
-    if info.dtype != Dtype::F32 {
-        return Err(wrong_dtype(&name, info.dtype, "f32"));
-    }
-    if info.shape.len() != 1 {
-        return Err(Error::Shape {
-            name: name.clone(),
-            actual: info.shape.to_vec(),
-            expected: vec![info.shape.iter().product()],
-        });
-    }
-    let values = f.tensor(&name)?.to_f32()?;
-    Ok((name, values))
+    f.in_file(|| {
+        let info = f.tensor_info(&name)?;
+        if info.dtype != Dtype::F32 {
+            return Err(wrong_dtype(&name, info.dtype, "f32"));
+        }
+        if info.shape.len() != 1 {
+            return Err(Error::Shape {
+                name: name.clone(),
+                actual: info.shape.to_vec(),
+                expected: vec![info.shape.iter().product()],
+            });
+        }
+        let values = f.tensor(&name)?.to_f32()?;
+        Ok((name, values))
+    })
 }
 
 /// Write one quantized matrix under `prefix` (atomically).
@@ -1526,5 +1549,68 @@ mod tests {
         let e = out.write(&path).unwrap_err().to_string();
         assert!(e.contains("twice"), "{e}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// A byte of a header edit: digits (shapes, offsets, geometry), the JSON punctuation
+    /// and a few letters (dtypes, code names).
+    fn header_byte() -> impl proptest::strategy::Strategy<Value = u8> {
+        proptest::sample::select(b"0123456789\"{}[],:-.eEFUIa ".to_vec())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(192))]
+
+        /// A file of a matrix and activations, with a few bytes edited in place (in its
+        /// header, so the framing holds and the JSON may still parse with other numbers or
+        /// names, or in its data): every reader returns what it read or an error naming
+        /// the file, never a panic; and what it read multiplies through the reference
+        /// (so no edit gets past the readers' checks into an out-of-bounds access).
+        #[test]
+        fn edited_files_read_or_fail_by_name(
+            code in proptest::sample::select(Code::ALL.to_vec()),
+            header_edits in proptest::collection::vec(
+                (proptest::prelude::any::<proptest::sample::Index>(), header_byte()), 0..3),
+            data_edits in proptest::collection::vec(
+                (proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 0..3),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("edited.safetensors");
+            let x = Activations::from_f32(DType::Bf16, 2, 64, (0..128).map(|i| i as f32 / 8.0).collect())
+                .unwrap();
+            let mut out = Writer::new();
+            out.quantized("w", &matrix(code)).activations("x", &x);
+            out.write(&path).unwrap();
+            let mut bytes = std::fs::read(&path).unwrap();
+            let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+            for (at, b) in &header_edits {
+                bytes[8 + at.index(n)] = *b;
+            }
+            let data = bytes.len() - 8 - n;
+            for (at, b) in &data_edits {
+                bytes[8 + n + at.index(data)] = *b;
+            }
+            std::fs::write(&path, &bytes).unwrap();
+
+            let named = |e: Error| {
+                let e = e.to_string();
+                proptest::prop_assert!(e.contains("edited.safetensors"), "{}", e);
+                Ok(())
+            };
+            match read_quantized(&path, "w") {
+                Ok(w) => {
+                    let x = Activations::from_f32(DType::F32, 1, w.geometry.cols, vec![1.0; w.geometry.cols])
+                        .unwrap();
+                    proptest::prop_assert_eq!(crate::reference::reduce(&w, &x).unwrap().rows, 1);
+                }
+                Err(e) => named(e)?,
+            }
+            match read_activations(&path, "x") {
+                Ok(x) => proptest::prop_assert!(x.data.len() == x.rows * x.cols && x.data.len() <= 128),
+                Err(e) => named(e)?,
+            }
+            if let Err(e) = list_quantized(&path) {
+                named(e)?;
+            }
+        }
     }
 }

@@ -150,10 +150,7 @@ pub fn verify_vectors<B: Backend>(b: &B, dir: &Path) -> Result<Vec<Outcome>> {
         }
         let path = dir.join(file);
         // Errors reading a vector name its file.
-        let at = |e: Error| match e {
-            e @ Error::File { .. } => e,
-            e => Error::file(&path, e),
-        };
+        let at = |e: Error| e.in_file(&path);
         for repr in Representation::ALL {
             let variant = Variant {
                 repr,

@@ -153,3 +153,80 @@ fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
     // The M = 16 choices load their first code words before the staging.
     assert!(early >= 1, "no choice took early words");
 }
+
+/// A field of a winner, edited: set to a number (in range or not) or another type, or
+/// removed.
+#[derive(Clone, Debug)]
+enum Edit {
+    Number(i64),
+    Text,
+    Removed,
+}
+
+fn edit() -> impl proptest::strategy::Strategy<Value = Edit> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0i64..=40).prop_map(Edit::Number),
+        prop::sample::select(vec![-1, 255, 1 << 20, i64::MAX]).prop_map(Edit::Number),
+        Just(Edit::Text),
+        Just(Edit::Removed),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+
+    /// The shipped H200 table with one field of the winner chosen for a case edited (a
+    /// corrupt or hand-edited table): the selector refuses the table with a warning,
+    /// gives way to the default or the runner-up with a reason, or takes the edited
+    /// winner; whatever it chooses then runs on the CPU with SPEC 5's bits or is an
+    /// error naming what is wrong. Never a panic, never other bits.
+    #[test]
+    fn an_edited_winner_keeps_the_bits_or_is_refused(
+        case in proptest::sample::select(CASES.to_vec()),
+        field in proptest::prelude::any::<proptest::sample::Index>(),
+        edit in edit(),
+    ) {
+        use trellis::tune::Table;
+        let cpu = CpuBackend::new().unwrap();
+        let (_, text) = Selector::embedded()
+            .iter()
+            .find(|(name, _)| *name == "nvidia-h200.toml")
+            .expect("the H200 table is embedded");
+        let mut table = Table::parse(text).unwrap();
+        let (w, x) = case_data(&case, 7);
+        let p = ops::reduce_problem(&w, &x).unwrap();
+        let Source::Nearest { key, shape, .. } = Selector::from_env()
+            .select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact)
+            .source
+        else {
+            panic!("{p}: every case has a table entry")
+        };
+        let entry = table
+            .entries
+            .iter_mut()
+            .find(|e| e.family == "reduce" && e.key().unwrap().to_string() == key && e.shape == shape)
+            .expect("the chosen entry is in the table");
+        let name = field.get(&entry.winner.keys().cloned().collect::<Vec<_>>()).clone();
+        match edit {
+            Edit::Number(n) => entry.winner.insert(name, toml::Value::Integer(n)),
+            Edit::Text => entry.winner.insert(name, toml::Value::String("edited".into())),
+            Edit::Removed => entry.winner.remove(&name),
+        };
+
+        let mut edited = Selector::empty();
+        edited.add_text("edited.toml", &table.to_toml());
+        let s = h200_choice::<ReduceFamily>(&edited, &cpu, &p, Tier::Exact);
+        // A winner its family cannot read refuses the table, by name.
+        for w in &edited.warnings {
+            proptest::prop_assert!(w.starts_with("edited.toml: ignored: "), "{}", w);
+        }
+        match ops::matvec_with(&cpu, &w, &x, s.variant) {
+            Ok(got) => proptest::prop_assert!(
+                got.bits_eq(&reference::reduce(&w, &x).unwrap()),
+                "{}: {} ({})", p, s.variant, s.source
+            ),
+            Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
+        }
+    }
+}

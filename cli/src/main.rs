@@ -482,12 +482,9 @@ fn one_line(s: &str) -> String {
         .join("; ")
 }
 
-/// Prefix a non-file error with the file it came from (file errors already name it).
+/// Name the file a non-file error came from ([`Error::in_file`]).
 fn in_file(path: &Path) -> impl Fn(Error) -> Error + '_ {
-    move |e| match e {
-        e @ Error::File { .. } => e,
-        e => Error::file(path, e),
-    }
+    move |e| e.in_file(path)
 }
 
 /// Run a command; its stdout lines are returned, printed only when it succeeds (nothing
