@@ -3,7 +3,7 @@
 # (gate_up_parts: a fast gate_up's g and u against SPEC 7 through the kernel declared by
 # `gate_up_mma_kernel!`; cuda_launch; cuda_threads), then the thirty-first session's checks
 # (CUDA verify of the quick catalog and the vectors, random facade problems, the
-# independent checker through the CLI) and a bench of both presets' keys at M 1 (call AR).
+# independent checker through the CLI); the full bench is `bench.sh` (call AR).
 # Carry [".device", ".vectors"].
 D=.device/main
 # The binaries travel as one xz archive (the checkout and five stripped binaries pass 64 MiB).
@@ -20,10 +20,4 @@ OUT_SAVE=$OUT; OUT=/tmp/r
 NO_BENCH=1 SEED=${SEED:-20261541} CALL_S=${CALL_S:-300} bash prototypes/session31/checks.sh > /dev/null 2>&1
 OUT=$OUT_SAVE
 cat /tmp/r/log.txt
-for p in qwen3-14b llama-3-8b; do
-  S=$SECONDS
-  TRELLIS_BENCH_PRESETS=$p TRELLIS_BENCH_M=1 timeout 150 $D/xtask bench \
-    --table tuning/nvidia-h200.toml --out /tmp/r/bench-$p-m1.md > /tmp/r/bench-$p.log 2> /tmp/r/bench-$p.err
-  echo "bench $p rc=$? ($((SECONDS - S)) s)"; grep -iE "error" /tmp/r/bench-$p.err | tail -3
-done
 (cd /tmp/r && tar czf "$OUT/results.tgz" .)
