@@ -1,0 +1,24 @@
+#!/bin/bash
+# The thirty-sixth session's sanitizer call: the three GPU tests under compute-sanitizer's
+# memcheck (cuda_threads had not run under it), and gate_up_parts under racecheck and
+# synccheck, on the build of the session's checks call. Carry [".device"].
+D=.device/main
+[ -f .device/bins.txz ] && tar xJf .device/bins.txz -C .device
+chmod +x $D/*
+exec > >(tee -a "$OUT/log.txt") 2>&1
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+echo "compute-sanitizer: $CS"; $CS --version | tail -1
+mkdir -p /tmp/cs
+san() { # tool, timeout, name, command...
+  local tool=$1 t=$2 name=$3; shift 3
+  local S=$SECONDS
+  timeout $t $CS --tool $tool --error-exitcode 97 --print-limit 20 --log-file /tmp/cs/$name.san "$@" > /tmp/cs/$name.out 2>&1
+  echo "$name ($tool): rc=$? ($((SECONDS - S)) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs/$name.san | tail -2 | tr '\n' ' ')"
+  grep -E "test result" /tmp/cs/$name.out | tail -1
+}
+for t in cuda_threads cuda_launch gate_up_parts; do
+  san memcheck 150 $t-memcheck $D/$t --ignored --test-threads 1
+done
+san racecheck 150 gate_up_parts-racecheck $D/gate_up_parts --ignored --test-threads 1
+san synccheck 100 gate_up_parts-synccheck $D/gate_up_parts --ignored --test-threads 1
+(cd /tmp/cs && tar czf "$OUT/sanitizer.tgz" .)
