@@ -102,6 +102,17 @@ fn the_h200_tables_exact_choices_keep_the_bits_on_the_cpu() {
     assert!(variants.len() >= 4 && three_rows >= 1, "{variants:?}");
 }
 
+/// Fast cases (rows, cols, k, L, code, M): every code the fast table holds, M 1-16.
+const FAST_CASES: [Case; 6] = [
+    (37, 768, 2, 12, Code::OneMad, 1),
+    (130, 512, 3, 16, Code::ThreeInst, 4),
+    (67, 1024, 4, 12, Code::Mcg, 2),
+    (8195, 256, 2, 12, Code::OneMad, 8),
+    // 8 steps of 128 columns: room for the M = 16 winners' 8 splits of K.
+    (41, 1024, 2, 16, Code::OneMad, 16),
+    (100, 1024, 3, 12, Code::ThreeInst, 16),
+];
+
 /// The shipped table's fast (`reduce_mma`) choices, run on the CPU at shapes it was not
 /// measured at: nearly all of them take x rounded to f16 by the host (`MmaVariant::x_f16`),
 /// the M = 16 ones early code words (`MmaVariant::early_words`), and each must fit (the
@@ -113,15 +124,7 @@ fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
     use trellis::family;
     let cpu = CpuBackend::new().unwrap();
     let selector = Selector::from_env();
-    let cases: [Case; 6] = [
-        (37, 768, 2, 12, Code::OneMad, 1),
-        (130, 512, 3, 16, Code::ThreeInst, 4),
-        (67, 1024, 4, 12, Code::Mcg, 2),
-        (8195, 256, 2, 12, Code::OneMad, 8),
-        // 8 steps of 128 columns: room for the M = 16 winners' 8 splits of K.
-        (41, 1024, 2, 16, Code::OneMad, 16),
-        (100, 1024, 3, 12, Code::ThreeInst, 16),
-    ];
+    let cases = FAST_CASES;
     let (mut host_f16, mut early) = (0, 0);
     for (i, case) in cases.iter().enumerate() {
         let (w, x) = case_data(case, 400 + i as u64);
@@ -173,62 +176,98 @@ fn edit() -> impl proptest::strategy::Strategy<Value = Edit> {
     ]
 }
 
+/// The shipped H200 table's choice for `p`, with one field of the winner it chooses
+/// edited (`field` picks which), fitted to the CPU's limits. A winner the family cannot
+/// read refuses the edited table, with a warning naming it.
+fn edited_choice<F: Family>(
+    cpu: &CpuBackend,
+    p: &F::Problem,
+    tier: Tier,
+    field: proptest::sample::Index,
+    edit: Edit,
+) -> Selection<F::Variant> {
+    use trellis::tune::Table;
+    let (_, text) = Selector::embedded()
+        .iter()
+        .find(|(name, _)| *name == "nvidia-h200.toml")
+        .expect("the H200 table is embedded");
+    let mut shipped = Selector::empty();
+    shipped.add_text("nvidia-h200.toml", text);
+    let Source::Nearest { key, shape, .. } =
+        shipped.select::<F>("cuda", "nvidia-h200", p, tier).source
+    else {
+        panic!("{p}: every case has a table entry")
+    };
+    let mut table = Table::parse(text).unwrap();
+    let entry = table
+        .entries
+        .iter_mut()
+        .find(|e| e.family == F::NAME && e.key().unwrap().to_string() == key && e.shape == shape)
+        .expect("the chosen entry is in the table");
+    let name = field
+        .get(&entry.winner.keys().cloned().collect::<Vec<_>>())
+        .clone();
+    match edit {
+        Edit::Number(n) => entry.winner.insert(name, toml::Value::Integer(n)),
+        Edit::Text => entry
+            .winner
+            .insert(name, toml::Value::String("edited".into())),
+        Edit::Removed => entry.winner.remove(&name),
+    };
+    let mut edited = Selector::empty();
+    edited.add_text("edited.toml", &table.to_toml());
+    for w in &edited.warnings {
+        assert!(w.starts_with("edited.toml: ignored: "), "{w}");
+    }
+    h200_choice::<F>(&edited, cpu, p, tier)
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
 
-    /// The shipped H200 table with one field of the winner chosen for a case edited (a
-    /// corrupt or hand-edited table): the selector refuses the table with a warning,
-    /// gives way to the default or the runner-up with a reason, or takes the edited
-    /// winner; whatever it chooses then runs on the CPU with SPEC 5's bits. Never a
-    /// panic, never other bits.
+    /// The shipped H200 table with one field of the exact winner chosen for a case
+    /// edited (a corrupt or hand-edited table): the selector refuses the table with a
+    /// warning, gives way to the default or the runner-up with a reason, or takes the
+    /// edited winner; whatever it hands out fits (`fit`), so it runs, and on the CPU
+    /// gives SPEC 5's bits. Never a panic, never other bits.
     #[test]
     fn an_edited_winner_keeps_the_bits_or_is_refused(
         case in proptest::sample::select(CASES.to_vec()),
         field in proptest::prelude::any::<proptest::sample::Index>(),
         edit in edit(),
     ) {
-        use trellis::tune::Table;
         let cpu = CpuBackend::new().unwrap();
-        let (_, text) = Selector::embedded()
-            .iter()
-            .find(|(name, _)| *name == "nvidia-h200.toml")
-            .expect("the H200 table is embedded");
-        let mut table = Table::parse(text).unwrap();
         let (w, x) = case_data(&case, 7);
         let p = ops::reduce_problem(&w, &x).unwrap();
-        let mut shipped = Selector::empty();
-        shipped.add_text("nvidia-h200.toml", text);
-        let Source::Nearest { key, shape, .. } = shipped
-            .select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact)
-            .source
-        else {
-            panic!("{p}: every case has a table entry")
-        };
-        let entry = table
-            .entries
-            .iter_mut()
-            .find(|e| e.family == "reduce" && e.key().unwrap().to_string() == key && e.shape == shape)
-            .expect("the chosen entry is in the table");
-        let name = field.get(&entry.winner.keys().cloned().collect::<Vec<_>>()).clone();
-        match edit {
-            Edit::Number(n) => entry.winner.insert(name, toml::Value::Integer(n)),
-            Edit::Text => entry.winner.insert(name, toml::Value::String("edited".into())),
-            Edit::Removed => entry.winner.remove(&name),
-        };
-
-        let mut edited = Selector::empty();
-        edited.add_text("edited.toml", &table.to_toml());
-        let s = h200_choice::<ReduceFamily>(&edited, &cpu, &p, Tier::Exact);
-        // A winner its family cannot read refuses the table, by name.
-        for w in &edited.warnings {
-            proptest::prop_assert!(w.starts_with("edited.toml: ignored: "), "{}", w);
-        }
-        // What the selector hands out fits (`fit`), so it runs.
+        let s = edited_choice::<ReduceFamily>(&cpu, &p, Tier::Exact, field, edit);
         let got = ops::matvec_with(&cpu, &w, &x, s.variant)
             .unwrap_or_else(|e| panic!("{p}: {} ({}): {e}", s.variant, s.source));
         proptest::prop_assert!(
             got.bits_eq(&reference::reduce(&w, &x).unwrap()),
             "{}: {} ({})", p, s.variant, s.source
         );
+    }
+
+    /// The same for the fast tier's matrix-unit winners (more fields, more ways not to
+    /// fit): what the selector hands out runs and meets SPEC 7.
+    #[test]
+    fn an_edited_fast_winner_meets_spec7_or_is_refused(
+        case in proptest::sample::select(FAST_CASES.to_vec()),
+        field in proptest::prelude::any::<proptest::sample::Index>(),
+        edit in edit(),
+    ) {
+        use trellis::families::reduce_mma::{ReduceMmaFamily, ReduceMmaHost};
+        use trellis::family;
+        let cpu = CpuBackend::new().unwrap();
+        let (w, x) = case_data(&case, 9);
+        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+        let s = edited_choice::<ReduceMmaFamily>(&cpu, &p, Tier::Fast, field, edit);
+        let host = ReduceMmaHost { w, x };
+        let d = ReduceMmaFamily::upload(&cpu, &p, &host).unwrap();
+        let got = family::run::<ReduceMmaFamily, _>(&cpu, &p, s.variant, &d)
+            .unwrap_or_else(|e| panic!("{p}: {} ({}): {e}", s.variant, s.source));
+        let real = check::RealSums::of(&host.w, &host.x).unwrap();
+        let checked = check::fast_reduce(&got[0], &real);
+        proptest::prop_assert!(checked.is_ok(), "{}: {} ({}): {:?}", p, s.variant, s.source, checked);
     }
 }
