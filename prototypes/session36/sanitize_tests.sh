@@ -1,7 +1,10 @@
 #!/bin/bash
 # The thirty-sixth session's sanitizer call: the three GPU tests under compute-sanitizer's
 # memcheck (cuda_threads had not run under it), and gate_up_parts under racecheck and
-# synccheck, on the build of the session's checks call. Carry [".device"].
+# synccheck, on the build of the session's checks call. Carry [".device"], holding
+# `bins.txz`: `main/` with the stripped `xtask`, `trellis` and the three test binaries
+# (`cargo test --release --features cuda --test cuda_launch --test cuda_threads
+# --test gate_up_parts --no-run`), packed with `tar cJf .device/bins.txz main`.
 D=.device/main
 [ -f .device/bins.txz ] && tar xJf .device/bins.txz -C .device
 chmod +x $D/*
