@@ -71,10 +71,18 @@ pub fn ulp(dtype: DType, v: f64) -> f64 {
 
 /// First differing bit pattern, described (`None`: bit for bit equal).
 pub fn first_mismatch(got: &Activations, want: &Activations) -> Option<String> {
-    if got.rows != want.rows || got.cols != want.cols {
+    if got.dtype != want.dtype {
+        return Some(format!("dtype {} vs {}", got.dtype, want.dtype));
+    }
+    if got.rows != want.rows || got.cols != want.cols || got.data.len() != want.data.len() {
         return Some(format!(
-            "shape {}x{} vs {}x{}",
-            got.rows, got.cols, want.rows, want.cols
+            "shape {}x{} ({} values) vs {}x{} ({} values)",
+            got.rows,
+            got.cols,
+            got.data.len(),
+            want.rows,
+            want.cols,
+            want.data.len()
         ));
     }
     got.data
@@ -178,9 +186,24 @@ fn right_overflow(dtype: DType, got: f32, want: f64, bound: f64) -> bool {
         && want.abs() + bound >= overflow_threshold(dtype)
 }
 
+/// `got` holds its `rows x cols` values and as many as the real sums (`want`): a short
+/// or empty result is no pass.
+fn same_size(got: &Activations, want: usize) -> Result<(), String> {
+    if got.data.len() != want || got.rows * got.cols != want {
+        return Err(format!(
+            "shape {}x{} ({} values) where the real sums have {want}",
+            got.rows,
+            got.cols,
+            got.data.len()
+        ));
+    }
+    Ok(())
+}
+
 /// A fast `reduce` result against SPEC 7 (v2); finite where `y*` is finite and in the
 /// activation dtype's range.
 pub fn fast_reduce(got: &Activations, real: &RealSums) -> Result<String, String> {
+    same_size(got, real.y.len())?;
     let mut worst = 0f64;
     for (i, &y) in got.data.iter().enumerate() {
         let (want, bound) = (real.y[i], real.bound(got.dtype, i));
@@ -270,6 +293,10 @@ pub fn fast_gate_up(
     u: &RealSums,
     native_tail: bool,
 ) -> Result<String, String> {
+    if g.y.len() != u.y.len() {
+        return Err(format!("g has {} real sums, u {}", g.y.len(), u.y.len()));
+    }
+    same_size(got, g.y.len())?;
     let t = got.dtype;
     let mut worst = 0f64;
     for (i, &mid) in got.data.iter().enumerate() {
@@ -327,9 +354,32 @@ mod tests {
         let mut wrong = exact.clone();
         wrong.data[3] = wrong.data[3] * 1.5 + 1.0;
         assert!(fast_reduce(&wrong, &real).is_err());
-        let mut inf = exact;
+        let mut inf = exact.clone();
         inf.data[0] = f32::INFINITY;
         assert!(fast_reduce(&inf, &real).is_err());
+
+        // A result missing a sample, or empty, is no pass (nor a panic for a longer one),
+        // for `reduce`, `gate_up` and the bit comparison alike.
+        let short = Activations::from_f32(DType::Bf16, 1, 8, exact.data[..8].to_vec()).unwrap();
+        let empty = Activations::from_f32(DType::Bf16, 0, 8, Vec::new()).unwrap();
+        let long = Activations::from_f32(
+            DType::Bf16,
+            3,
+            8,
+            [&exact.data[..], &exact.data[..8]].concat(),
+        )
+        .unwrap();
+        for bad in [&short, &empty, &long] {
+            let e = fast_reduce(bad, &real).unwrap_err();
+            assert!(e.contains("where the real sums have 16"), "{e}");
+            let e = fast_gate_up(bad, &real, &real, false).unwrap_err();
+            assert!(e.contains("where the real sums have 16"), "{e}");
+            assert!(first_mismatch(bad, &exact).unwrap().starts_with("shape "));
+        }
+        let mut f16 = exact.clone();
+        f16.dtype = DType::F16;
+        assert_eq!(first_mismatch(&f16, &exact).unwrap(), "dtype f16 vs bf16");
+        assert_eq!(first_mismatch(&exact, &exact), None);
     }
 
     /// SPEC 6: a native tail is checked against the exact one within a tolerance: an exp

@@ -26,6 +26,10 @@ fn cases(
             // The candidates a tuner would time: those the kernel accepts for p.
             let mut all = GateUpMmaFamily::candidates(&p, Tier::Fast, true);
             all.retain(|v| GateUpMmaFamily::kernel(&p, *v).validate().is_ok());
+            assert!(
+                !all.is_empty(),
+                "{p}: the kernel refuses every quick candidate"
+            );
             let step = all.len().div_ceil(per).max(1);
             let mut vs: Vec<_> = all.into_iter().step_by(step).collect();
             let d = GateUpMmaFamily::default_variant(&p, Tier::Fast);
@@ -37,6 +41,8 @@ fn cases(
         .collect()
 }
 
+/// Checks every case; returns how many variants ran, which the tests ask to be at least
+/// two a problem on average (the defaults alone would be one).
 fn check_parts<B: Backend>(b: &B, per: usize) -> usize {
     let cases = cases(per);
     family::precompile::<GateUpMmaFamily, B>(b, &cases).unwrap();
@@ -81,13 +87,13 @@ fn check_parts<B: Backend>(b: &B, per: usize) -> usize {
 #[test]
 fn gate_and_up_meet_spec7_on_the_cpu() {
     let b = trellis::backend::CpuBackend::new().unwrap();
-    assert!(check_parts(&b, 3) >= GateUpMmaFamily::catalog(true).len());
+    assert!(check_parts(&b, 3) >= 2 * GateUpMmaFamily::catalog(true).len());
 }
 
 #[test]
 fn gate_and_up_meet_spec7_on_the_metal_simulator() {
     let b = trellis::backend::metal_sim::MetalSimBackend::new().unwrap();
-    assert!(check_parts(&b, 2) >= GateUpMmaFamily::catalog(true).len());
+    assert!(check_parts(&b, 2) >= 2 * GateUpMmaFamily::catalog(true).len());
 }
 
 #[cfg(feature = "cuda")]
@@ -95,5 +101,5 @@ fn gate_and_up_meet_spec7_on_the_metal_simulator() {
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
 fn gate_and_up_meet_spec7_on_cuda() {
     let b = trellis::backend::cuda::CudaBackend::new(0).unwrap();
-    assert!(check_parts(&b, 8) >= GateUpMmaFamily::catalog(true).len());
+    assert!(check_parts(&b, 8) >= 2 * GateUpMmaFamily::catalog(true).len());
 }

@@ -204,8 +204,13 @@ fn simd_functions_run_in_lockstep_and_inactive_lanes_are_poison() {
             ),
         }
         let down = if l + 3 >= 32 { lane(l) } else { lane(l + 3) };
-        if let Some(d) = down {
-            assert_eq!(o[1], d, "down at {i}");
+        match down {
+            Some(d) => assert_eq!(o[1], d, "down at {i}"),
+            None => assert!(
+                o[1].is_nan(),
+                "a shuffle down from an inactive lane reads as poison, got {}",
+                o[1]
+            ),
         }
         let up = if l < 2 { lane(l) } else { lane(l - 2) };
         assert_eq!(o[2], up.unwrap(), "up at {i}");

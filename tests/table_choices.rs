@@ -176,15 +176,26 @@ fn edit() -> impl proptest::strategy::Strategy<Value = Edit> {
     ]
 }
 
-/// The shipped H200 table's choice for `p`, with one field of the winner it chooses
-/// edited (`field` picks which), fitted to the CPU's limits. A winner the family cannot
-/// read refuses the edited table, with a warning naming it.
+/// Edit one field of a winner (`field` picks which).
+fn apply(winner: &mut toml::Table, field: proptest::sample::Index, edit: Edit) {
+    let name = field
+        .get(&winner.keys().cloned().collect::<Vec<_>>())
+        .clone();
+    match edit {
+        Edit::Number(n) => winner.insert(name, toml::Value::Integer(n)),
+        Edit::Text => winner.insert(name, toml::Value::String("edited".into())),
+        Edit::Removed => winner.remove(&name),
+    };
+}
+
+/// The shipped H200 table's choice for `p`, with the winner it chooses edited by `edit`,
+/// fitted to the CPU's limits. A winner the family cannot read refuses the edited table,
+/// with a warning naming it.
 fn edited_choice<F: Family>(
     cpu: &CpuBackend,
     p: &F::Problem,
     tier: Tier,
-    field: proptest::sample::Index,
-    edit: Edit,
+    edit: impl FnOnce(&mut toml::Table),
 ) -> Selection<F::Variant> {
     use trellis::tune::Table;
     let (_, text) = Selector::embedded()
@@ -204,16 +215,7 @@ fn edited_choice<F: Family>(
         .iter_mut()
         .find(|e| e.family == F::NAME && e.key().unwrap().to_string() == key && e.shape == shape)
         .expect("the chosen entry is in the table");
-    let name = field
-        .get(&entry.winner.keys().cloned().collect::<Vec<_>>())
-        .clone();
-    match edit {
-        Edit::Number(n) => entry.winner.insert(name, toml::Value::Integer(n)),
-        Edit::Text => entry
-            .winner
-            .insert(name, toml::Value::String("edited".into())),
-        Edit::Removed => entry.winner.remove(&name),
-    };
+    edit(&mut entry.winner);
     let mut edited = Selector::empty();
     edited.add_text("edited.toml", &table.to_toml());
     for w in &edited.warnings {
@@ -239,7 +241,7 @@ proptest::proptest! {
         let cpu = CpuBackend::new().unwrap();
         let (w, x) = case_data(&case, 7);
         let p = ops::reduce_problem(&w, &x).unwrap();
-        let s = edited_choice::<ReduceFamily>(&cpu, &p, Tier::Exact, field, edit);
+        let s = edited_choice::<ReduceFamily>(&cpu, &p, Tier::Exact, |w| apply(w, field, edit));
         let got = ops::matvec_with(&cpu, &w, &x, s.variant)
             .unwrap_or_else(|e| panic!("{p}: {} ({}): {e}", s.variant, s.source));
         proptest::prop_assert!(
@@ -261,7 +263,7 @@ proptest::proptest! {
         let cpu = CpuBackend::new().unwrap();
         let (w, x) = case_data(&case, 9);
         let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
-        let s = edited_choice::<ReduceMmaFamily>(&cpu, &p, Tier::Fast, field, edit);
+        let s = edited_choice::<ReduceMmaFamily>(&cpu, &p, Tier::Fast, |w| apply(w, field, edit));
         let host = ReduceMmaHost { w, x };
         let d = ReduceMmaFamily::upload(&cpu, &p, &host).unwrap();
         let got = family::run::<ReduceMmaFamily, _>(&cpu, &p, s.variant, &d)
@@ -270,4 +272,29 @@ proptest::proptest! {
         let checked = check::fast_reduce(&got[0], &real);
         proptest::prop_assert!(checked.is_ok(), "{}: {} ({}): {:?}", p, s.variant, s.source, checked);
     }
+}
+
+/// The property tests above pass whether an edit is taken or refused; here one that fits
+/// is taken: the winner's rows per simdgroup set to 1 (every shape fits it) is what the
+/// selector hands out, from the edited table, and it keeps SPEC 5's bits.
+#[test]
+fn an_edited_winner_that_fits_is_the_one_chosen() {
+    let cpu = CpuBackend::new().unwrap();
+    let (w, x) = case_data(&CASES[0], 7);
+    let p = ops::reduce_problem(&w, &x).unwrap();
+    let s = edited_choice::<ReduceFamily>(&cpu, &p, Tier::Exact, |w| {
+        w.insert("rows_per_simd".into(), toml::Value::Integer(1));
+    });
+    assert_eq!(s.variant.rows_per_simd, 1, "{}", s.source);
+    assert!(
+        matches!(&s.source, Source::Nearest { table, .. } if table == "edited.toml"),
+        "{}",
+        s.source
+    );
+    let got = ops::matvec_with(&cpu, &w, &x, s.variant).unwrap();
+    assert!(
+        got.bits_eq(&reference::reduce(&w, &x).unwrap()),
+        "{}",
+        s.variant
+    );
 }

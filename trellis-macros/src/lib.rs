@@ -457,9 +457,18 @@ mod tests {
             e.to_string().starts_with("unknown kernel argument `grids`"),
             "{e}"
         );
+        // All four given: the struct, its `KernelSpec` and the typed launch methods.
         let args = syn::parse_str::<KernelArgs>(&full.join(", ")).unwrap();
         let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
-        assert!(expand(args, item).is_ok());
+        let ts = squeeze(expand(args, item).unwrap());
+        for want in [
+            "structK{n:usize}",
+            "impl::trellis::kernel::KernelSpecforK",
+            "pubfnlaunch<B:::trellis::kernel::Backend>(&self,backend:&B,)",
+            "pubfnlaunch_into<'t,B:::trellis::kernel::Backend>(&self,backend:&B,y:&'tmutB::Tensor)",
+        ] {
+            assert!(ts.contains(want), "{want} in {ts}");
+        }
     }
 
     /// Generics, and tensor names the launch methods use themselves, are errors saying so

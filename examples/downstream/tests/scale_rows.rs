@@ -134,16 +134,23 @@ fn a_grid_the_backends_would_run_differently_is_an_error() {
     };
     let cpu = CpuBackend::new().unwrap();
     let sim = MetalSimBackend::new().unwrap();
+    let xv: Vec<f32> = (0..2 * 32).map(|i| i as f32 - 20.0).collect();
+    let sv = [2.0f32, -0.5];
+    let (xb, sb) = (DType::F32.encode(&xv), DType::F32.encode(&sv));
     let (x, s) = (
-        cpu.upload(Elem::F32, &[2, 32], &[0; 2 * 32 * 4]).unwrap(),
-        cpu.upload(Elem::F32, &[2], &[0; 8]).unwrap(),
+        cpu.upload(Elem::F32, &[2, 32], &xb).unwrap(),
+        cpu.upload(Elem::F32, &[2], &sb).unwrap(),
     );
     let (sx, ss) = (
-        sim.upload(Elem::F32, &[2, 32], &[0; 2 * 32 * 4]).unwrap(),
-        sim.upload(Elem::F32, &[2], &[0; 8]).unwrap(),
+        sim.upload(Elem::F32, &[2, 32], &xb).unwrap(),
+        sim.upload(Elem::F32, &[2], &sb).unwrap(),
     );
-    assert!(ok.launch(&cpu, &x, &s).is_ok());
-    assert!(ok.launch(&sim, &sx, &ss).is_ok());
+    // The grid it declares runs, and writes every row (outputs start zeroed).
+    let want: Vec<f32> = (0..2 * 32).map(|i| xv[i] * sv[i / 32]).collect();
+    let y = ok.launch(&cpu, &x, &s).unwrap().y;
+    assert_eq!(DType::F32.decode(&cpu.download(&y).unwrap()), want);
+    let y = ok.launch(&sim, &sx, &ss).unwrap().y;
+    assert_eq!(DType::F32.decode(&sim.download(&y).unwrap()), want);
     for (bad, says) in [
         (
             AnyGrid { threads: 48, ..ok },
