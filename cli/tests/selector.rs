@@ -452,6 +452,11 @@ fn bad_toml_syntax_is_a_warning() {
         &good.replacen("samples = 30", "samples = \"thirty\"", 1),
     );
     assert_eq!(s.warnings.len(), 3, "{:?}", s.warnings);
+    // Each names its input, in order; the wrong type names its field.
+    for (w, name) in s.warnings.iter().zip(["garbage", "list", "wrong types"]) {
+        assert!(w.starts_with(&format!("{name}: ignored: ")), "{w}");
+    }
+    assert!(s.warnings[2].contains("samples"), "{}", s.warnings[2]);
 }
 
 #[test]
