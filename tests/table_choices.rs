@@ -202,14 +202,14 @@ fn edited_choice<F: Family>(
         .iter()
         .find(|(name, _)| *name == "nvidia-h200.toml")
         .expect("the H200 table is embedded");
+    let mut table = Table::parse(text).unwrap();
     let mut shipped = Selector::empty();
-    shipped.add_text("nvidia-h200.toml", text);
+    shipped.add_table("nvidia-h200.toml", table.clone());
     let Source::Nearest { key, shape, .. } =
         shipped.select::<F>("cuda", "nvidia-h200", p, tier).source
     else {
         panic!("{p}: every case has a table entry")
     };
-    let mut table = Table::parse(text).unwrap();
     let entry = table
         .entries
         .iter_mut()

@@ -9,16 +9,7 @@
 D=.device/main
 chmod +x $D/*
 exec > >(tee -a "$OUT/log.txt") 2>&1
-CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-echo "compute-sanitizer: $CS"; $CS --version | tail -1
-mkdir -p /tmp/cs
-san() { # tool, timeout, name, command...
-  local tool=$1 t=$2 name=$3; shift 3
-  local S=$SECONDS
-  timeout $t $CS --tool $tool --error-exitcode 97 --print-limit 20 --log-file /tmp/cs/$name.san "$@" > /tmp/cs/$name.out 2>&1
-  echo "$name ($tool): rc=$? ($((SECONDS - S)) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs/$name.san | tail -2 | tr '\n' ' ')"
-  grep -E "matched|passed|failed" /tmp/cs/$name.out | tail -1
-}
+. prototypes/session33/san.sh
 san memcheck 240 quick-memcheck $D/xtask verify --backend cuda --quick --vectors .vectors --out /tmp/cs/quick.txt
 san memcheck 100 random-memcheck $D/xtask verify --backend cuda --random ${N:-24} --seed 20261537 --out /tmp/cs/random.txt
 san racecheck 120 random-racecheck $D/xtask verify --backend cuda --random ${N_RACE:-12} --seed 20261538

@@ -9,16 +9,7 @@ D=.device/main
 [ -f .device/bins.txz ] && tar xJf .device/bins.txz -C .device
 chmod +x $D/*
 exec > >(tee -a "$OUT/log.txt") 2>&1
-CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-echo "compute-sanitizer: $CS"; $CS --version | tail -1
-mkdir -p /tmp/cs
-san() { # tool, timeout, name, command...
-  local tool=$1 t=$2 name=$3; shift 3
-  local S=$SECONDS
-  timeout $t $CS --tool $tool --error-exitcode 97 --print-limit 20 --log-file /tmp/cs/$name.san "$@" > /tmp/cs/$name.out 2>&1
-  echo "$name ($tool): rc=$? ($((SECONDS - S)) s): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/cs/$name.san | tail -2 | tr '\n' ' ')"
-  grep -E "test result" /tmp/cs/$name.out | tail -1
-}
+. prototypes/session33/san.sh
 for t in cuda_threads cuda_launch gate_up_parts; do
   san memcheck 150 $t-memcheck $D/$t --ignored --test-threads 1
 done
