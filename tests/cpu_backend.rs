@@ -320,6 +320,7 @@ fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
             .filter(|v| !v.prefetch_words && !v.stream_words)
             .collect()
     };
+    // `budget_variants(.., &[4])`: groups of 2 and 4 simdgroups at 4 rows each.
     assert_eq!(budgeted(&problem(8, 4096)).len(), 2);
     assert!(budgeted(&problem(4, 4096)).is_empty());
     assert!(budgeted(&problem(8, 130)).is_empty());
@@ -497,7 +498,7 @@ fn three_and_eight_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
     let probe = edge_probe_variants(Tier::Exact, TUNED_ROWS);
     assert!(probe.len() == 1 && probe[0].rows_per_simd == 8);
     let offered = three_row_variants(Tier::Exact, 4, 17408);
-    assert_eq!(offered.len(), 3);
+    assert_eq!(offered.len(), 3, "groups of 1, 2 and 4 simdgroups");
     let one_wave = one_wave_variants(Tier::Exact, 1, 17408);
     assert!(one_wave.len() == 1 && one_wave[0].max_registers == 40);
     assert_eq!(
@@ -576,10 +577,13 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
     // Offered at the tuned sizes where k allows vector loads: M 1 / 2 with the 3-row sets,
     // M 8 with the budgets and the 3-row sets; not at M 4 (same registers) nor for odd k.
     use trellis::catalog::{scalar_word_variants as offered, BALANCE_ROWS, TUNED_ROWS};
+    // 3 rows per simdgroup in groups of 2 and 4 at M 1, of 1, 2 and 4 at M 2; at M 8 the
+    // 4-row sets (groups of 2 and 4, unbudgeted and at 168 registers: 4) and the 3-row
+    // sets (groups of 1, 2 and 4: 3).
     assert_eq!(offered(Tier::Exact, 1, BALANCE_ROWS, true).len(), 2);
     assert_eq!(offered(Tier::Exact, 2, BALANCE_ROWS, true).len(), 3);
     let m8 = offered(Tier::Exact, 8, TUNED_ROWS, true);
-    assert_eq!(m8.len(), 7);
+    assert_eq!(m8.len(), 4 + 3);
     assert_eq!(m8.iter().filter(|v| v.rows_per_simd == 3).count(), 3);
     assert!(offered(Tier::Exact, 1, BALANCE_ROWS - 1, true).is_empty());
     assert!(offered(Tier::Exact, 4, BALANCE_ROWS, true).is_empty());
@@ -603,6 +607,7 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
             .filter(|v| v.scalar_words)
             .count()
     };
+    // The `reduce` shapes of M 1 (2) and M 2 (3); none where neither k loads vectors (k 3).
     assert_eq!(scalar_count(3, 4, 1), 2);
     assert_eq!(scalar_count(4, 4, 2), 3);
     assert_eq!(scalar_count(3, 3, 1), 0);
@@ -702,15 +707,22 @@ fn prefetched_and_streamed_code_words_change_only_the_cuda_loads() {
     use trellis::catalog::{code_load_variants as offered, BALANCE_ROWS, TUNED_ROWS};
     for m in [1, 2, 4] {
         let v = offered(Tier::Exact, m, TUNED_ROWS);
-        assert_eq!(v.len(), if m == 4 { 27 } else { 9 });
+        // Row sets (1, 2 and 4 simdgroups a group, at widths 2 / 3 / 4 for M 4, else 2)
+        // times the three twins: prefetch, evict-first, both.
+        assert_eq!(v.len(), if m == 4 { 3 * 3 * 3 } else { 3 * 3 });
         assert!(v.iter().all(|v| v.prefetch_words || v.stream_words));
         assert!(v.iter().all(|v| v.rows_per_simd == 2 || m == 4));
     }
-    assert_eq!(offered(Tier::Exact, 4, BALANCE_ROWS).len(), 9);
+    assert_eq!(
+        offered(Tier::Exact, 4, BALANCE_ROWS).len(),
+        3 * 3,
+        "3-row sets x twins"
+    );
     assert!(offered(Tier::Exact, 1, BALANCE_ROWS).is_empty());
     let m8 = offered(Tier::Exact, 8, TUNED_ROWS);
-    assert_eq!(m8.len(), 15);
-    assert_eq!(m8.iter().filter(|v| v.max_registers == 168).count(), 6);
+    // (3 three-row sets + 2 four-row budgets) x 3 twins; the budgets' twins: 2 x 3.
+    assert_eq!(m8.len(), (3 + 2) * 3);
+    assert_eq!(m8.iter().filter(|v| v.max_registers == 168).count(), 2 * 3);
     assert!(m8.iter().all(|v| v.rows_per_simd >= 3));
     assert!(offered(Tier::Exact, 8, BALANCE_ROWS).is_empty());
     assert!(offered(Tier::Exact, 1, TUNED_ROWS - 1).is_empty());
@@ -895,7 +907,8 @@ fn interleaved_x_keeps_the_bits_and_is_offered_where_x_bounds_the_l1() {
 
     // Offered at M 2 / 4 from TUNED_ROWS below BALANCE_ROWS with whole slices only.
     let offered = interleaved_x_variants(Tier::Exact, 4, 5120, 17408);
-    assert_eq!(offered.len(), 36);
+    // M 4's 9 row sets of `code_load_variants` and their 27 twins.
+    assert_eq!(offered.len(), 9 + 27);
     assert!(offered.iter().all(|v| v.interleaved_x));
     assert_eq!(
         interleaved_x_variants(Tier::Exact, 2, 5120, 17408).len(),
