@@ -64,8 +64,7 @@ impl HostTensor {
     }
     /// The tensor's bytes.
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: u32 storage viewed as bytes; byte_len <= 4 * words.len().
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.byte_len()) }
+        &bytemuck::cast_slice(&self.words)[..self.byte_len()]
     }
     pub(super) fn bytes_mut(&mut self) -> &mut [u8] {
         let n = self.byte_len();
@@ -73,11 +72,7 @@ impl HostTensor {
     }
     /// The whole storage, elements and padding, as bytes.
     fn storage_mut(&mut self) -> &mut [u8] {
-        // SAFETY: u32 storage viewed as bytes (any bit pattern is valid either way),
-        // uniquely borrowed, 4 bytes a word.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.words.len() * 4)
-        }
+        bytemuck::cast_slice_mut(&mut self.words)
     }
 }
 

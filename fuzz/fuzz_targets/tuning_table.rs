@@ -1,0 +1,121 @@
+//! Any text as a tuning table: it is refused with a reason, or every choice the selector
+//! makes from it (fitted to the CPU's limits, as the facade fits it) renders for the CPU
+//! and keeps the key's tier. A table the tuner never wrote (stale, edited, corrupt) must
+//! never become a panic or a kernel that cannot run.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use trellis::family::{Family, FamilyVisitor, ProblemSpec};
+use trellis::kernel::{Dialect, KernelSpec, Limits};
+use trellis::numerics::Tier;
+use trellis::tune::table::Table;
+use trellis::tune::{check_table, fit, Selector};
+use trellis::{Code, DType};
+
+/// A small problem with an entry's key fields (`bf16 M=2 k3 L12 1mad`, or a gate/up's
+/// `bf16 M=1 gate=k3 L12 1mad up=k4 L12 1mad tail=exact`), so the entry is chosen by its
+/// nearest bucket; `None` where the fields say something a flag cannot.
+fn spec_of(fields: &str) -> Option<ProblemSpec> {
+    let mut words = fields.split(' ');
+    let dtype: DType = words.next()?.parse().ok()?;
+    let m = words.next()?.strip_prefix("M=")?.parse().ok()?;
+    let mut projections = Vec::new();
+    let rest: Vec<&str> = words.collect();
+    for part in rest.chunks(3) {
+        let [k, l, code] = part else { break };
+        let k = k.trim_start_matches("gate=").trim_start_matches("up=");
+        let k: u32 = k.strip_prefix('k')?.parse().ok()?;
+        let l: u32 = l.strip_prefix('L')?.parse().ok()?;
+        projections.push((k, l, code.parse::<Code>().ok()?));
+    }
+    let (k, l, code) = *projections.first()?;
+    let ku = match projections.get(1) {
+        Some(&(ku, lu, cu)) if (lu, cu) == (l, code) => Some(ku),
+        Some(_) => return None,
+        None => None,
+    };
+    Some(ProblemSpec {
+        rows: 64,
+        cols: 512,
+        t: 256,
+        k,
+        ku,
+        l,
+        code,
+        dtype,
+        m,
+    })
+}
+
+/// Each registered family whose problem the entry's key describes: the selector's
+/// choice, fitted, renders for the CPU at the key's tier.
+struct Choose<'a> {
+    selector: &'a Selector,
+    backend: &'a str,
+    device: &'a str,
+    label: &'a str,
+    fields: &'a str,
+    tier: Tier,
+    spec: &'a ProblemSpec,
+}
+
+impl FamilyVisitor for Choose<'_> {
+    fn visit<F: Family>(&mut self) {
+        let Ok(p) = F::problem(self.spec) else { return };
+        let key = F::key(&p, self.tier);
+        if (key.family.as_str(), key.fields.as_str()) != (self.label, self.fields) {
+            return;
+        }
+        let s = self
+            .selector
+            .select::<F>(self.backend, self.device, &p, self.tier);
+        let s = fit::<F>(s, &p, self.tier, &Limits::CUDA_OPT_IN);
+        assert_eq!(
+            F::tier(&s.variant),
+            self.tier,
+            "{p}: {} ({})",
+            s.variant,
+            s.source
+        );
+        if let Err(e) = F::kernel(&p, s.variant).unit(Dialect::Cpu) {
+            panic!(
+                "{p}: the choice {} ({}) does not render: {e}",
+                s.variant, s.source
+            );
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(table) = Table::parse(text) else {
+        return;
+    };
+    // What `Selector::add_text` adds; a refused table is a warning, and the default rules.
+    if check_table(&table).is_err() {
+        let mut s = Selector::empty();
+        s.add_text("fuzz.toml", text);
+        assert_eq!(s.tables().count(), 0, "a refused table was added");
+        return;
+    }
+    let mut selector = Selector::empty();
+    selector.add_table("fuzz.toml", table.clone());
+    let (backend, device) = (&table.device.backend, &table.device.id);
+    for e in &table.entries {
+        let Ok(key) = e.key() else { continue };
+        let Some(spec) = spec_of(&key.fields) else {
+            continue;
+        };
+        trellis::families::for_each(&mut Choose {
+            selector: &selector,
+            backend,
+            device,
+            label: &key.family,
+            fields: &key.fields,
+            tier: key.tier,
+            spec: &spec,
+        });
+    }
+});
