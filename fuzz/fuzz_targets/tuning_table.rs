@@ -1,6 +1,7 @@
 //! Any text as a tuning table: it is refused with a reason, or every choice the selector
-//! makes from it (fitted to the CPU's limits, as the facade fits it) renders for the CPU
-//! and keeps the key's tier. A table the tuner never wrote (stale, edited, corrupt) must
+//! makes from it (fitted to its device's limits, as the facade fits it: Metal's 32 KB,
+//! else CUDA's opt-in, which the CPU enforces too) keeps the key's tier and renders for
+//! the table's dialect and for the CPU. A table the tuner never wrote (stale, edited, corrupt) must
 //! never become a panic or a kernel that cannot run.
 #![no_main]
 
@@ -48,9 +49,10 @@ fn spec_of(fields: &str) -> Option<ProblemSpec> {
 }
 
 /// Each registered family whose problem the entry's key describes: the selector's
-/// choice, fitted, renders for the CPU at the key's tier.
+/// choice, fitted, renders for the table's dialect and the CPU at the key's tier.
 struct Choose<'a> {
     selector: &'a Selector,
+    dialect: Dialect,
     backend: &'a str,
     device: &'a str,
     label: &'a str,
@@ -69,19 +71,17 @@ impl FamilyVisitor for Choose<'_> {
         let s = self
             .selector
             .select::<F>(self.backend, self.device, &p, self.tier);
-        let s = fit::<F>(s, &p, self.tier, &Limits::CUDA_OPT_IN);
-        assert_eq!(
-            F::tier(&s.variant),
-            self.tier,
-            "{p}: {} ({})",
-            s.variant,
-            s.source
-        );
-        if let Err(e) = F::kernel(&p, s.variant).unit(Dialect::Cpu) {
-            panic!(
-                "{p}: the choice {} ({}) does not render: {e}",
-                s.variant, s.source
-            );
+        let limits = match self.dialect {
+            Dialect::Metal => Limits::METAL,
+            Dialect::Cuda | Dialect::Cpu => Limits::CUDA_OPT_IN,
+        };
+        let s = fit::<F>(s, &p, self.tier, &limits);
+        let (v, source) = (s.variant, &s.source);
+        assert_eq!(F::tier(&v), self.tier, "{p}: {v} ({source})");
+        for d in [self.dialect, Dialect::Cpu] {
+            if let Err(e) = F::kernel(&p, v).unit(d) {
+                panic!("{p}: the choice {v} ({source}) does not render for {d:?}: {e}");
+            }
         }
     }
 }
@@ -100,6 +100,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(s.tables().count(), 0, "a refused table was added");
         return;
     }
+    let dialect = table
+        .device
+        .dialect()
+        .expect("a checked table names its dialect");
     let mut selector = Selector::empty();
     selector.add_table("fuzz.toml", table.clone());
     let (backend, device) = (&table.device.backend, &table.device.id);
@@ -110,6 +114,7 @@ fuzz_target!(|data: &[u8]| {
         };
         trellis::families::for_each(&mut Choose {
             selector: &selector,
+            dialect,
             backend,
             device,
             label: &key.family,
