@@ -43,7 +43,7 @@ fuzz_target!(|input: Input| {
         None => usize::from(input.blocks % 3) * t,
     };
     // The Viterbi pass is 2^L states a weight: keep the executions short.
-    if rows * cols * (1usize << l.min(16)) > 1 << 24 || cols > 1024 {
+    if rows * cols * (1usize << l.min(16)) > 1 << 22 || cols > 1024 {
         return;
     }
     let code = Code::ALL[usize::from(input.code) % Code::ALL.len()];
