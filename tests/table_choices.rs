@@ -124,9 +124,8 @@ fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
     use trellis::family;
     let cpu = CpuBackend::new().unwrap();
     let selector = Selector::from_env();
-    let cases = FAST_CASES;
     let (mut host_f16, mut early) = (0, 0);
-    for (i, case) in cases.iter().enumerate() {
+    for (i, case) in FAST_CASES.iter().enumerate() {
         let (w, x) = case_data(case, 400 + i as u64);
         let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
         let s = h200_choice::<ReduceMmaFamily>(&selector, &cpu, &p, Tier::Fast);
@@ -152,7 +151,11 @@ fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
             assert!(got[0].bits_eq(&want[0]), "{p}: {}", s.variant);
         }
     }
-    assert!(host_f16 >= cases.len() - 1, "{host_f16} of {}", cases.len());
+    assert!(
+        host_f16 >= FAST_CASES.len() - 1,
+        "{host_f16} of {}",
+        FAST_CASES.len()
+    );
     // The M = 16 choices load their first code words before the staging.
     assert!(early >= 1, "no choice took early words");
 }

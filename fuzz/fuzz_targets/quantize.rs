@@ -52,16 +52,11 @@ fuzz_target!(|input: Input| {
         (Code::Lut, None) if (2..=16).contains(&l) => trellis::encode::gaussian_lut(l, 1).ok(),
         (_, given) => given,
     };
-    let dense: Vec<f32> = if input.exact_len || input.values.is_empty() {
-        input.values.clone()
+    let values = input.values;
+    let dense: Vec<f32> = if input.exact_len || values.is_empty() {
+        values
     } else {
-        input
-            .values
-            .iter()
-            .copied()
-            .cycle()
-            .take(rows * cols)
-            .collect()
+        values.iter().copied().cycle().take(rows * cols).collect()
     };
     let opts = EncodeOptions {
         t,
