@@ -584,9 +584,150 @@ fn good_and_bad_tables_side_by_side() {
             .source,
         Source::Table { .. }
     ));
-    // The h100 table's only entry is stale: the default, saying so.
+    // The h100 table's only entry is stale: the family member's stands in, saying so.
     let sel = s.select::<ReduceFamily>("cuda", "nvidia-h100", &problem(4096, 4096), Tier::Exact);
-    assert!(sel.source.to_string().contains("stale"), "{}", sel.source);
+    assert_eq!(sel.variant, winner());
+    match &sel.source {
+        Source::Nearest { table, why, .. } => {
+            assert!(table.ends_with("b-nvidia-h200.toml"), "{table}");
+            assert!(
+                why.contains("nearest device nvidia-h200 for nvidia-h100")
+                    && why.contains("a-nvidia-h100.toml: 1 entries for")
+                    && why.contains("are stale"),
+                "{why}"
+            );
+        }
+        other => panic!("expected Source::Nearest, got {other:?}"),
+    }
+    // With no member to stand in, the default, saying so.
+    let d = dir_with(&[("a-nvidia-h100.toml", stale.to_toml())]);
+    let sel = selector_of(d.path()).select::<ReduceFamily>(
+        "cuda",
+        "nvidia-h100",
+        &problem(4096, 4096),
+        Tier::Exact,
+    );
+    assert_eq!(sel.variant, Variant::default());
+    match &sel.source {
+        Source::Default { why } => assert!(why.contains("are stale"), "{why}"),
+        other => panic!("expected Source::Default, got {other:?}"),
+    }
+}
+
+/// A device's tables layer: a later one (this checkout's `tuning/local/`,
+/// `$TRELLIS_TUNING_DIR`, the API) wins the keys it holds, at the same bucket and shape,
+/// and every key it lacks falls through to the earlier ones (the shipped table), so a
+/// tune over part of the space keeps the rest of the shipped choices.
+#[test]
+fn a_later_table_layers_over_an_earlier_one() {
+    let m4 = ReduceProblem {
+        m: 4,
+        ..problem(4096, 4096)
+    };
+    let at_m4 = |v: &Variant| {
+        let mut e = entry(4096, 4096, v);
+        e.key = ReduceFamily::key_fields(&m4);
+        e
+    };
+    let later_winner = Variant {
+        rows_per_group: 2,
+        ..winner()
+    };
+    // The earlier table: M 1 and M 4 at 4096x4096, and M 1 at 1024x1024 too.
+    let mut shipped = table("nvidia-h200", "cuda");
+    shipped.entries.push(at_m4(&winner()));
+    // The later one: M 1 only, at 4096x4096 and at 1024x1024.
+    let mut local = table("nvidia-h200", "cuda");
+    local.entries[0].winner = record(&later_winner);
+    let small = Variant {
+        rows_per_group: 4,
+        ..winner()
+    };
+    local.entries.push(entry(1024, 1024, &small));
+    let mut s = Selector::empty();
+    s.add_table("shipped", shipped.clone());
+    s.add_table("local", local);
+    let pick = |s: &Selector, p: &ReduceProblem| {
+        let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", p, Tier::Exact);
+        let Source::Table { table, .. } = &sel.source else {
+            panic!("{p}: expected Source::Table, got {:?}", sel.source)
+        };
+        (sel.variant, table.clone())
+    };
+    assert_eq!(
+        pick(&s, &problem(4096, 4096)),
+        (later_winner, "local".into())
+    );
+    assert_eq!(pick(&s, &problem(1024, 1024)), (small, "local".into()));
+    assert_eq!(pick(&s, &m4), (winner(), "shipped".into()));
+    // Between layers the nearest bucket still comes first: at 2048 x 1024 the later
+    // table's 1024x1024 entry is one octave away and the earlier's 4096x4096 two.
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(2048, 1024), Tier::Exact);
+    assert_eq!(sel.variant, small, "{}", sel.source);
+    // And a nearer bucket of an earlier table beats a farther one of a later table.
+    let mut s = Selector::empty();
+    let mut far = table("nvidia-h200", "cuda");
+    far.entries[0] = entry(1024, 1024, &small);
+    s.add_table("shipped", shipped);
+    s.add_table("local", far);
+    assert_eq!(pick(&s, &problem(4096, 4096)), (winner(), "shipped".into()));
+}
+
+/// A key the device's own tables lack is taken from the nearest family member's, as
+/// where the device has no table: an H100 table tuned over the M 1 keys leaves the
+/// other keys to the H200's entries, not to the built-in default.
+#[test]
+fn a_key_the_own_table_lacks_falls_to_the_family_member() {
+    let m4 = ReduceProblem {
+        m: 4,
+        ..problem(4096, 4096)
+    };
+    let mut h200 = table("nvidia-h200", "cuda");
+    h200.entries[0].key = ReduceFamily::key_fields(&m4);
+    let h100 = Table {
+        entries: vec![entry(4096, 4096, &Variant::default())],
+        ..table("nvidia-h100", "cuda")
+    };
+    let d = dir_with(&[
+        ("nvidia-h100.toml", h100.to_toml()),
+        ("nvidia-h200.toml", h200.to_toml()),
+    ]);
+    let s = selector_of(d.path());
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let own = s.select::<ReduceFamily>("cuda", "nvidia-h100", &problem(4096, 4096), Tier::Exact);
+    assert!(
+        matches!(own.source, Source::Table { .. }),
+        "{:?}",
+        own.source
+    );
+    assert_eq!(own.variant, Variant::default());
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h100", &m4, Tier::Exact);
+    assert_eq!(sel.variant, winner());
+    match &sel.source {
+        Source::Nearest { table, why, .. } => {
+            assert!(table.ends_with("nvidia-h200.toml"), "{table}");
+            assert!(
+                why.contains("nearest device nvidia-h200 for nvidia-h100")
+                    && why.contains("nvidia-h100.toml has no entry for"),
+                "{why}"
+            );
+        }
+        other => panic!("expected Source::Nearest, got {other:?}"),
+    }
+    // Neither has the key: the default names the device's own table.
+    let m2 = ReduceProblem {
+        m: 2,
+        ..problem(4096, 4096)
+    };
+    match s
+        .select::<ReduceFamily>("cuda", "nvidia-h100", &m2, Tier::Exact)
+        .source
+    {
+        Source::Default { why } => {
+            assert!(why.contains("nvidia-h100.toml has no entry for"), "{why}")
+        }
+        other => panic!("expected Source::Default, got {other:?}"),
+    }
 }
 
 /// A `*.toml` that is a pipe, a device or too large is ignored with a warning, unread
@@ -727,23 +868,25 @@ fn path_str(p: &Path) -> &str {
 
 #[test]
 fn cli_select_reads_tables() {
-    let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
+    // A device id no shipped table has: its entries layer over nothing (the H200's own
+    // would win nearer buckets at 8192 x 2048).
+    let d = dir_with(&[("nvidia-test.toml", table("nvidia-test", "cuda").to_toml())]);
     let dir = path_str(d.path());
     let want = format!("variant: {}", winner());
 
     // Exact: --backend defaults to cuda for nvidia-*.
-    let (out, _) = ok(&select_args("nvidia-h200", Some(dir), &[]));
+    let (out, _) = ok(&select_args("nvidia-test", Some(dir), &[]));
     assert!(out.contains(&want), "{out}");
     let source = line(&out, "source");
     assert!(
-        source.starts_with("table ") && source.contains("nvidia-h200.toml"),
+        source.starts_with("table ") && source.contains("nvidia-test.toml"),
         "{out}"
     );
     assert!(source.contains(&key(4096, 4096).to_string()), "{out}");
     assert!(!source.contains('('), "exact, not nearest: {out}");
 
     // Nearest bucket.
-    let mut args = select_args("nvidia-h200", Some(dir), &[]);
+    let mut args = select_args("nvidia-test", Some(dir), &[]);
     args[6] = "8192"; // --rows
     args[8] = "2048"; // --cols
     let (out, _) = ok(&args);
@@ -751,27 +894,27 @@ fn cli_select_reads_tables() {
     assert!(line(&out, "source").contains("nearest bucket"), "{out}");
 
     // Nearest device (an id no checked-in table will have, so only ours is near).
-    let (out, _) = ok(&select_args("nvidia-h200-zz", Some(dir), &[]));
+    let (out, _) = ok(&select_args("nvidia-test-zz", Some(dir), &[]));
     assert!(out.contains(&want), "{out}");
     assert!(
-        line(&out, "source").contains("nearest device nvidia-h200 for nvidia-h200-zz"),
+        line(&out, "source").contains("nearest device nvidia-test for nvidia-test-zz"),
         "{out}"
     );
     // Both at once: each named.
-    let mut args = select_args("nvidia-h200-zz", Some(dir), &[]);
+    let mut args = select_args("nvidia-test-zz", Some(dir), &[]);
     args[6] = "8192"; // --rows
     args[8] = "2048"; // --cols
     let (out, _) = ok(&args);
     let source = line(&out, "source");
     assert!(
-        source.contains("nearest device nvidia-h200 for nvidia-h200-zz")
+        source.contains("nearest device nvidia-test for nvidia-test-zz")
             && source.contains("nearest bucket"),
         "{out}"
     );
 
     // Same device id on another backend's tables: the default.
     let (out, _) = ok(&select_args(
-        "nvidia-h200",
+        "nvidia-test",
         Some(dir),
         &["--backend", "cpu"],
     ));

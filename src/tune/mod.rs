@@ -45,7 +45,8 @@ pub enum Source {
         /// Why no table entry was taken.
         why: String,
     },
-    /// No measured table for the device: a prior rule (`tuning/priors/`), with its source.
+    /// No measured entry for the key in the device's own tables: a prior rule
+    /// (`tuning/priors/`), with its source.
     Prior {
         /// The prior file.
         file: String,
@@ -75,7 +76,7 @@ impl fmt::Display for Source {
             }
             Source::Default { why } => write!(f, "built-in default ({why})"),
             Source::Prior { file, rule, why } => {
-                write!(f, "prior {file}, rule {rule} (no measured table; {why})")
+                write!(f, "prior {file}, rule {rule} (no measured entry; {why})")
             }
         }
     }
@@ -259,7 +260,8 @@ pub fn read_table(path: &Path) -> Result<Table> {
         .map_err(|e| Error::file(path, e))
 }
 
-/// Environment variable naming a directory of `*.toml` tables that override the embedded ones.
+/// Environment variable naming a directory of `*.toml` tables layered over the embedded
+/// ones and `tuning/local/` (their entries win where both have one).
 pub const TUNING_DIR_ENV: &str = "TRELLIS_TUNING_DIR";
 
 /// Where `cargo xtask tune` writes the tables it measures on this machine by default:
@@ -273,8 +275,8 @@ pub fn local_tables_dir() -> PathBuf {
 }
 
 impl Selector {
-    /// Embedded tables, overridden per device by this checkout's own tables
-    /// ([`local_tables_dir`], when it exists) and then by `$TRELLIS_TUNING_DIR/*.toml`.
+    /// Embedded tables, with this checkout's own tables ([`local_tables_dir`], when it
+    /// exists) and then `$TRELLIS_TUNING_DIR/*.toml` layered over them per device.
     pub fn from_env() -> Self {
         let mut s = Selector::empty();
         for (name, text) in EMBEDDED {
@@ -303,7 +305,8 @@ impl Selector {
         EMBEDDED
     }
 
-    /// Add every `*.toml` of a directory (later tables for the same device win).
+    /// Add every `*.toml` of a directory, in name order (each layers over the ones before:
+    /// [`Selector::add_table`]).
     pub fn add_dir(&mut self, dir: &Path) {
         let mut paths: Vec<PathBuf> = match std::fs::read_dir(dir) {
             Ok(rd) => rd
@@ -339,33 +342,39 @@ impl Selector {
         }
     }
 
-    /// Add a parsed table (API override).
+    /// Add a parsed table (API override). It layers over the tables added before it for
+    /// the same device: where both hold an entry for a key at the same bucket and
+    /// shape, this one's is taken; a key it lacks falls through to them, so a table
+    /// tuned over part of the space keeps the rest of the shipped choices.
     pub fn add_table(&mut self, name: &str, table: Table) {
-        self.tables.retain(|(_, o)| {
-            !(o.device.id == table.device.id && o.device.backend == table.device.backend)
-        });
         self.tables.push((name.to_string(), table));
     }
 
-    /// The table for `device` of `backend`, or the one whose device id shares the
-    /// longest prefix (a family member); `bool`: whether it is a family member's.
-    fn table_for(&self, backend: &str, device: &str) -> Option<(&(String, Table), bool)> {
-        let mine = || {
-            self.tables
-                .iter()
-                .filter(|(_, t)| t.device.backend == backend)
-        };
-        if let Some(t) = mine().find(|(_, t)| t.device.id == device) {
-            return Some((t, false));
-        }
-        mine()
-            .map(|e| (common_prefix(&e.1.device.id, device), e))
-            .filter(|(n, _)| *n >= 3)
-            .max_by_key(|(n, _)| *n)
-            .map(|(_, e)| (e, true))
+    /// The tables of `device` of `backend`, latest added first.
+    fn tables_of<'s>(&'s self, backend: &'s str, device: &'s str) -> Vec<&'s (String, Table)> {
+        self.tables
+            .iter()
+            .rev()
+            .filter(|(_, t)| t.device.backend == backend && t.device.id == device)
+            .collect()
     }
 
-    /// The choice for problem `p` of family `F` in `tier` on `device` of `backend`.
+    /// The family member nearest `device`: the other device of `backend` whose id shares
+    /// the longest prefix with it (at least 3 characters; the latest added on a tie).
+    fn family_member(&self, backend: &str, device: &str) -> Option<&str> {
+        self.tables
+            .iter()
+            .filter(|(_, t)| t.device.backend == backend && t.device.id != device)
+            .map(|(_, t)| (common_prefix(&t.device.id, device), t.device.id.as_str()))
+            .filter(|(n, _)| *n >= 3)
+            .max_by_key(|(n, _)| *n)
+            .map(|(_, id)| id)
+    }
+
+    /// The choice for problem `p` of family `F` in `tier` on `device` of `backend`:
+    /// the device's own tables' entry for the key at the nearest bucket (and, in it, the
+    /// nearest measured shape; the latest table on a tie), else a prior rule for the
+    /// device, else the nearest family member's entry the same way, else the default.
     pub fn select<F: Family>(
         &self,
         backend: &str,
@@ -379,50 +388,34 @@ impl Selector {
             source: Source::Default { why },
             runner_up: None,
         };
-        let table = self.table_for(backend, device);
-        // Until the device has its own measured table, a prior rule for it wins.
-        if table.is_none_or(|(_, via_family)| via_family) {
-            if let Some(s) = prior_for::<F>(backend, device, p, tier) {
-                return s;
-            }
-        }
-        let Some(((name, t), via_family)) = table else {
-            return default(format!("no {backend} table for device {device}"));
-        };
-        let current = t
-            .device
-            .dialect()
-            .map(|d| source_hash_of::<F>(d, p))
-            .unwrap_or_default();
-        let keyed = t
-            .entries
-            .iter()
-            .filter_map(|e| e.key().ok().map(|k| (k, e)))
-            .filter(|(k, _)| k.same_but_bucket(&key));
-        let (mut fresh, mut stale) = (Vec::new(), 0usize);
-        for (k, e) in keyed {
-            if e.source_hash == current {
-                fresh.push((k, e));
-            } else {
-                stale += 1;
-            }
-        }
-        // The nearest bucket, and in it the entry measured at the nearest shape: a
-        // bucket holds several shapes where several were tuned (the presets' 17408 and
-        // 14336 rows share one), and each shape's own entry is its best choice.
+        let own = self.tables_of(backend, device);
         let shape = F::shape(p);
-        let Some((k, e)) = fresh.into_iter().min_by(|(a, ea), (b, eb)| {
-            let da = a.bucket.log_distance(&key.bucket);
-            let db = b.bucket.log_distance(&key.bucket);
-            da.cmp(&db)
-                .then(shape_distance(&ea.shape, shape).total_cmp(&shape_distance(&eb.shape, shape)))
-        }) else {
-            let why = if stale > 0 {
-                format!("table {name}: {stale} entries for [{key}] are stale ({} sources changed since; re-run `cargo xtask tune`)", F::NAME)
-            } else {
-                format!("table {name} has no entry for [{key}]")
-            };
-            return default(why);
+        let mut own_miss = None;
+        let ((name, t), k, e) = match nearest_entry::<F>(&own, &key, p, shape) {
+            Ok(hit) => hit,
+            Err(miss) => {
+                if let Some(s) = prior_for::<F>(backend, device, p, tier) {
+                    return s;
+                }
+                let member = self.family_member(backend, device);
+                let theirs = member
+                    .map(|m| self.tables_of(backend, m))
+                    .unwrap_or_default();
+                match nearest_entry::<F>(&theirs, &key, p, shape) {
+                    Ok(hit) => {
+                        own_miss = (!own.is_empty()).then_some(miss);
+                        hit
+                    }
+                    Err(_) if own.is_empty() && theirs.is_empty() => {
+                        return default(format!("no {backend} table for device {device}"))
+                    }
+                    // The device's own tables say why first: a member's only stands in.
+                    Err(theirs) => {
+                        let miss = if own.is_empty() { theirs } else { miss };
+                        return default(miss.why(&key, F::NAME));
+                    }
+                }
+            }
         };
         let variant = match e.winner::<F::Variant>() {
             Ok(v) if F::tier(&v) == tier => v,
@@ -440,7 +433,8 @@ impl Selector {
         // Each way the entry stands in for the key is named (another device of the
         // family, another bucket, or both).
         let why: Vec<String> = [
-            via_family.then(|| format!("nearest device {} for {device}", t.device.id)),
+            (t.device.id != device).then(|| format!("nearest device {} for {device}", t.device.id)),
+            own_miss.map(|m| format!("its own: {}", m.why(&key, F::NAME))),
             (k.bucket != key.bucket).then(|| format!("nearest bucket to {}", key.bucket)),
         ]
         .into_iter()
@@ -491,7 +485,80 @@ fn shape_distance(entry_shape: &str, (rows, cols): (usize, usize)) -> f64 {
         .unwrap_or(f64::INFINITY)
 }
 
-/// The prior rule for a problem on a device without a measured table, if one applies
+/// A table entry a selection takes: its table (name and table), key and entry.
+type Hit<'t> = (&'t (String, Table), TuneKey, &'t Entry);
+
+/// Why a layer of tables had no current entry for a key.
+struct Miss {
+    tables: Vec<String>,
+    stale: usize,
+}
+
+impl Miss {
+    fn why(&self, key: &TuneKey, family: &str) -> String {
+        let tables = self.tables.join(", ");
+        if self.stale > 0 {
+            format!(
+                "table {tables}: {} entries for [{key}] are stale ({family} sources changed since; re-run `cargo xtask tune`)",
+                self.stale
+            )
+        } else {
+            format!("table {tables} has no entry for [{key}]")
+        }
+    }
+}
+
+/// The current entry of `tables` (latest first) for `key` at the nearest bucket, and in
+/// it the one measured at the shape nearest `shape` (a bucket holds several where
+/// several shapes were tuned, the presets' 17408 and 14336 rows, and each shape's own
+/// entry is its best choice); on a tie the latest table's, then the first in it.
+fn nearest_entry<'t, F: Family>(
+    tables: &[&'t (String, Table)],
+    key: &TuneKey,
+    p: &F::Problem,
+    shape: (usize, usize),
+) -> std::result::Result<Hit<'t>, Miss> {
+    let mut best: Option<(Hit<'t>, (u32, f64, usize))> = None;
+    let mut stale = 0;
+    for (layer, named) in tables.iter().enumerate() {
+        let t = &named.1;
+        let current = t
+            .device
+            .dialect()
+            .map(|d| source_hash_of::<F>(d, p))
+            .unwrap_or_default();
+        for e in &t.entries {
+            let Some(k) = e.key().ok().filter(|k| k.same_but_bucket(key)) else {
+                continue;
+            };
+            if e.source_hash != current {
+                stale += 1;
+                continue;
+            }
+            let rank = (
+                k.bucket.log_distance(&key.bucket),
+                shape_distance(&e.shape, shape),
+                layer,
+            );
+            let nearer = |(b, s, l): (u32, f64, usize)| {
+                rank.0
+                    .cmp(&b)
+                    .then(rank.1.total_cmp(&s))
+                    .then(rank.2.cmp(&l))
+                    .is_lt()
+            };
+            if best.as_ref().is_none_or(|(_, r)| nearer(*r)) {
+                best = Some(((*named, k, e), rank));
+            }
+        }
+    }
+    best.map(|(hit, _)| hit).ok_or_else(|| Miss {
+        tables: tables.iter().map(|(n, _)| n.clone()).collect(),
+        stale,
+    })
+}
+
+/// The prior rule for a problem its device's own tables have no current entry for, if one applies
 /// and sets fields the family's variant has.
 fn prior_for<F: Family>(
     backend: &str,

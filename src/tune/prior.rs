@@ -1,7 +1,7 @@
 //! Priors: variant choices known before anything is measured on a device, with where
 //! they come from. `tuning/priors/apple-gpu.toml` holds the seed's per-architecture
 //! choices for Apple GPUs (`qualifiedRepresentations`); the [`super::Selector`] uses a
-//! matching rule for a device that has no measured table of its own.
+//! matching rule for a key its device's own measured tables have no current entry for.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
