@@ -1,7 +1,8 @@
 //! The tuning-table selector, through the library API and through `trellis select`:
 //! exact key, nearest bucket, nearest device family, unknown device, and every kind of
 //! bad table (stale templates, unknown field, TOML syntax, unknown representation), which
-//! must become a warning and a default choice, never a panic or a failure.
+//! must become a warning and a default choice, never a panic or a failure; and the
+//! layering of a device's tables against a model of its rule.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -782,6 +783,166 @@ fn later_table_for_a_device_wins() {
     match sel.source {
         Source::Table { table, .. } => assert!(table.ends_with("b.toml"), "{table}"),
         other => panic!("{other:?}"),
+    }
+}
+
+/// One table entry of the layered-selection model: its key's M, bucket, measured shape
+/// (the bucket's, or a quarter more rows), whether it is stale, and its winner.
+#[derive(Clone, Debug)]
+struct Spec {
+    m: u32,
+    bucket: (u64, u64),
+    stretched: bool,
+    stale: bool,
+    rows_per_group: u32,
+}
+
+fn spec() -> impl proptest::strategy::Strategy<Value = Spec> {
+    use proptest::prelude::*;
+    let pow = proptest::sample::select(vec![1024u64, 4096, 16384]);
+    (
+        1u32..=2,
+        (pow.clone(), pow),
+        any::<bool>(),
+        proptest::bool::weighted(0.2),
+        proptest::sample::select(vec![1u32, 2, 4, 8, 16]),
+    )
+        .prop_map(|(m, bucket, stretched, stale, rows_per_group)| Spec {
+            m,
+            bucket,
+            stretched,
+            stale,
+            rows_per_group,
+        })
+}
+
+impl Spec {
+    fn problem(&self) -> ReduceProblem {
+        ReduceProblem {
+            m: self.m,
+            ..problem(4096, 4096)
+        }
+    }
+    fn shape(&self) -> (u64, u64) {
+        let (r, c) = self.bucket;
+        (if self.stretched { r + r / 4 } else { r }, c)
+    }
+    fn variant(&self) -> Variant {
+        Variant {
+            rows_per_group: self.rows_per_group,
+            ..winner()
+        }
+    }
+    fn entry(&self) -> Entry {
+        let (r, c) = self.bucket;
+        let mut e = entry(r, c, &self.variant());
+        e.key = ReduceFamily::key_fields(&self.problem());
+        e.shape = format!("{}x{}", self.shape().0, self.shape().1);
+        e.source_hash = if self.stale {
+            "0123456789abcdef".into()
+        } else {
+            trellis::tune::source_hash_of::<ReduceFamily>(Dialect::Cuda, &self.problem())
+        };
+        e
+    }
+}
+
+/// The layered rule, written out: among the current entries of `layers` (earliest
+/// first) for the key, the nearest bucket, then the nearest measured shape, then the
+/// latest layer, then the first in it. Returns the layer's index and the entry.
+fn model_pick(
+    layers: &[Vec<Spec>],
+    m: u32,
+    (rows, cols): (usize, usize),
+) -> Option<(usize, &Spec)> {
+    let want = trellis::tune::Bucket::of(rows, cols);
+    let octaves = |a: u64, b: usize| (a as f64 / b as f64).log2().abs();
+    // (bucket octaves, shape octaves, layers after this one, place in the layer)
+    type Rank = (u32, f64, usize, usize);
+    let mut best: Option<(Rank, (usize, &Spec))> = None;
+    for (li, layer) in layers.iter().enumerate() {
+        for (ei, s) in layer.iter().enumerate() {
+            if s.stale || s.m != m {
+                continue;
+            }
+            let b = trellis::tune::Bucket {
+                rows: s.bucket.0,
+                cols: s.bucket.1,
+            };
+            let (sr, sc) = s.shape();
+            let rank = (
+                b.log_distance(&want),
+                octaves(sr, rows) + octaves(sc, cols),
+                layers.len() - 1 - li,
+                ei,
+            );
+            let nearer = best.as_ref().is_none_or(|(r, _)| {
+                rank.0
+                    .cmp(&r.0)
+                    .then(rank.1.total_cmp(&r.1))
+                    .then((rank.2, rank.3).cmp(&(r.2, r.3)))
+                    .is_lt()
+            });
+            if nearer {
+                best = Some((rank, (li, s)));
+            }
+        }
+    }
+    best.map(|(_, hit)| hit)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Random layers of tables for a device (`gpu-a`) and a family member (`gpu-b`),
+    /// added interleaved: the selector takes what the layered rule says, from the
+    /// device's own layers first, then the member's, then the default.
+    #[test]
+    fn layered_selection_follows_its_rule(
+        own in proptest::collection::vec(proptest::collection::vec(spec(), 0..4), 0..3),
+        theirs in proptest::collection::vec(proptest::collection::vec(spec(), 0..4), 0..3),
+        m in 1u32..=2,
+        rows in proptest::sample::select(vec![1024usize, 1280, 2048, 4096, 5120, 17408]),
+        cols in proptest::sample::select(vec![1024usize, 4096, 5120, 14336]),
+    ) {
+        let name = |dev: &str, i: usize| format!("{dev}-{i}.toml");
+        let table_of = |dev: &str, specs: &[Spec]| Table {
+            device: device(dev, "cuda"),
+            entries: specs.iter().map(Spec::entry).collect(),
+        };
+        let mut s = Selector::empty();
+        for i in 0..own.len().max(theirs.len()) {
+            if let Some(l) = theirs.get(i) {
+                s.add_table(&name("gpu-b", i), table_of("gpu-b", l));
+            }
+            if let Some(l) = own.get(i) {
+                s.add_table(&name("gpu-a", i), table_of("gpu-a", l));
+            }
+        }
+        let p = ReduceProblem { m, ..problem(rows, cols) };
+        let sel = s.select::<ReduceFamily>("cuda", "gpu-a", &p, Tier::Exact);
+        let want = model_pick(&own, m, (rows, cols))
+            .map(|(i, s)| ("gpu-a", i, s))
+            .or_else(|| model_pick(&theirs, m, (rows, cols)).map(|(i, s)| ("gpu-b", i, s)));
+        match (want, &sel.source) {
+            (None, Source::Default { .. }) => {
+                proptest::prop_assert_eq!(sel.variant, Variant::default())
+            }
+            (
+                Some((dev, i, spec)),
+                Source::Table { table, shape, .. } | Source::Nearest { table, shape, .. },
+            ) => {
+                proptest::prop_assert_eq!(table, &name(dev, i));
+                proptest::prop_assert_eq!(shape, &format!("{}x{}", spec.shape().0, spec.shape().1));
+                proptest::prop_assert_eq!(sel.variant, spec.variant());
+                let exact = dev == "gpu-a" && spec.bucket == {
+                    let b = trellis::tune::Bucket::of(rows, cols);
+                    (b.rows, b.cols)
+                };
+                proptest::prop_assert_eq!(matches!(sel.source, Source::Table { .. }), exact);
+            }
+            (want, got) => proptest::prop_assert!(false, "model {want:?}, selector {got}"),
+        }
     }
 }
 
