@@ -15,14 +15,14 @@ T0=$(date +%s)
 since() { echo "($(( $(date +%s) - T0 )) s)"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv,noheader
 for t in exact fast; do
-  timeout ${TUNE_S:-150} $D/xtask tune --backend cuda --shape qwen3-14b --m 1 --k ${TUNE_K:-3} --l 12 \
+  timeout ${TUNE_S:-150} $D/xtask tune --backend cuda --shape ${TUNE_SHAPE:-qwen3-14b} --m 1 --k ${TUNE_K:-3} --l 12 \
     --code 1mad --tier $t --out "$R/tuned.toml" --budget 150s --trace "$R/trace-$t.tsv" \
     > "$R/tune-$t.log" 2>&1
   echo "tune $t rc=$? $(since)"; tail -4 "$R/tune-$t.log"
 done
 for tb in tuning/nvidia-h200.toml "$R/tuned.toml"; do
   n=$(basename "$tb" .toml)
-  TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_M=1 timeout ${BENCH_S:-110} $D/xtask bench \
+  TRELLIS_BENCH_PRESETS=${TUNE_SHAPE:-qwen3-14b} TRELLIS_BENCH_M=1 timeout ${BENCH_S:-110} $D/xtask bench \
     --table "$tb" --out "$R/bench-$n.md" > "$R/bench-$n.log" 2>&1
   echo "bench with $n rc=$? $(since)"; grep -E "error" "$R/bench-$n.log" | tail -3
 done
