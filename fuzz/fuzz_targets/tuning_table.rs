@@ -1,5 +1,5 @@
 //! Any text as a tuning table: it is refused with a reason, or every choice the selector
-//! makes from it (fitted to its device's limits, as the facade fits it: Metal's 32 KB,
+//! makes from it, alone and layered over the shipped tables (fitted to its device's limits, as the facade fits it: Metal's 32 KB,
 //! else CUDA's opt-in, which the CPU enforces too) keeps the key's tier and renders for
 //! the table's dialect and for the CPU. A table the tuner never wrote (stale, edited, corrupt) must
 //! never become a panic or a kernel that cannot run.
@@ -104,8 +104,32 @@ fuzz_target!(|data: &[u8]| {
         .device
         .dialect()
         .expect("a checked table names its dialect");
-    let mut selector = Selector::empty();
-    selector.add_table("fuzz.toml", table.clone());
+    // Alone, and layered over the shipped tables (an H200 table's keys then fall through
+    // to the shipped entries, another device of the family takes them for its misses).
+    let mut alone = Selector::empty();
+    alone.add_table("fuzz.toml", table.clone());
+    let mut layered = shipped().clone();
+    layered.add_table("fuzz.toml", table.clone());
+    for selector in [&alone, &layered] {
+        choose_all(selector, &table, dialect);
+    }
+});
+
+/// The shipped tables, parsed once.
+fn shipped() -> &'static Selector {
+    static SHIPPED: std::sync::OnceLock<Selector> = std::sync::OnceLock::new();
+    SHIPPED.get_or_init(|| {
+        let mut s = Selector::empty();
+        for (name, text) in Selector::embedded() {
+            s.add_text(name, text);
+        }
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        s
+    })
+}
+
+/// Every entry's key of `table`, chosen by `selector` and checked ([`Choose`]).
+fn choose_all(selector: &Selector, table: &Table, dialect: Dialect) {
     let (backend, device) = (&table.device.backend, &table.device.id);
     for e in &table.entries {
         let Ok(key) = e.key() else { continue };
@@ -113,7 +137,7 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         trellis::families::for_each(&mut Choose {
-            selector: &selector,
+            selector,
             dialect,
             backend,
             device,
@@ -123,4 +147,4 @@ fuzz_target!(|data: &[u8]| {
             spec: &spec,
         });
     }
-});
+}

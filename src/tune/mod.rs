@@ -99,6 +99,7 @@ pub struct Selection<V> {
 const EMBEDDED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/embedded_tables.rs"));
 
 /// Reads tuning tables and answers "which variant for this problem on this device".
+#[derive(Clone)]
 pub struct Selector {
     tables: Vec<(String, Table)>,
     /// Tables that were ignored, and why (printed by the CLI, never fatal).
