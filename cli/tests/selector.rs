@@ -588,18 +588,15 @@ fn good_and_bad_tables_side_by_side() {
     // The h100 table's only entry is stale: the family member's stands in, saying so.
     let sel = s.select::<ReduceFamily>("cuda", "nvidia-h100", &problem(4096, 4096), Tier::Exact);
     assert_eq!(sel.variant, winner());
-    match &sel.source {
-        Source::Nearest { table, why, .. } => {
-            assert!(table.ends_with("b-nvidia-h200.toml"), "{table}");
-            assert!(
-                why.contains("nearest device nvidia-h200 for nvidia-h100")
-                    && why.contains("a-nvidia-h100.toml: 1 entries for")
-                    && why.contains("are stale"),
-                "{why}"
-            );
-        }
-        other => panic!("expected Source::Nearest, got {other:?}"),
-    }
+    assert_stood_in(
+        &sel.source,
+        "b-nvidia-h200.toml",
+        &[
+            "nearest device nvidia-h200 for nvidia-h100",
+            "a-nvidia-h100.toml: 1 entries for",
+            "are stale",
+        ],
+    );
     // With no member to stand in, the default, saying so.
     let d = dir_with(&[("a-nvidia-h100.toml", stale.to_toml())]);
     let sel = selector_of(d.path()).select::<ReduceFamily>(
@@ -612,6 +609,24 @@ fn good_and_bad_tables_side_by_side() {
     match &sel.source {
         Source::Default { why } => assert!(why.contains("are stale"), "{why}"),
         other => panic!("expected Source::Default, got {other:?}"),
+    }
+}
+
+/// `source` is an entry of a table whose name ends with `table`, standing in for the
+/// asked key with a reason that says each of `why`.
+fn assert_stood_in(source: &Source, table: &str, why: &[&str]) {
+    match source {
+        Source::Nearest {
+            table: name,
+            why: reason,
+            ..
+        } => {
+            assert!(name.ends_with(table), "{name}");
+            for w in why {
+                assert!(reason.contains(w), "{reason} lacks {w:?}");
+            }
+        }
+        other => panic!("expected Source::Nearest, got {other:?}"),
     }
 }
 
@@ -704,17 +719,14 @@ fn a_key_the_own_table_lacks_falls_to_the_family_member() {
     assert_eq!(own.variant, Variant::default());
     let sel = s.select::<ReduceFamily>("cuda", "nvidia-h100", &m4, Tier::Exact);
     assert_eq!(sel.variant, winner());
-    match &sel.source {
-        Source::Nearest { table, why, .. } => {
-            assert!(table.ends_with("nvidia-h200.toml"), "{table}");
-            assert!(
-                why.contains("nearest device nvidia-h200 for nvidia-h100")
-                    && why.contains("nvidia-h100.toml has no entry for"),
-                "{why}"
-            );
-        }
-        other => panic!("expected Source::Nearest, got {other:?}"),
-    }
+    assert_stood_in(
+        &sel.source,
+        "nvidia-h200.toml",
+        &[
+            "nearest device nvidia-h200 for nvidia-h100",
+            "nvidia-h100.toml has no entry for",
+        ],
+    );
     // Neither has the key: the default names the device's own table.
     let m2 = ReduceProblem {
         m: 2,

@@ -279,16 +279,23 @@ impl Selector {
     /// Embedded tables, with this checkout's own tables ([`local_tables_dir`], when it
     /// exists) and then `$TRELLIS_TUNING_DIR/*.toml` layered over them per device.
     pub fn from_env() -> Self {
-        let mut s = Selector::empty();
-        for (name, text) in EMBEDDED {
-            s.add_text(&format!("embedded:{name}"), text);
-        }
+        let mut s = Selector::shipped();
         let local = local_tables_dir();
         if local.is_dir() {
             s.add_dir(&local);
         }
         if let Some(dir) = std::env::var_os(TUNING_DIR_ENV) {
             s.add_dir(Path::new(&dir));
+        }
+        s
+    }
+
+    /// The tables embedded at build time alone (`embedded:<file>`), without this
+    /// checkout's or the environment's.
+    pub fn shipped() -> Self {
+        let mut s = Selector::empty();
+        for (name, text) in EMBEDDED {
+            s.add_text(&format!("embedded:{name}"), text);
         }
         s
     }
@@ -390,9 +397,8 @@ impl Selector {
             runner_up: None,
         };
         let own = self.tables_of(backend, device);
-        let shape = F::shape(p);
         let mut own_miss = None;
-        let ((name, t), k, e) = match nearest_entry::<F>(&own, &key, p, shape) {
+        let ((name, t), k, e) = match nearest_entry::<F>(&own, &key, p) {
             Ok(hit) => hit,
             Err(miss) => {
                 if let Some(s) = prior_for::<F>(backend, device, p, tier) {
@@ -402,7 +408,7 @@ impl Selector {
                 let theirs = member
                     .map(|m| self.tables_of(backend, m))
                     .unwrap_or_default();
-                match nearest_entry::<F>(&theirs, &key, p, shape) {
+                match nearest_entry::<F>(&theirs, &key, p) {
                     Ok(hit) => {
                         own_miss = (!own.is_empty()).then_some(miss);
                         hit
@@ -510,53 +516,47 @@ impl Miss {
 }
 
 /// The current entry of `tables` (latest first) for `key` at the nearest bucket, and in
-/// it the one measured at the shape nearest `shape` (a bucket holds several where
-/// several shapes were tuned, the presets' 17408 and 14336 rows, and each shape's own
-/// entry is its best choice); on a tie the latest table's, then the first in it.
+/// it the one measured at the shape nearest `p`'s (a bucket holds several where several
+/// shapes were tuned, the presets' 17408 and 14336 rows, and each shape's own entry is
+/// its best choice); on a tie the latest table's, then the first in it.
 fn nearest_entry<'t, F: Family>(
     tables: &[&'t (String, Table)],
     key: &TuneKey,
     p: &F::Problem,
-    shape: (usize, usize),
 ) -> std::result::Result<Hit<'t>, Miss> {
-    let mut best: Option<(Hit<'t>, (u32, f64, usize))> = None;
-    let mut stale = 0;
-    for (layer, named) in tables.iter().enumerate() {
-        let t = &named.1;
-        let current = t
+    let (mut fresh, mut stale) = (Vec::new(), 0usize);
+    for named in tables {
+        let current = named
+            .1
             .device
             .dialect()
             .map(|d| source_hash_of::<F>(d, p))
             .unwrap_or_default();
-        for e in &t.entries {
+        for e in &named.1.entries {
             let Some(k) = e.key().ok().filter(|k| k.same_but_bucket(key)) else {
                 continue;
             };
-            if e.source_hash != current {
+            if e.source_hash == current {
+                fresh.push((*named, k, e));
+            } else {
                 stale += 1;
-                continue;
-            }
-            let rank = (
-                k.bucket.log_distance(&key.bucket),
-                shape_distance(&e.shape, shape),
-                layer,
-            );
-            let nearer = |(b, s, l): (u32, f64, usize)| {
-                rank.0
-                    .cmp(&b)
-                    .then(rank.1.total_cmp(&s))
-                    .then(rank.2.cmp(&l))
-                    .is_lt()
-            };
-            if best.as_ref().is_none_or(|(_, r)| nearer(*r)) {
-                best = Some(((*named, k, e), rank));
             }
         }
     }
-    best.map(|(hit, _)| hit).ok_or_else(|| Miss {
-        tables: tables.iter().map(|(n, _)| n.clone()).collect(),
-        stale,
-    })
+    // `min_by` keeps the first of equals: the tables come latest first.
+    let shape = F::shape(p);
+    fresh
+        .into_iter()
+        .min_by(|(_, a, ea), (_, b, eb)| {
+            let da = a.bucket.log_distance(&key.bucket);
+            let db = b.bucket.log_distance(&key.bucket);
+            da.cmp(&db)
+                .then(shape_distance(&ea.shape, shape).total_cmp(&shape_distance(&eb.shape, shape)))
+        })
+        .ok_or_else(|| Miss {
+            tables: tables.iter().map(|(n, _)| n.clone()).collect(),
+            stale,
+        })
 }
 
 /// The prior rule for a problem its device's own tables have no current entry for, if one applies
