@@ -904,7 +904,7 @@ fn model_pick(
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
 
     /// Random layers of tables for a device (`gpu-a`) and a family member (`gpu-b`),
     /// added interleaved: the selector takes what the layered rule says, from the
