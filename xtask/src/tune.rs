@@ -83,7 +83,8 @@ pub struct TuneArgs {
     /// Measure nothing: print what a run over the space given would measure, resuming the
     /// --out table (per family: its problems, those with a current entry, and the
     /// candidates of the rest, each a unit to compile and time), to plan device time.
-    /// With --fresh, every problem's.
+    /// With --fresh, every problem's; where --out does not exist yet, a first run's on
+    /// --backend (needs no device).
     #[arg(long, requires = "out", conflicts_with_all = ["stamp", "summary"])]
     pub plan: bool,
     /// Output table (default: tuning/local/DEVICE-ID.toml, which git ignores and the build
@@ -277,6 +278,41 @@ fn read_out(a: &TuneArgs) -> Result<(&Path, Table)> {
     Ok((out, parse_table(&text).map_err(|e| Error::file(out, e))?))
 }
 
+/// The --out table for `--plan` and whether it exists; where there is none yet, an empty
+/// table of `--backend`'s kind (a first run's plan: every problem to measure), and an
+/// error naming the file and the flag where no backend is given (the dialect decides the
+/// candidates).
+fn read_out_or_fresh(a: &TuneArgs) -> Result<(&Path, Table, bool)> {
+    let out = a.out.as_deref().expect("clap requires --out here");
+    if read_table_text(out)?.is_some() {
+        return read_out(a).map(|(out, t)| (out, t, true));
+    }
+    let backend = a.backend.as_deref().ok_or_else(|| {
+        Error::file(
+            out,
+            "no such file: give --backend to plan a first run on that backend",
+        )
+    })?;
+    let dialect = trellis::backend::dialect_of(backend).ok_or_else(|| {
+        Error::invalid(
+            "--backend",
+            backend,
+            "expected cpu, cuda, metal or metal-sim",
+        )
+    })?;
+    let device = trellis::tune::DeviceRecord {
+        id: String::new(),
+        backend: backend.into(),
+        dialect: dialect.name().into(),
+        description: String::new(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        timer: String::new(),
+        date: harness::today(),
+    };
+    let entries = Vec::new();
+    Ok((out, Table { device, entries }, false))
+}
+
 /// The text of the table at `out` (`None`: there is none), read only if it is a regular
 /// file of a table's size: a pipe would block, a device never end.
 fn read_table_text(out: &Path) -> Result<Option<String>> {
@@ -312,7 +348,7 @@ fn space_on(
 /// `tune --plan`: what a run over the space would measure, without a device.
 pub fn print_plan(a: &TuneArgs) -> Result<()> {
     check_families(a)?;
-    let (out, table) = read_out(a)?;
+    let (out, table, resumed) = read_out_or_fresh(a)?;
     let (dialect, space, opts) = space_on(a, &table)?;
     // The most the table's kind of device gives: a candidate past it never runs there.
     let limits = trellis::backend::nominal_limits(&table.device.backend);
@@ -329,12 +365,20 @@ pub fn print_plan(a: &TuneArgs) -> Result<()> {
     trellis::families::for_each(&mut job);
     let rows = job.rows;
     job.result?;
-    println!(
-        "What `tune` would measure of this space, resuming {} ({} on {}):\n",
-        out.display(),
-        table.device.backend,
-        table.device.id
-    );
+    if resumed {
+        println!(
+            "What `tune` would measure of this space, resuming {} ({} on {}):\n",
+            out.display(),
+            table.device.backend,
+            table.device.id
+        );
+    } else {
+        println!(
+            "What a first `tune` on {} would measure of this space, into {} (not there yet):\n",
+            table.device.backend,
+            out.display()
+        );
+    }
     println!("| family | problems | current | to measure | candidates to time |\n|---|---:|---:|---:|---:|");
     let mut total = harness::Plan::default();
     for (name, p) in &rows {

@@ -93,6 +93,33 @@ fn per_key_lines_resume_fresh_and_real_bandwidth() {
 }
 
 #[test]
+fn plan_of_a_first_run_counts_every_problem_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("new.toml");
+    let run = tune(&out, &["--plan"]);
+    let stdout = text(&run.stdout);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(stdout.contains("a first `tune` on cpu"), "{stdout}");
+    assert!(stdout.contains("1 of 1 problems to measure"), "{stdout}");
+    assert!(!out.exists(), "--plan wrote {}", out.display());
+    // Without --backend the dialect, and so the candidates, are unknown: an error naming
+    // the file and the flag.
+    let run = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args([
+            "tune", "--family", "reduce", "--shape", "64x256", "--plan", "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("new.toml") && stderr.contains("give --backend"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn an_entry_of_another_candidate_space_is_measured_again_and_stamp_fills_old_tables() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t.toml");
