@@ -743,6 +743,59 @@ fn a_key_the_own_table_lacks_falls_to_the_family_member() {
     }
 }
 
+/// Family members are tried nearest first, and a nearer member's partial table leaves
+/// the keys it lacks to the next: another H100 takes the H100 table's entries where it
+/// has them and the H200's for the rest, not the built-in default.
+#[test]
+fn a_nearer_members_partial_table_leaves_its_missing_keys_to_the_next() {
+    let m4 = ReduceProblem {
+        m: 4,
+        ..problem(4096, 4096)
+    };
+    let mut h200 = table("nvidia-h200", "cuda");
+    h200.entries[0].key = ReduceFamily::key_fields(&m4);
+    let h100 = Table {
+        entries: vec![entry(4096, 4096, &Variant::default())],
+        ..table("nvidia-h100-80gb-hbm3", "cuda")
+    };
+    let d = dir_with(&[
+        ("nvidia-h100-80gb-hbm3.toml", h100.to_toml()),
+        ("nvidia-h200.toml", h200.to_toml()),
+    ]);
+    let s = selector_of(d.path());
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let pcie = "nvidia-h100-pcie";
+    let m1 = s.select::<ReduceFamily>("cuda", pcie, &problem(4096, 4096), Tier::Exact);
+    assert_eq!(m1.variant, Variant::default());
+    assert_stood_in(
+        &m1.source,
+        "nvidia-h100-80gb-hbm3.toml",
+        &["nearest device nvidia-h100-80gb-hbm3 for nvidia-h100-pcie"],
+    );
+    let sel = s.select::<ReduceFamily>("cuda", pcie, &m4, Tier::Exact);
+    assert_eq!(sel.variant, winner());
+    assert_stood_in(
+        &sel.source,
+        "nvidia-h200.toml",
+        &["nearest device nvidia-h200 for nvidia-h100-pcie"],
+    );
+    // No member has the key: the default names the nearest member's miss.
+    let m2 = ReduceProblem {
+        m: 2,
+        ..problem(4096, 4096)
+    };
+    match s
+        .select::<ReduceFamily>("cuda", pcie, &m2, Tier::Exact)
+        .source
+    {
+        Source::Default { why } => assert!(
+            why.contains("nvidia-h100-80gb-hbm3.toml has no entry for"),
+            "{why}"
+        ),
+        other => panic!("expected Source::Default, got {other:?}"),
+    }
+}
+
 /// A `*.toml` that is a pipe, a device or too large is ignored with a warning, unread
 /// (reading a pipe would wait for a writer; `/dev/zero` never ends).
 #[cfg(unix)]

@@ -367,22 +367,30 @@ impl Selector {
             .collect()
     }
 
-    /// The family member nearest `device`: the other device of `backend` whose id shares
-    /// the longest prefix with it (at least 3 characters; the latest added on a tie).
-    fn family_member(&self, backend: &str, device: &str) -> Option<&str> {
-        self.tables
-            .iter()
-            .filter(|(_, t)| t.device.backend == backend && t.device.id != device)
-            .map(|(_, t)| (common_prefix(&t.device.id, device), t.device.id.as_str()))
-            .filter(|(n, _)| *n >= 3)
-            .max_by_key(|(n, _)| *n)
-            .map(|(_, id)| id)
+    /// The family members of `device`: the other devices of `backend` whose ids share at
+    /// least 3 leading characters with it, nearest (longest shared prefix) first, the
+    /// latest added first on a tie.
+    fn family_members(&self, backend: &str, device: &str) -> Vec<&str> {
+        let mut members: Vec<(usize, &str)> = Vec::new();
+        for (_, t) in self.tables.iter().rev() {
+            let id = t.device.id.as_str();
+            if t.device.backend != backend || id == device || members.iter().any(|m| m.1 == id) {
+                continue;
+            }
+            let n = common_prefix(id, device);
+            if n >= 3 {
+                members.push((n, id));
+            }
+        }
+        members.sort_by_key(|m| std::cmp::Reverse(m.0));
+        members.into_iter().map(|m| m.1).collect()
     }
 
     /// The choice for problem `p` of family `F` in `tier` on `device` of `backend`:
     /// the device's own tables' entry for the key at the nearest bucket (and, in it, the
     /// nearest measured shape; the latest table on a tie), else a prior rule for the
-    /// device, else the nearest family member's entry the same way, else the default.
+    /// device, else the entry of the nearest family member that has one, the same way,
+    /// else the default.
     pub fn select<F: Family>(
         &self,
         backend: &str,
@@ -404,23 +412,34 @@ impl Selector {
                 if let Some(s) = prior_for::<F>(backend, device, p, tier) {
                     return s;
                 }
-                let member = self.family_member(backend, device);
-                let theirs = member
-                    .map(|m| self.tables_of(backend, m))
-                    .unwrap_or_default();
-                match nearest_entry::<F>(&theirs, &key, p) {
-                    Ok(hit) => {
+                // The nearest member with an entry for the key stands in: a nearer
+                // member's partial table leaves the keys it lacks to the next.
+                let members = self.family_members(backend, device);
+                let (mut hit, mut first_miss) = (None, None);
+                for m in &members {
+                    match nearest_entry::<F>(&self.tables_of(backend, m), &key, p) {
+                        Ok(h) => {
+                            hit = Some(h);
+                            break;
+                        }
+                        Err(e) => {
+                            first_miss.get_or_insert(e);
+                        }
+                    }
+                }
+                match (hit, first_miss) {
+                    (Some(hit), _) => {
                         own_miss = (!own.is_empty()).then_some(miss);
                         hit
                     }
-                    Err(_) if own.is_empty() && theirs.is_empty() => {
+                    (None, None) if own.is_empty() => {
                         return default(format!("no {backend} table for device {device}"))
                     }
                     // The device's own tables say why first: a member's only stands in.
-                    Err(theirs) => {
-                        let miss = if own.is_empty() { theirs } else { miss };
-                        return default(miss.why(&key, F::NAME));
+                    (None, Some(theirs)) if own.is_empty() => {
+                        return default(theirs.why(&key, F::NAME))
                     }
+                    (None, _) => return default(miss.why(&key, F::NAME)),
                 }
             }
         };
