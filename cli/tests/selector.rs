@@ -689,27 +689,34 @@ fn a_later_table_layers_over_an_earlier_one() {
     assert_eq!(pick(&s, &problem(4096, 4096)), (winner(), "shipped".into()));
 }
 
-/// A key the device's own tables lack is taken from the nearest family member's, as
-/// where the device has no table: an H100 table tuned over the M 1 keys leaves the
-/// other keys to the H200's entries, not to the built-in default.
-#[test]
-fn a_key_the_own_table_lacks_falls_to_the_family_member() {
+/// The selector of two tables: `own`'s, with the M 1 key alone (the default variant), and
+/// the H200's, with the M 4 key alone (`winner()`); and that M 4 problem.
+fn partial_table_beside_h200(own: &str) -> (Selector, ReduceProblem) {
     let m4 = ReduceProblem {
         m: 4,
         ..problem(4096, 4096)
     };
     let mut h200 = table("nvidia-h200", "cuda");
     h200.entries[0].key = ReduceFamily::key_fields(&m4);
-    let h100 = Table {
+    let partial = Table {
         entries: vec![entry(4096, 4096, &Variant::default())],
-        ..table("nvidia-h100", "cuda")
+        ..table(own, "cuda")
     };
     let d = dir_with(&[
-        ("nvidia-h100.toml", h100.to_toml()),
+        (&format!("{own}.toml"), partial.to_toml()),
         ("nvidia-h200.toml", h200.to_toml()),
     ]);
     let s = selector_of(d.path());
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    (s, m4)
+}
+
+/// A key the device's own tables lack is taken from the nearest family member's, as
+/// where the device has no table: an H100 table tuned over the M 1 keys leaves the
+/// other keys to the H200's entries, not to the built-in default.
+#[test]
+fn a_key_the_own_table_lacks_falls_to_the_family_member() {
+    let (s, m4) = partial_table_beside_h200("nvidia-h100");
     let own = s.select::<ReduceFamily>("cuda", "nvidia-h100", &problem(4096, 4096), Tier::Exact);
     assert!(
         matches!(own.source, Source::Table { .. }),
@@ -748,22 +755,7 @@ fn a_key_the_own_table_lacks_falls_to_the_family_member() {
 /// has them and the H200's for the rest, not the built-in default.
 #[test]
 fn a_nearer_members_partial_table_leaves_its_missing_keys_to_the_next() {
-    let m4 = ReduceProblem {
-        m: 4,
-        ..problem(4096, 4096)
-    };
-    let mut h200 = table("nvidia-h200", "cuda");
-    h200.entries[0].key = ReduceFamily::key_fields(&m4);
-    let h100 = Table {
-        entries: vec![entry(4096, 4096, &Variant::default())],
-        ..table("nvidia-h100-80gb-hbm3", "cuda")
-    };
-    let d = dir_with(&[
-        ("nvidia-h100-80gb-hbm3.toml", h100.to_toml()),
-        ("nvidia-h200.toml", h200.to_toml()),
-    ]);
-    let s = selector_of(d.path());
-    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    let (s, m4) = partial_table_beside_h200("nvidia-h100-80gb-hbm3");
     let pcie = "nvidia-h100-pcie";
     let m1 = s.select::<ReduceFamily>("cuda", pcie, &problem(4096, 4096), Tier::Exact);
     assert_eq!(m1.variant, Variant::default());

@@ -415,18 +415,12 @@ impl Selector {
                 // The nearest member with an entry for the key stands in: a nearer
                 // member's partial table leaves the keys it lacks to the next.
                 let members = self.family_members(backend, device);
-                let (mut hit, mut first_miss) = (None, None);
-                for m in &members {
-                    match nearest_entry::<F>(&self.tables_of(backend, m), &key, p) {
-                        Ok(h) => {
-                            hit = Some(h);
-                            break;
-                        }
-                        Err(e) => {
-                            first_miss.get_or_insert(e);
-                        }
-                    }
-                }
+                let mut first_miss = None;
+                let hit = members.iter().find_map(|m| {
+                    nearest_entry::<F>(&self.tables_of(backend, m), &key, p)
+                        .map_err(|e| first_miss.get_or_insert(e))
+                        .ok()
+                });
                 match (hit, first_miss) {
                     (Some(hit), _) => {
                         own_miss = (!own.is_empty()).then_some(miss);

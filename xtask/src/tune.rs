@@ -275,7 +275,12 @@ pub fn print_summary(a: &TuneArgs) -> Result<()> {
 fn read_out(a: &TuneArgs) -> Result<(&Path, Table)> {
     let out = a.out.as_deref().expect("clap requires --out here");
     let text = read_table_text(out)?.ok_or_else(|| Error::file(out, "no such file"))?;
-    Ok((out, parse_table(&text).map_err(|e| Error::file(out, e))?))
+    Ok((out, parse_out(out, &text)?))
+}
+
+/// The text of the --out table `out`, parsed; an error names the file.
+fn parse_out(out: &Path, text: &str) -> Result<Table> {
+    parse_table(text).map_err(|e| Error::file(out, e))
 }
 
 /// The --out table for `--plan` and whether it exists; where there is none yet, an empty
@@ -284,8 +289,8 @@ fn read_out(a: &TuneArgs) -> Result<(&Path, Table)> {
 /// candidates).
 fn read_out_or_fresh(a: &TuneArgs) -> Result<(&Path, Table, bool)> {
     let out = a.out.as_deref().expect("clap requires --out here");
-    if read_table_text(out)?.is_some() {
-        return read_out(a).map(|(out, t)| (out, t, true));
+    if let Some(text) = read_table_text(out)? {
+        return Ok((out, parse_out(out, &text)?, true));
     }
     let backend = a.backend.as_deref().ok_or_else(|| {
         Error::file(

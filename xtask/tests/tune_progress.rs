@@ -6,18 +6,26 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// `cargo xtask tune` on the CPU over one small key (M 1, k 2, L 9, 1mad, one rep per
-/// round), writing `out`, with `args` added.
-fn tune_with(args: &[&str], out: &Path) -> Output {
+/// `cargo xtask tune` with `args` alone, then `--out out`.
+fn xtask_tune(args: &[&str], out: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["tune", "--backend", "cpu"])
+        .arg("tune")
         .args(args)
-        .args([
-            "--m", "1", "--k", "2", "--l", "9", "--code", "1mad", "--reps", "1", "--out",
-        ])
+        .arg("--out")
         .arg(out)
         .output()
         .unwrap()
+}
+
+/// `cargo xtask tune` on the CPU over one small key (M 1, k 2, L 9, 1mad, one rep per
+/// round), writing `out`, with `args` added.
+fn tune_with(args: &[&str], out: &Path) -> Output {
+    let mut all = vec!["--backend", "cpu"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&[
+        "--m", "1", "--k", "2", "--l", "9", "--code", "1mad", "--reps", "1",
+    ]);
+    xtask_tune(&all, out)
 }
 
 /// [`tune_with`] of the `reduce` family at 64 x 256, then `extra`.
@@ -104,13 +112,7 @@ fn plan_of_a_first_run_counts_every_problem_and_writes_nothing() {
     assert!(!out.exists(), "--plan wrote {}", out.display());
     // Without --backend the dialect, and so the candidates, are unknown: an error naming
     // the file and the flag.
-    let run = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args([
-            "tune", "--family", "reduce", "--shape", "64x256", "--plan", "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let run = xtask_tune(&["--family", "reduce", "--shape", "64x256", "--plan"], &out);
     let stderr = text(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(
@@ -274,11 +276,7 @@ fn out_of_range_flags_are_named() {
         assert!(stderr.contains(needle), "{extra:?}: {stderr}");
     }
     // (`tune` passes --reps 1 itself.)
-    let run = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["tune", "--backend", "cpu", "--reps", "0", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let run = xtask_tune(&["--backend", "cpu", "--reps", "0"], &out);
     let stderr = text(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(
