@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Compact tables of a bench report (`xtask bench` markdown) for the goals report: per
+shape and tier, one row per k, one column per M, each cell `us (cuBLAS / ours)`; M over
+M 1 ratios; and the gate_up rows. Usage: glance.py BENCH.md"""
+import re
+import sys
+from collections import defaultdict
+
+rows = defaultdict(dict)  # (shape, tier, k) -> {M: (us, x)}
+gate = defaultdict(dict)  # (preset, pair, tier) -> {M: (us, dense, x)}
+section = None
+for line in open(sys.argv[1]):
+    if line.startswith("## "):
+        section = line[3:].strip()
+        continue
+    if not line.startswith("| ") or line.startswith("| shape") or line.startswith("| kg/ku") or "---" in line:
+        continue
+    c = [x.strip() for x in line.strip().strip("|").split("|")]
+    us = lambda s: float(s.split()[0])
+    if section.startswith("reduce"):
+        shape, k, m, tier = c[0], int(c[1]), int(c[2]), c[3]
+        rows[(shape, tier, k)][m] = (us(c[4]), float(c[9]))
+    elif section.startswith("gate_up"):
+        preset = "Qwen3-14B" if "Qwen" in section else "Llama-3-8B"
+        pair, m, tier = c[0], int(c[1]), c[2]
+        gate[(preset, pair, tier)][m] = (us(c[3]), float(c[4]), float(c[5]))
+
+ms = sorted({m for v in rows.values() for m in v})
+shapes = list(dict.fromkeys(s for s, _, _ in rows))
+for tier in ("exact", "fast"):
+    print(f"\n{tier}: us (cuBLAS / ours)\n")
+    print("| shape | k | " + " | ".join(f"M {m}" for m in ms) + " |")
+    print("|---|---:|" + "---:|" * len(ms))
+    for s in shapes:
+        for k in sorted({k for (s2, t, k) in rows if s2 == s and t == tier}):
+            r = rows[(s, tier, k)]
+            cells = [f"{r[m][0]:.1f} ({r[m][1]:.2f}x)" if m in r else "-" for m in ms]
+            print(f"| {s} | {k} | " + " | ".join(cells) + " |")
+    print(f"\n{tier}: M over M 1\n")
+    print("| shape | k | " + " | ".join(f"M {m}" for m in ms[1:]) + " |")
+    print("|---|---:|" + "---:|" * (len(ms) - 1))
+    for s in shapes:
+        for k in sorted({k for (s2, t, k) in rows if s2 == s and t == tier}):
+            r = rows[(s, tier, k)]
+            cells = [f"{r[m][0] / r[1][0]:.2f}" if m in r else "-" for m in ms[1:]]
+            print(f"| {s} | {k} | " + " | ".join(cells) + " |")
+gms = sorted({m for v in gate.values() for m in v})
+print("\ngate_up: us (two GEMVs + SwiGLU / ours)\n")
+print("| preset | k gate/up | tier | " + " | ".join(f"M {m}" for m in gms) + " |")
+print("|---|---|---|" + "---:|" * len(gms))
+for (p, pair, tier), r in gate.items():
+    cells = [f"{r[m][0]:.1f} ({r[m][2]:.2f}x)" if m in r else "-" for m in gms]
+    print(f"| {p} | {pair} | {tier} | " + " | ".join(cells) + " |")
