@@ -4,13 +4,7 @@
 # run), for a `tuning/reports/nvidia-h200-bench.md` of the table as it now stands (the
 # thirty-fifth session re-tuned 216 `reduce_mma` entries after call AE).
 # Carry [".device", ".vectors"].
-D=.device/main
-[ -f .device/bins.txz ] && tar xJf .device/bins.txz -C .device
-chmod +x $D/*
-exec > >(tee -a "$OUT/log.txt") 2>&1
-T0=$(date +%s)
-since() { echo "($(( $(date +%s) - T0 )) s)"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv,noheader
+. prototypes/device.sh
 for P in qwen3-14b llama-3-8b; do
   TRELLIS_BENCH_PRESETS=$P TRELLIS_BENCH_M=1,2,4,8,16 timeout ${BENCH_S:-280} $D/xtask bench \
     --table tuning/nvidia-h200.toml --out "$OUT/bench-$P.md" > "$OUT/bench-$P.log" 2> "$OUT/bench-$P.err"

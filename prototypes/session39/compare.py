@@ -2,17 +2,16 @@
 """Pair the rows of two `xtask bench` reports (same section, shape, k, M, tier) and print
 each trellis time in both, the change, and whether the variant differs.
 Usage: compare.py A.md B.md"""
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from bench_rows import table_rows  # noqa: E402
 
 
 def rows(path):
-    out, section = {}, None
-    for line in open(path):
-        if line.startswith("## "):
-            section = line[3:].strip()
-        if not line.startswith("| ") or line.startswith("| shape") or line.startswith("| kg/ku"):
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    out = {}
+    for section, cells in table_rows(path):
         if section == "reduce" and len(cells) > 11:
             key = (section, cells[0], cells[1], cells[2], cells[3])
             us, variant = cells[4], cells[11]

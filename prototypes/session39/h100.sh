@@ -6,15 +6,9 @@
 # cuBLAS in both. Env: TUNE_SHAPE (presets, comma-separated), TUNE_M, TUNE_K, BENCH_M,
 # TUNE_S / BENCH_S (time limits). Carry [".device"] (`bins.txz` as in
 # `../session36/sanitize_tests.sh`).
-D=.device/main
-[ -f .device/bins.txz ] && tar xJf .device/bins.txz -C .device
-chmod +x $D/*
-exec > >(tee -a "$OUT/log.txt") 2>&1
+. prototypes/device.sh
 R=/tmp/r; mkdir -p $R
 trap '(cd $R && tar czf "$OUT/results.tgz" .)' EXIT
-T0=$(date +%s)
-since() { echo "($(( $(date +%s) - T0 )) s)"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv,noheader
 SHAPES=${TUNE_SHAPE:-qwen3-14b,llama-3-8b}
 for t in exact fast; do
   timeout ${TUNE_S:-250} $D/xtask tune --backend cuda --shape $SHAPES --m ${TUNE_M:-1} --k ${TUNE_K:-2,3,4} --l 12 \

@@ -3,15 +3,9 @@
 # 50-57 us, 4.1-4.7 T weights/s), on today's kernels: `reduce_mma` tuned at that shape
 # (M 1, k 2-4, L 12, 1mad) into `qtip.toml`, then the matrix-unit bench at that shape
 # (its own launch shapes, cuBLAS in the same run). Carry [".device"].
-D=.device/main
-[ -f .device/bins.txz ] && tar xJf .device/bins.txz -C .device
-chmod +x $D/*
-exec > >(tee -a "$OUT/log.txt") 2>&1
+. prototypes/device.sh
 R=/tmp/q; mkdir -p $R
 trap '(cd $R && tar czf "$OUT/qtip.tgz" .)' EXIT
-T0=$(date +%s)
-since() { echo "($(( $(date +%s) - T0 )) s)"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv,noheader
 timeout 150 $D/xtask tune --backend cuda --tier fast --family reduce_mma --shape 28672x8192 --m 1 \
   --k 2,3,4 --l 12 --code 1mad --out $R/qtip.toml --budget 140s --trace $R/trace.tsv > $R/tune.log 2>&1
 echo "tune rc=$? $(since)"; grep -E "^\| reduce_mma" $R/tune.log

@@ -6,13 +6,7 @@
 # facade problems, the independent checker through the CLI; seed 20261540), then a full
 # bench of both presets on the shipped table (`../session36/bench.sh`'s runs).
 # Carry [".device", ".vectors"].
-D=.device/main
-[ -f .device/bins.txz ] && tar xJf .device/bins.txz -C .device
-chmod +x $D/*
-exec > >(tee -a "$OUT/log.txt") 2>&1
-T0=$(date +%s)
-since() { echo "($(( $(date +%s) - T0 )) s)"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv,noheader
+. prototypes/device.sh
 mkdir -p "$OUT/checks"
 for t in gate_up_parts cuda_launch cuda_threads; do
   timeout 120 $D/$t --ignored --test-threads 1 > "$OUT/checks/$t.txt" 2>&1

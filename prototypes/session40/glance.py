@@ -2,28 +2,24 @@
 """Compact tables of a bench report (`xtask bench` markdown) for the goals report: per
 shape and tier, one row per k, one column per M, each cell `us (cuBLAS / ours)`; M over
 M 1 ratios; and the gate_up rows. Usage: glance.py BENCH.md"""
-import re
+import os
 import sys
 from collections import defaultdict
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from bench_rows import table_rows  # noqa: E402
+
 rows = defaultdict(dict)  # (shape, tier, k) -> {M: (us, x)}
 gate = defaultdict(dict)  # (preset, pair, tier) -> {M: (us, dense, x)}
-section = None
-for line in open(sys.argv[1]):
-    if line.startswith("## "):
-        section = line[3:].strip()
-        continue
-    if not line.startswith("| ") or line.startswith("| shape") or line.startswith("| kg/ku") or "---" in line:
-        continue
-    c = [x.strip() for x in line.strip().strip("|").split("|")]
-    us = lambda s: float(s.split()[0])
+for section, c in table_rows(sys.argv[1]):
+    us = float(c[4 if section.startswith("reduce") else 3].split()[0])
     if section.startswith("reduce"):
         shape, k, m, tier = c[0], int(c[1]), int(c[2]), c[3]
-        rows[(shape, tier, k)][m] = (us(c[4]), float(c[9]))
+        rows[(shape, tier, k)][m] = (us, float(c[9]))
     elif section.startswith("gate_up"):
         preset = "Qwen3-14B" if "Qwen" in section else "Llama-3-8B"
         pair, m, tier = c[0], int(c[1]), c[2]
-        gate[(preset, pair, tier)][m] = (us(c[3]), float(c[4]), float(c[5]))
+        gate[(preset, pair, tier)][m] = (us, float(c[4]), float(c[5]))
 
 ms = sorted({m for v in rows.values() for m in v})
 shapes = list(dict.fromkeys(s for s, _, _ in rows))

@@ -3,11 +3,7 @@
 # winner's first launch (its verification run), for the issue's "what limits it,
 # measured" of the M-ratio goals.
 # Carry [".device"].
-D=.device/main
-[ -f .device/bins.txz ] && tar xJf .device/bins.txz -C .device
-chmod +x $D/*
-exec > >(tee -a "$OUT/log.txt") 2>&1
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,driver_version --format=csv,noheader
+. prototypes/device.sh
 M=gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,l1tex__throughput.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_active.avg,sm__cycles_elapsed.avg,smsp__warps_active.avg.per_cycle_active,smsp__warps_eligible.avg.per_cycle_active,launch__registers_per_thread,launch__block_size,launch__grid_size,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio
 # The table's winners at M 1 / 4 / 8 by symbol (`cargo run --example reduce_unit -- 17408
 # 5120 3 1mad 12 M RPG RPS 0 1 0 0 STREAM 0` prints each unit), one bench per M so that
