@@ -12,18 +12,21 @@
 
 use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};
-use crate::families::gate_up::{GateUpFamily, GateUpProblem};
+use crate::families::gate_up::{GateUpDevice, GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
-use crate::families::reduce::{ReduceFamily, ReduceProblem};
+use crate::families::reduce::{ReduceDevice, ReduceFamily, ReduceProblem};
 use crate::families::reduce_mma::{
-    beyond_f16_operands, operand_exponent, pow2, ReduceMmaDevice, ReduceMmaFamily, MAX_M_MMA,
+    beyond_f16_operands, operand_exponent, pow2, Prescaled, ReduceMmaDevice, ReduceMmaFamily,
+    MAX_M_MMA,
 };
+use crate::families::DeviceActivations;
 use crate::family;
 use crate::kernel::Backend;
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::simt::{Variant, MAX_M};
 use crate::{DType, ScaleDType};
+use std::rc::Rc;
 
 pub use crate::families::{upload_activations, DeviceMatrix};
 
@@ -150,7 +153,7 @@ fn in_chunks(
     cols: usize,
     out_cols: usize,
     max: u32,
-    f: impl Fn(&Activations) -> Result<Activations>,
+    mut f: impl FnMut(&Activations) -> Result<Activations>,
 ) -> Result<Activations> {
     crate::reference::check_activations(x, cols)?;
     if x.cols == 0 {
@@ -253,6 +256,31 @@ fn first(mut outs: Vec<Activations>) -> Activations {
     outs.swap_remove(0)
 }
 
+/// A matrix uploaded on the first launch that needs it and shared by the call's other
+/// launches (the chunks of a large M), so one call copies each matrix to the device once.
+struct Uploaded<'a, B: Backend> {
+    b: &'a B,
+    w: &'a QuantizedMatrix,
+    dev: Option<Rc<DeviceMatrix<B>>>,
+}
+
+impl<'a, B: Backend> Uploaded<'a, B> {
+    fn new(b: &'a B, w: &'a QuantizedMatrix) -> Self {
+        Uploaded { b, w, dev: None }
+    }
+
+    fn get(&mut self) -> Result<Rc<DeviceMatrix<B>>> {
+        match &self.dev {
+            Some(d) => Ok(d.clone()),
+            None => {
+                let d = Rc::new(DeviceMatrix::upload(self.b, self.w)?);
+                self.dev = Some(d.clone());
+                Ok(d)
+            }
+        }
+    }
+}
+
 /// `y = W x` on `b` in `tier` (see the module docs), with the variant the tables choose
 /// on this device.
 pub fn matvec<B: Backend>(
@@ -261,6 +289,7 @@ pub fn matvec<B: Backend>(
     x: &Activations,
     tier: Tier,
 ) -> Result<Activations> {
+    let mut wd = Uploaded::new(b, w);
     if x.rows > max_samples(tier) as usize {
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
@@ -269,23 +298,42 @@ pub fn matvec<B: Backend>(
         }
         let (cols, rows) = (w.geometry.cols, w.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
-            matvec(b, w, xs, tier)
+            matvec_launch(b, &mut wd, xs, tier)
         });
     }
+    matvec_launch(b, &mut wd, x, tier)
+}
+
+/// One launch of [`matvec`] (M within the tier's limit).
+fn matvec_launch<B: Backend>(
+    b: &B,
+    wd: &mut Uploaded<B>,
+    x: &Activations,
+    tier: Tier,
+) -> Result<Activations> {
+    let w = wd.w;
     if tier == Tier::Fast {
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
         let held = beyond_f16_operands(x, &[w], &v)?;
         let fast = || {
-            let d = ReduceMmaDevice::upload(b, w, x)?;
+            let d = ReduceMmaDevice {
+                w: wd.get()?,
+                ops: Prescaled::upload(b, x, &[w])?,
+            };
             family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first)
         };
         return with_held_samples(x, &held, fast, |xs| fallback_matvec(b, w, xs));
     }
     let p = reduce_problem(w, x)?;
     let v = crate::tune::select_for::<ReduceFamily, B>(b, &p, tier).variant;
-    matvec_with(b, w, x, v)
+    family::fits::<ReduceFamily>(&p, v, &b.limits())?;
+    let d = ReduceDevice {
+        w: wd.get()?,
+        x: DeviceActivations::upload(b, x)?,
+    };
+    family::run::<ReduceFamily, B>(b, &p, v, &d).map(first)
 }
 
 /// `y = W x` on `b` with a forced variant.
@@ -297,7 +345,7 @@ pub fn matvec_with<B: Backend>(
 ) -> Result<Activations> {
     let p = reduce_problem(w, x)?;
     family::fits::<ReduceFamily>(&p, variant, &b.limits())?;
-    let d = crate::families::reduce::ReduceDevice::upload(b, w, x)?;
+    let d = ReduceDevice::upload(b, w, x)?;
     family::run::<ReduceFamily, B>(b, &p, variant, &d).map(first)
 }
 
@@ -310,6 +358,7 @@ pub fn gate_up<B: Backend>(
     tail: Tail,
     tier: Tier,
 ) -> Result<Activations> {
+    let mut ws = [Uploaded::new(b, gate), Uploaded::new(b, up)];
     if x.rows > max_samples(tier) as usize {
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
@@ -319,23 +368,45 @@ pub fn gate_up<B: Backend>(
         }
         let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
-            gate_up(b, gate, up, xs, tail, tier)
+            gate_up_launch(b, &mut ws, xs, tail, tier)
         });
     }
+    gate_up_launch(b, &mut ws, x, tail, tier)
+}
+
+/// One launch of [`gate_up`] (M within the tier's limit).
+fn gate_up_launch<B: Backend>(
+    b: &B,
+    [gd, ud]: &mut [Uploaded<B>; 2],
+    x: &Activations,
+    tail: Tail,
+    tier: Tier,
+) -> Result<Activations> {
+    let (gate, up) = (gd.w, ud.w);
     if tier == Tier::Fast {
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
         let held = beyond_f16_operands(x, &[gate, up], &v)?;
         let fast = || {
-            let d = GateUpMmaDevice::upload(b, gate, up, x)?;
+            let d = GateUpMmaDevice {
+                gate: gd.get()?,
+                up: ud.get()?,
+                ops: Prescaled::upload(b, x, &[gate, up])?,
+            };
             family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first)
         };
         return with_held_samples(x, &held, fast, |xs| fallback_gate_up(b, gate, up, xs));
     }
     let p = gate_up_problem(gate, up, x, tail)?;
     let v = crate::tune::select_for::<GateUpFamily, B>(b, &p, tier).variant;
-    gate_up_with(b, gate, up, x, tail, v)
+    family::fits::<GateUpFamily>(&p, v, &b.limits())?;
+    let d = GateUpDevice {
+        gate: gd.get()?,
+        up: ud.get()?,
+        x: DeviceActivations::upload(b, x)?,
+    };
+    family::run::<GateUpFamily, B>(b, &p, v, &d).map(first)
 }
 
 /// `mid = silu(G x) * (U x)` on `b` with a forced variant.
@@ -349,7 +420,7 @@ pub fn gate_up_with<B: Backend>(
 ) -> Result<Activations> {
     let p = gate_up_problem(gate, up, x, tail)?;
     family::fits::<GateUpFamily>(&p, variant, &b.limits())?;
-    let d = crate::families::gate_up::GateUpDevice::upload(b, gate, up, x)?;
+    let d = GateUpDevice::upload(b, gate, up, x)?;
     family::run::<GateUpFamily, B>(b, &p, variant, &d).map(first)
 }
 

@@ -1,6 +1,7 @@
 //! The CPU backend runs the generated kernels and matches the reference bit for bit.
 
 use trellis::backend::CpuBackend;
+use trellis::kernel::{Backend, Dialect, Elem};
 use trellis::numerics::{Tail, Tier};
 use trellis::simt::{MStrategy, Representation, Variant, XStage};
 use trellis::{ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
@@ -1027,6 +1028,105 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
         ops::gate_up(&cpu, &w, &u, &bad, Tail::Exact, Tier::Exact).unwrap_err(),
     ] {
         assert!(e.to_string().contains("x[17, 3]"), "{e}");
+    }
+}
+
+/// The CPU backend, counting the code words it is given to upload.
+struct CountingUploads<'b> {
+    cpu: &'b CpuBackend,
+    codes_shape: Vec<usize>,
+    codes: std::cell::Cell<usize>,
+}
+
+impl Backend for CountingUploads<'_> {
+    type Tensor = <CpuBackend as Backend>::Tensor;
+    type Compiled = <CpuBackend as Backend>::Compiled;
+    type Bound<'a> = <CpuBackend as Backend>::Bound<'a>;
+    fn name(&self) -> &'static str {
+        self.cpu.name()
+    }
+    fn dialect(&self) -> Dialect {
+        self.cpu.dialect()
+    }
+    fn device_id(&self) -> String {
+        self.cpu.device_id()
+    }
+    fn alloc(&self, spec: &trellis::kernel::TensorSpec) -> trellis::Result<Self::Tensor> {
+        self.cpu.alloc(spec)
+    }
+    fn upload(&self, e: Elem, shape: &[usize], bytes: &[u8]) -> trellis::Result<Self::Tensor> {
+        if e == Elem::U32 && shape == self.codes_shape {
+            self.codes.set(self.codes.get() + 1);
+        }
+        self.cpu.upload(e, shape, bytes)
+    }
+    fn download(&self, t: &Self::Tensor) -> trellis::Result<Vec<u8>> {
+        self.cpu.download(t)
+    }
+    fn limits(&self) -> trellis::kernel::Limits {
+        self.cpu.limits()
+    }
+    fn compile(&self, l: &trellis::kernel::Launch<'_>) -> trellis::Result<Self::Compiled> {
+        self.cpu.compile(l)
+    }
+    fn bind<'a>(
+        &self,
+        c: &Self::Compiled,
+        l: &trellis::kernel::Launch<'_>,
+        inputs: &[&'a Self::Tensor],
+        outputs: &'a mut [&mut Self::Tensor],
+    ) -> trellis::Result<Self::Bound<'a>> {
+        self.cpu.bind(c, l, inputs, outputs)
+    }
+    fn run(&self, bound: &mut Self::Bound<'_>) -> trellis::Result<()> {
+        self.cpu.run(bound)
+    }
+}
+
+/// A batch of several launches copies each matrix to the device once, not once a launch,
+/// on both tiers, with the bits of one launch a chunk.
+#[test]
+fn a_batch_uploads_each_matrix_once() {
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(24, 512, 256, 2, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 85), random_matrix(g, 86));
+    let b = CountingUploads {
+        cpu: &cpu,
+        codes_shape: g.codes_shape().to_vec(),
+        codes: Default::default(),
+    };
+    let uploads = |f: &dyn Fn() -> Activations| {
+        b.codes.set(0);
+        let y = f();
+        (y, b.codes.get())
+    };
+    // Exact: 20 samples are launches of 8, 8 and 4.
+    let x = random_x(DType::Bf16, 20, 512, 87);
+    let (y, n) = uploads(&|| ops::matvec(&b, &w, &x, Tier::Exact).unwrap());
+    assert!(y.bits_eq(&reference::reduce(&w, &x).unwrap()));
+    assert_eq!(n, 1, "matvec, exact: code uploads");
+    let (mid, n) = uploads(&|| ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap());
+    assert!(mid.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()));
+    assert_eq!(n, 2, "gate_up, exact: code uploads");
+    // Fast: 40 samples are launches of 16, 16 and 8; each chunk's bits are its own launch's.
+    let x40 = random_x(DType::F32, 40, 512, 88);
+    let (yf, n) = uploads(&|| ops::matvec(&b, &w, &x40, Tier::Fast).unwrap());
+    assert_eq!(n, 1, "matvec, fast: code uploads");
+    let (mf, n) = uploads(&|| ops::gate_up(&b, &w, &u, &x40, Tail::Exact, Tier::Fast).unwrap());
+    assert_eq!(n, 2, "gate_up, fast: code uploads");
+    for (lo, hi) in [(0, 16), (16, 32), (32, 40)] {
+        let part = Activations {
+            data: x40.data[lo * 512..hi * 512].to_vec(),
+            rows: hi - lo,
+            ..x40.clone()
+        };
+        let (ys, ms) = (
+            ops::matvec(&cpu, &w, &part, Tier::Fast).unwrap(),
+            ops::gate_up(&cpu, &w, &u, &part, Tail::Exact, Tier::Fast).unwrap(),
+        );
+        let n = g.rows;
+        assert_eq!(ys.data, yf.data[lo * n..hi * n], "matvec rows {lo}..{hi}");
+        assert_eq!(ms.data, mf.data[lo * n..hi * n], "gate_up rows {lo}..{hi}");
     }
 }
 

@@ -12,6 +12,7 @@ use crate::numerics::{Tail, Tier};
 use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::Geometry;
 use std::fmt;
+use std::rc::Rc;
 
 /// `mid = silu(G x) * (U x)`; named `gate_up_mixed` in listings when the two k differ.
 #[crate::kernel(
@@ -306,10 +307,11 @@ impl GateUpExpected {
 
 /// Uploaded `gate_up` data.
 pub struct GateUpDevice<B: Backend> {
-    /// The gate matrix on the device.
-    pub gate: DeviceMatrix<B>,
-    /// The up matrix on the device.
-    pub up: DeviceMatrix<B>,
+    /// The gate matrix on the device (shared: the facade uploads it once for a call's
+    /// launches).
+    pub gate: Rc<DeviceMatrix<B>>,
+    /// The up matrix on the device (shared likewise).
+    pub up: Rc<DeviceMatrix<B>>,
     /// The activations on the device.
     pub x: DeviceActivations<B>,
 }
@@ -323,8 +325,8 @@ impl<B: Backend> GateUpDevice<B> {
         x: &Activations,
     ) -> Result<Self> {
         Ok(GateUpDevice {
-            gate: DeviceMatrix::upload(b, gate)?,
-            up: DeviceMatrix::upload(b, up)?,
+            gate: Rc::new(DeviceMatrix::upload(b, gate)?),
+            up: Rc::new(DeviceMatrix::upload(b, up)?),
             x: DeviceActivations::upload(b, x)?,
         })
     }

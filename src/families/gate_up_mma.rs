@@ -17,6 +17,7 @@ use crate::kernel::{Backend, Dialect, Elem};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::simt::Proj;
+use std::rc::Rc;
 
 /// Declares a kernel struct over `gate_up_mma`'s inputs, the one list of them (the
 /// template binds them by name): the plain kernel and [`GateUpMmaParts`] differ only in
@@ -189,10 +190,11 @@ impl GateUpMmaExpected {
 
 /// Uploaded `gate_up_mma` data: both matrices, and x as [`Prescaled`].
 pub struct GateUpMmaDevice<B: Backend> {
-    /// The gate matrix on the device.
-    pub gate: DeviceMatrix<B>,
-    /// The up matrix on the device.
-    pub up: DeviceMatrix<B>,
+    /// The gate matrix on the device (shared: the facade uploads it once for a call's
+    /// launches).
+    pub gate: Rc<DeviceMatrix<B>>,
+    /// The up matrix on the device (shared likewise).
+    pub up: Rc<DeviceMatrix<B>>,
     /// x prescaled, with the unscale factors and tables (projections: gate, then up).
     pub ops: Prescaled<B>,
 }
@@ -206,8 +208,8 @@ impl<B: Backend> GateUpMmaDevice<B> {
         x: &Activations,
     ) -> Result<Self> {
         Ok(GateUpMmaDevice {
-            gate: DeviceMatrix::upload(b, gate)?,
-            up: DeviceMatrix::upload(b, up)?,
+            gate: Rc::new(DeviceMatrix::upload(b, gate)?),
+            up: Rc::new(DeviceMatrix::upload(b, up)?),
             ops: Prescaled::upload(b, x, &[gate, up])?,
         })
     }

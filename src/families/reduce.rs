@@ -11,6 +11,7 @@ use crate::numerics::Tier;
 use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::Geometry;
 use std::fmt;
+use std::rc::Rc;
 
 /// `y = W x` for `m` samples.
 #[crate::kernel(
@@ -254,8 +255,8 @@ impl ReduceExpected {
 
 /// Uploaded `reduce` data.
 pub struct ReduceDevice<B: Backend> {
-    /// The matrix on the device.
-    pub w: DeviceMatrix<B>,
+    /// The matrix on the device (shared: the facade uploads it once for a call's launches).
+    pub w: Rc<DeviceMatrix<B>>,
     /// The activations on the device.
     pub x: DeviceActivations<B>,
 }
@@ -264,7 +265,7 @@ impl<B: Backend> ReduceDevice<B> {
     /// Upload a matrix and its activations.
     pub fn upload(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Self> {
         Ok(ReduceDevice {
-            w: DeviceMatrix::upload(b, w)?,
+            w: Rc::new(DeviceMatrix::upload(b, w)?),
             x: DeviceActivations::upload(b, x)?,
         })
     }

@@ -43,6 +43,7 @@ use crate::numerics::Tier;
 use crate::simt::{is_default, Proj, Representation, MAX_SHARED_BYTES};
 use crate::Geometry;
 use std::fmt;
+use std::rc::Rc;
 
 mod prescale;
 mod space;
@@ -914,8 +915,8 @@ impl ReduceMmaExpected {
 
 /// Uploaded `reduce_mma` data: the matrix, and x as [`Prescaled`].
 pub struct ReduceMmaDevice<B: Backend> {
-    /// The matrix on the device.
-    pub w: DeviceMatrix<B>,
+    /// The matrix on the device (shared: the facade uploads it once for a call's launches).
+    pub w: Rc<DeviceMatrix<B>>,
     /// x prescaled, with the unscale factors and table.
     pub ops: Prescaled<B>,
 }
@@ -924,7 +925,7 @@ impl<B: Backend> ReduceMmaDevice<B> {
     /// Upload a matrix and its activations.
     pub fn upload(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Self> {
         Ok(ReduceMmaDevice {
-            w: DeviceMatrix::upload(b, w)?,
+            w: Rc::new(DeviceMatrix::upload(b, w)?),
             ops: Prescaled::upload(b, x, &[w])?,
         })
     }
