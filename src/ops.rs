@@ -2,7 +2,8 @@
 //! once: it keeps its compiled kernels). The tier picks the family: `exact` runs the
 //! SIMT families (`reduce`, `gate_up`: SPEC 5 bits, M up to 8 a launch), `fast` the
 //! matrix-unit families (`reduce_mma`, `gate_up_mma`: the SPEC 7 bound, M up to 16 a
-//! launch); a larger M runs as several launches, with the same bits. The tuning tables choose
+//! launch); a larger M runs as several launches, with the same bits and one copy of each
+//! matrix to the device. The tuning tables choose
 //! the variant ([`crate::tune::select_for`]), and the `_with` forms force one. Host data
 //! in, host data out; every input is validated before any kernel runs. The fast tier runs
 //! the rare sample its f16 operands cannot hold (values spanning more than 2^28 where a
