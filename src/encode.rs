@@ -133,14 +133,14 @@ pub fn tail_biting_path(values: &[f32], k: u32, l: u32, targets: &[f32]) -> Resu
         return Err(Error::invalid(
             format!("values[{i}]"),
             values[i],
-            "must be finite and at most 1e6 in magnitude",
+            format!("must be finite and at most {MAX_MAGNITUDE:e} in magnitude"),
         ));
     }
     if let Some(i) = targets.iter().position(|v| !in_range(*v)) {
         return Err(Error::invalid(
             format!("targets[{i}]"),
             targets[i],
-            "must be finite and at most 1e6 in magnitude",
+            format!("must be finite and at most {MAX_MAGNITUDE:e} in magnitude"),
         ));
     }
     let mut states = vec![0u32; targets.len()];
@@ -205,7 +205,7 @@ fn quantize_inner(
         return Err(Error::invalid(
             format!("lut[{i}]"),
             values[i],
-            "table values must be finite and at most 1e6 in magnitude",
+            format!("table values must be finite and at most {MAX_MAGNITUDE:e} in magnitude"),
         ));
     }
     if let Some(i) = dense.iter().position(|v| !v.is_finite()) {

@@ -258,7 +258,8 @@ struct SelectArgs {
     /// Device id as in the tuning tables (`nvidia-h200`, `applegpu-g15s`, ...).
     #[arg(long, value_name = "ID")]
     device: String,
-    /// Kernel family: reduce, gate_up, gate_up_mixed, reduce_mma, gate_up_mma or expand
+    /// Kernel family: reduce, gate_up, gate_up_mixed, reduce_mma, gate_up_mma,
+    /// gate_up_mma_mixed or expand
     /// (with --tier fast, reduce and gate_up answer for the matrix-unit families the fast
     /// tier runs).
     #[arg(long, value_name = "F")]

@@ -1440,3 +1440,19 @@ fn file_reader_lists_matrices() {
     assert_eq!(listed.len(), 2);
     assert_eq!(listed[1].1.k, 3);
 }
+
+/// `select --help` names every family the library answers for (a family added to the
+/// library shows in the help, or this fails).
+#[test]
+fn select_help_names_every_family() {
+    let help = ok(&["select", "--help"]);
+    let words: Vec<&str> = help
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    for name in trellis::families::names() {
+        assert!(
+            words.contains(&name),
+            "select --help does not name family {name}:\n{help}"
+        );
+    }
+}
