@@ -3,8 +3,8 @@
 //! dtypes, ...) and a tunable *variant* into a declared kernel, lists its candidate
 //! variants, knows its reference result and how to check a kernel against it, uploads
 //! and binds its device arguments, and names its tuning key. Everything generic (the
-//! verify catalog, the tuner, the selector's `fit`, the facade, `xtask render` and
-//! `bench`) works through this trait; `crate::families` registers this crate's families.
+//! verify catalog, the tuner, the selector's `fit`, the facade's launches, `xtask render`
+//! and `bench`) works through this trait; `crate::families` registers this crate's families.
 
 use crate::error::{Error, Result};
 use crate::kernel::{Backend, DeviceTensor, Dialect, Elem, KernelSpec, Limits};

@@ -54,6 +54,37 @@ extern crate self as trellis;
 pub use askama;
 pub use trellis_macros::kernel;
 
+/// `FromStr` (an error naming `$field` and the names it takes), `Display` and serde for
+/// an enum by its `name()`: one spelling on the command line, in tables and in reports.
+macro_rules! parse_by_name {
+    ($ty:ty, $field:literal, [$($v:expr),*]) => {
+        impl std::str::FromStr for $ty {
+            type Err = $crate::error::Error;
+            fn from_str(s: &str) -> $crate::error::Result<Self> {
+                [$($v),*].into_iter().find(|v| v.name() == s).ok_or_else(|| {
+                    $crate::error::Error::invalid($field, s, format!("expected one of {}", [$($v.name()),*].join(", ")))
+                })
+            }
+        }
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
 pub mod backend;
 pub mod canonical;
 pub mod catalog;

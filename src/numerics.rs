@@ -46,3 +46,6 @@ impl Tail {
         *self == Tail::Exact
     }
 }
+
+parse_by_name!(Tier, "tier", [Tier::Exact, Tier::Fast]);
+parse_by_name!(Tail, "tail", [Tail::Exact, Tail::Native]);

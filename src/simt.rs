@@ -10,10 +10,11 @@ use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::kernel::{Dialect, Elem, Grid};
 use crate::matrix::INTERLEAVE_COLS;
-use crate::numerics::{Tail, Tier};
+use crate::numerics::Tier;
 use std::fmt;
 
-/// Largest M a kernel accepts.
+/// Largest M a SIMT kernel accepts (the matrix-unit families take up to
+/// [`crate::families::reduce_mma::MAX_M_MMA`]).
 pub const MAX_M: u32 = 8;
 /// Threadgroup memory a specialization may declare (CUDA's static limit); backends
 /// with less (Metal: 32 KB) reject larger ones before launch.
@@ -75,34 +76,6 @@ impl MStrategy {
     }
 }
 
-macro_rules! parse_by_name {
-    ($ty:ty, $field:literal, [$($v:expr),*]) => {
-        impl std::str::FromStr for $ty {
-            type Err = Error;
-            fn from_str(s: &str) -> Result<Self> {
-                [$($v),*].into_iter().find(|v| v.name() == s).ok_or_else(|| {
-                    Error::invalid($field, s, format!("expected one of {}", [$($v.name()),*].join(", ")))
-                })
-            }
-        }
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-        impl serde::Serialize for $ty {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-                s.serialize_str(self.name())
-            }
-        }
-        impl<'de> serde::Deserialize<'de> for $ty {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-                let s = String::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
 parse_by_name!(
     Representation,
     "representation",
@@ -112,8 +85,6 @@ parse_by_name!(
         Representation::SharedTable
     ]
 );
-parse_by_name!(Tier, "tier", [Tier::Exact, Tier::Fast]);
-parse_by_name!(Tail, "tail", [Tail::Exact, Tail::Native]);
 parse_by_name!(
     MStrategy,
     "m_strategy",

@@ -156,6 +156,24 @@ mod tests {
     use crate::tune::{Selector, Source};
     use crate::Code;
 
+    /// Every prior file in `tuning/priors/` is embedded (the list above is by hand: a new
+    /// file left out of it would be silently ignored).
+    #[test]
+    fn every_prior_file_is_embedded() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning/priors");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".toml"))
+            .map(|n| format!("tuning/priors/{n}"))
+            .collect();
+        files.sort();
+        let mut embedded: Vec<String> = EMBEDDED.iter().map(|(n, _)| n.to_string()).collect();
+        embedded.sort();
+        assert!(!files.is_empty());
+        assert_eq!(files, embedded);
+    }
+
     fn spec(k: u32, ku: Option<u32>, m: u32) -> ProblemSpec {
         ProblemSpec {
             rows: 17408,

@@ -152,7 +152,7 @@ pub struct Table {
 
 impl Table {
     /// Parse and validate the header and every entry's key (winners are checked
-    /// against their family when selected).
+    /// against their family when the table is added to a [`super::Selector`]).
     pub fn parse(text: &str) -> Result<Self> {
         let t: Table = toml::from_str(text).map_err(|e| {
             Error::invalid(
