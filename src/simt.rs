@@ -2,7 +2,7 @@
 //! the projection coding ([`Proj`], which the matrix-unit families share), the tunable
 //! [`Variant`] and its parts, and the x-staging helpers templates call ([`XLayout`]). The
 //! families themselves live in [`crate::families`], above this module; the numerics
-//! choices ([`Tier`], [`Tail`]) in [`crate::numerics`].
+//! choices ([`Tier`], [`Tail`](crate::numerics::Tail)) in [`crate::numerics`].
 
 use crate::codes::Code;
 use crate::dtype::DType;

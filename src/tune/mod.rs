@@ -1,6 +1,8 @@
 //! Tuning: typed keys, the checked-in tables of `tuning/`, the runtime [`Selector`], and
 //! the measuring harness ([`harness`]) behind `cargo xtask tune`. Generic over
-//! [`Family`]: a downstream family is tuned and selected the same way.
+//! [`Family`]: a downstream family is tuned the same way, and selected by a [`Selector`]
+//! its crate adds its tables to ([`Selector::add_table`]; the process-wide selector's
+//! files hold this crate's families only, [`check_table_frame`]).
 
 pub mod harness;
 pub mod prior;
@@ -369,7 +371,9 @@ impl Selector {
 
     /// The family members of `device`: the other devices of `backend` whose ids share at
     /// least 3 leading characters with it, nearest (longest shared prefix) first, the
-    /// latest added first on a tie.
+    /// latest added first on a tie. A loose rule on purpose: every `nvidia-*` GPU is a
+    /// member of the H200's family (a tuned choice, fitted to the device's own limits by
+    /// [`fit`], beats the untuned default there too), and a `cpu-*` id of another CPU's.
     fn family_members(&self, backend: &str, device: &str) -> Vec<&str> {
         let mut members: Vec<(usize, &str)> = Vec::new();
         for (_, t) in self.tables.iter().rev() {
