@@ -88,6 +88,18 @@ impl Geometry {
                 "must be below 2^32 (kernels index a row's columns in 32 bits)",
             ));
         }
+        // A block's bit positions (`(T - 32 - t0) * k`, SPEC 2's run offsets) are 32-bit in
+        // the kernels too.
+        if self.t as u128 * self.k as u128 >= 1u128 << 32 {
+            return Err(Error::invalid(
+                "T",
+                self.t,
+                format!(
+                    "T * k must be below 2^32 bits a block (k = {}; kernels place a block's runs in 32 bits)",
+                    self.k
+                ),
+            ));
+        }
         let elements = self.rows as u128 * self.cols as u128;
         if elements * self.k as u128 / 32 >= u32::MAX as u128 {
             return Err(Error::invalid(
@@ -235,6 +247,19 @@ mod tests {
                 .to_string();
             assert!(err.contains(want) && err.contains("2^32"), "{err}");
         }
+        // One block of 2^29 + 32 weights at k = 8 is 2^32 + 256 bits: its run offsets
+        // wrapped in the kernels' 32 bits (a wrong result, found by an audit), so it is
+        // refused by name; 2^29 - 32 weights at k = 8 (below 2^32 bits) still validates.
+        let big = (1usize << 29) + 32;
+        let err = Geometry::new(1, big, big, 8, 12, Code::OneMad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("T = {big}")) && err.contains("T * k"),
+            "{err}"
+        );
+        let fits = (1usize << 29) - 32;
+        Geometry::new(1, fits, fits, 8, 12, Code::OneMad).unwrap();
     }
 
     #[test]
