@@ -263,12 +263,33 @@ impl<'de> serde::Deserialize<'de> for RepeatedKey {
     }
 }
 
-/// What is wrong with a header's tensor entries, naming the tensor, where the
-/// safetensors crate's own message does not (their dtype, shape and offsets checked one
-/// by one against the `data_len` bytes after the header, then their order); `None` when
-/// nothing here is found wrong.
+/// What is wrong with a header, naming the tensor or `__metadata__` field, where the
+/// safetensors crate's own message does not: its shape (an object), `__metadata__`'s
+/// (an object of strings), then the tensor entries (their dtype, shape and offsets checked
+/// one by one against the `data_len` bytes after the header, then their order); `None`
+/// when nothing here is found wrong.
 fn diagnose_header(header: &[u8], data_len: u64) -> Option<String> {
-    let map: HashMap<String, serde_json::Value> = serde_json::from_slice(header).ok()?;
+    let value: serde_json::Value = serde_json::from_slice(header).ok()?;
+    let Some(map) = value.as_object() else {
+        return Some(format!(
+            "the header is {}, not a JSON object of tensors (and `__metadata__`)",
+            json_kind(&value)
+        ));
+    };
+    if let Some(meta) = map.get("__metadata__") {
+        let Some(fields) = meta.as_object() else {
+            return Some(format!(
+                "`__metadata__` is {}, not an object of strings",
+                json_kind(meta)
+            ));
+        };
+        if let Some((key, v)) = fields.iter().find(|(_, v)| !v.is_string()) {
+            return Some(format!(
+                "`__metadata__` field `{key}` is {}, not a string",
+                json_kind(v)
+            ));
+        }
+    }
     let mut spans = Vec::new();
     let mut names: Vec<&String> = map.keys().filter(|k| *k != "__metadata__").collect();
     names.sort();
@@ -323,6 +344,19 @@ fn diagnose_header(header: &[u8], data_len: u64) -> Option<String> {
         at = end;
     }
     None
+}
+
+/// A JSON value's kind and, where short, the value (`an integer, 5`; `an object`).
+fn json_kind(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("a boolean, {b}"),
+        Value::Number(n) => format!("a number, {n}"),
+        Value::String(_) => "a string".into(),
+        Value::Array(a) => format!("an array of {} items", a.len()),
+        Value::Object(_) => "an object".into(),
+    }
 }
 
 /// The bits of a tensor of `dtype` and `shape` (`None`: more than a usize counts).
@@ -1264,7 +1298,21 @@ mod tests {
         // The writer puts the codes first, then the scales, each where the last ended.
         assert_eq!((ca, cb, sa, sb as usize), (0, sa, 48, data_len), "{header}");
         type Change = dyn Fn(&mut serde_json::Value);
-        let cases: [(&Change, Vec<String>); 6] = [
+        let cases: [(&Change, Vec<String>); 9] = [
+            // The header's shape and `__metadata__`'s, named (the crate's own messages
+            // name a serde type and a column).
+            (
+                &|h| *h = serde_json::json!([1, 2, 3]),
+                vec!["the header is an array of 3 items, not a JSON object".into()],
+            ),
+            (
+                &|h| h["__metadata__"] = serde_json::json!(5),
+                vec!["`__metadata__` is a number, 5, not an object of strings".into()],
+            ),
+            (
+                &|h| h["__metadata__"]["w.trellis"] = serde_json::json!({"k": 2}),
+                vec!["`__metadata__` field `w.trellis` is an object, not a string".into()],
+            ),
             (
                 &|h| h["w.scales"]["data_offsets"] = serde_json::json!([8192, 8198]),
                 vec![
