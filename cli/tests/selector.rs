@@ -1163,6 +1163,18 @@ fn cli_select_corrupted_table_warns_and_defaults() {
             "bad repr",
             good.replacen("repr = \"shared_table\"", "repr = \"texture_table\"", 1),
         ),
+        (
+            "no shape",
+            good.replacen("shape = \"4096x4096\"", "shape = \"0x4096\"", 1),
+        ),
+        (
+            "no device id",
+            good.replacen("id = \"zztest-gpu1\"", "id = \" \"", 1),
+        ),
+        (
+            "a repeated entry",
+            format!("{good}\n{}", &good[good.find("[[entry]]").unwrap()..]),
+        ),
     ];
     for (what, text) in cases {
         assert_ne!(text, good, "{what}");

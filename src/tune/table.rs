@@ -162,9 +162,39 @@ impl Table {
             )
         })?;
         t.device.dialect()?;
+        if t.device.id.trim().is_empty() {
+            return Err(Error::invalid(
+                "device.id",
+                &t.device.id,
+                "must name the device",
+            ));
+        }
+        let mut seen = std::collections::HashMap::new();
         for (i, e) in t.entries.iter().enumerate() {
-            e.key()
+            let key = e
+                .key()
                 .map_err(|err| Error::invalid(format!("entry[{i}]"), "key", err.to_string()))?;
+            let shape_ok = e.shape.split_once('x').is_some_and(|(r, c)| {
+                [r, c]
+                    .iter()
+                    .all(|n| n.parse::<usize>().is_ok_and(|n| n > 0))
+            });
+            if !shape_ok {
+                return Err(Error::invalid(
+                    format!("entry[{i}].shape"),
+                    &e.shape,
+                    "expected ROWSxCOLS, both positive",
+                ));
+            }
+            // Two entries for one key and shape: which one a selection took would be
+            // an accident of order (the tuner writes one).
+            if let Some(j) = seen.insert((key, e.shape.clone()), i) {
+                return Err(Error::invalid(
+                    format!("entry[{i}]"),
+                    format!("{} at {}", e.key, e.shape),
+                    format!("repeats entry[{j}]'s key, bucket and shape"),
+                ));
+            }
         }
         Ok(t)
     }
