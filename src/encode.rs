@@ -201,13 +201,7 @@ fn quantize_inner(
         ));
     }
     let values = g.code.table(g.l, opts.lut.as_deref())?;
-    if let Some(i) = values.iter().position(|v| !in_range(*v)) {
-        return Err(Error::invalid(
-            format!("lut[{i}]"),
-            values[i],
-            format!("table values must be finite and at most {MAX_MAGNITUDE:e} in magnitude"),
-        ));
-    }
+    check_table_values("lut", &values)?;
     if let Some(i) = dense.iter().position(|v| !v.is_finite()) {
         return Err(Error::invalid(
             format!("dense[{}, {}]", i / cols, i % cols),
@@ -492,6 +486,27 @@ fn encode_block(values: &[f32], k: u32, l: u32, states: &mut [u32], s: &mut Scra
 /// marks an excluded start state. (`quantize` scales its targets to the table's rms, so
 /// weights need no bound.)
 pub const MAX_MAGNITUDE: f32 = 1e6;
+
+/// A value table the encoder can code with, its entries named `name[i]`: every value
+/// finite and at most [`MAX_MAGNITUDE`] in magnitude, and not all one value (a table of
+/// one value, all zeros say, codes every weight as that value: no row scale fits it).
+pub fn check_table_values(name: &str, values: &[f32]) -> Result<()> {
+    if let Some(i) = values.iter().position(|v| !in_range(*v)) {
+        return Err(Error::invalid(
+            format!("{name}[{i}]"),
+            values[i],
+            format!("must be finite and at most {MAX_MAGNITUDE:e} in magnitude"),
+        ));
+    }
+    if let Some(&v) = values.first().filter(|&&v| values.iter().all(|&w| w == v)) {
+        return Err(Error::invalid(
+            name,
+            format!("{} x {v}", values.len()),
+            "the table's values are all equal: it codes every weight as that one value",
+        ));
+    }
+    Ok(())
+}
 
 /// Finite and at most [`MAX_MAGNITUDE`] in magnitude.
 fn in_range(v: f32) -> bool {

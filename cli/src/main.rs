@@ -641,20 +641,7 @@ fn quantize(a: QuantizeArgs, out: &mut Vec<String>) -> Result<()> {
                     ),
                 ));
             }
-            let max = trellis::encode::MAX_MAGNITUDE;
-            if let Some(i) = values
-                .iter()
-                .position(|v| !(v.is_finite() && v.abs() <= max))
-            {
-                return Err(Error::file(
-                    path,
-                    Error::invalid(
-                        format!("{name}[{i}]"),
-                        values[i],
-                        format!("must be finite and at most {max:e} in magnitude"),
-                    ),
-                ));
-            }
+            encode::check_table_values(&name, &values).map_err(|e| Error::file(path, e))?;
             out.push(format!("lut: tensor `{name}` of {}", path.display()));
             Some(values)
         }

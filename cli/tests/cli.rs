@@ -1291,6 +1291,14 @@ fn quantize_rejects_bad_inputs() {
         &[],
     );
     q(&with_lut, &[s(&lut), "lut[3]", "2000000", "magnitude"]);
+    // A table of one value (all zeros) codes no weight but that one: the table's error,
+    // not a quantized constant matrix with a warning about the weights' scales.
+    write_raw(
+        &lut,
+        vec![("lut", Dtype::F32, vec![1024], f32_bytes(&[0.0; 1024]))],
+        &[],
+    );
+    q(&with_lut, &[s(&lut), "lut = 1024 x 0", "all equal"]);
     // Non-finite weights, and an unsupported dense dtype.
     let mut bad = vals.clone();
     bad[513] = f32::NAN;
