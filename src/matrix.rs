@@ -158,13 +158,17 @@ impl QuantizedMatrix {
             for c in 0..self.geometry.cols {
                 let v = table[self.state(r, c) as usize];
                 if !dtype.round(v * s).is_finite() {
+                    let hold = if dtype == DType::F32 {
+                        "the fast tier (no weight rounding) may hold it"
+                    } else {
+                        "the fast tier (no weight rounding) or f32 activations may hold it"
+                    };
                     return Err(Error::invalid(
                         format!("weight w[{r}, {c}]"),
                         format!("value {v} * scales[{r}] {s}"),
                         format!(
                             "overflows {dtype}: exact weights are round_T(value * scale) \
-                             (SPEC 4) and an infinite one makes the output inf or NaN; \
-                             the fast tier (no weight rounding) or f32 activations may hold it"
+                             (SPEC 4) and an infinite one makes the output inf or NaN; {hold}"
                         ),
                     ));
                 }

@@ -952,6 +952,9 @@ fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
     // An M beyond one launch runs as launches of the most samples and one of the rest
     // (`trellis::ops::matvec`): answer for each launch size.
     let max = trellis::ops::max_samples(tier);
+    if spec.m == 0 {
+        return Err(Error::invalid("m", spec.m, "must be at least 1"));
+    }
     let lines = if spec.m <= max {
         answer(spec)?
     } else {

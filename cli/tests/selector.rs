@@ -1253,6 +1253,23 @@ fn cli_select_missing_tables_dir_warns() {
     assert!(line(&out, "variant").ends_with(" exact"), "{out}");
 }
 
+/// `$TRELLIS_TUNING_DIR` set but empty reads as unset (as `$TRELLIS_CACHE_DIR` does): no
+/// warning about a directory "".
+#[test]
+fn an_empty_tuning_dir_variable_is_unset() {
+    let out = Command::new(BIN)
+        .args(select_args("nvidia-h200", None, &[]))
+        .env(TUNING_DIR_ENV, "")
+        .output()
+        .unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let out = text(&out.stdout);
+    assert!(
+        line(&out, "source").starts_with("table embedded:nvidia-h200.toml, entry [reduce "),
+        "{out}"
+    );
+}
+
 #[test]
 fn cli_select_gate_up_keys() {
     let (out, _) = ok(&[
@@ -1558,5 +1575,5 @@ fn select_answers_an_m_beyond_one_launch_per_launch_size() {
         "{out}"
     );
     args[12] = "0";
-    fails(&args, &["m = 0"]);
+    fails(&args, &["m = 0", "at least 1"]);
 }

@@ -286,7 +286,8 @@ impl Selector {
         if local.is_dir() {
             s.add_dir(&local);
         }
-        if let Some(dir) = std::env::var_os(TUNING_DIR_ENV) {
+        // Set but empty reads as unset, as `$TRELLIS_CACHE_DIR` does.
+        if let Some(dir) = std::env::var_os(TUNING_DIR_ENV).filter(|d| !d.is_empty()) {
             s.add_dir(Path::new(&dir));
         }
         s
