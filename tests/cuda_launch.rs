@@ -111,3 +111,30 @@ fn uploads_and_allocations_round_trip_their_elements_alone() {
     let empty = b.upload(Elem::F32, &[0, 4], &[]).unwrap();
     assert!(b.download(&empty).unwrap().is_empty());
 }
+
+/// A batch larger than one launch (exact 8 samples, fast 16) through the facade on the
+/// GPU: the matrices uploaded once serve every launch; exact bit for bit with the
+/// reference, fast within SPEC 7, `matvec` and `gate_up`.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn a_batch_larger_than_a_launch_runs_as_several() {
+    use trellis::check::{fast_gate_up, fast_reduce, random_activations, random_matrix, RealSums};
+    use trellis::numerics::{Tail, Tier};
+    use trellis::{ops, reference, Code, DType, Geometry};
+    let b = CudaBackend::new(0).unwrap();
+    let g = Geometry::new(96, 1024, 256, 3, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 41), random_matrix(g, 42));
+    let x = random_activations(DType::Bf16, 20, 1024, 43); // 8 + 8 + 4
+    let y = ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
+    assert!(y.bits_eq(&reference::reduce(&w, &x).unwrap()));
+    let mid = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
+    assert!(mid.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()));
+    let x40 = random_activations(DType::Bf16, 40, 1024, 44); // 16 + 16 + 8
+    let (rw, ru) = (
+        RealSums::of(&w, &x40).unwrap(),
+        RealSums::of(&u, &x40).unwrap(),
+    );
+    fast_reduce(&ops::matvec(&b, &w, &x40, Tier::Fast).unwrap(), &rw).unwrap();
+    let mf = ops::gate_up(&b, &w, &u, &x40, Tail::Exact, Tier::Fast).unwrap();
+    fast_gate_up(&mf, &rw, &ru, false).unwrap();
+}
