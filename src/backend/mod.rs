@@ -60,9 +60,70 @@ pub fn slug(name: &str) -> String {
 
 use crate::error::{Error, Result};
 
-/// Names `--backend` accepts (`reference` is the plain SPEC implementation, not a
-/// backend: the facade's callers handle it).
-pub const NAMES: [&str; 5] = ["reference", "cpu", "cuda", "metal", "metal-sim"];
+/// What this crate knows of a kernel backend before one is opened: one row of [`KINDS`]
+/// each, read by the tuner, the tables' checks and `trellis select`.
+#[derive(Clone, Copy, Debug)]
+pub struct BackendKind {
+    /// Its `--backend` name.
+    pub name: &'static str,
+    /// The dialect it compiles (a tuning table's entries are hashed in it, so a table
+    /// must name its backend's own).
+    pub dialect: crate::kernel::Dialect,
+    /// Whether it runs its kernels on a GPU (`cuda`, `metal`), not on this machine's CPU
+    /// (`cpu`, and `metal-sim`, which runs the Metal kernels there): what the tuner's
+    /// defaults (candidate space, repetitions, working set) follow.
+    pub on_gpu: bool,
+    /// The limits its devices allow, for `trellis select` without a device at hand:
+    /// Metal's for MLX and the simulator, CUDA's with opt-in (sm_90's) otherwise (the
+    /// CPU backend's own, which keeps its specializations portable).
+    pub nominal_limits: crate::kernel::Limits,
+}
+
+/// This crate's kernel backends ([`AnyBackend::open`] opens each by name).
+pub const KINDS: [BackendKind; 4] = {
+    use crate::kernel::{Dialect, Limits};
+    [
+        BackendKind {
+            name: "cpu",
+            dialect: Dialect::Cpu,
+            on_gpu: false,
+            nominal_limits: Limits::CUDA_OPT_IN,
+        },
+        BackendKind {
+            name: "cuda",
+            dialect: Dialect::Cuda,
+            on_gpu: true,
+            nominal_limits: Limits::CUDA_OPT_IN,
+        },
+        BackendKind {
+            name: "metal",
+            dialect: Dialect::Metal,
+            on_gpu: true,
+            nominal_limits: Limits::METAL,
+        },
+        BackendKind {
+            name: "metal-sim",
+            dialect: Dialect::Metal,
+            on_gpu: false,
+            nominal_limits: Limits::METAL,
+        },
+    ]
+};
+
+/// The kernel backend called `name` (`None`: not one of this crate's).
+pub fn kind(name: &str) -> Option<&'static BackendKind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// Names `--backend` accepts: `reference`, the plain SPEC implementation (not a kernel
+/// backend: the facade's callers handle it), then [`KINDS`]'.
+pub const NAMES: [&str; 5] = [
+    "reference",
+    KINDS[0].name,
+    KINDS[1].name,
+    KINDS[2].name,
+    KINDS[3].name,
+];
 
 /// The best backend available here: `cuda` when a driver and device are found,
 /// `metal` on macOS, else `cpu`.
@@ -77,33 +138,20 @@ pub fn default_name() -> &'static str {
     "cpu"
 }
 
-/// The limits a backend's devices allow (for `trellis select` without a device at
-/// hand): Metal's for MLX and the simulator, CUDA's with opt-in (sm_90's) otherwise.
+/// [`BackendKind::nominal_limits`] of `name` (CUDA's with opt-in for a name of no kernel
+/// backend).
 pub fn nominal_limits(name: &str) -> crate::kernel::Limits {
-    match name {
-        "metal" | "metal-sim" => crate::kernel::Limits::METAL,
-        _ => crate::kernel::Limits::CUDA_OPT_IN,
-    }
+    kind(name).map_or(crate::kernel::Limits::CUDA_OPT_IN, |k| k.nominal_limits)
 }
 
-/// Whether a backend runs its kernels on a GPU (`cuda`, `metal`), not on this machine's
-/// CPU (`cpu`, and `metal-sim`, which runs the Metal kernels there): what the tuner's
-/// defaults (candidate space, repetitions, working set) follow.
+/// [`BackendKind::on_gpu`] of `name` (false for a name of no kernel backend).
 pub fn runs_on_gpu(name: &str) -> bool {
-    matches!(name, "cuda" | "metal")
+    kind(name).is_some_and(|k| k.on_gpu)
 }
 
-/// The dialect a backend of this crate compiles (`None`: not one of this crate's
-/// backends). A tuning table's entries are hashed in its dialect, so a table must name
-/// its backend's own.
+/// [`BackendKind::dialect`] of `name` (`None`: not one of this crate's backends).
 pub fn dialect_of(name: &str) -> Option<crate::kernel::Dialect> {
-    use crate::kernel::Dialect;
-    match name {
-        "cpu" => Some(Dialect::Cpu),
-        "cuda" => Some(Dialect::Cuda),
-        "metal" | "metal-sim" => Some(Dialect::Metal),
-        _ => None,
-    }
+    kind(name).map(|k| k.dialect)
 }
 
 /// Generic code to run on whichever backend an [`AnyBackend`] holds.
@@ -238,6 +286,30 @@ fn unavailable(name: &str, reason: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every row of [`KINDS`] opens as a backend of that name and dialect, or is
+    /// unavailable here (no GPU, not macOS); no other name opens.
+    #[test]
+    fn each_kind_opens_as_itself() {
+        struct Facts;
+        impl BackendVisitor for Facts {
+            type Out = (&'static str, crate::kernel::Dialect);
+            fn visit<B: Backend>(self, b: &B) -> Self::Out {
+                (b.name(), b.dialect())
+            }
+        }
+        for k in KINDS {
+            match AnyBackend::open(k.name) {
+                Ok(b) => assert_eq!(b.visit(Facts), (k.name, k.dialect)),
+                Err(Error::Unavailable { backend, .. }) => assert_eq!(backend, k.name),
+                Err(e) => panic!("{}: {e}", k.name),
+            }
+        }
+        assert_eq!(NAMES[1..], KINDS.map(|k| k.name));
+        for other in ["reference", "vulkan", ""] {
+            assert!(AnyBackend::open(other).is_err(), "{other}");
+        }
+    }
 
     #[test]
     fn nominal_limits_are_the_backends_own() {
