@@ -408,7 +408,7 @@ impl Proj {
     }
     /// Length of the table argument a kernel in representation `repr` reads: the value
     /// table, or a one-element placeholder when it reads none.
-    pub fn table_len(&self, repr: Representation) -> usize {
+    pub fn table_arg_len(&self, repr: Representation) -> usize {
         if repr != Representation::Inline || self.code == Code::Lut {
             self.states()
         } else {

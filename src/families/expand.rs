@@ -23,7 +23,7 @@ use std::fmt;
     inputs(
         codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
         scales: scale[self.rows],
-        table: f32[self.proj.table_len(self.variant.repr)],
+        table: f32[self.proj.table_arg_len(self.variant.repr)],
     ),
     outputs(dense: act[self.rows, self.cols]),
 )]
@@ -54,7 +54,7 @@ impl Expand {
         }
     }
     // Template helpers: the projection's, at this kernel's shape.
-    fn table_len(&self) -> usize {
+    fn states(&self) -> usize {
         self.proj.states()
     }
     fn words_per_block(&self) -> usize {

@@ -25,10 +25,10 @@ use std::rc::Rc;
         x: act[self.m, self.cols],
         gcodes: u32[self.rows, self.cols / self.t, self.gate_words_per_block()],
         gscales: gate_scale[self.rows],
-        gtable: f32[self.gate.table_len(self.variant.repr)],
+        gtable: f32[self.gate.table_arg_len(self.variant.repr)],
         ucodes: u32[self.rows, self.cols / self.t, self.up_words_per_block()],
         uscales: up_scale[self.rows],
-        utable: f32[self.up.table_len(self.variant.repr)],
+        utable: f32[self.up.table_arg_len(self.variant.repr)],
     ),
     outputs(mid: act[self.m, self.rows]),
 )]
@@ -80,10 +80,10 @@ impl GateUp {
         tables + self.x_stage_bytes()
     }
     // Template helpers: each projection's, at this kernel's shape.
-    fn gate_table_len(&self) -> usize {
+    fn gate_states(&self) -> usize {
         self.gate.states()
     }
-    fn up_table_len(&self) -> usize {
+    fn up_states(&self) -> usize {
         self.up.states()
     }
     fn gate_words_per_block(&self) -> usize {

@@ -129,7 +129,7 @@ impl<B: Backend> DeviceMatrix<B> {
 
     /// The table argument a kernel in representation `repr` expects.
     pub fn table(&self, repr: Representation) -> &B::Tensor {
-        if self.proj().table_len(repr) == 1 {
+        if self.proj().table_arg_len(repr) == 1 {
             &self.placeholder
         } else {
             &self.table

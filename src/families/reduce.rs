@@ -24,7 +24,7 @@ use std::rc::Rc;
         x: act[self.m, self.cols],
         codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
         scales: scale[self.rows],
-        table: f32[self.proj.table_len(self.variant.repr)],
+        table: f32[self.proj.table_arg_len(self.variant.repr)],
     ),
     outputs(y: act[self.m, self.rows]),
 )]
@@ -58,7 +58,7 @@ impl Reduce {
         table + self.x_stage_bytes()
     }
     // Template helpers: the projection's, at this kernel's shape.
-    fn table_len(&self) -> usize {
+    fn states(&self) -> usize {
         self.proj.states()
     }
     fn words_per_block(&self) -> usize {

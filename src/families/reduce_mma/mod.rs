@@ -326,7 +326,7 @@ impl fmt::Display for MmaVariant {
         x: x_elem()[self.m, self.cols],
         codes: u32[self.rows, self.cols / self.t, self.words_per_block()],
         scales: scale[self.rows],
-        table: f32[self.the_proj().table_len()],
+        table: f32[self.the_proj().table_arg_len()],
         unscale: f32[self.unscale_len()],
     ),
     outputs(y: act[self.m, self.rows], ws: f32[self.ws_words()]),
@@ -403,8 +403,8 @@ impl MmaProj {
         8 * self.slots()
     }
     /// Length of the table argument: the value table for `lut`, else a placeholder.
-    pub fn table_len(&self) -> usize {
-        self.proj.table_len(Representation::Inline)
+    pub fn table_arg_len(&self) -> usize {
+        self.proj.table_arg_len(Representation::Inline)
     }
 }
 
