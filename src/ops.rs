@@ -5,7 +5,8 @@
 //! launch); a larger M runs as several launches, with the same bits and one copy of each
 //! matrix to the device. The tuning tables choose
 //! the variant ([`crate::tune::select_for`]), and the `_with` forms force one. Host data
-//! in, host data out; every input is validated before any kernel runs. The fast tier runs
+//! in, host data out (a [`Resident`] matrix stays on the device between calls); every
+//! input is validated before any kernel runs. The fast tier runs
 //! the rare sample its f16 operands cannot hold (values spanning more than 2^28 where a
 //! row weights only the tiny ones, magnitudes near the ends of f32's range:
 //! [`crate::families::reduce_mma::beyond_f16_operands`]) on the exact kernels instead, at
@@ -258,11 +259,21 @@ fn first(mut outs: Vec<Activations>) -> Activations {
 }
 
 /// A matrix uploaded on the first launch that needs it and shared by the call's other
-/// launches (the chunks of a large M), so one call copies each matrix to the device once.
+/// launches (the chunks of a large M), so one call copies each matrix to the device once
+/// (and a [`Resident`] one, none).
 struct Uploaded<'a, B: Backend> {
     b: &'a B,
     w: &'a QuantizedMatrix,
     dev: Option<Rc<DeviceMatrix<B>>>,
+}
+
+impl<B: Backend> Clone for Uploaded<'_, B> {
+    fn clone(&self) -> Self {
+        Uploaded {
+            dev: self.dev.clone(),
+            ..*self
+        }
+    }
 }
 
 impl<'a, B: Backend> Uploaded<'a, B> {
@@ -290,7 +301,16 @@ pub fn matvec<B: Backend>(
     x: &Activations,
     tier: Tier,
 ) -> Result<Activations> {
-    let mut wd = Uploaded::new(b, w);
+    matvec_uploaded(Uploaded::new(b, w), x, tier)
+}
+
+/// [`matvec`] of a matrix uploaded already, or on its first launch.
+fn matvec_uploaded<B: Backend>(
+    mut wd: Uploaded<B>,
+    x: &Activations,
+    tier: Tier,
+) -> Result<Activations> {
+    let (b, w) = (wd.b, wd.w);
     if x.rows > max_samples(tier) as usize {
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
@@ -359,7 +379,22 @@ pub fn gate_up<B: Backend>(
     tail: Tail,
     tier: Tier,
 ) -> Result<Activations> {
-    let mut ws = [Uploaded::new(b, gate), Uploaded::new(b, up)];
+    gate_up_uploaded(
+        [Uploaded::new(b, gate), Uploaded::new(b, up)],
+        x,
+        tail,
+        tier,
+    )
+}
+
+/// [`gate_up`] of matrices uploaded already, or on their first launch.
+fn gate_up_uploaded<B: Backend>(
+    mut ws: [Uploaded<B>; 2],
+    x: &Activations,
+    tail: Tail,
+    tier: Tier,
+) -> Result<Activations> {
+    let (b, gate, up) = (ws[0].b, ws[0].w, ws[1].w);
     if x.rows > max_samples(tier) as usize {
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
@@ -423,6 +458,52 @@ pub fn gate_up_with<B: Backend>(
     family::fits::<GateUpFamily>(&p, variant, &b.limits())?;
     let d = GateUpDevice::upload(b, gate, up, x)?;
     family::run::<GateUpFamily, B>(b, &p, variant, &d).map(first)
+}
+
+/// A matrix uploaded to a backend once and kept there for any number of calls
+/// ([`Resident::matvec`], [`gate_up_resident`]), with the same results as [`matvec`] and
+/// [`gate_up`], which copy their matrices to the device every call. It borrows the host
+/// matrix, which the fast tier's checks and its fallback read.
+pub struct Resident<'a, B: Backend> {
+    w: Uploaded<'a, B>,
+}
+
+impl<'a, B: Backend> Resident<'a, B> {
+    /// Validate `w` and upload it to `b`.
+    pub fn new(b: &'a B, w: &'a QuantizedMatrix) -> Result<Self> {
+        let mut w = Uploaded::new(b, w);
+        w.get()?;
+        Ok(Resident { w })
+    }
+
+    /// The host matrix.
+    pub fn matrix(&self) -> &'a QuantizedMatrix {
+        self.w.w
+    }
+
+    /// `y = W x` in `tier`, as [`matvec`] gives it.
+    pub fn matvec(&self, x: &Activations, tier: Tier) -> Result<Activations> {
+        matvec_uploaded(self.w.clone(), x, tier)
+    }
+}
+
+/// `mid = silu(G x) * (U x)` of two resident matrices in `tier`, as [`gate_up`] gives it;
+/// both must be resident on the same backend.
+pub fn gate_up_resident<B: Backend>(
+    gate: &Resident<B>,
+    up: &Resident<B>,
+    x: &Activations,
+    tail: Tail,
+    tier: Tier,
+) -> Result<Activations> {
+    if !std::ptr::eq(gate.w.b, up.w.b) {
+        return Err(Error::invalid(
+            "up",
+            "resident",
+            "on another backend than the gate matrix (both must be on one)",
+        ));
+    }
+    gate_up_uploaded([gate.w.clone(), up.w.clone()], x, tail, tier)
 }
 
 /// Dequantize to dense `[R, C]` values of `act` on `b`.

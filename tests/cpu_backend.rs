@@ -1130,6 +1130,48 @@ fn a_batch_uploads_each_matrix_once() {
     }
 }
 
+/// A resident matrix is copied to the device once for any number of calls, both tiers,
+/// `matvec` and `gate_up`, and gives the plain calls' results.
+#[test]
+fn a_resident_matrix_is_uploaded_once_for_many_calls() {
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(24, 512, 256, 3, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 95), random_matrix(g, 96));
+    let b = CountingUploads {
+        cpu: &cpu,
+        codes_shape: g.codes_shape().to_vec(),
+        codes: Default::default(),
+    };
+    let (rw, ru) = (
+        ops::Resident::new(&b, &w).unwrap(),
+        ops::Resident::new(&b, &u).unwrap(),
+    );
+    assert_eq!(b.codes.get(), 2);
+    for (m, seed) in [(1, 97), (3, 98), (20, 99)] {
+        let x = random_x(DType::Bf16, m, 512, seed);
+        for tier in [Tier::Exact, Tier::Fast] {
+            let y = rw.matvec(&x, tier).unwrap();
+            assert_eq!(y.data, ops::matvec(&cpu, &w, &x, tier).unwrap().data);
+            let mid = ops::gate_up_resident(&rw, &ru, &x, Tail::Exact, tier).unwrap();
+            let want = ops::gate_up(&cpu, &w, &u, &x, Tail::Exact, tier).unwrap();
+            assert_eq!(mid.data, want.data);
+        }
+    }
+    assert_eq!(b.codes.get(), 2, "code uploads after 12 calls");
+    // Gate and up resident on two backends: an error naming `up`.
+    let other = CountingUploads {
+        cpu: &cpu,
+        codes_shape: Vec::new(),
+        codes: Default::default(),
+    };
+    let ru2 = ops::Resident::new(&other, &u).unwrap();
+    let x = random_x(DType::Bf16, 1, 512, 100);
+    let e = ops::gate_up_resident(&rw, &ru2, &x, Tail::Exact, Tier::Exact)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("up") && e.contains("another backend"), "{e}");
+}
+
 /// Public fields and free functions set by hand: each misfit is an error naming what is
 /// wrong, before any kernel (a probe of the API found each of these a panic, a wrong
 /// result or a file that would not read back).
