@@ -114,7 +114,8 @@ fn uploads_and_allocations_round_trip_their_elements_alone() {
 
 /// A batch larger than one launch (exact 8 samples, fast 16) through the facade on the
 /// GPU: the matrices uploaded once serve every launch; exact bit for bit with the
-/// reference, fast within SPEC 7, `matvec` and `gate_up`.
+/// reference, fast within SPEC 7, `matvec` and `gate_up`; resident matrices give the
+/// same bits.
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
 fn a_batch_larger_than_a_launch_runs_as_several() {
@@ -137,4 +138,12 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
     fast_reduce(&ops::matvec(&b, &w, &x40, Tier::Fast).unwrap(), &rw).unwrap();
     let mf = ops::gate_up(&b, &w, &u, &x40, Tail::Exact, Tier::Fast).unwrap();
     fast_gate_up(&mf, &rw, &ru, false).unwrap();
+    // Resident matrices give the same bits as the plain calls.
+    let (dw, du) = (
+        ops::Resident::new(&b, &w).unwrap(),
+        ops::Resident::new(&b, &u).unwrap(),
+    );
+    assert!(dw.matvec(&x, Tier::Exact).unwrap().bits_eq(&y));
+    let resident_mid = ops::gate_up_resident(&dw, &du, &x40, Tail::Exact, Tier::Fast).unwrap();
+    assert!(resident_mid.bits_eq(&mf));
 }
