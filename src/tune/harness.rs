@@ -210,21 +210,31 @@ fn inject_fault(id: &str) {
 /// Robust statistics of one candidate's samples, in microseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Stats {
-    /// Median sample, in microseconds.
+    /// Median sample (the mean of the middle two of an even count), in microseconds.
     pub median: f64,
-    /// 10th percentile (nearest rank), in microseconds.
+    /// 10th percentile (interpolated), in microseconds.
     pub p10: f64,
-    /// 90th percentile (nearest rank), in microseconds.
+    /// 90th percentile (interpolated), in microseconds.
     pub p90: f64,
     /// Number of samples.
     pub samples: usize,
 }
 
 impl Stats {
-    /// Quantiles of the samples (nearest rank).
+    /// Quantiles of the samples, interpolated linearly between the two nearest ranks
+    /// (numpy's default; the nearest rank alone took the upper of the middle two of an
+    /// even count, so a median of 10 samples was the 6th, and of 2 the larger); NaN for
+    /// no samples.
     pub fn of(mut v: Vec<f64>) -> Stats {
         v.sort_by(|a, b| a.total_cmp(b));
-        let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
+        let q = |p: f64| {
+            let Some(last) = v.len().checked_sub(1) else {
+                return f64::NAN;
+            };
+            let at = last as f64 * p;
+            let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+            v[lo] + (v[hi] - v[lo]) * (at - lo as f64)
+        };
         Stats {
             median: q(0.5),
             p10: q(0.1),
@@ -1058,10 +1068,19 @@ mod tests {
     }
 
     #[test]
-    fn quantiles_are_nearest_rank() {
+    fn quantiles_are_interpolated() {
         let s = Stats::of((1..=11).rev().map(f64::from).collect());
         assert_eq!((s.p10, s.median, s.p90, s.samples), (2.0, 6.0, 10.0, 11));
         assert!((s.spread() - 8.0 / 6.0).abs() < 1e-12);
+        // An even count: the median is the middle two's mean, not the upper one.
+        let s = Stats::of((1..=10).map(f64::from).collect());
+        assert_eq!((s.median, s.samples), (5.5, 10));
+        assert!(
+            (s.p10 - 1.9).abs() < 1e-12 && (s.p90 - 9.1).abs() < 1e-12,
+            "{s:?}"
+        );
+        assert_eq!(Stats::of(vec![3.0, 1.0]).median, 2.0);
+        assert!(Stats::of(Vec::new()).median.is_nan());
     }
 
     #[test]

@@ -215,9 +215,11 @@ impl TableLock {
     /// another run holds it.
     pub fn take(path: &Path) -> Result<TableLock> {
         let abs = std::path::absolute(path).map_err(|e| Error::file(path, e))?;
-        // One lock for one table however it is named: its directory resolved.
-        let abs = match (abs.parent(), abs.file_name()) {
-            (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+        // One lock for one table however it is named: the file resolved where it exists
+        // (a symlink's target is what `io::write_atomic` replaces), else its directory.
+        let abs = match (std::fs::canonicalize(&abs), abs.parent(), abs.file_name()) {
+            (Ok(file), _, _) => file,
+            (Err(_), Some(dir), Some(name)) => std::fs::canonicalize(dir)
                 .map(|d| d.join(name))
                 .unwrap_or(abs),
             _ => abs,
@@ -780,6 +782,15 @@ mod tests {
                 "{e}"
             );
         }
+        // A symlink to the table names the same table (its target is what is written).
+        std::fs::write(&table, "").unwrap();
+        let link = tmp.path().join("link.toml");
+        std::os::unix::fs::symlink(&table, &link).unwrap();
+        let e = TableLock::take(&link).unwrap_err().to_string();
+        assert!(
+            e.contains("another tuning run is writing this table"),
+            "{e}"
+        );
         let other = TableLock::take(&tmp.path().join("u.toml")).unwrap();
         drop(held);
         let again = TableLock::take(&table).unwrap();

@@ -53,9 +53,9 @@ impl DeviceRecord {
 pub struct StatsRecord {
     /// Median sample.
     pub median_us: f64,
-    /// 10th percentile (nearest rank).
+    /// 10th percentile (interpolated; the nearest rank in older tables).
     pub p10_us: f64,
-    /// 90th percentile (nearest rank).
+    /// 90th percentile (interpolated; the nearest rank in older tables).
     pub p90_us: f64,
     /// Timed repetitions.
     pub samples: usize,

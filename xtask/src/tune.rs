@@ -439,6 +439,9 @@ impl FamilyVisitor for PlanJob<'_> {
 /// ([`harness::stamp`]'s rules).
 pub fn stamp(a: &TuneArgs) -> Result<()> {
     check_families(a)?;
+    // Held from the read to the write: a tuning run on this table saves it after every
+    // key, and the two would write over each other.
+    let _held = trellis::tune::TableLock::take(a.out.as_deref().expect("clap requires --out"))?;
     let (out, mut table) = read_out(a)?;
     let (dialect, space, opts) = space_on(a, &table)?;
     let mut job = StampJob {
@@ -453,7 +456,9 @@ pub fn stamp(a: &TuneArgs) -> Result<()> {
     trellis::families::for_each(&mut job);
     let stamped = job.stamped;
     job.result?;
-    std::fs::write(out, table.to_toml()).map_err(|e| Error::file(out, e))?;
+    if stamped > 0 {
+        trellis::io::write_atomic(out, table.to_toml().as_bytes())?;
+    }
     let missing = table
         .entries
         .iter()
@@ -526,6 +531,9 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
             dir.join(format!("{}.toml", b.device_id()))
         }
     };
+    // Held until this run ends, from before the table is read: another run saving the
+    // same table after each of its keys would drop this one's entries (and this one its).
+    let _held = trellis::tune::TableLock::take(&out)?;
     // An existing --out is resumed, never silently replaced: a table that does not parse
     // or that the selector would ignore (unless --fresh) or that belongs to another device
     // is an error naming it. Where it is to be written is checked before anything is
@@ -558,9 +566,6 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
         Error::File { path, reason } => Error::file(path, format!("--out: {reason}")),
         e => e,
     })?;
-    // Held until this run ends: another run saving the same table after each of its keys
-    // would drop this one's entries (and this one its).
-    let _held = trellis::tune::TableLock::take(&out)?;
     if let Some(trace) = &a.trace {
         check_trace(trace)?;
     }
@@ -892,8 +897,12 @@ fn supervise_child(a: &TuneArgs) -> Result<u8> {
         Some(Ok(t)) => t,
         Some(Err(_)) => Duration::from_secs(120),
         None => {
-            TuneOptions::for_backend(a.backend.as_deref().unwrap_or("cuda"), Tier::Exact)
-                .candidate_timeout
+            // The backend the worker opens: --backend, else the best one here.
+            let backend = match a.backend.as_deref() {
+                Some(b) => b,
+                None => trellis::backend::default_name(),
+            };
+            TuneOptions::for_backend(backend, Tier::Exact).candidate_timeout
         }
     };
     // In a directory of this run's own (0700, an unguessable name, removed at the end): a
@@ -910,7 +919,12 @@ fn supervise_child(a: &TuneArgs) -> Result<u8> {
         })?;
     let journal = journal_dir.path().join("journal");
     let result = (|| {
-        for attempt in 1..=ATTEMPTS {
+        // Worker deaths in a row that disqualified no new candidate: a run whose every
+        // restart leaves one more crashing candidate behind goes on (the candidates are
+        // finite), one that dies the same way again and again gives up.
+        let mut fruitless = 0;
+        let mut disqualified = std::collections::HashSet::new();
+        while fruitless < ATTEMPTS {
             let mut child = std::process::Command::new(&exe)
                 .args(std::env::args_os().skip(1))
                 .env(JOURNAL_ENV, &journal)
@@ -918,7 +932,7 @@ fn supervise_child(a: &TuneArgs) -> Result<u8> {
                 .map_err(|e| Error::backend("tune", format!("cannot start the tuner: {e}")))?;
             let status = loop {
                 if let Some(s) = child.try_wait().map_err(|e| Error::backend("tune", e))? {
-                    break Some(s);
+                    break Some(Ok(s));
                 }
                 if let Some((since, id)) = Journal::in_flight(&journal) {
                     let now = std::time::SystemTime::now()
@@ -932,25 +946,37 @@ fn supervise_child(a: &TuneArgs) -> Result<u8> {
                             "tune: {id} ran past {} s; killed, resuming without it",
                             limit.as_secs()
                         );
-                        break None;
+                        break Some(Err(id));
                     }
                 }
                 std::thread::sleep(Duration::from_millis(100));
             };
-            match status {
-                None => {}
-                Some(s) if s.success() => return Ok(0),
+            let lost = match status {
+                Some(Ok(s)) if s.success() => return Ok(0),
                 // 1: an ordinary error; BUDGET_SPENT: the budget ran out. Both already said.
-                Some(s) if s.code() == Some(1) => return Ok(1),
-                Some(s) if s.code() == Some(BUDGET_SPENT as i32) => return Ok(BUDGET_SPENT),
-                Some(s) => eprintln!(
-                    "tune: the tuner died ({s}) in attempt {attempt}/{ATTEMPTS}; resuming without the candidate it was running"
-                ),
+                Some(Ok(s)) if s.code() == Some(1) => return Ok(1),
+                Some(Ok(s)) if s.code() == Some(BUDGET_SPENT as i32) => return Ok(BUDGET_SPENT),
+                Some(Ok(s)) => {
+                    eprintln!(
+                        "tune: the tuner died ({s}); resuming without the candidate it was running"
+                    );
+                    Journal::in_flight(&journal).map(|(_, id)| id)
+                }
+                Some(Err(timed_out)) => Some(timed_out),
+                None => None,
+            };
+            if lost.is_some_and(|id| disqualified.insert(id)) {
+                fruitless = 0;
+            } else {
+                fruitless += 1;
             }
         }
         Err(Error::backend(
             "tune",
-            format!("the tuner crashed or hung {ATTEMPTS} times; giving up"),
+            format!(
+                "the tuner crashed or hung {ATTEMPTS} times in a row without disqualifying \
+                 another candidate; giving up"
+            ),
         ))
     })();
     drop(journal_dir);

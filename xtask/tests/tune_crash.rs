@@ -117,3 +117,27 @@ fn a_hanging_candidate_is_killed_and_rejected_as_timed_out() {
         e.winner
     );
 }
+
+/// The supervisor gives up only on deaths that disqualify no new candidate: a run over
+/// three keys whose every shared_table candidate crashes (more crashes than the eight
+/// restarts it allows in a row) still finishes with all three entries.
+#[test]
+fn many_crashing_candidates_over_several_keys_still_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["tune", "--backend", "cpu", "--family", "reduce"])
+        .args(["--shape", "64x256,64x512,128x256", "--m", "1", "--k", "2"])
+        .args([
+            "--l", "9", "--code", "1mad", "--reps", "1", "--budget", "5m", "--out",
+        ])
+        .arg(&out)
+        .env("TRELLIS_TUNE_FAULT", "crash:shared_table")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}: {err}", o.status);
+    assert!(err.matches("the tuner died").count() > 8, "{err}");
+    let table = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(table.entries.len(), 3);
+}

@@ -176,6 +176,27 @@ fn an_entry_of_another_candidate_space_is_measured_again_and_stamp_fills_old_tab
     );
     assert_eq!(median_us(&out), MARKER_US);
     assert!(std::fs::read_to_string(&out).unwrap().contains(&line));
+    // Stamping again has nothing to stamp and leaves the file alone; while a tuning run
+    // holds the table, --stamp is refused (each would write over the other's table).
+    let mtime = || std::fs::metadata(&out).unwrap().modified().unwrap();
+    let before = mtime();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let again = tune(&out, &["--stamp"]);
+    assert!(
+        text(&again.stderr).contains("stamped 0 entries"),
+        "{}",
+        text(&again.stderr)
+    );
+    assert_eq!(mtime(), before);
+    let held = trellis::tune::TableLock::take(&out).unwrap();
+    let refused = tune(&out, &["--stamp"]);
+    assert!(
+        !refused.status.success()
+            && text(&refused.stderr).contains("another tuning run is writing this table"),
+        "{}",
+        text(&refused.stderr)
+    );
+    drop(held);
     // --summary prints the table as a run ends (the planted median shows it measured
     // nothing) and leaves the file as it was.
     let before = std::fs::read_to_string(&out).unwrap();
