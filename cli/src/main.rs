@@ -489,6 +489,23 @@ fn in_file(path: &Path) -> impl Fn(Error) -> Error + '_ {
 /// Run a command; its stdout lines are returned, printed only when it succeeds (nothing
 /// on stdout on failure).
 fn run(cli: Cli) -> Result<Vec<String>> {
+    // Where the output goes is asked before any work that would be lost (a quantize of
+    // minutes, then "its directory does not exist"), as the write will ask it again.
+    let out_path = match &cli.command {
+        Command::Random(a) => Some(&a.out),
+        Command::RandomX(a) => Some(&a.out),
+        Command::RandomDense(a) => Some(&a.out),
+        Command::Quantize(a) => Some(&a.out),
+        Command::Matvec(a) => Some(&a.out),
+        Command::GateUp(a) => Some(&a.out),
+        Command::Info(_) | Command::Select(_) => None,
+    };
+    if let Some(path) = out_path {
+        io::check_output(path).map_err(|e| match e {
+            Error::File { path, reason } => Error::file(path, format!("--out: {reason}")),
+            e => e,
+        })?;
+    }
     let mut out = Vec::new();
     match cli.command {
         Command::Random(a) => random(a, &mut out),

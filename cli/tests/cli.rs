@@ -1403,10 +1403,7 @@ fn pipes_and_devices_are_refused_without_blocking() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains(&format!(
-            "{}: cannot write: not a regular file",
-            pipe.display()
-        )),
+        stderr.contains(&format!("{}: --out: not a regular file", pipe.display())),
         "{stderr}"
     );
     assert!(std::fs::metadata(&pipe).unwrap().file_type().is_fifo());
@@ -1461,6 +1458,39 @@ fn select_help_names_every_family() {
         assert!(
             words.contains(&name),
             "select --help does not name family {name}:\n{help}"
+        );
+    }
+}
+
+/// An `--out` that cannot be written is every writing command's first error, before any
+/// input is read or any work done (a quantize of minutes used to end in it).
+#[test]
+fn an_unwritable_out_is_the_first_error() {
+    let d = Dir::new();
+    let out = d.path("no-such-dir/o.safetensors");
+    let (o, missing) = (s(&out), d.path("missing.safetensors"));
+    let m = s(&missing);
+    for args in [
+        vec![
+            "random", "--rows", "4", "--cols", "256", "--k", "2", "--l", "12", "--code", "1mad",
+            "--out", o,
+        ],
+        vec!["random-x", "--m", "1", "--cols", "256", "--out", o],
+        vec!["random-dense", "--rows", "4", "--cols", "256", "--out", o],
+        vec![
+            "quantize", "--input", m, "--tensor", "w", "--k", "2", "--l", "12", "--code", "1mad",
+            "--out", o,
+        ],
+        vec!["matvec", "--weights", m, "--x", m, "--out", o],
+        vec!["gate-up", "--gate", m, "--up", m, "--x", m, "--out", o],
+    ] {
+        let r = trellis(&args);
+        let err = text(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            format!("error: {o}: --out: its directory does not exist"),
+            "{args:?}"
         );
     }
 }
