@@ -1010,7 +1010,9 @@ pub fn tune<F: Family, B: Backend>(
                 continue;
             }
             if started.elapsed() >= o.budget {
-                let left = problems.len() - i;
+                // The problems from here on that this run would measure (not those the
+                // table holds already).
+                let left = (i..problems.len()).filter(|&j| !cached[j]).count();
                 progress(Event::Warn(format!(
                     "budget spent: {left} of {} {} problems not tuned",
                     problems.len(),
@@ -1042,7 +1044,8 @@ pub fn tune<F: Family, B: Backend>(
                     });
                     save(table)?;
                 }
-                // A problem whose every candidate failed keeps the built-in default; say so.
+                // A problem whose every candidate failed keeps what the table held for it
+                // (an earlier entry, or none: the built-in default); say so.
                 Err(e) => {
                     failed += 1;
                     progress(Event::Warn(format!("[{}] not tuned: {e}", ids[i].0)));

@@ -641,7 +641,8 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
         return Err(Error::invalid(
             "tune",
             format!("{failed} of {total} keys"),
-            "failed to tune (the warnings above say why); they keep the built-in default",
+            "failed to tune (the warnings above say why); they keep what the table held for \
+             them (an entry from an earlier run, or none: the built-in default)",
         ));
     }
     if untuned > 0 {

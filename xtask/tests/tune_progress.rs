@@ -225,6 +225,25 @@ fn a_spent_budget_is_a_clear_line_and_status_3() {
     );
     // Printed once, by the worker: the supervisor adds no second copy.
     assert_eq!(stderr.matches("budget of 0s spent").count(), 1, "{stderr}");
+    // Keys the table holds already are not counted among those the budget left.
+    assert!(tune(&out, &[]).status.success());
+    let run = tune_with(
+        &[
+            "--family",
+            "reduce",
+            "--shape",
+            "64x256,64x512",
+            "--budget",
+            "0s",
+        ],
+        &out,
+    );
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("budget of 0s spent: 1 of 2 keys not tuned"),
+        "{stderr}"
+    );
 }
 
 #[test]
