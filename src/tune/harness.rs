@@ -81,10 +81,14 @@ impl TuneOptions {
 }
 
 /// Crash and hang recovery for the tuner. Each candidate is written to the journal
-/// (with its start time) before it runs and cleared after; when a candidate kills the
-/// process the resumed run finds it in flight and rejects it as crashed, and when the
-/// supervisor kills a run that stays in one candidate past its time limit it marks the
-/// candidate timed out ([`Journal::mark_timed_out`]).
+/// (with the deadline its work should end by) before it runs and cleared after; when a
+/// candidate kills the process the resumed run finds it in flight and rejects it as
+/// crashed, and when the supervisor kills a run that stays in one candidate past its
+/// deadline it marks the candidate timed out ([`Journal::mark_timed_out`]). The verify
+/// launch gets `candidate_timeout`; the timing, once the verify launch has shown how
+/// long one takes, as long as its rounds can take at that pace plus `candidate_timeout`
+/// ([`timing_allowance`]), so a slow candidate is not killed for being timed at length
+/// and one hung in a launch is.
 pub struct Journal {
     path: std::path::PathBuf,
     crashed: Vec<String>,
@@ -105,25 +109,25 @@ impl Journal {
                 j.timed_out.push(id.to_string());
             } else if let Some(id) = line.strip_prefix("crashed ") {
                 j.crashed.push(id.to_string());
-            } else if let Some((_, id)) = line
-                .strip_prefix("running ")
-                .and_then(|r| r.split_once(' '))
-            {
-                j.crashed.push(id.to_string());
+            } else if let Some((_, id)) = Self::running(line) {
+                j.crashed.push(id);
             }
         }
         j.write(None)?;
         Ok(j)
     }
 
-    /// The candidate in flight in the journal at `path` and when it started (ms since
-    /// the epoch): what a supervisor watches.
+    /// The candidate in flight in the journal at `path` and the deadline its current
+    /// step should end by (ms since the epoch): what a supervisor watches.
     pub fn in_flight(path: &std::path::Path) -> Option<(u128, String)> {
         let text = std::fs::read_to_string(path).ok()?;
-        text.lines().find_map(|l| {
-            let (ms, id) = l.strip_prefix("running ")?.split_once(' ')?;
-            Some((ms.parse().ok()?, id.to_string()))
-        })
+        text.lines().find_map(Self::running)
+    }
+
+    /// A `running <deadline ms> <id>` line's parts.
+    fn running(line: &str) -> Option<(u128, String)> {
+        let (ms, id) = line.strip_prefix("running ")?.split_once(' ')?;
+        Some((ms.parse().ok()?, id.to_string()))
     }
 
     /// Supervisor side: the candidate in flight ran past its limit and was killed.
@@ -149,7 +153,7 @@ impl Journal {
         }
     }
 
-    fn write(&self, running: Option<&str>) -> Result<()> {
+    fn write(&self, running: Option<(&str, Duration)>) -> Result<()> {
         use std::io::Write;
         let mut text: String = self
             .crashed
@@ -161,11 +165,12 @@ impl Journal {
             .iter()
             .map(|c| format!("timedout {c}\n"))
             .collect::<String>();
-        if let Some(r) = running {
-            let ms = std::time::SystemTime::now()
+        if let Some((id, allow)) = running {
+            let deadline = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis());
-            text += &format!("running {ms} {r}\n");
+                .map_or(0, |d| d.as_millis())
+                + allow.as_millis();
+            text += &format!("running {deadline} {id}\n");
         }
         let mut f = std::fs::File::create(&self.path).map_err(|e| Error::file(&self.path, e))?;
         f.write_all(text.as_bytes())
@@ -173,8 +178,9 @@ impl Journal {
             .map_err(|e| Error::file(&self.path, e))
     }
 
-    fn begin(&self, id: &str) -> Result<()> {
-        self.write(Some(id))
+    /// Candidate `id` runs a step that should end within `allow`.
+    fn begin(&self, id: &str, allow: Duration) -> Result<()> {
+        self.write(Some((id, allow)))
     }
 
     fn end(&self) -> Result<()> {
@@ -455,18 +461,18 @@ fn candidates<F: Family>(
     (all, rejected)
 }
 
-/// Run a candidate once and check it against the reference; a run over the time limit
-/// is rejected as timed out.
+/// Run a candidate once and check it against the reference; a launch over the time
+/// limit is rejected as timed out. The launch's time (with its output's download): what
+/// the timing's allowance is reckoned from.
 fn verify_candidate<F: Family, B: Backend>(
     b: &B,
     p: &F::Problem,
     v: F::Variant,
     inst: &Instance<F, B>,
     limit: Duration,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<Duration, String> {
     let started = Instant::now();
     let got = family::run::<F, B>(b, p, v, &inst.devices[0]).map_err(|e| e.to_string())?;
-    F::check(p, &v, &inst.host, &inst.want, &got)?;
     let took = started.elapsed();
     if took > limit {
         return Err(format!(
@@ -475,7 +481,17 @@ fn verify_candidate<F: Family, B: Backend>(
             limit.as_secs_f64()
         ));
     }
-    Ok(())
+    F::check(p, &v, &inst.host, &inst.want, &got)?;
+    Ok(took)
+}
+
+/// How long [`measure`] may take for a candidate whose launch takes `launch`: its
+/// warm-up, then rounds until `time_cap` and the round that passes it (every launch at
+/// that pace), plus `candidate_timeout` for one launch that runs long. A launch hung
+/// past that is the supervisor's to kill.
+pub fn timing_allowance(o: &TuneOptions, launch: Duration) -> Duration {
+    let round = (o.min_reps * o.batch + 3) as u32;
+    o.warm_up + o.time_cap + launch * round + o.candidate_timeout
 }
 
 /// Time a verified candidate: outputs allocated and arguments bound per copy before
@@ -668,7 +684,7 @@ pub fn tune_problem<F: Family, B: Backend>(
             continue;
         }
         if let Some(j) = journal {
-            j.begin(&id)?;
+            j.begin(&id, o.candidate_timeout)?;
         }
         inject_fault(&id);
         let best = timed
@@ -677,7 +693,11 @@ pub fn tune_problem<F: Family, B: Backend>(
             .min_by(f64::total_cmp);
         let cutoff = best.filter(|_| v != default).map(|m| m * o.prune);
         let outcome =
-            verify_candidate::<F, B>(b, p, v, &inst, o.candidate_timeout).and_then(|()| {
+            verify_candidate::<F, B>(b, p, v, &inst, o.candidate_timeout).and_then(|launch| {
+                if let Some(j) = journal {
+                    j.begin(&id, timing_allowance(o, launch))
+                        .map_err(|e| e.to_string())?;
+                }
                 time_candidate::<F, B>(b, o, p, v, &inst, cutoff)
                     .map_err(|e| format!("timing failed: {e}"))
             });
@@ -1068,6 +1088,57 @@ mod tests {
             p90,
             samples: 10,
         }
+    }
+
+    /// The journal names the candidate in flight with the deadline of its step; a
+    /// worker that died with one in flight leaves it crashed for the next; one the
+    /// supervisor marks is timed out.
+    #[test]
+    fn the_journal_holds_each_steps_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal");
+        let now = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        };
+        let j = Journal::open(&path).unwrap();
+        assert_eq!(Journal::in_flight(&path), None);
+        let before = now();
+        j.begin("[k] a", Duration::from_secs(20)).unwrap();
+        let (deadline, id) = Journal::in_flight(&path).unwrap();
+        assert_eq!(id, "[k] a");
+        assert!(
+            (before + 20_000..=now() + 20_000).contains(&deadline),
+            "{deadline}"
+        );
+        // A longer step (the timing) moves the deadline; the end clears it.
+        j.begin("[k] a", Duration::from_secs(90)).unwrap();
+        assert!(Journal::in_flight(&path).unwrap().0 >= before + 90_000);
+        j.begin("[k] b", Duration::from_secs(1)).unwrap();
+        let j = Journal::open(&path).unwrap(); // the worker died in b
+        assert!(j.disqualified("[k] b").unwrap().contains("crashed"));
+        assert_eq!(j.disqualified("[k] a"), None);
+        j.begin("[k] c", Duration::ZERO).unwrap();
+        Journal::mark_timed_out(&path, "[k] c").unwrap();
+        let j = Journal::open(&path).unwrap();
+        assert!(j.disqualified("[k] c").unwrap().contains("timed out"));
+        assert_eq!(Journal::in_flight(&path), None);
+    }
+
+    /// The timing's allowance covers the warm-up, the time cap and one more round of
+    /// launches at the verify launch's pace, plus the candidate timeout.
+    #[test]
+    fn the_timing_allowance_grows_with_the_launch() {
+        let o = TuneOptions::for_backend("cpu", Tier::Exact);
+        let fixed = o.warm_up + o.time_cap + o.candidate_timeout;
+        assert_eq!(timing_allowance(&o, Duration::ZERO), fixed);
+        let launch = Duration::from_millis(40);
+        assert_eq!(
+            timing_allowance(&o, launch),
+            fixed + launch * (o.min_reps * o.batch + 3) as u32
+        );
     }
 
     #[test]

@@ -116,7 +116,7 @@ fn main() -> ExitCode {
             };
         }
         // The supervisor only relays the worker's status; the worker prints.
-        if let Some(code) = tune::supervise(args) {
+        if let Some(code) = tune::supervise() {
             return code;
         }
         return match tune_here(args) {

@@ -54,8 +54,9 @@ pub struct TuneArgs {
     /// Fewest timed repetitions per candidate (more until the median is stable).
     #[arg(long)]
     pub reps: Option<usize>,
-    /// A candidate still in one launch after this long is killed and rejected as timed
-    /// out (e.g. 20s).
+    /// A candidate whose verify launch runs this long is killed and rejected as timed
+    /// out, as is one whose timing runs this long past what its rounds take at that
+    /// launch's pace (e.g. 20s).
     #[arg(long)]
     pub candidate_timeout: Option<String>,
     /// Re-measure problems the table already has.
@@ -173,6 +174,14 @@ const MAX_REPS: usize = 10_000;
 fn options(a: &TuneArgs, backend: &str) -> Result<TuneOptions> {
     let mut o = TuneOptions::for_backend(backend, a.tier.parse::<Tier>()?);
     o.budget = parse_duration("budget", &a.budget)?;
+    // A worker the supervisor restarted gets what the run's earlier workers left.
+    if let Some(since) = std::env::var(RUN_STARTED_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let spent = epoch_ms().saturating_sub(since);
+        o.budget = o.budget.saturating_sub(Duration::from_millis(spent));
+    }
     if let Some(r) = a.reps {
         // Every repetition is timed and kept: a few thousand is already hours of device.
         if !(1..=MAX_REPS).contains(&r) {
@@ -864,17 +873,28 @@ pub fn gbs(v: f64) -> String {
 /// its journal.
 const JOURNAL_ENV: &str = "TRELLIS_TUNE_JOURNAL";
 
+/// Environment variable with the time (ms since the epoch) the supervised run started:
+/// `--budget` is the run's, however many workers it takes.
+const RUN_STARTED_ENV: &str = "TRELLIS_TUNE_RUN_STARTED";
+
+/// Now, in ms since the epoch.
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Run the tuner in a child process. Resume it (from the saved table and the journal)
-/// whenever a candidate crashes it, and kill it when one candidate has been running
-/// longer than its time limit (the journal then marks that candidate timed out).
-/// Returns `None` in the child itself, which then tunes.
-pub fn supervise(a: &TuneArgs) -> Option<std::process::ExitCode> {
+/// whenever a candidate crashes it, and kill it when one candidate runs past the
+/// deadline the worker journaled for its step (the journal then marks that candidate
+/// timed out). Returns `None` in the child itself, which then tunes.
+pub fn supervise() -> Option<std::process::ExitCode> {
     use std::process::ExitCode;
     if std::env::var_os(JOURNAL_ENV).is_some() {
         return None;
     }
     // The worker prints its own errors and warnings; the supervisor only relays.
-    Some(match supervise_child(a) {
+    Some(match supervise_child() {
         Ok(0) => ExitCode::SUCCESS,
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -885,27 +905,10 @@ pub fn supervise(a: &TuneArgs) -> Option<std::process::ExitCode> {
 }
 
 /// The worker's exit status (0, 1 for an error it printed, [`BUDGET_SPENT`]).
-fn supervise_child(a: &TuneArgs) -> Result<u8> {
+fn supervise_child() -> Result<u8> {
     const ATTEMPTS: usize = 8;
     let exe = std::env::current_exe()
         .map_err(|e| Error::backend("tune", format!("cannot find this executable: {e}")))?;
-    // Errors in the arguments are the worker's to report (once).
-    let limit = match a
-        .candidate_timeout
-        .as_deref()
-        .map(|t| parse_duration("candidate-timeout", t))
-    {
-        Some(Ok(t)) => t,
-        Some(Err(_)) => Duration::from_secs(120),
-        None => {
-            // The backend the worker opens: --backend, else the best one here.
-            let backend = match a.backend.as_deref() {
-                Some(b) => b,
-                None => trellis::backend::default_name(),
-            };
-            TuneOptions::for_backend(backend, Tier::Exact).candidate_timeout
-        }
-    };
     // In a directory of this run's own (0700, an unguessable name, removed at the end): a
     // journal at a name others can predict in the shared temp directory could be a
     // symlink planted there, and the journal's writes would land in its target.
@@ -919,6 +922,7 @@ fn supervise_child(a: &TuneArgs) -> Result<u8> {
             )
         })?;
     let journal = journal_dir.path().join("journal");
+    let run_started = epoch_ms();
     let result = (|| {
         // Worker deaths in a row that disqualified no new candidate: a run whose every
         // restart leaves one more crashing candidate behind goes on (the candidates are
@@ -929,23 +933,22 @@ fn supervise_child(a: &TuneArgs) -> Result<u8> {
             let mut child = std::process::Command::new(&exe)
                 .args(std::env::args_os().skip(1))
                 .env(JOURNAL_ENV, &journal)
+                .env(RUN_STARTED_ENV, run_started.to_string())
                 .spawn()
                 .map_err(|e| Error::backend("tune", format!("cannot start the tuner: {e}")))?;
             let status = loop {
                 if let Some(s) = child.try_wait().map_err(|e| Error::backend("tune", e))? {
                     break Some(Ok(s));
                 }
-                if let Some((since, id)) = Journal::in_flight(&journal) {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis());
-                    if now.saturating_sub(since) > limit.as_millis() {
+                // The worker writes each step's deadline: the verify launch's is
+                // --candidate-timeout, the timing's reckoned from that launch's time.
+                if let Some((deadline, id)) = Journal::in_flight(&journal) {
+                    if u128::from(epoch_ms()) > deadline {
                         let _ = child.kill();
                         let _ = child.wait();
                         Journal::mark_timed_out(&journal, &id)?;
                         eprintln!(
-                            "tune: {id} ran past {} s; killed, resuming without it",
-                            limit.as_secs()
+                            "tune: {id} ran past its time limit; killed, resuming without it"
                         );
                         break Some(Err(id));
                     }

@@ -141,3 +141,29 @@ fn many_crashing_candidates_over_several_keys_still_finish() {
     let table = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(table.entries.len(), 3);
 }
+
+/// `--budget` is the whole run's: a worker restarted after a kill gets what the earlier
+/// ones left, not a fresh budget (with one, this run tuned all three keys and exited 0).
+#[test]
+fn the_budget_spans_the_workers_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["tune", "--backend", "cpu", "--family", "reduce"])
+        .args(["--shape", "64x256,64x512,128x256", "--m", "1", "--k", "2"])
+        .args(["--l", "9", "--code", "1mad", "--reps", "1"])
+        .args(["--budget", "3s", "--candidate-timeout", "2s", "--out"])
+        .arg(&out)
+        // One candidate of every key never returns: each costs 2 s before its kill.
+        .env(
+            "TRELLIS_TUNE_FAULT",
+            "hang:global_table shared_decode rpg=4 x=shared_f32",
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(err.contains("keys not tuned"), "{err}");
+    let table = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(table.entries.len() < 3, "{err}");
+}
