@@ -424,7 +424,10 @@ impl<F: Family, B: Backend> Instance<F, B> {
     fn prepare(b: &B, p: &F::Problem, o: &TuneOptions, seed: u64) -> Result<Self> {
         let host = F::random_host(p, seed)?;
         let want = F::expected(p, &host)?;
-        let copies = o.working_set.div_ceil(F::bytes(p).max(1)).clamp(1, 16);
+        // Enough copies to rotate through the working set (several times the last-level
+        // cache), so a small problem is not timed from cache: at most 16 left any problem
+        // under 1/16 of it there (the Llama-3-8B k 2 matrix rotated through 235 MB).
+        let copies = o.working_set.div_ceil(F::bytes(p).max(1)).clamp(1, 256);
         let devices = (0..copies)
             .map(|_| F::upload(b, p, &host))
             .collect::<Result<_>>()?;
