@@ -111,6 +111,12 @@ pub trait Family: 'static {
     fn spec(_p: &Self::Problem) -> Option<ProblemSpec> {
         None
     }
+    /// The same problem with `m` samples, where the family takes that many in a launch
+    /// (`None` by default, and for a family without samples): what the selector asks of a
+    /// table that lacks the problem's own M, for the nearest M it has.
+    fn with_m(_p: &Self::Problem, _m: u32) -> Option<Self::Problem> {
+        None
+    }
     /// The problems of a tuning space this family tunes (none by default).
     fn problems(_space: &TuneSpace) -> Result<Vec<Self::Problem>> {
         Ok(Vec::new())

@@ -35,12 +35,13 @@ fn h200_choice<F: Family>(
 }
 
 /// (rows, cols, k, L, code, M): row counts that leave partial row sets for 2, 3 and 4 rows
-/// per simdgroup, both codes and L of the table, every M it holds. Small shapes take the
+/// per simdgroup, both codes and L of the table, every M it holds, and M 3, 5 and 7, which
+/// it does not (they take the nearest M's entry). Small shapes take the
 /// entries of the 4096 x 16384 bucket; tall ones (8195 x 256) those of 16384 x 4096, and
 /// in it the entries measured at 14336 x 4096 (the nearer of its two tuned shapes), where
 /// 3inst M 8 keeps 3 rows per simdgroup in groups of 4 (8195 rows: a partial group and a
 /// partial row set).
-const CASES: [Case; 9] = [
+const CASES: [Case; 12] = [
     (37, 512, 3, 12, Code::OneMad, 1),
     (130, 768, 2, 16, Code::OneMad, 2),
     (259, 512, 4, 12, Code::ThreeInst, 4),
@@ -50,6 +51,9 @@ const CASES: [Case; 9] = [
     (8195, 256, 3, 12, Code::OneMad, 1),
     (8194, 256, 2, 16, Code::ThreeInst, 2),
     (8195, 256, 3, 12, Code::ThreeInst, 8),
+    (67, 512, 3, 12, Code::OneMad, 3),
+    (130, 768, 2, 12, Code::OneMad, 5),
+    (8195, 256, 4, 16, Code::ThreeInst, 7),
 ];
 
 #[test]
@@ -102,8 +106,9 @@ fn the_h200_tables_exact_choices_keep_the_bits_on_the_cpu() {
     assert!(variants.len() >= 4 && three_rows >= 1, "{variants:?}");
 }
 
-/// Fast cases (rows, cols, k, L, code, M): every code the fast table holds, M 1-16.
-const FAST_CASES: [Case; 6] = [
+/// Fast cases (rows, cols, k, L, code, M): every code the fast table holds, M 1-16 (3 and
+/// 6 from the nearest M's entries).
+const FAST_CASES: [Case; 8] = [
     (37, 768, 2, 12, Code::OneMad, 1),
     (130, 512, 3, 16, Code::ThreeInst, 4),
     (67, 1024, 4, 12, Code::Mcg, 2),
@@ -111,6 +116,8 @@ const FAST_CASES: [Case; 6] = [
     // 8 steps of 128 columns: room for the M = 16 winners' 8 splits of K.
     (41, 1024, 2, 16, Code::OneMad, 16),
     (100, 1024, 3, 12, Code::ThreeInst, 16),
+    (37, 768, 3, 12, Code::OneMad, 3),
+    (130, 512, 2, 16, Code::Mcg, 6),
 ];
 
 /// The shipped table's fast (`reduce_mma`) choices, run on the CPU at shapes it was not

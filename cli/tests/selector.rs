@@ -77,6 +77,14 @@ fn problem(rows: usize, cols: usize) -> ReduceProblem {
     }
 }
 
+/// The test problem at k 3, a key no test table holds at any M.
+fn problem_k3(rows: usize, cols: usize) -> ReduceProblem {
+    ReduceProblem {
+        geometry: Geometry::new(rows, cols, 256, 3, 12, Code::OneMad).unwrap(),
+        ..problem(rows, cols)
+    }
+}
+
 /// A reduce entry for the test problem, bucket `rows x cols`, current for CUDA.
 fn entry(rows: u64, cols: u64, v: &Variant) -> Entry {
     Entry {
@@ -267,13 +275,10 @@ fn a_bucket_keeps_each_tuned_shape_and_the_nearest_wins() {
 
 #[test]
 fn another_key_is_not_a_nearest_bucket() {
-    // Same bucket, different M: the table has nothing for it.
+    // Same bucket, different k: the table has nothing for it (at any M).
     let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);
     let s = selector_of(d.path());
-    let p = ReduceProblem {
-        m: 4,
-        ..problem(4096, 4096)
-    };
+    let p = problem_k3(4096, 4096);
     let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact);
     assert_eq!(sel.variant, Variant::default());
     assert!(
@@ -281,6 +286,52 @@ fn another_key_is_not_a_nearest_bucket() {
         "{:?}",
         sel.source
     );
+}
+
+/// An M no table holds (3, 5, 6, 7 between the tuned 1, 2, 4 and 8) takes the entry of
+/// the nearest M tuned, in octaves (the larger M on a tie), not the built-in default.
+#[test]
+fn a_missing_m_takes_the_nearest_tuned_m() {
+    let at = |m: u32, rows_per_group: u32| {
+        let mut e = entry(
+            4096,
+            4096,
+            &Variant {
+                rows_per_group,
+                ..winner()
+            },
+        );
+        let p = ReduceProblem {
+            m,
+            ..problem(4096, 4096)
+        };
+        e.key = ReduceFamily::key_fields(&p);
+        e.source_hash = trellis::tune::source_hash_of::<ReduceFamily>(Dialect::Cuda, &p);
+        e
+    };
+    let t = Table {
+        entries: vec![at(1, 1), at(2, 2), at(8, 8)],
+        ..table("nvidia-h200", "cuda")
+    };
+    let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
+    let s = selector_of(d.path());
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    // 3: 2 is 0.58 octaves away, 8 is 1.4; 4: 2 and 8 are one octave each (the larger);
+    // 6: 8 is 0.42 away; 2 is its own entry.
+    for (m, want) in [(3, 2), (4, 8), (6, 8), (2, 2)] {
+        let p = ReduceProblem {
+            m,
+            ..problem(4096, 4096)
+        };
+        let sel = s.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact);
+        assert_eq!(sel.variant.rows_per_group, want, "M {m}: {}", sel.source);
+        let note = format!("nearest tuned M = {want}");
+        match &sel.source {
+            Source::Nearest { why, .. } if m != want => assert!(why.contains(&note), "{why}"),
+            Source::Table { .. } if m == want => {}
+            other => panic!("M {m}: {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -734,13 +785,18 @@ fn a_key_the_own_table_lacks_falls_to_the_family_member() {
             "nvidia-h100.toml has no entry for",
         ],
     );
-    // Neither has the key: the default names the device's own table.
+    // M 2, which no table has: the nearest M tuned, the device's own tables first (its
+    // M 1 entry, as near in octaves as the H200's M 4).
     let m2 = ReduceProblem {
         m: 2,
         ..problem(4096, 4096)
     };
+    let sel = s.select::<ReduceFamily>("cuda", "nvidia-h100", &m2, Tier::Exact);
+    assert_eq!(sel.variant, Variant::default());
+    assert_stood_in(&sel.source, "nvidia-h100.toml", &["nearest tuned M = 1"]);
+    // Neither has the key at any M: the default names the device's own table.
     match s
-        .select::<ReduceFamily>("cuda", "nvidia-h100", &m2, Tier::Exact)
+        .select::<ReduceFamily>("cuda", "nvidia-h100", &problem_k3(4096, 4096), Tier::Exact)
         .source
     {
         Source::Default { why } => {
@@ -771,13 +827,21 @@ fn a_nearer_members_partial_table_leaves_its_missing_keys_to_the_next() {
         "nvidia-h200.toml",
         &["nearest device nvidia-h200 for nvidia-h100-pcie"],
     );
-    // No member has the key: the default names the nearest member's miss.
+    // M 2, which no member has: the nearest M tuned, the nearest member first.
     let m2 = ReduceProblem {
         m: 2,
         ..problem(4096, 4096)
     };
+    let sel = s.select::<ReduceFamily>("cuda", pcie, &m2, Tier::Exact);
+    assert_eq!(sel.variant, Variant::default());
+    assert_stood_in(
+        &sel.source,
+        "nvidia-h100-80gb-hbm3.toml",
+        &["nearest tuned M = 1"],
+    );
+    // No member has the key at any M: the default names the nearest member's miss.
     match s
-        .select::<ReduceFamily>("cuda", pcie, &m2, Tier::Exact)
+        .select::<ReduceFamily>("cuda", pcie, &problem_k3(4096, 4096), Tier::Exact)
         .source
     {
         Source::Default { why } => assert!(
@@ -858,7 +922,7 @@ fn spec() -> impl proptest::strategy::Strategy<Value = Spec> {
     use proptest::prelude::*;
     let pow = proptest::sample::select(vec![1024u64, 4096, 16384]);
     (
-        1u32..=2,
+        1u32..=4,
         (pow.clone(), pow),
         any::<bool>(),
         proptest::bool::weighted(0.2),
@@ -958,7 +1022,7 @@ proptest::proptest! {
     fn layered_selection_follows_its_rule(
         own in proptest::collection::vec(proptest::collection::vec(spec(), 0..4), 0..3),
         theirs in proptest::collection::vec(proptest::collection::vec(spec(), 0..4), 0..3),
-        m in 1u32..=2,
+        m in 1u32..=4,
         rows in proptest::sample::select(vec![1024usize, 1280, 2048, 4096, 5120, 17408]),
         cols in proptest::sample::select(vec![1024usize, 4096, 5120, 14336]),
     ) {
@@ -978,9 +1042,18 @@ proptest::proptest! {
         }
         let p = ReduceProblem { m, ..problem(rows, cols) };
         let sel = s.select::<ReduceFamily>("cuda", "gpu-a", &p, Tier::Exact);
-        let want = model_pick(&own, m, (rows, cols))
-            .map(|(i, s)| ("gpu-a", i, s))
-            .or_else(|| model_pick(&theirs, m, (rows, cols)).map(|(i, s)| ("gpu-b", i, s)));
+        // M as asked in the device's own layers, then the member's; then the nearest M
+        // (in octaves, the larger on a tie) in its own, then the member's.
+        let octaves = |n: u32| (n as f64 / m as f64).log2().abs();
+        let mut others: Vec<u32> = (1..=8).filter(|&n| n != m).collect();
+        others.sort_by(|&a, &b| octaves(a).total_cmp(&octaves(b)).then(b.cmp(&a)));
+        let pick = |layers, dev, ms: &[u32]| {
+            ms.iter().find_map(|&n| model_pick(layers, n, (rows, cols)).map(|(i, s)| (dev, i, s)))
+        };
+        let want = pick(&own, "gpu-a", &[m])
+            .or_else(|| pick(&theirs, "gpu-b", &[m]))
+            .or_else(|| pick(&own, "gpu-a", &others))
+            .or_else(|| pick(&theirs, "gpu-b", &others));
         match (want, &sel.source) {
             (None, Source::Default { .. }) => {
                 proptest::prop_assert_eq!(sel.variant, Variant::default())
@@ -992,7 +1065,7 @@ proptest::proptest! {
                 proptest::prop_assert_eq!(table, &name(dev, i));
                 proptest::prop_assert_eq!(shape, &format!("{}x{}", spec.shape().0, spec.shape().1));
                 proptest::prop_assert_eq!(sel.variant, spec.variant());
-                let exact = dev == "gpu-a" && spec.bucket == {
+                let exact = dev == "gpu-a" && spec.m == m && spec.bucket == {
                     let b = trellis::tune::Bucket::of(rows, cols);
                     (b.rows, b.cols)
                 };

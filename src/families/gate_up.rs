@@ -506,6 +506,11 @@ impl Family for GateUpFamily {
     fn spec(p: &GateUpProblem) -> Option<ProblemSpec> {
         Some(p.spec())
     }
+    fn with_m(p: &GateUpProblem, m: u32) -> Option<GateUpProblem> {
+        (1..=MAX_M)
+            .contains(&m)
+            .then_some(GateUpProblem { m, ..*p })
+    }
     fn problems(space: &TuneSpace) -> Result<Vec<GateUpProblem>> {
         GateUpProblem::in_space(space, MAX_M)
     }

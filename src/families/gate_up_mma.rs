@@ -400,6 +400,11 @@ impl Family for GateUpMmaFamily {
     fn spec(p: &GateUpMmaProblem) -> Option<ProblemSpec> {
         Some(p.spec())
     }
+    fn with_m(p: &GateUpMmaProblem, m: u32) -> Option<GateUpMmaProblem> {
+        (1..=MAX_M_MMA)
+            .contains(&m)
+            .then_some(GateUpMmaProblem { m, ..*p })
+    }
     fn problems(space: &TuneSpace) -> Result<Vec<GateUpMmaProblem>> {
         GateUpMmaProblem::in_space(space, MAX_M_MMA)
     }

@@ -384,6 +384,11 @@ impl Family for ReduceFamily {
     fn spec(p: &ReduceProblem) -> Option<ProblemSpec> {
         Some(p.spec())
     }
+    fn with_m(p: &ReduceProblem, m: u32) -> Option<ReduceProblem> {
+        (1..=MAX_M)
+            .contains(&m)
+            .then_some(ReduceProblem { m, ..*p })
+    }
     fn problems(space: &TuneSpace) -> Result<Vec<ReduceProblem>> {
         ReduceProblem::in_space(space, MAX_M)
     }

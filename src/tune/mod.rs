@@ -396,7 +396,9 @@ impl Selector {
     /// The choice for problem `p` of family `F` in `tier` on `device` of `backend`:
     /// the device's own tables' entry for the key at the nearest bucket (and, in it, the
     /// nearest measured shape; the latest table on a tie), else a prior rule for the
-    /// device, else the entry of the nearest family member that has one, the same way,
+    /// device, else the entry of the nearest family member that has one, the same way;
+    /// else, where no table has the problem's M, the entry of the nearest M tuned (in
+    /// octaves, the larger on a tie), the device's own tables first, then its members';
     /// else the default.
     pub fn select<F: Family>(
         &self,
@@ -413,6 +415,8 @@ impl Selector {
         };
         let own = self.tables_of(backend, device);
         let mut own_miss = None;
+        // Where the entry is another M's: the M it was tuned at.
+        let mut other_m = None;
         let ((name, t), k, e) = match nearest_entry::<F>(&own, &key, p) {
             Ok(hit) => hit,
             Err(miss) => {
@@ -428,9 +432,22 @@ impl Selector {
                         .map_err(|e| first_miss.get_or_insert(e))
                         .ok()
                 });
+                // No table has this M (3, say, between the tuned 2 and 4): the nearest M
+                // tuned, the device's own tables first, then its members'.
+                let hit = hit.or_else(|| {
+                    let near = nearest_m_entry::<F>(&own, p, tier).or_else(|| {
+                        members.iter().find_map(|m| {
+                            nearest_m_entry::<F>(&self.tables_of(backend, m), p, tier)
+                        })
+                    });
+                    near.map(|(hit, m)| {
+                        other_m = Some(m);
+                        hit
+                    })
+                });
                 match (hit, first_miss) {
                     (Some(hit), _) => {
-                        own_miss = (!own.is_empty()).then_some(miss);
+                        own_miss = (!own.is_empty() && other_m.is_none()).then_some(miss);
                         hit
                     }
                     (None, None) if own.is_empty() => {
@@ -462,6 +479,7 @@ impl Selector {
         let why: Vec<String> = [
             (t.device.id != device).then(|| format!("nearest device {} for {device}", t.device.id)),
             own_miss.map(|m| format!("its own: {}", m.why(&key, F::NAME))),
+            other_m.map(|m| format!("nearest tuned M = {m} (no table has this M)")),
             (k.bucket != key.bucket).then(|| format!("nearest bucket to {}", key.bucket)),
         ]
         .into_iter()
@@ -577,6 +595,25 @@ fn nearest_entry<'t, F: Family>(
             tables: tables.iter().map(|(n, _)| n.clone()).collect(),
             stale,
         })
+}
+
+/// The entry in `tables` of the nearest M to `p`'s that they hold (in octaves, the larger
+/// M on a tie), and that M: what stands in where no table has `p`'s own M. Every M the
+/// family takes is tried ([`Family::spec`] names `p`'s, [`Family::with_m`] the others).
+fn nearest_m_entry<'t, F: Family>(
+    tables: &[&'t (String, Table)],
+    p: &F::Problem,
+    tier: Tier,
+) -> Option<(Hit<'t>, u32)> {
+    let m = F::spec(p)?.m;
+    let octaves = |n: u32| (n as f64 / m as f64).log2().abs();
+    let mut others: Vec<u32> = (1..=64).filter(|&n| n != m).collect();
+    others.sort_by(|&a, &b| octaves(a).total_cmp(&octaves(b)).then(b.cmp(&a)));
+    others.into_iter().find_map(|n| {
+        let q = F::with_m(p, n)?;
+        let hit = nearest_entry::<F>(tables, &F::key(&q, tier), &q).ok()?;
+        Some((hit, n))
+    })
 }
 
 /// The prior rule for a problem its device's own tables have no current entry for, if one applies

@@ -1058,6 +1058,11 @@ impl Family for ReduceMmaFamily {
     fn spec(p: &ReduceMmaProblem) -> Option<ProblemSpec> {
         Some(p.spec())
     }
+    fn with_m(p: &ReduceMmaProblem, m: u32) -> Option<ReduceMmaProblem> {
+        (1..=MAX_M_MMA)
+            .contains(&m)
+            .then_some(ReduceMmaProblem { m, ..*p })
+    }
     fn problems(space: &TuneSpace) -> Result<Vec<ReduceMmaProblem>> {
         ReduceMmaProblem::in_space(space, MAX_M_MMA)
     }
