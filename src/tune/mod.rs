@@ -598,8 +598,9 @@ fn nearest_entry<'t, F: Family>(
 }
 
 /// The entry in `tables` of the nearest M to `p`'s that they hold (in octaves, the larger
-/// M on a tie), and that M: what stands in where no table has `p`'s own M. Every M the
-/// family takes is tried ([`Family::spec`] names `p`'s, [`Family::with_m`] the others).
+/// M on a tie) whose winner or runner-up is valid at `p`, and that M: what stands in
+/// where no table has `p`'s own M. Every M the family takes is tried ([`Family::spec`]
+/// names `p`'s, [`Family::with_m`] the others).
 fn nearest_m_entry<'t, F: Family>(
     tables: &[&'t (String, Table)],
     p: &F::Problem,
@@ -609,10 +610,14 @@ fn nearest_m_entry<'t, F: Family>(
     let octaves = |n: u32| (n as f64 / m as f64).log2().abs();
     let mut others: Vec<u32> = (1..=64).filter(|&n| n != m).collect();
     others.sort_by(|&a, &b| octaves(a).total_cmp(&octaves(b)).then(b.cmp(&a)));
+    // An entry whose winner and runner-up are both invalid at `p`'s own M (an opt-in of
+    // shared memory that M no longer needs, say) gives way to the next M.
+    let usable = |v: Option<F::Variant>| v.is_some_and(|v| F::kernel(p, v).validate().is_ok());
     others.into_iter().find_map(|n| {
         let q = F::with_m(p, n)?;
         let hit = nearest_entry::<F>(tables, &F::key(&q, tier), &q).ok()?;
-        Some((hit, n))
+        let e = hit.2;
+        (usable(e.winner().ok()) || usable(e.runner_up().ok().flatten())).then_some((hit, n))
     })
 }
 
