@@ -322,7 +322,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         );
                     }
                     // Fast: the matrix-unit family the facade's fast tier runs.
-                    let sel = selector.select::<ReduceMmaFamily>("cuda", &info.id, &p, Tier::Fast);
+                    let sel = choose::<ReduceMmaFamily>(&selector, &b, &p, Tier::Fast);
                     let (ts, check) =
                         harness::bench::<ReduceMmaFamily, _>(&b, &o, &p, &[sel.variant], 11)?
                             .remove(0)
@@ -409,13 +409,27 @@ struct ExactRow {
     source: String,
 }
 
+/// What the facade runs for `p` on `b`: the tables' choice, fitted to the shape and the
+/// device (a winner of another bucket or M that does not fit gives way to its runner-up,
+/// else the default).
+fn choose<F: trellis::family::Family>(
+    selector: &Selector,
+    b: &CudaBackend,
+    p: &F::Problem,
+    tier: Tier,
+) -> trellis::tune::Selection<F::Variant> {
+    use trellis::kernel::Backend;
+    let s = selector.select::<F>("cuda", &b.info().id, p, tier);
+    trellis::tune::fit::<F>(s, p, tier, &b.limits())
+}
+
 fn exact_reduce_row(
     b: &CudaBackend,
     o: &TuneOptions,
     selector: &Selector,
     p: &ReduceProblem,
 ) -> Result<ExactRow> {
-    let sel = selector.select::<ReduceFamily>("cuda", &b.info().id, p, Tier::Exact);
+    let sel = choose::<ReduceFamily>(selector, b, p, Tier::Exact);
     let mut vs = vec![sel.variant, seed_structure()];
     vs.extend(register_candidates(p));
     // One result per variant, in order.
@@ -460,13 +474,13 @@ fn gate_up_row(
     tier: Tier,
 ) -> Result<(Stats, String, String, String)> {
     if tier == Tier::Exact {
-        let sel = selector.select::<GateUpFamily>("cuda", &b.info().id, p, tier);
+        let sel = choose::<GateUpFamily>(selector, b, p, tier);
         let (ts, check) = harness::bench::<GateUpFamily, _>(b, o, p, &[sel.variant], 13)?
             .remove(0)
             .map_err(|e| Error::backend("bench", format!("{p}: {e}")))?;
         Ok((ts, check, sel.variant.to_string(), sel.source.to_string()))
     } else {
-        let sel = selector.select::<GateUpMmaFamily>("cuda", &b.info().id, p, tier);
+        let sel = choose::<GateUpMmaFamily>(selector, b, p, tier);
         let (ts, check) = harness::bench::<GateUpMmaFamily, _>(b, o, p, &[sel.variant], 13)?
             .remove(0)
             .map_err(|e| Error::backend("bench", format!("gate_up_mma {p}: {e}")))?;
