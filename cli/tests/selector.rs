@@ -289,7 +289,7 @@ fn another_key_is_not_a_nearest_bucket() {
 }
 
 /// An M no table holds (3, 5, 6, 7 between the tuned 1, 2, 4 and 8) takes the entry of
-/// the nearest M tuned, in octaves (the larger M on a tie), not the built-in default.
+/// the nearest larger M tuned (else the nearest smaller), not the built-in default.
 #[test]
 fn a_missing_m_takes_the_nearest_tuned_m() {
     let at = |m: u32, rows_per_group: u32| {
@@ -316,9 +316,8 @@ fn a_missing_m_takes_the_nearest_tuned_m() {
     let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
     let s = selector_of(d.path());
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
-    // 3: 2 is 0.58 octaves away, 8 is 1.4; 4: 2 and 8 are one octave each (the larger);
-    // 6: 8 is 0.42 away; 2 is its own entry.
-    for (m, want) in [(3, 2), (4, 8), (6, 8), (2, 2)] {
+    // 3, 4, 6: the next larger tuned is 8; 2 is its own entry.
+    for (m, want) in [(3, 8), (4, 8), (6, 8), (2, 2)] {
         let p = ReduceProblem {
             m,
             ..problem(4096, 4096)
@@ -1042,11 +1041,9 @@ proptest::proptest! {
         }
         let p = ReduceProblem { m, ..problem(rows, cols) };
         let sel = s.select::<ReduceFamily>("cuda", "gpu-a", &p, Tier::Exact);
-        // M as asked in the device's own layers, then the member's; then the nearest M
-        // (in octaves, the larger on a tie) in its own, then the member's.
-        let octaves = |n: u32| (n as f64 / m as f64).log2().abs();
-        let mut others: Vec<u32> = (1..=8).filter(|&n| n != m).collect();
-        others.sort_by(|&a, &b| octaves(a).total_cmp(&octaves(b)).then(b.cmp(&a)));
+        // M as asked in the device's own layers, then the member's; then the nearest
+        // larger M (else the nearest smaller) in its own, then the member's.
+        let others: Vec<u32> = (m + 1..=8).chain((1..m).rev()).collect();
         let pick = |layers, dev, ms: &[u32]| {
             ms.iter().find_map(|&n| model_pick(layers, n, (rows, cols)).map(|(i, s)| (dev, i, s)))
         };
