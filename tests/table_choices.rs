@@ -107,8 +107,7 @@ fn the_h200_tables_exact_choices_keep_the_bits_on_the_cpu() {
 }
 
 /// Fast cases (rows, cols, k, L, code, M): every code the fast table holds, M 1-16 (3, 6
-/// and 12 from the nearest M's entries; at 12 the M 16 winners' opt-in of shared memory
-/// is invalid, so M 8's stand in).
+/// and 12 from the nearest larger M's entries: 4, 8 and 16).
 const FAST_CASES: [Case; 9] = [
     (37, 768, 2, 12, Code::OneMad, 1),
     (130, 512, 3, 16, Code::ThreeInst, 4),
