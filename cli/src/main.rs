@@ -1008,12 +1008,8 @@ fn info_file(file: &Path, out: &mut Vec<String>) -> Result<()> {
         // Every check of reading the matrix but its code words (the bulk of the file).
         let (g, scale_dtype) = f.quantized_checked_layout(p).map_err(in_file(file))?;
         let bytes = g.codes_shape().iter().product::<usize>() * 4
-            + g.rows * if scale_dtype == ScaleDType::F16 { 2 } else { 4 }
-            + if g.code == Code::Lut {
-                g.states() * 4
-            } else {
-                0
-            };
+            + g.rows * scale_dtype.size()
+            + g.lut_len().unwrap_or(0) * 4;
         lines.push(format!(
             "{p}: code={} k={} L={} T={} rows={} cols={} scales={} ({:.3} bits/weight with scales)",
             g.code,
