@@ -295,7 +295,7 @@ struct SelectArgs {
     #[arg(long, default_value = "exact")]
     tier: String,
     /// Backend whose tables are read (default: cuda for nvidia-*, metal for applegpu-*,
-    /// else cpu).
+    /// metal-sim for metal-sim, else cpu).
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
     /// Directory of `*.toml` tables added after the embedded ones and $TRELLIS_TUNING_DIR.
@@ -833,17 +833,6 @@ fn info(a: InfoArgs, out: &mut Vec<String>) -> Result<()> {
     }
 }
 
-/// The backend whose tables a device id belongs to.
-fn backend_for_device(device: &str) -> &'static str {
-    if device.starts_with("nvidia") {
-        "cuda"
-    } else if device.starts_with("applegpu") {
-        "metal"
-    } else {
-        "cpu"
-    }
-}
-
 fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
     use trellis::family::{Family, FamilyVisitor, ProblemSpec};
     use trellis::tune::Selector;
@@ -860,7 +849,7 @@ fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
                 format!("expected one of {}", trellis::backend::NAMES.join(", ")),
             ))
         }
-        None => backend_for_device(device).to_string(),
+        None => trellis::backend::kind_of_device(device).name.to_string(),
     };
     let spec = ProblemSpec {
         rows: a.rows,

@@ -66,6 +66,9 @@ use crate::error::{Error, Result};
 pub struct BackendKind {
     /// Its `--backend` name.
     pub name: &'static str,
+    /// How the ids of its devices begin (`nvidia` for `nvidia-h200`): which backend's
+    /// tables a device id given alone belongs to.
+    pub device_ids: &'static str,
     /// The dialect it compiles (a tuning table's entries are hashed in it, so a table
     /// must name its backend's own).
     pub dialect: crate::kernel::Dialect,
@@ -85,24 +88,28 @@ pub const KINDS: [BackendKind; 4] = {
     [
         BackendKind {
             name: "cpu",
+            device_ids: "cpu",
             dialect: Dialect::Cpu,
             on_gpu: false,
             nominal_limits: Limits::CUDA_OPT_IN,
         },
         BackendKind {
             name: "cuda",
+            device_ids: "nvidia",
             dialect: Dialect::Cuda,
             on_gpu: true,
             nominal_limits: Limits::CUDA_OPT_IN,
         },
         BackendKind {
             name: "metal",
+            device_ids: "applegpu",
             dialect: Dialect::Metal,
             on_gpu: true,
             nominal_limits: Limits::METAL,
         },
         BackendKind {
             name: "metal-sim",
+            device_ids: "metal-sim",
             dialect: Dialect::Metal,
             on_gpu: false,
             nominal_limits: Limits::METAL,
@@ -113,6 +120,15 @@ pub const KINDS: [BackendKind; 4] = {
 /// The kernel backend called `name` (`None`: not one of this crate's).
 pub fn kind(name: &str) -> Option<&'static BackendKind> {
     KINDS.iter().find(|k| k.name == name)
+}
+
+/// The backend a device id given alone belongs to (`nvidia-*`: cuda, `applegpu*`: metal,
+/// `metal-sim`; anything else: cpu).
+pub fn kind_of_device(id: &str) -> &'static BackendKind {
+    KINDS
+        .iter()
+        .find(|k| id.starts_with(k.device_ids))
+        .unwrap_or(&KINDS[0])
 }
 
 /// Names `--backend` accepts: `reference`, the plain SPEC implementation (not a kernel
@@ -306,6 +322,15 @@ mod tests {
             }
         }
         assert_eq!(NAMES[1..], KINDS.map(|k| k.name));
+        for (id, name) in [
+            ("nvidia-h200", "cuda"),
+            ("applegpu_g13s", "metal"),
+            ("metal-sim", "metal-sim"),
+            ("cpu-intel-xeon-processor", "cpu"),
+            ("zz-unknown", "cpu"),
+        ] {
+            assert_eq!(kind_of_device(id).name, name, "{id}");
+        }
         for other in ["reference", "vulkan", ""] {
             assert!(AnyBackend::open(other).is_err(), "{other}");
         }
