@@ -349,12 +349,23 @@ fn matvec_launch<B: Backend>(
     }
     let p = reduce_problem(w, x)?;
     let v = crate::tune::select_for::<ReduceFamily, B>(b, &p, tier).variant;
-    family::fits::<ReduceFamily>(&p, v, &b.limits())?;
+    reduce_launch(wd, x, &p, v)
+}
+
+/// One exact `reduce` launch of variant `v` (checked to fit) on problem `p`.
+fn reduce_launch<B: Backend>(
+    wd: &mut Uploaded<B>,
+    x: &Activations,
+    p: &ReduceProblem,
+    v: Variant,
+) -> Result<Activations> {
+    let b = wd.b;
+    family::fits::<ReduceFamily>(p, v, &b.limits())?;
     let d = ReduceDevice {
         w: wd.get()?,
         x: DeviceActivations::upload(b, x)?,
     };
-    family::run::<ReduceFamily, B>(b, &p, v, &d).map(first)
+    family::run::<ReduceFamily, B>(b, p, v, &d).map(first)
 }
 
 /// `y = W x` on `b` with a forced variant.
@@ -365,9 +376,7 @@ pub fn matvec_with<B: Backend>(
     variant: Variant,
 ) -> Result<Activations> {
     let p = reduce_problem(w, x)?;
-    family::fits::<ReduceFamily>(&p, variant, &b.limits())?;
-    let d = ReduceDevice::upload(b, w, x)?;
-    family::run::<ReduceFamily, B>(b, &p, variant, &d).map(first)
+    reduce_launch(&mut Uploaded::new(b, w), x, &p, variant)
 }
 
 /// `mid = silu(G x) * (U x)` on `b` with the variant the tables choose for `tier`.
@@ -436,13 +445,24 @@ fn gate_up_launch<B: Backend>(
     }
     let p = gate_up_problem(gate, up, x, tail)?;
     let v = crate::tune::select_for::<GateUpFamily, B>(b, &p, tier).variant;
-    family::fits::<GateUpFamily>(&p, v, &b.limits())?;
+    gate_up_exact_launch([gd, ud], x, &p, v)
+}
+
+/// One exact `gate_up` launch of variant `v` (checked to fit) on problem `p`.
+fn gate_up_exact_launch<B: Backend>(
+    [gd, ud]: [&mut Uploaded<B>; 2],
+    x: &Activations,
+    p: &GateUpProblem,
+    v: Variant,
+) -> Result<Activations> {
+    let b = gd.b;
+    family::fits::<GateUpFamily>(p, v, &b.limits())?;
     let d = GateUpDevice {
         gate: gd.get()?,
         up: ud.get()?,
         x: DeviceActivations::upload(b, x)?,
     };
-    family::run::<GateUpFamily, B>(b, &p, v, &d).map(first)
+    family::run::<GateUpFamily, B>(b, p, v, &d).map(first)
 }
 
 /// `mid = silu(G x) * (U x)` on `b` with a forced variant.
@@ -455,9 +475,8 @@ pub fn gate_up_with<B: Backend>(
     variant: Variant,
 ) -> Result<Activations> {
     let p = gate_up_problem(gate, up, x, tail)?;
-    family::fits::<GateUpFamily>(&p, variant, &b.limits())?;
-    let d = GateUpDevice::upload(b, gate, up, x)?;
-    family::run::<GateUpFamily, B>(b, &p, variant, &d).map(first)
+    let (mut gd, mut ud) = (Uploaded::new(b, gate), Uploaded::new(b, up));
+    gate_up_exact_launch([&mut gd, &mut ud], x, &p, variant)
 }
 
 /// A matrix uploaded to a backend once and kept there for any number of calls

@@ -1038,6 +1038,17 @@ struct CountingUploads<'b> {
     codes: std::cell::Cell<usize>,
 }
 
+impl<'b> CountingUploads<'b> {
+    /// `cpu`, counting uploads of code words of geometry `g`'s shape.
+    fn new(cpu: &'b CpuBackend, g: &Geometry) -> Self {
+        CountingUploads {
+            cpu,
+            codes_shape: g.codes_shape().to_vec(),
+            codes: Default::default(),
+        }
+    }
+}
+
 impl Backend for CountingUploads<'_> {
     type Tensor = <CpuBackend as Backend>::Tensor;
     type Compiled = <CpuBackend as Backend>::Compiled;
@@ -1090,11 +1101,7 @@ fn a_batch_uploads_each_matrix_once() {
     let cpu = CpuBackend::new().unwrap();
     let g = Geometry::new(24, 512, 256, 2, 12, Code::OneMad).unwrap();
     let (w, u) = (random_matrix(g, 85), random_matrix(g, 86));
-    let b = CountingUploads {
-        cpu: &cpu,
-        codes_shape: g.codes_shape().to_vec(),
-        codes: Default::default(),
-    };
+    let b = CountingUploads::new(&cpu, &g);
     let uploads = |f: &dyn Fn() -> Activations| {
         b.codes.set(0);
         let y = f();
@@ -1137,11 +1144,7 @@ fn a_resident_matrix_is_uploaded_once_for_many_calls() {
     let cpu = CpuBackend::new().unwrap();
     let g = Geometry::new(24, 512, 256, 3, 12, Code::OneMad).unwrap();
     let (w, u) = (random_matrix(g, 95), random_matrix(g, 96));
-    let b = CountingUploads {
-        cpu: &cpu,
-        codes_shape: g.codes_shape().to_vec(),
-        codes: Default::default(),
-    };
+    let b = CountingUploads::new(&cpu, &g);
     let (rw, ru) = (
         ops::Resident::new(&b, &w).unwrap(),
         ops::Resident::new(&b, &u).unwrap(),

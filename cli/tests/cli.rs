@@ -360,48 +360,33 @@ fn gate_up_matches_the_reference() {
             "--out",
             s(&x),
         ]);
-        ok(&[
-            "gate-up",
-            "--gate",
-            s(&g),
-            "--up",
-            s(&u),
-            "--x",
-            s(&x),
-            "--out",
-            s(&mid),
-            "--gate-prefix",
-            "gate",
-            "--up-prefix",
-            "up",
-            "--tail",
-            "exact",
-        ]);
+        let gate_up = |extra: &[&str]| {
+            let mut args = vec![
+                "gate-up",
+                "--gate",
+                s(&g),
+                "--up",
+                s(&u),
+                "--x",
+                s(&x),
+                "--out",
+                s(&mid),
+                "--gate-prefix",
+                "gate",
+                "--up-prefix",
+                "up",
+            ];
+            args.extend_from_slice(extra);
+            ok(&args)
+        };
+        gate_up(&["--tail", "exact"]);
         let gm = io::read_quantized(&g, "gate").unwrap();
         let um = io::read_quantized(&u, "up").unwrap();
         let xs = read_bits(&x, "x");
         let want = reference::gate_up(&gm, &um, &xs).unwrap();
         assert_same_bits(&format!("gate-up {dtype}"), &read_bits(&mid, "mid"), &want);
         // The cpu backend's native tail (the host's exp): within SPEC 6's tolerance.
-        ok(&[
-            "gate-up",
-            "--gate",
-            s(&g),
-            "--up",
-            s(&u),
-            "--x",
-            s(&x),
-            "--out",
-            s(&mid),
-            "--gate-prefix",
-            "gate",
-            "--up-prefix",
-            "up",
-            "--tail",
-            "native",
-            "--backend",
-            "cpu",
-        ]);
+        gate_up(&["--tail", "native", "--backend", "cpu"]);
         let (gp, up) = (
             reference::reduce(&gm, &xs).unwrap(),
             reference::reduce(&um, &xs).unwrap(),

@@ -118,6 +118,21 @@ fn a_hanging_candidate_is_killed_and_rejected_as_timed_out() {
     );
 }
 
+/// `cargo xtask tune` of reduce on the CPU over three small keys into `out`, with
+/// `extra` flags and the fault `fault` injected: its output.
+fn tune_three_keys(out: &std::path::Path, extra: &[&str], fault: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["tune", "--backend", "cpu", "--family", "reduce"])
+        .args(["--shape", "64x256,64x512,128x256", "--m", "1", "--k", "2"])
+        .args(["--l", "9", "--code", "1mad", "--reps", "1"])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .env("TRELLIS_TUNE_FAULT", fault)
+        .output()
+        .unwrap()
+}
+
 /// The supervisor gives up only on deaths that disqualify no new candidate: a run over
 /// three keys whose every shared_table candidate crashes (more crashes than the eight
 /// restarts it allows in a row) still finishes with all three entries.
@@ -125,16 +140,7 @@ fn a_hanging_candidate_is_killed_and_rejected_as_timed_out() {
 fn many_crashing_candidates_over_several_keys_still_finish() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t.toml");
-    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["tune", "--backend", "cpu", "--family", "reduce"])
-        .args(["--shape", "64x256,64x512,128x256", "--m", "1", "--k", "2"])
-        .args([
-            "--l", "9", "--code", "1mad", "--reps", "1", "--budget", "5m", "--out",
-        ])
-        .arg(&out)
-        .env("TRELLIS_TUNE_FAULT", "crash:shared_table")
-        .output()
-        .unwrap();
+    let o = tune_three_keys(&out, &["--budget", "5m"], "crash:shared_table");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{}: {err}", o.status);
     assert!(err.matches("the tuner died").count() > 8, "{err}");
@@ -148,19 +154,12 @@ fn many_crashing_candidates_over_several_keys_still_finish() {
 fn the_budget_spans_the_workers_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t.toml");
-    let o = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .args(["tune", "--backend", "cpu", "--family", "reduce"])
-        .args(["--shape", "64x256,64x512,128x256", "--m", "1", "--k", "2"])
-        .args(["--l", "9", "--code", "1mad", "--reps", "1"])
-        .args(["--budget", "3s", "--candidate-timeout", "2s", "--out"])
-        .arg(&out)
-        // One candidate of every key never returns: each costs 2 s before its kill.
-        .env(
-            "TRELLIS_TUNE_FAULT",
-            "hang:global_table shared_decode rpg=4 x=shared_f32",
-        )
-        .output()
-        .unwrap();
+    // One candidate of every key never returns: each costs 2 s before its kill.
+    let o = tune_three_keys(
+        &out,
+        &["--budget", "3s", "--candidate-timeout", "2s"],
+        "hang:global_table shared_decode rpg=4 x=shared_f32",
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(err.contains("keys not tuned"), "{err}");
