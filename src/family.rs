@@ -62,8 +62,15 @@ pub trait Family: 'static {
     fn label(_p: &Self::Problem) -> &'static str {
         Self::NAME
     }
-    /// The tuning-key fields beyond family, tier and size bucket (dtype, M, coding...).
+    /// The tuning-key fields beyond family, tier and size bucket (dtype, M, coding...);
+    /// this crate's families write a [`crate::key::KeyFields`].
     fn key_fields(p: &Self::Problem) -> String;
+    /// Whether `fields` (a table entry's `key`) is one this family writes: a table holding
+    /// a key its family cannot have is ignored with a warning naming it, where the key
+    /// would otherwise never match. By default any string.
+    fn check_key_fields(_fields: &str) -> Result<()> {
+        Ok(())
+    }
     /// The matrix shape `(rows, cols)` the size bucket is taken from.
     fn shape(p: &Self::Problem) -> (usize, usize);
     /// The problems the verify catalog covers (and whose renders the staleness hash of

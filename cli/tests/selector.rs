@@ -589,12 +589,24 @@ fn bad_keys_are_warnings() {
             "m_strategy = \"per_sample\"",
             "m_strategy = \"sideways\"",
         ),
+        // A garbled key would never match: it is named, not silently passed over.
+        ("entry[0].key", "M=1 k2 L12", "M=1 k2 L2"),
+        ("entry[0].key", "M=1 k2 L12", "M=01 k2 L12"),
+        (
+            "entry[0].key",
+            "M=1 k2 L12 1mad",
+            "M=1 k2 L12 1mad tail=exact",
+        ),
+        ("entry[0].key", "M=1 k2 L12 1mad", "M=1 k2 L12 1mad "),
+        ("entry[0].key", "M=1 k2 L12 1mad", "M=1 gate=k2 L12 1mad"),
+        ("entry[0].key", "bf16 M=1", "bf16 k2 L12 1mad M=1"),
     ] {
         let text = table("nvidia-h200", "cuda").to_toml();
         assert!(text.contains(from), "{field}: {text}");
         let mut s = Selector::empty();
         s.add_text("t", &text.replacen(from, to, 1));
         assert_eq!(s.warnings.len(), 1, "{field}: {:?}", s.warnings);
+        assert!(s.warnings[0].contains(field), "{field}: {}", s.warnings[0]);
         assert!(
             matches!(
                 s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)

@@ -7,6 +7,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::family::Family;
 use crate::kernel::Backend;
+use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
 use crate::simt::{check_common, grid, MStrategy, Proj, RowScales, Variant, XLayout, XStage};
@@ -146,8 +147,21 @@ impl Family for ExpandFamily {
             .collect()
     }
     fn key_fields(p: &ExpandProblem) -> String {
-        let g = &p.geometry;
-        format!("{} k{} L{} {}", p.act, g.k, g.l, g.code)
+        KeyFields {
+            act: p.act,
+            m: None,
+            projs: vec![(None, Proj::of(&p.geometry))],
+            tail: None,
+        }
+        .to_string()
+    }
+    fn check_key_fields(fields: &str) -> Result<()> {
+        let form = KeyForm {
+            m: false,
+            labels: &[None],
+            tail: false,
+        };
+        KeyFields::check(fields, form).map(drop)
     }
     fn shape(p: &ExpandProblem) -> (usize, usize) {
         (p.geometry.rows, p.geometry.cols)

@@ -7,6 +7,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::Backend;
+use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
@@ -413,13 +414,23 @@ impl Family for GateUpFamily {
         }
     }
     fn key_fields(p: &GateUpProblem) -> String {
-        format!(
-            "{} M={} gate={} up={}",
-            p.act,
-            p.m,
-            Proj::of(&p.gate),
-            Proj::of(&p.up)
-        )
+        KeyFields {
+            act: p.act,
+            m: Some(p.m),
+            projs: vec![
+                (Some("gate"), Proj::of(&p.gate)),
+                (Some("up"), Proj::of(&p.up)),
+            ],
+            tail: None,
+        }
+        .to_string()
+    }
+    fn check_key_fields(fields: &str) -> Result<()> {
+        let form = KeyForm {
+            tail: false,
+            ..KeyForm::GATE_UP
+        };
+        KeyFields::check(fields, form).map(drop)
     }
     fn shape(p: &GateUpProblem) -> (usize, usize) {
         (p.gate.rows, p.gate.cols)

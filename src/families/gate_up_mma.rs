@@ -14,6 +14,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem};
+use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::simt::Proj;
@@ -303,14 +304,19 @@ impl Family for GateUpMmaFamily {
         }
     }
     fn key_fields(p: &GateUpMmaProblem) -> String {
-        format!(
-            "{} M={} gate={} up={} tail={}",
-            p.act,
-            p.m,
-            Proj::of(&p.gate),
-            Proj::of(&p.up),
-            p.tail
-        )
+        KeyFields {
+            act: p.act,
+            m: Some(p.m),
+            projs: vec![
+                (Some("gate"), Proj::of(&p.gate)),
+                (Some("up"), Proj::of(&p.up)),
+            ],
+            tail: Some(p.tail),
+        }
+        .to_string()
+    }
+    fn check_key_fields(fields: &str) -> Result<()> {
+        KeyFields::check(fields, KeyForm::GATE_UP).map(drop)
     }
     fn shape(p: &GateUpMmaProblem) -> (usize, usize) {
         (p.gate.rows, p.gate.cols)

@@ -6,6 +6,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::Backend;
+use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
 use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
@@ -319,8 +320,16 @@ impl Family for ReduceFamily {
         out
     }
     fn key_fields(p: &ReduceProblem) -> String {
-        let g = &p.geometry;
-        format!("{} M={} k{} L{} {}", p.act, p.m, g.k, g.l, g.code)
+        KeyFields {
+            act: p.act,
+            m: Some(p.m),
+            projs: vec![(None, Proj::of(&p.geometry))],
+            tail: None,
+        }
+        .to_string()
+    }
+    fn check_key_fields(fields: &str) -> Result<()> {
+        KeyFields::check(fields, KeyForm::MATVEC).map(drop)
     }
     fn shape(p: &ReduceProblem) -> (usize, usize) {
         (p.geometry.rows, p.geometry.cols)

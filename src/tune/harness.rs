@@ -935,7 +935,7 @@ pub fn has_current_entry<F: Family>(
             && e.key().ok().as_ref() == Some(&key)
             && e.source_hash == hash
             && e.space_hash.as_ref() == Some(&space)
-            && super::check_entry_variants::<F>(0, e).is_ok()
+            && super::check_entry::<F>(0, e).is_ok()
             && e.stats.samples > 0
             && e.stats.median_us.is_finite()
             && e.stats.median_us > 0.0

@@ -651,8 +651,8 @@ fn prior_for<F: Family>(
 
 /// What the selector asks of a table before it reads one (a table failing it is ignored
 /// with a warning): [`check_table_frame`], and every entry of a registered family must
-/// name a winner (and runner-up) that family can read, of the entry's own tier: an exact
-/// key never hands out a fast variant.
+/// have a key it writes and name a winner (and runner-up) it can read, of the entry's
+/// own tier: an exact key never hands out a fast variant.
 pub fn check_table(t: &Table) -> Result<()> {
     check_table_frame(t)?;
     struct Check<'a>(&'a Table, Result<()>);
@@ -660,7 +660,7 @@ pub fn check_table(t: &Table) -> Result<()> {
         fn visit<F: Family>(&mut self) {
             for (i, e) in self.0.entries.iter().enumerate() {
                 if self.1.is_ok() && crate::families::is::<F>(&e.family) {
-                    self.1 = check_entry_variants::<F>(i, e);
+                    self.1 = check_entry::<F>(i, e);
                 }
             }
         }
@@ -705,8 +705,11 @@ pub fn check_table_frame(t: &Table) -> Result<()> {
     }
 }
 
-/// Entry `i`'s winner and runner-up parse as `F`'s variants of the entry's tier.
-pub fn check_entry_variants<F: Family>(i: usize, e: &Entry) -> Result<()> {
+/// Entry `i`'s key is one `F` writes, and its winner and runner-up parse as `F`'s
+/// variants of the entry's tier.
+pub fn check_entry<F: Family>(i: usize, e: &Entry) -> Result<()> {
+    F::check_key_fields(&e.key)
+        .map_err(|err| Error::invalid(format!("entry[{i}].key"), &e.key, err.to_string()))?;
     let of_tier = |what: &str, v: F::Variant| {
         let tier = F::tier(&v);
         if tier.name() == e.tier {

@@ -38,6 +38,7 @@ use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem, Grid, Limits};
+use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
 use crate::simt::{is_default, Proj, Representation, MAX_SHARED_BYTES};
@@ -976,8 +977,16 @@ impl Family for ReduceMmaFamily {
         space::measured_far(p, v)
     }
     fn key_fields(p: &ReduceMmaProblem) -> String {
-        let g = &p.geometry;
-        format!("{} M={} k{} L{} {}", p.act, p.m, g.k, g.l, g.code)
+        KeyFields {
+            act: p.act,
+            m: Some(p.m),
+            projs: vec![(None, Proj::of(&p.geometry))],
+            tail: None,
+        }
+        .to_string()
+    }
+    fn check_key_fields(fields: &str) -> Result<()> {
+        KeyFields::check(fields, KeyForm::MATVEC).map(drop)
     }
     fn shape(p: &ReduceMmaProblem) -> (usize, usize) {
         (p.geometry.rows, p.geometry.cols)
