@@ -102,6 +102,7 @@ pub mod kernel;
 pub mod key;
 pub mod layout;
 pub mod matrix;
+pub mod mma;
 pub mod numerics;
 pub mod ops;
 pub mod reference;

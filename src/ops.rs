@@ -19,12 +19,12 @@ use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
 use crate::families::reduce::{ReduceDevice, ReduceFamily, ReduceProblem};
 use crate::families::reduce_mma::{
     beyond_f16_operands, operand_exponent, pow2, Prescaled, ReduceMmaDevice, ReduceMmaFamily,
-    MAX_M_MMA,
 };
 use crate::families::DeviceActivations;
 use crate::family;
 use crate::kernel::Backend;
 use crate::matrix::{Activations, QuantizedMatrix};
+use crate::mma::MAX_M_MMA;
 use crate::numerics::{Tail, Tier};
 use crate::simt::{Variant, MAX_M};
 use crate::{DType, ScaleDType};

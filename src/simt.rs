@@ -14,7 +14,7 @@ use crate::numerics::Tier;
 use std::fmt;
 
 /// Largest M a SIMT kernel accepts (the matrix-unit families take up to
-/// [`crate::families::reduce_mma::MAX_M_MMA`]).
+/// [`crate::mma::MAX_M_MMA`]).
 pub const MAX_M: u32 = 8;
 /// Threadgroup memory a specialization may declare (CUDA's static limit); backends
 /// with less (Metal: 32 KB) reject larger ones before launch.

@@ -7,9 +7,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use trellis::backend::CpuBackend;
 use trellis::check::{self, RealSums};
-use trellis::families::reduce_mma::{MmaOperands, MmaVariant, MmaXStage, ReduceMmaFamily};
+use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::{self, Family};
 use trellis::kernel::{Backend as _, KernelSpec as _};
+use trellis::mma::{MmaOperands, MmaVariant, MmaXStage};
 use trellis::numerics::Tier;
 use trellis::{Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
@@ -461,8 +462,9 @@ fn reduce_mma_split_k_stages_only_its_share_of_x() {
 #[test]
 fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
     use trellis::backend::metal_sim::MetalSimBackend;
-    use trellis::families::reduce_mma::{paired_windows_fit, ReduceMmaProblem};
+    use trellis::families::reduce_mma::ReduceMmaProblem;
     use trellis::kernel::{Dialect, KernelSpec as _};
+    use trellis::mma::paired_windows_fit;
     use trellis::simt::Proj;
     let cpu = CpuBackend::new().expect("cpu backend");
     let sim = MetalSimBackend::new().expect("metal-sim backend");

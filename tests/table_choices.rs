@@ -128,8 +128,9 @@ const FAST_CASES: [Case; 9] = [
 /// same variant converting x itself.
 #[test]
 fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
-    use trellis::families::reduce_mma::{MmaVariant, ReduceMmaFamily, ReduceMmaHost};
+    use trellis::families::reduce_mma::{ReduceMmaFamily, ReduceMmaHost};
     use trellis::family;
+    use trellis::mma::MmaVariant;
     let cpu = CpuBackend::new().unwrap();
     let selector = Selector::from_env();
     let (mut host_f16, mut early) = (0, 0);

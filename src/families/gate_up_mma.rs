@@ -1,13 +1,11 @@
 //! `gate_up_mma`: fast-tier fused SwiGLU `mid = silu(G x) * (U x)` on matrix units,
-//! the same template as [`super::reduce_mma`] (`templates/reduce_mma.kernel`) with two
+//! the same template and vocabulary ([`crate::mma`]) as [`super::reduce_mma`] (`templates/reduce_mma.kernel`) with two
 //! projections (same-k or mixed-k, any codes): each tile accumulates `G x` and `U x`,
 //! rounds each to the activation dtype after its row factor, then applies the SPEC 6
 //! tail (`exact` or the backend's `native` exp). Checked with `check::fast_gate_up`
 //! (SPEC 7 v2); listed as `gate_up_mma_mixed` when the two k differ.
 
-use super::reduce_mma::{
-    add_paired_twins, paired_windows_fit, MmaLayout, MmaProj, MmaVariant, Prescaled, MAX_M_MMA,
-};
+use super::reduce_mma::{add_paired_twins, Prescaled};
 use super::DeviceMatrix;
 use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
@@ -16,6 +14,9 @@ use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::{Backend, Dialect, Elem};
 use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
+use crate::mma::{
+    bf16_operands_fit, paired_windows_fit, MmaLayout, MmaProj, MmaVariant, MmaXStage, MAX_M_MMA,
+};
 use crate::numerics::{Tail, Tier};
 use crate::simt::Proj;
 use std::rc::Rc;
@@ -263,10 +264,10 @@ impl Family for GateUpMmaFamily {
     fn default_variant(_p: &GateUpMmaProblem, _tier: Tier) -> MmaVariant {
         // H200 bench (17408 x 5120, k 3/3 and 3/4): 4 simdgroups per tile were 1.1x faster
         // than 8 at M 1, 8 and 16.
-        MmaVariant::unsplit(1, 4, 16, super::reduce_mma::MmaXStage::Global)
+        MmaVariant::unsplit(1, 4, 16, MmaXStage::Global)
     }
     fn candidates(p: &GateUpMmaProblem, tier: Tier, quick: bool) -> Vec<MmaVariant> {
-        let bf16_ok = super::reduce_mma::bf16_operands_fit(p.act, &[p.gate.code, p.up.code]);
+        let bf16_ok = bf16_operands_fit(p.act, &[p.gate.code, p.up.code]);
         let mut out = super::reduce_mma::candidates_for(p.m, tier, quick, bf16_ok);
         // Two projections per tile: 61 of the 90 H200 winners took the fewest simdgroups
         // offered (4), and 2 also runs; at M = 16 three keys then took 2, so 1 joins there

@@ -1235,7 +1235,7 @@ mod tests {
 
     #[test]
     fn at_bound_counts_a_field_left_at_its_default_as_offered() {
-        use crate::families::reduce_mma::MmaVariant;
+        use crate::mma::MmaVariant;
         // k_split = 1 is not written (serde skips it), yet offered: 2 is no lower edge.
         let unsplit = MmaVariant::default();
         let split = |k_split| MmaVariant { k_split, ..unsplit };

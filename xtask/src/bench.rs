@@ -589,9 +589,10 @@ fn mma_row<V: std::fmt::Display + Copy>(
 pub fn run_mma(out: &Path) -> Result<()> {
     use trellis::families::gate_up_mma::GateUpMmaProblem;
     use trellis::families::reduce_mma::{
-        add_batched_stage_twins, add_paired_twins, opt_in_where_needed, paired_windows_fit,
-        register_budget, with_host_f16_x, MmaOperands, MmaVariant, ReduceMmaProblem,
+        add_batched_stage_twins, add_paired_twins, opt_in_where_needed, with_host_f16_x,
+        ReduceMmaProblem,
     };
+    use trellis::mma::{paired_windows_fit, register_budget, MmaOperands, MmaVariant};
     use trellis::simt::Proj;
     let b = CudaBackend::new(0)?;
     let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
@@ -604,7 +605,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
     let only = list_of("MMA_ONLY");
     let shapes_env = std::env::var_os("MMA_SHAPES");
     let info = b.info().clone();
-    use trellis::families::reduce_mma::MmaXStage::{Global, Shared, SharedDup};
+    use trellis::mma::MmaXStage::{Global, Shared, SharedDup};
     let v = MmaVariant::unsplit;
     // Under the candidates' register budget, split or not.
     let budget = |k: u32, col_split, x_stage, k_split| MmaVariant {

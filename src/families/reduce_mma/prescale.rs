@@ -1,7 +1,6 @@
 //! The host's side of the fast tier's range: a power of two out of each sample (and
 //! lut table) so f16 operands hold any magnitude, and the samples they cannot hold.
 
-use super::MmaVariant;
 use crate::codes::Code;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -9,6 +8,7 @@ use crate::families::{upload_activations, DeviceMatrix};
 use crate::kernel::Backend;
 use crate::kernel::Elem;
 use crate::matrix::{Activations, QuantizedMatrix};
+use crate::mma::MmaVariant;
 
 /// The exponent `e` a set of magnitudes gives up to the operands: the largest of them
 /// times `2^-e` lies in `[2^13, 2^14)`, well inside f16's range (|v| < 65520, and a

@@ -2,12 +2,13 @@
 //! is there or gone (each step cites the H200 measurement that put it in or took it out).
 //! `gate_up_mma` builds its space from the same pieces.
 
-use super::{
-    bf16_operands_fit, paired_windows_fit, register_budget, MmaLayout, MmaOperands, MmaVariant,
-    MmaXStage, ReduceMmaFamily, ReduceMmaProblem,
-};
+use super::{ReduceMmaFamily, ReduceMmaProblem};
 use crate::dtype::DType;
 use crate::family::Family;
+use crate::mma::{
+    bf16_operands_fit, paired_windows_fit, register_budget, MmaLayout, MmaOperands, MmaVariant,
+    MmaXStage,
+};
 use crate::numerics::Tier;
 use crate::simt::{Proj, MAX_SHARED_BYTES};
 
