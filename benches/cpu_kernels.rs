@@ -28,7 +28,7 @@ fn bench_family<F: Family>(
     let dev = F::upload(b, p, &host).expect("upload");
     let k = F::kernel(p, v);
     let render = |d: Dialect| k.render(d);
-    let launch = k.launch_request(&render);
+    let launch = k.launch_request(&render).expect("valid");
     let compiled = b.compile(&launch).expect("compiles");
     let mut outs = family::alloc_outputs(b, &k).expect("outputs");
     let inputs = F::inputs(&dev, &v);

@@ -193,9 +193,8 @@ pub fn launch_into<F: Family, B: Backend>(
     outputs: &mut [B::Tensor],
 ) -> Result<()> {
     let k = F::kernel(p, v);
-    k.validate()?;
     let render = |dialect: Dialect| k.render(dialect);
-    let launch = k.launch_request(&render);
+    let launch = k.launch_request(&render)?;
     let inputs = F::inputs(d, &v);
     let mut outs: Vec<&mut B::Tensor> = outputs.iter_mut().collect();
     b.launch_into(&launch, &inputs, &mut outs)
@@ -239,20 +238,19 @@ fn with_launches<F: Family, R>(
     specs: &[(F::Problem, Vec<F::Variant>)],
     f: impl FnOnce(&[crate::kernel::Launch<'_>]) -> R,
 ) -> R {
-    // A variant that does not validate is left to its own launch, which says why.
     let kernels: Vec<F::Kernel> = specs
         .iter()
         .flat_map(|(p, vs)| vs.iter().map(move |v| F::kernel(p, *v)))
-        .filter(|k| k.validate().is_ok())
         .collect();
     let renders: Vec<_> = kernels
         .iter()
         .map(|k| move |d: Dialect| k.render(d))
         .collect();
+    // A variant that does not validate is left to its own launch, which says why.
     let launches: Vec<_> = kernels
         .iter()
         .zip(&renders)
-        .map(|(k, r)| k.launch_request(r))
+        .filter_map(|(k, r)| k.launch_request(r).ok())
         .collect();
     f(&launches)
 }

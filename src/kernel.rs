@@ -108,9 +108,13 @@ pub fn tensor_bytes(elem: Elem, shape: &[usize]) -> Result<usize> {
 }
 
 impl TensorSpec {
-    /// Elements in the tensor.
+    /// Elements in the tensor (`usize::MAX` where the count overflows: a shape no
+    /// allocation holds, which [`tensor_bytes`] refuses by name).
     pub fn len(&self) -> usize {
-        self.shape.iter().product()
+        self.shape
+            .iter()
+            .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+            .unwrap_or(usize::MAX)
     }
 
     /// Whether the tensor has no elements.
@@ -224,13 +228,19 @@ pub trait KernelSpec: fmt::Debug {
     }
     /// Render header and body for a dialect.
     fn render(&self, dialect: Dialect) -> Result<Rendered>;
-    /// The backend-facing launch request (also what `Backend::precompile` takes);
-    /// `render` is called only when the backend's cache misses.
-    fn launch_request<'r>(&self, render: &'r dyn Fn(Dialect) -> Result<Rendered>) -> Launch<'r>
+    /// The backend-facing launch request (also what `Backend::precompile` takes), once
+    /// [`KernelSpec::validate`] passes: a declaration's shapes and grid are computed only
+    /// for fields in range (a division by a zero field would panic). `render` is called
+    /// only when the backend's cache misses.
+    fn launch_request<'r>(
+        &self,
+        render: &'r dyn Fn(Dialect) -> Result<Rendered>,
+    ) -> Result<Launch<'r>>
     where
         Self: Sized,
     {
-        Launch {
+        self.validate()?;
+        Ok(Launch {
             kernel: Self::NAME,
             id: self.id(),
             grid: self.grid(),
@@ -240,7 +250,7 @@ pub trait KernelSpec: fmt::Debug {
             inputs: self.inputs(),
             outputs: self.outputs(),
             render,
-        }
+        })
     }
     /// The complete source a backend of `dialect` compiles (entry point included).
     fn unit(&self, dialect: Dialect) -> Result<String>
@@ -270,7 +280,8 @@ pub struct Launch<'a> {
     pub shared_bytes: usize,
     /// Of those, the bytes CUDA sizes at launch ([`KernelSpec::dynamic_shared_bytes`]).
     pub dynamic_shared_bytes: usize,
-    /// The outputs must start zeroed: fresh allocations are zeroed on every backend;
+    /// The outputs must start zeroed: every backend zeroes them when it binds them (the
+    /// kernel leaves them as it found them, so one binding serves every run of it), and
     /// where a backend makes fresh outputs per launch (MLX), it fills them with zeros.
     pub zero_outputs: bool,
     /// Inputs, in signature order.
@@ -343,7 +354,7 @@ pub trait Backend {
     /// use trellis::kernel::{Backend, KernelSpec};
     /// # fn f(b: &CpuBackend, k: &impl KernelSpec) -> trellis::Result<()> {
     /// let render = |d| k.render(d);
-    /// let launch = k.launch_request(&render);
+    /// let launch = k.launch_request(&render)?;
     /// let compiled = b.compile(&launch)?;
     /// let mut out = b.alloc(&launch.outputs[0])?;
     /// let mut outs = [&mut out];
@@ -465,6 +476,19 @@ pub fn check_launch<T: DeviceTensor>(
     check_args(launch.kernel, &launch.inputs, inputs)?;
     let outs: Vec<&T> = outputs.iter().map(|t| &**t).collect();
     check_args(launch.kernel, &launch.outputs, &outs)
+}
+
+/// That `compiled`, a backend's compiled kernel of id `compiled`, is the kernel of
+/// `launch`: binding one kernel's entry to another's buffers would run it out of bounds.
+pub fn check_compiled(compiled: KernelId, launch: &Launch<'_>) -> Result<()> {
+    if compiled == launch.id {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        format!("{} compiled kernel", launch.kernel),
+        compiled,
+        format!("is not the kernel of this launch ({})", launch.id),
+    ))
 }
 
 /// Identity of a kernel specialization: its name and a stable hash of its parameters.
@@ -591,6 +615,16 @@ impl Limits {
     /// Check a launch's grid ([`Grid::check`]) and resources against these limits.
     pub fn check(&self, launch: &Launch<'_>, device: &str) -> Result<()> {
         launch.grid.check(launch.kernel)?;
+        if launch.dynamic_shared_bytes > launch.shared_bytes {
+            return Err(Error::invalid(
+                format!("{} dynamic threadgroup memory", launch.kernel),
+                launch.dynamic_shared_bytes,
+                format!(
+                    "is part of the {} bytes the kernel declares in all",
+                    launch.shared_bytes
+                ),
+            ));
+        }
         self.check_resources(
             launch.kernel,
             launch.shared_bytes,

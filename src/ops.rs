@@ -77,9 +77,17 @@ fn with_held_samples(
 /// scale of 2^-136 with bf16 x, say.)
 fn real_sums_on<B: Backend>(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Vec<f64>> {
     let table_e = w.lut.as_deref().map_or(0, operand_exponent);
+    // A copy of the codes: reserved first, so a matrix the host has no room to copy is an
+    // error, not an allocation abort.
+    let codes = crate::error::collect_reserved(
+        w.codes.len(),
+        w.codes.iter().copied(),
+        "fast-tier fallback codes",
+        format!("{} words", w.codes.len()),
+    )?;
     let unit = QuantizedMatrix {
         geometry: w.geometry,
-        codes: w.codes.clone(),
+        codes,
         scales: vec![1.0; w.geometry.rows],
         scale_dtype: ScaleDType::F32,
         lut: w
@@ -88,12 +96,15 @@ fn real_sums_on<B: Backend>(b: &B, w: &QuantizedMatrix, x: &Activations) -> Resu
             .map(|t| t.iter().map(|v| v * pow2(-table_e)).collect()),
     };
     let exps: Vec<i32> = (0..x.rows).map(|m| operand_exponent(x.row(m))).collect();
-    let data = (0..x.rows)
-        .flat_map(|m| {
+    let data = crate::error::collect_reserved(
+        x.data.len(),
+        (0..x.rows).flat_map(|m| {
             let f = pow2(-exps[m]); // exponents within +-126: exact
             x.row(m).iter().map(move |v| v * f)
-        })
-        .collect();
+        }),
+        "fast-tier fallback x",
+        format!("{} values", x.data.len()),
+    )?;
     let xs = Activations {
         dtype: DType::F32,
         data,

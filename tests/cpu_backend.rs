@@ -965,9 +965,9 @@ fn a_kernel_that_fails_to_compile_is_a_clear_error_and_spares_the_others() {
     let render_bad = move |_: Dialect| Ok(bad.clone());
     // Ids of their own, so neither is served from the other's (or an earlier run's) cache.
     let salt = std::process::id() as u64 ^ 0x5eed_c0de;
-    let mut good_launch = spec.launch_request(&render_good);
+    let mut good_launch = spec.launch_request(&render_good).unwrap();
     good_launch.id.params ^= salt;
-    let mut bad_launch = spec.launch_request(&render_bad);
+    let mut bad_launch = spec.launch_request(&render_bad).unwrap();
     bad_launch.id.params ^= salt.rotate_left(17);
     let dw = DeviceMatrix::upload(&cpu, &w).unwrap();
     let dx = ops::upload_activations(&cpu, &x).unwrap();

@@ -3,6 +3,9 @@
 //! test binary with `--ignored`, as the device checks run it).
 #![cfg(feature = "cuda")]
 
+#[path = "common/contract.rs"]
+mod contract;
+
 use trellis::backend::cuda::CudaBackend;
 use trellis::codegen::Rendered;
 use trellis::kernel::{fnv1a, Backend, Dialect, Elem, Grid, KernelId, Launch, TensorSpec};
@@ -146,4 +149,51 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
     assert!(dw.matvec(&x, Tier::Exact).unwrap().bits_eq(&y));
     let resident_mid = ops::gate_up_resident(&dw, &du, &x40, Tail::Exact, Tier::Fast).unwrap();
     assert!(resident_mid.bits_eq(&mf));
+}
+
+/// The backend contract (`common/contract.rs`) on CUDA: outputs a kernel needs zeroed are
+/// zeroed when bound (on the stream, before its launches), a compiled kernel binds only
+/// to its own launch, every empty grid axis runs nothing, dynamic shared memory is part
+/// of the declared.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn the_backend_contract_holds() {
+    let b = CudaBackend::new(0).unwrap();
+    contract::zeroed_when_bound(&b);
+    contract::binds_only_its_own(&b);
+    contract::empty_grid_runs_nothing(&b);
+    contract::dynamic_within_declared(&b);
+}
+
+/// A kernel bound on one thread runs on another, which has no CUDA context current until
+/// the backend makes its own so: same bits as on the binding thread.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn a_bound_kernel_runs_on_another_thread() {
+    use trellis::families::reduce_mma::ReduceMmaFamily;
+    use trellis::family::{self, Family};
+    use trellis::kernel::KernelSpec;
+    let b = CudaBackend::new(0).unwrap();
+    let (p, host, v) = contract::split_k();
+    let dev = ReduceMmaFamily::upload(&b, &p, &host).unwrap();
+    let want = family::run::<ReduceMmaFamily, _>(&b, &p, v, &dev).unwrap();
+    let k = ReduceMmaFamily::kernel(&p, v);
+    let render = |d: Dialect| k.render(d);
+    let launch = k.launch_request(&render).unwrap();
+    let compiled = b.compile(&launch).unwrap();
+    let mut outs = family::alloc_outputs(&b, &k).unwrap();
+    {
+        let inputs = ReduceMmaFamily::inputs(&dev, &v);
+        let mut refs: Vec<_> = outs.iter_mut().collect();
+        let mut bound = b.bind(&compiled, &launch, &inputs, &mut refs).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                b.run(&mut bound).unwrap();
+                b.synchronize().unwrap();
+            })
+            .join()
+            .unwrap();
+        });
+    }
+    assert!(family::download(&b, &outs[0]).unwrap().bits_eq(&want[0]));
 }

@@ -61,7 +61,7 @@ fn check_parts<B: Backend>(b: &B, per: usize) -> usize {
             let render = |d: Dialect| k.render(d);
             let outs = b
                 .launch(
-                    &k.launch_request(&render),
+                    &k.launch_request(&render).unwrap(),
                     &GateUpMmaFamily::inputs(&dev, &v),
                 )
                 .unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -656,7 +656,7 @@ fn run_planted(
     }
     rendered.body = planted;
     let render = move |_: Dialect| Ok(rendered.clone());
-    let mut launch = spec.launch_request(&render);
+    let mut launch = spec.launch_request(&render).unwrap();
     launch.id.params ^= trellis::kernel::fnv1a(tag.as_bytes());
     let dw = DeviceMatrix::upload(b, &c.w).unwrap();
     let dx = ops::upload_activations(b, &c.x).unwrap();

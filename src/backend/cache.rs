@@ -148,6 +148,14 @@ pub fn dir_in(root: &Root, sub: &str) -> Result<PathBuf> {
             format!("cannot create the directory ({}): {why}", root.origin()),
         )
     })?;
+    // Absolute, so a later change of the working directory cannot point the backend at
+    // a directory other than the one checked here.
+    let d = d.canonicalize().map_err(|e| {
+        Error::file(
+            &d,
+            format!("cannot resolve the directory ({}): {e}", root.origin()),
+        )
+    })?;
     for p in [&root.path, &d] {
         check_private(p)
             .map_err(|why| Error::file(p, format!("not used ({}): {why}", root.origin())))?;

@@ -36,7 +36,8 @@ pub const EXTRA_FLAGS_ENV: &str = "TRELLIS_CPU_CXXFLAGS";
 /// A compiled CPU kernel: its entry point in a loaded library.
 #[derive(Clone)]
 pub struct Compiled {
-    _lib: Arc<Library>,
+    id: KernelId,
+    lib: Arc<Library>,
     entry: EntryFn,
 }
 
@@ -135,12 +136,16 @@ impl CpuBackend {
                 .output()
                 .map_err(|e| Error::Unavailable {
                     backend: "cpu".into(),
-                    reason: format!("cannot run the C++ compiler `{}`: {e}", self.compiler),
+                    reason: format!(
+                        "cannot run the C++ compiler `{}` (set by $CXX, else `c++`): {e}",
+                        self.compiler
+                    ),
                 })?;
             if run.status.success() {
                 return Ok(());
             }
-            let names: Vec<String> = items.iter().map(|i| i.0.to_string()).collect();
+            // The symbols the source defines (twins of one `params` hash differ there).
+            let names: Vec<String> = items.iter().map(|i| i.0.unique_symbol()).collect();
             Err(Error::Compile {
                 kernel: names.join(", "),
                 backend: "cpu".into(),
@@ -163,7 +168,14 @@ impl CpuBackend {
                             .map_err(|e| Error::backend("cpu", format!("symbol {symbol}: {e}")))?
                     };
                     let lib = lib.clone();
-                    Ok((*id, Compiled { _lib: lib, entry }))
+                    Ok((
+                        *id,
+                        Compiled {
+                            id: *id,
+                            lib,
+                            entry,
+                        },
+                    ))
                 })
                 .collect::<Result<Vec<_>>>()
         };
@@ -196,8 +208,10 @@ impl CpuBackend {
     }
 }
 
-/// A CPU kernel with its buffers bound: the entry, the buffer pointers and the grid.
+/// A CPU kernel with its buffers bound: the entry (and the library holding it, loaded as
+/// long as the bound kernel lives), the buffer pointers and the grid.
 pub struct Bound<'a> {
+    _lib: Arc<Library>,
     entry: EntryFn,
     ptrs: SendPtrs,
     groups: [u32; 3],
@@ -206,7 +220,8 @@ pub struct Bound<'a> {
 
 struct SendPtrs(Vec<*mut u8>);
 // SAFETY: kernels write disjoint output elements per group (each row belongs to one
-// group and slice); inputs are only read.
+// group and slice), or words that groups share only through atomics (the split-K
+// parts and arrival counters); inputs are only read.
 unsafe impl Send for SendPtrs {}
 unsafe impl Sync for SendPtrs {}
 
@@ -260,9 +275,16 @@ impl Backend for CpuBackend {
         // The typed wrapper checked these already; a backend never trusts a caller with
         // raw pointers, so check again.
         crate::kernel::check_launch(launch, inputs, outputs)?;
+        crate::kernel::check_compiled(compiled.id, launch)?;
+        if launch.zero_outputs {
+            for t in outputs.iter_mut() {
+                t.bytes_mut().fill(0);
+            }
+        }
         let mut ptrs: Vec<*mut u8> = inputs.iter().map(|t| t.words.as_ptr() as *mut u8).collect();
         ptrs.extend(outputs.iter_mut().map(|t| t.words.as_mut_ptr() as *mut u8));
         Ok(Bound {
+            _lib: compiled.lib.clone(),
             entry: compiled.entry,
             ptrs: SendPtrs(ptrs),
             groups: launch.grid.groups,
@@ -271,7 +293,10 @@ impl Backend for CpuBackend {
     }
 
     fn run(&self, bound: &mut Bound<'_>) -> Result<()> {
-        let [gx, gy, _] = bound.groups;
+        let [gx, gy, gz] = bound.groups;
+        if gx == 0 || gy == 0 || gz == 0 {
+            return Ok(()); // an empty grid launches nothing, as on every backend
+        }
         let (entry, ptrs) = (bound.entry, &bound.ptrs);
         self.pool.install(|| {
             (0..gx as u64 * gy as u64).into_par_iter().for_each(|g| {

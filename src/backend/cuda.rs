@@ -72,18 +72,35 @@ pub struct CudaBackend {
 struct Cubins {
     arch: &'static str,
     dir: PathBuf,
+    /// NVRTC's version, part of the cache key: a newer NVRTC compiles anew.
+    nvrtc: (i32, i32),
 }
 
 impl Cubins {
-    /// The CUBIN of a unit: from the disk cache (keyed by symbol, options and source),
-    /// else compiled by NVRTC and cached.
+    /// The CUBIN of a unit: from the disk cache (keyed by symbol, NVRTC's version,
+    /// options and source), else compiled by NVRTC and cached.
     fn get(&self, symbol: &str, src: &str, cap: Option<u32>) -> Result<Vec<u8>> {
-        let opts = nvrtc_options(self.arch, cap);
-        let key = fnv1a(format!("{opts:?}|{src}").as_bytes());
-        let path = self.dir.join(format!("{symbol}-{key:016x}.cubin"));
-        if let Some(bin) = crate::backend::cache::read_blob(&path) {
+        if let Some(bin) = crate::backend::cache::read_blob(&self.path(symbol, src, cap)) {
             return Ok(bin);
         }
+        self.compile(symbol, src, cap)
+    }
+
+    /// Whether the disk cache holds the unit.
+    fn cached(&self, symbol: &str, src: &str, cap: Option<u32>) -> bool {
+        self.path(symbol, src, cap).is_file()
+    }
+
+    fn path(&self, symbol: &str, src: &str, cap: Option<u32>) -> PathBuf {
+        let opts = nvrtc_options(self.arch, cap);
+        let key = fnv1a(format!("{:?}|{opts:?}|{src}", self.nvrtc).as_bytes());
+        self.dir.join(format!("{symbol}-{key:016x}.cubin"))
+    }
+
+    /// Compile a unit with NVRTC and cache its CUBIN (replacing a cached one).
+    fn compile(&self, symbol: &str, src: &str, cap: Option<u32>) -> Result<Vec<u8>> {
+        let opts = nvrtc_options(self.arch, cap);
+        let path = self.path(symbol, src, cap);
         let (bin, _) = nvrtc_cubin(src, &opts).map_err(|log| Error::Compile {
             kernel: symbol.into(),
             backend: format!("cuda ({})", self.arch),
@@ -208,6 +225,7 @@ impl CudaBackend {
             cubins: Arc::new(Cubins {
                 arch,
                 dir: cache_dir,
+                nvrtc: nvrtc_version()?,
             }),
             kernels: Mutex::new(HashMap::new()),
         })
@@ -240,8 +258,17 @@ impl CudaBackend {
         let rendered = (launch.render)(Dialect::Cuda)?;
         let symbol = launch.id.to_string();
         let src = cuda_unit(&symbol, &rendered, &launch.inputs, &launch.outputs);
+        let cached = self.cubins.cached(&symbol, &src, None);
         let bin = self.cubins.get(&symbol, &src, None)?;
-        self.load_fitting(launch, &symbol, &src, bin)
+        match self.load_fitting(launch, &symbol, &src, bin) {
+            // A cached CUBIN that does not load here (written by another driver, or
+            // damaged) is compiled again once; a fresh one that fails is the error.
+            Err(_) if cached => {
+                let fresh = self.cubins.compile(&symbol, &src, None)?;
+                self.load_fitting(launch, &symbol, &src, fresh)
+            }
+            loaded => loaded,
+        }
     }
 
     /// Load a compiled kernel; if ptxas gave it more registers than a threadgroup of
@@ -273,9 +300,16 @@ impl CudaBackend {
             }
         }
         if launch.dynamic_shared_bytes > 0 {
+            let bytes = i32::try_from(launch.dynamic_shared_bytes).map_err(|_| {
+                Error::invalid(
+                    format!("{} dynamic threadgroup memory", launch.kernel),
+                    launch.dynamic_shared_bytes,
+                    "must fit in 32 bits",
+                )
+            })?;
             f.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                launch.dynamic_shared_bytes as i32,
+                bytes,
             )
             .map_err(|e| Error::Compile {
                 kernel: symbol.into(),
@@ -339,6 +373,14 @@ pub fn register_cap(threads: u32) -> u32 {
 /// Most buffers a kernel binds (this crate's kernels take at most eight).
 const MAX_ARGS: usize = 16;
 
+/// A compiled CUDA kernel: its function, and which kernel it is (a launch binds only its
+/// own kernel's function).
+#[derive(Clone)]
+pub struct Compiled {
+    id: KernelId,
+    function: CudaFunction,
+}
+
 /// A CUDA kernel with its buffers bound: the function, launch shape and device pointers
 /// (kept in a fixed array, so a launch allocates nothing).
 pub struct Bound<'a> {
@@ -355,7 +397,7 @@ pub struct Bound<'a> {
 
 impl Backend for CudaBackend {
     type Tensor = CudaTensor;
-    type Compiled = CudaFunction;
+    type Compiled = Compiled;
     type Bound<'a> = Bound<'a>;
 
     fn name(&self) -> &'static str {
@@ -453,7 +495,7 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn compile(&self, launch: &Launch<'_>) -> Result<CudaFunction> {
+    fn compile(&self, launch: &Launch<'_>) -> Result<Compiled> {
         // Past the static limit only by opting in (`validate` holds the others to it).
         let limits = if launch.dynamic_shared_bytes > 0 {
             self.limits()
@@ -464,17 +506,21 @@ impl Backend for CudaBackend {
             }
         };
         limits.check(launch, &self.info.name)?;
-        self.function(launch)
+        Ok(Compiled {
+            id: launch.id,
+            function: self.function(launch)?,
+        })
     }
 
     fn bind<'a>(
         &self,
-        compiled: &CudaFunction,
+        compiled: &Compiled,
         launch: &Launch<'_>,
         inputs: &[&'a CudaTensor],
         outputs: &'a mut [&mut CudaTensor],
     ) -> Result<Bound<'a>> {
         crate::kernel::check_launch(launch, inputs, outputs)?;
+        crate::kernel::check_compiled(compiled.id, launch)?;
         let mut ptrs = [0u64; MAX_ARGS];
         if inputs.len() + outputs.len() > MAX_ARGS {
             return Err(Error::invalid(
@@ -489,14 +535,25 @@ impl Backend for CudaBackend {
         }
         for (i, (t, s)) in outputs.iter_mut().zip(&launch.outputs).enumerate() {
             self.check_device(t, &format!("{}.{}", launch.kernel, s.name))?;
+            if launch.zero_outputs {
+                // Ordered on the stream before every launch of this binding.
+                self.stream.memset_zeros(&mut t.buf).map_err(driver_err)?;
+            }
             ptrs[inputs.len() + i] = t.buf.device_ptr_mut(&self.stream).0;
         }
         let g = launch.grid;
+        let dynamic_shared = u32::try_from(launch.dynamic_shared_bytes).map_err(|_| {
+            Error::invalid(
+                format!("{} dynamic threadgroup memory", launch.kernel),
+                launch.dynamic_shared_bytes,
+                "must fit in 32 bits",
+            )
+        })?;
         Ok(Bound {
-            function: compiled.clone(),
+            function: compiled.function.clone(),
             grid: (g.groups[0], g.groups[1], g.groups[2]),
             threads: g.threads,
-            dynamic_shared: launch.dynamic_shared_bytes as u32,
+            dynamic_shared,
             ptrs,
             args: inputs.len() + outputs.len(),
             empty: g.is_empty(),
@@ -508,6 +565,9 @@ impl Backend for CudaBackend {
         if bound.empty {
             return Ok(());
         }
+        // The launch goes to the current context: make it this backend's (a bound kernel
+        // may run on another thread, or beside another device's backend).
+        self.ctx.bind_to_thread().map_err(driver_err)?;
         let mut params = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_ARGS];
         for (p, v) in params.iter_mut().zip(bound.ptrs.iter_mut()) {
             *p = v as *mut u64 as *mut std::ffi::c_void;
@@ -660,6 +720,16 @@ fn ptxas_resources(log: &str) -> Option<(u32, u32, u32)> {
 
 /// Compile `src` with NVRTC straight to a CUBIN, with the compiler's log (ptxas's
 /// report where asked for); `Err` holds the log.
+/// NVRTC's (major, minor) version.
+fn nvrtc_version() -> Result<(i32, i32)> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two out-parameters NVRTC writes.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| Error::backend("cuda", format!("NVRTC version: {e:?}")))?;
+    Ok((major, minor))
+}
+
 fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<(Vec<u8>, String), String> {
     use cudarc::nvrtc::{result, sys};
     let csrc = std::ffi::CString::new(src).map_err(|e| e.to_string())?;

@@ -137,9 +137,10 @@ pub struct MetalBackend {
 }
 
 /// A built MLX kernel, and whether a launch of it has been evaluated (the first one is,
-/// synchronously, so errors MLX defers surface at that launch).
+/// synchronously, so errors MLX defers surface at that launch); and which kernel it is (a
+/// launch binds only its own kernel).
 #[derive(Clone)]
-pub struct Compiled(Rc<(MetalKernel, Cell<bool>)>);
+pub struct Compiled(Rc<(MetalKernel, Cell<bool>)>, KernelId);
 
 /// A Metal kernel with its arrays bound: launching applies it and sets the caller's
 /// output arrays to its results.
@@ -268,7 +269,7 @@ impl MetalBackend {
                 backend: "metal".into(),
                 log: e.what().to_string(),
             })?;
-        let k = Compiled(Rc::new((kernel, Cell::new(false))));
+        let k = Compiled(Rc::new((kernel, Cell::new(false))), launch.id);
         self.kernels.borrow_mut().insert(launch.id, k.clone());
         Ok(k)
     }
@@ -456,6 +457,7 @@ impl Backend for MetalBackend {
         outputs: &'a mut [&mut MetalTensor],
     ) -> Result<Bound<'a>> {
         crate::kernel::check_launch(launch, inputs, outputs)?;
+        crate::kernel::check_compiled(compiled.1, launch)?;
         // MLX dispatches threads, not groups: the grid is in threads.
         let dispatch = MlxDispatch::of(launch.kernel, launch.grid)?;
         let threads = dispatch.thread_group.0 as u64

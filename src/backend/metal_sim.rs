@@ -74,6 +74,7 @@ type ScratchFn = unsafe extern "C" fn() -> usize;
 /// A compiled simulated kernel: its entry, the shim's runner and the signature.
 #[derive(Clone)]
 pub struct Compiled {
+    id: KernelId,
     _lib: Arc<Library>,
     entry: EntryFn,
     run: RunFn,
@@ -312,7 +313,10 @@ impl MetalSimBackend {
                 .output()
                 .map_err(|e| Error::Unavailable {
                     backend: "metal-sim".into(),
-                    reason: format!("cannot run the C++ compiler `{}`: {e}", self.compiler),
+                    reason: format!(
+                        "cannot run the C++ compiler `{}` (set by $TRELLIS_METAL_SIM_CXX, else $CXX or `c++`): {e}",
+                        self.compiler
+                    ),
                 })?;
             if run.status.success() {
                 return Ok(());
@@ -350,6 +354,7 @@ impl MetalSimBackend {
                             .map_err(|e| sym_err(&name, e))?
                     };
                     let compiled = Compiled {
+                        id: u.id,
                         _lib: lib.clone(),
                         entry,
                         run,
@@ -497,6 +502,7 @@ impl MetalSimBackend {
         outputs: &'a mut [&mut SimTensor],
     ) -> Result<Bound<'a>> {
         crate::kernel::check_launch(launch, inputs, outputs)?;
+        crate::kernel::check_compiled(compiled.id, launch)?;
         let (grid, tg) = dispatch.metal_threads();
         check_limits(launch, tg)?;
         // Shapes, strides and ranks of inputs, for the `_shape`/`_strides`/`_ndim`

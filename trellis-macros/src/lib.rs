@@ -379,9 +379,9 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             #[allow(clippy::too_many_arguments)]
             pub fn launch<B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &B::Tensor),*) -> ::trellis::Result<#outputs_ty<B::Tensor>> {
                 use ::trellis::kernel::KernelSpec as _;
-                ::trellis::kernel::KernelSpec::validate(self)?;
                 let render = |d: ::trellis::kernel::Dialect| self.render(d);
-                let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render);
+                // Validated first: the shapes are computed only for fields in range.
+                let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render)?;
                 ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
                 let mut outs = backend.launch(&launch, &[#(#in_names),*])?.into_iter();
                 Ok(#outputs_ty { #(#out_names: outs.next().expect("backend returned every output")),* })
@@ -391,9 +391,9 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             #[allow(clippy::too_many_arguments)]
             pub fn launch_into<'t, B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &'t B::Tensor,)* #(#out_names: &'t mut B::Tensor),*) -> ::trellis::Result<()> {
                 use ::trellis::kernel::KernelSpec as _;
-                ::trellis::kernel::KernelSpec::validate(self)?;
                 let render = |d: ::trellis::kernel::Dialect| self.render(d);
-                let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render);
+                // Validated first: the shapes are computed only for fields in range.
+                let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render)?;
                 ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
                 ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.outputs, &[#(&*#out_names),*])?;
                 let _ = [#(#out_idx),*];

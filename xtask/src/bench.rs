@@ -140,7 +140,7 @@ fn cublas(
         act: Elem::Bf16,
     };
     let render = |d: Dialect| tail.render(d);
-    let launch = tail.launch_request(&render);
+    let launch = tail.launch_request(&render)?;
     let mut mid = match calls {
         2 => Some(b.alloc(&launch.outputs[0])?),
         _ => None,

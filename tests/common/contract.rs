@@ -1,0 +1,149 @@
+//! What `Backend::bind` and `run` promise whoever holds a compiled kernel, as checks
+//! generic over the backend: `tests/backend_contract.rs` runs them on the CPU,
+//! `tests/cuda_launch.rs` on a CUDA GPU.
+#![allow(dead_code)] // each test file runs the checks its backend answers
+
+use trellis::check;
+use trellis::families::reduce_mma::{ReduceMmaFamily, ReduceMmaHost, ReduceMmaProblem};
+use trellis::family::{self, Family};
+use trellis::kernel::{Backend, Dialect, KernelSpec};
+use trellis::mma::{MmaVariant, MmaXStage};
+use trellis::numerics::Tier;
+use trellis::{Activations, Code, DType, Geometry, ScaleDType};
+
+/// A split-K `reduce_mma` problem (its `ws` output holds the arrival counters, which
+/// must start at zero), its host data and the variant.
+pub fn split_k() -> (ReduceMmaProblem, ReduceMmaHost, MmaVariant) {
+    let g = Geometry::new(40, 1024, 256, 2, 12, Code::OneMad).unwrap();
+    let w = check::random_matrix(g, 5);
+    let x = Activations::from_f32(
+        DType::Bf16,
+        2,
+        1024,
+        (0..2048)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect(),
+    )
+    .unwrap();
+    let p = ReduceMmaProblem {
+        geometry: g,
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 2,
+    };
+    let v = MmaVariant {
+        k_split: 4,
+        ..MmaVariant::unsplit(1, 2, 16, MmaXStage::Shared)
+    };
+    assert_eq!(ReduceMmaFamily::tier(&v), Tier::Fast);
+    (p, ReduceMmaHost { w, x }, v)
+}
+
+/// Outputs a kernel needs zeroed are zeroed when bound, whatever they held, and one
+/// binding serves every run (the kernel leaves its counters as it found them).
+pub fn zeroed_when_bound<B: Backend>(b: &B) {
+    let (p, host, v) = split_k();
+    let dev = ReduceMmaFamily::upload(b, &p, &host).unwrap();
+    let want = family::run::<ReduceMmaFamily, _>(b, &p, v, &dev).unwrap();
+    let k = ReduceMmaFamily::kernel(&p, v);
+    let render = |d: Dialect| k.render(d);
+    let launch = k.launch_request(&render).unwrap();
+    assert!(
+        launch.zero_outputs,
+        "a split-K kernel counts arrivals in `ws`"
+    );
+    // Outputs that held something else: every counter non-zero.
+    let mut outs: Vec<_> = launch
+        .outputs
+        .iter()
+        .map(|s| {
+            let bytes = vec![0xA5u8; s.len() * s.elem.size()];
+            b.upload(s.elem, &s.shape, &bytes).unwrap()
+        })
+        .collect();
+    let inputs = ReduceMmaFamily::inputs(&dev, &v);
+    let mut refs: Vec<_> = outs.iter_mut().collect();
+    b.launch_into(&launch, &inputs, &mut refs).unwrap();
+    let got = family::download(b, &outs[0]).unwrap();
+    assert!(
+        got.bits_eq(&want[0]),
+        "the split-K sums started from stale counters"
+    );
+    let compiled = b.compile(&launch).unwrap();
+    let mut refs: Vec<_> = outs.iter_mut().collect();
+    let mut bound = b.bind(&compiled, &launch, &inputs, &mut refs).unwrap();
+    for _ in 0..3 {
+        b.run(&mut bound).unwrap();
+    }
+    drop(bound);
+    assert!(family::download(b, &outs[0]).unwrap().bits_eq(&want[0]));
+}
+
+/// A compiled kernel binds only to its own launch: another kernel's entry over this
+/// launch's buffers is an error naming both.
+pub fn binds_only_its_own<B: Backend>(b: &B) {
+    let (p, host, v) = split_k();
+    let dev = ReduceMmaFamily::upload(b, &p, &host).unwrap();
+    let other = ReduceMmaFamily::kernel(&p, MmaVariant { k_split: 2, ..v });
+    let k = ReduceMmaFamily::kernel(&p, v);
+    let (render, render_other) = (|d: Dialect| k.render(d), |d: Dialect| other.render(d));
+    let launch = k.launch_request(&render).unwrap();
+    let compiled_other = b
+        .compile(&other.launch_request(&render_other).unwrap())
+        .unwrap();
+    let mut outs = family::alloc_outputs(b, &k).unwrap();
+    let mut refs: Vec<_> = outs.iter_mut().collect();
+    let inputs = ReduceMmaFamily::inputs(&dev, &v);
+    let e = b
+        .bind(&compiled_other, &launch, &inputs, &mut refs)
+        .err()
+        .expect("another kernel's entry over this launch's buffers")
+        .to_string();
+    assert!(
+        e.contains("compiled kernel") && e.contains(&launch.id.to_string()),
+        "{e}"
+    );
+}
+
+/// A grid with no groups along any axis runs nothing: the outputs keep what they held.
+pub fn empty_grid_runs_nothing<B: Backend>(b: &B) {
+    let (p, host, v) = split_k();
+    let v = MmaVariant { k_split: 1, ..v };
+    let dev = ReduceMmaFamily::upload(b, &p, &host).unwrap();
+    let k = ReduceMmaFamily::kernel(&p, v);
+    let render = |d: Dialect| k.render(d);
+    for axis in 0..3 {
+        let mut launch = k.launch_request(&render).unwrap();
+        launch.grid.groups[axis] = 0;
+        let y = &launch.outputs[0];
+        let before = vec![0x3Cu8; y.len() * y.elem.size()];
+        let mut out = [
+            b.upload(y.elem, &y.shape, &before).unwrap(),
+            b.alloc(&launch.outputs[1]).unwrap(),
+        ];
+        let mut refs: Vec<_> = out.iter_mut().collect();
+        b.launch_into(&launch, &ReduceMmaFamily::inputs(&dev, &v), &mut refs)
+            .unwrap();
+        assert_eq!(
+            b.download(&out[0]).unwrap(),
+            before,
+            "grid axis {axis} empty"
+        );
+    }
+}
+
+/// Dynamic threadgroup memory is part of what a kernel declares in all: more is refused
+/// by name at compile.
+pub fn dynamic_within_declared<B: Backend>(b: &B) {
+    let (p, _, v) = split_k();
+    let k = ReduceMmaFamily::kernel(&p, v);
+    let render = |d: Dialect| k.render(d);
+    let mut launch = k.launch_request(&render).unwrap();
+    launch.dynamic_shared_bytes = launch.shared_bytes + 1;
+    let e = b
+        .compile(&launch)
+        .err()
+        .expect("more dynamic than in all")
+        .to_string();
+    assert!(e.contains("dynamic threadgroup memory"), "{e}");
+}
