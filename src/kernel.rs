@@ -478,6 +478,20 @@ pub fn check_launch<T: DeviceTensor>(
     check_args(launch.kernel, &launch.outputs, &outs)
 }
 
+/// A variant's register cap per thread (`max_registers`, CUDA's `__maxnreg__`): 0 for
+/// the compiler's choice, else a multiple of 8 in 32..=248, the steps in which the
+/// hardware allocates them.
+pub fn check_max_registers(n: u32) -> Result<()> {
+    if n == 0 || (n.is_multiple_of(8) && (32..=248).contains(&n)) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "max_registers",
+        n,
+        "must be 0 (the compiler's choice) or a multiple of 8 in 32..=248",
+    ))
+}
+
 /// That `compiled`, a backend's compiled kernel of id `compiled`, is the kernel of
 /// `launch`: binding one kernel's entry to another's buffers would run it out of bounds.
 pub fn check_compiled(compiled: KernelId, launch: &Launch<'_>) -> Result<()> {

@@ -38,6 +38,7 @@ use crate::codes::Code;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::kernel::{Dialect, Elem, Grid, Limits};
+use crate::numerics::Tail;
 use crate::simt::{is_default, Proj, Representation, MAX_SHARED_BYTES};
 use crate::Geometry;
 use std::fmt;
@@ -333,14 +334,13 @@ impl MmaProj {
             words_per_block: proj.words_per_block(t),
         }
     }
-    /// How the operand words are made: `onemad`, `half_pair` (3inst, mcg: two k-slots
-    /// per weight) or `value` (mul1, lut: the value rounded to f16).
-    pub fn operand(&self) -> &'static str {
-        operand_of(self.proj.code)
+    /// How the operand words are made.
+    pub fn operand(&self) -> Operand {
+        Operand::of(self.proj.code)
     }
     /// k-slots per weight.
     pub fn slots(&self) -> usize {
-        if self.operand() == "half_pair" {
+        if self.operand().is_half_pair() {
             2
         } else {
             1
@@ -356,12 +356,33 @@ impl MmaProj {
     }
 }
 
-/// How the matrix-unit operand words of `code` are made (see [`MmaProj::operand`]).
-fn operand_of(code: Code) -> &'static str {
-    match code {
-        Code::OneMad => "onemad",
-        Code::ThreeInst | Code::Mcg => "half_pair",
-        Code::Mul1 | Code::Lut => "value",
+/// How a code's matrix-unit operand words are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operand {
+    /// 1mad: its centred byte sum (exact in f16); the divisor goes to the epilogue.
+    OneMad,
+    /// 3inst, mcg: the masked word's two f16 halves as two k-slots against x duplicated.
+    HalfPair,
+    /// mul1, lut: the value rounded to the operand type.
+    Value,
+}
+
+impl Operand {
+    /// The operand of `code`.
+    pub fn of(code: Code) -> Self {
+        match code {
+            Code::OneMad => Operand::OneMad,
+            Code::ThreeInst | Code::Mcg => Operand::HalfPair,
+            Code::Mul1 | Code::Lut => Operand::Value,
+        }
+    }
+    /// 1mad's byte sum (for the templates).
+    pub fn is_one_mad(self) -> bool {
+        self == Operand::OneMad
+    }
+    /// Two k-slots a weight (for the templates).
+    pub fn is_half_pair(self) -> bool {
+        self == Operand::HalfPair
     }
 }
 
@@ -369,14 +390,14 @@ fn operand_of(code: Code) -> &'static str {
 /// a code of one k-slot per weight, and a second state at the top of each window (L <= 16,
 /// k divides 32 - L). Elsewhere they are correct but save nothing.
 pub fn paired_windows_fit(proj: Proj) -> bool {
-    operand_of(proj.code) != "half_pair" && proj.l <= 16 && (32 - proj.l).is_multiple_of(proj.k)
+    !Operand::of(proj.code).is_half_pair() && proj.l <= 16 && (32 - proj.l).is_multiple_of(proj.k)
 }
 
 /// Whether a problem of activations `act` and these codes can take bf16 operands: bf16
 /// activations, and codes of one k-slot per weight (what `validate` asks of `operands =
 /// bf16`).
 pub(crate) fn bf16_operands_fit(act: DType, codes: &[Code]) -> bool {
-    act == DType::Bf16 && codes.iter().all(|&c| operand_of(c) != "half_pair")
+    act == DType::Bf16 && codes.iter().all(|&c| !Operand::of(c).is_half_pair())
 }
 
 /// What the matrix-unit template (`templates/reduce_mma.kernel`) asks of a kernel
@@ -388,13 +409,17 @@ pub trait MmaLayout {
     fn projs(&self) -> Vec<MmaProj>;
     /// The activation dtype.
     fn act(&self) -> DType;
+    /// C type of the activations.
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        Elem::from(self.act()).c_type(*d)
+    }
     /// The fused SwiGLU of two projections (gate, up) instead of one output per projection.
     fn is_gate_up(&self) -> bool {
         false
     }
-    /// SPEC 6 exact tail (`gate_up` only).
-    fn tail_exact(&self) -> bool {
-        true
+    /// The SPEC 6 tail (`gate_up` only).
+    fn tail(&self) -> Tail {
+        Tail::Exact
     }
     /// The output argument.
     fn out_name(&self) -> &'static str {
@@ -452,7 +477,7 @@ pub trait MmaLayout {
     }
     /// Whether a projection feeds f16 halves (3inst, mcg).
     fn any_half_pair(&self) -> bool {
-        self.projs().iter().any(|p| p.operand() == "half_pair")
+        self.projs().iter().any(|p| p.operand().is_half_pair())
     }
     /// The matrix-unit vocabulary of `dialect` (template: the header's first lines).
     fn matrix_units(&self, d: &Dialect) -> String {
@@ -659,6 +684,16 @@ pub trait MmaLayout {
     /// Geometry of every projection, M and the variant's ranges.
     fn mma_check(&self) -> Result<()> {
         let (rows, cols, t, m, v) = self.dims();
+        // The template writes one output per projection only where there is one (the
+        // split-K combine and the plain epilogue store each projection's sum to `y`).
+        let want = if self.is_gate_up() { 2 } else { 1 };
+        if self.projs().len() != want {
+            return Err(Error::invalid(
+                "projections",
+                self.projs().len(),
+                format!("a layout of this kind takes {want}"),
+            ));
+        }
         for p in self.projs() {
             let q = p.proj;
             Geometry::new(rows, cols, t, q.k, q.l, q.code)?;
@@ -704,15 +739,7 @@ pub trait MmaLayout {
                 ),
             ));
         }
-        if v.max_registers != 0
-            && !(v.max_registers % 8 == 0 && (32..=248).contains(&v.max_registers))
-        {
-            return Err(Error::invalid(
-                "max_registers",
-                v.max_registers,
-                "must be 0 (the compiler's choice) or a multiple of 8 in 32..=248",
-            ));
-        }
+        crate::kernel::check_max_registers(v.max_registers)?;
         if v.operands == MmaOperands::Bf16 {
             let why = if self.act() != DType::Bf16 {
                 Some(format!(

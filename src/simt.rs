@@ -468,15 +468,7 @@ pub(crate) fn check_common(
             "must be a power of two in 1..=32",
         ));
     }
-    if v.max_registers != 0
-        && !(v.max_registers.is_multiple_of(8) && (32..=248).contains(&v.max_registers))
-    {
-        return Err(Error::invalid(
-            "max_registers",
-            v.max_registers,
-            "must be 0 (the compiler's choice) or a multiple of 8 in 32..=248",
-        ));
-    }
+    crate::kernel::check_max_registers(v.max_registers)?;
     if v.scalar_words && !(v.x_stage.is_registers() && projs.iter().any(|(_, p)| p.code_vec() > 1))
     {
         return Err(Error::invalid(

@@ -11,7 +11,7 @@ use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::family::{Family, ProblemSpec, TuneSpace};
-use crate::kernel::{Backend, Dialect, Elem};
+use crate::kernel::Backend;
 use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::mma::{
@@ -107,8 +107,8 @@ impl MmaLayout for GateUpMma {
     fn is_gate_up(&self) -> bool {
         true
     }
-    fn tail_exact(&self) -> bool {
-        self.tail.is_exact()
+    fn tail(&self) -> Tail {
+        self.tail
     }
     fn out_name(&self) -> &'static str {
         "mid"
@@ -123,9 +123,6 @@ impl GateUpMma {
     }
     fn up_scale(&self) -> ScaleDType {
         self.up_scale
-    }
-    fn act_c(&self, d: &Dialect) -> &'static str {
-        Elem::from(self.act).c_type(*d)
     }
 }
 

@@ -10,7 +10,7 @@ use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
 use crate::family::{Family, ProblemSpec, TuneSpace};
-use crate::kernel::{Backend, Dialect, Elem};
+use crate::kernel::Backend;
 use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
@@ -90,9 +90,6 @@ impl ReduceMma {
     }
     fn words_per_block(&self) -> usize {
         self.proj.words_per_block(self.t)
-    }
-    fn act_c(&self, d: &Dialect) -> &'static str {
-        Elem::from(self.act).c_type(*d)
     }
 }
 
