@@ -78,9 +78,11 @@ pub struct Rendered {
 /// state window) that precede every kernel header.
 pub fn prelude(dialect: Dialect) -> String {
     let shim = match dialect {
-        Dialect::Metal => with_simt_gpu(include_str!("../../templates/dialect/metal.h")),
+        Dialect::Metal => with_simt_emulated(&with_simt_gpu(include_str!(
+            "../../templates/dialect/metal.h"
+        ))),
         Dialect::Cuda => with_simt_gpu(include_str!("../../templates/dialect/cuda.h")),
-        Dialect::Cpu => include_str!("../../templates/dialect/cpu.h").to_string(),
+        Dialect::Cpu => with_simt_emulated(include_str!("../../templates/dialect/cpu.h")),
     };
     shim_then(
         &shim,
@@ -92,8 +94,9 @@ pub fn prelude(dialect: Dialect) -> String {
 
 /// A shim with its `#include "NAME"` line replaced by `text`, the shim part two dialects
 /// share (`simt_gpu.h`: the row and lane vocabulary of CUDA and Metal, where a simdgroup
-/// is the hardware's warp or SIMD group; `mma_emulated.h`: the m16n8k16 fragment layout
-/// the CPU and Metal emulate). Inlined here rather than left to the compilers so that a
+/// is the hardware's warp or SIMD group; `simt_emulated.h`: the portable forms of CUDA's
+/// integer intrinsics, for the CPU and Metal; `mma_emulated.h`: the m16n8k16 fragment
+/// layout the CPU and Metal emulate). Inlined here rather than left to the compilers so that a
 /// unit is one self-contained text (MLX takes no include paths, and the tuning tables
 /// hash the text).
 fn inline_shared(shim: &str, name: &str, text: &str) -> String {
@@ -112,6 +115,15 @@ fn with_simt_gpu(shim: &str) -> String {
         shim,
         "simt_gpu.h",
         include_str!("../../templates/dialect/simt_gpu.h"),
+    )
+}
+
+/// [`inline_shared`] of `simt_emulated.h`.
+fn with_simt_emulated(shim: &str) -> String {
+    inline_shared(
+        shim,
+        "simt_emulated.h",
+        include_str!("../../templates/dialect/simt_emulated.h"),
     )
 }
 

@@ -11,6 +11,7 @@ typedef unsigned long long ulong;
 #define GLOBAL
 #define GROUP_SHARED
 #define GROUP_PTR
+#define THREAD_PTR
 #define UNROLL _Pragma("GCC unroll 32")
 #define BARRIER() ((void)0)
 #define GROUP_X group_x_
@@ -74,7 +75,7 @@ DEVICE uint16_t f32_to_half_bits(float f) {
   return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
 DEVICE float round_f16(float v) { return half_bits_to_f32(f32_to_half_bits(v)); }
-DEVICE uint bytesum_acc(uint x, uint c) { return c + (x & 0xFFu) + ((x >> 8) & 0xFFu) + ((x >> 16) & 0xFFu) + (x >> 24); }
+#include "simt_emulated.h"  // bytesum_acc, funnel_r: shared with Metal (codegen::prelude inlines it)
 DEVICE float native_exp(float v) { return std::exp(v); }
 DEVICE uint16_t f32_to_bf16_bits(float f) {
   uint32_t x = f32_bits(f);
@@ -92,7 +93,6 @@ template <> inline float from_f32<float>(float v) { return v; }
 template <> inline f16_t from_f32<f16_t>(float v) { return f16_t{f32_to_half_bits(v)}; }
 template <> inline bf16_t from_f32<bf16_t>(float v) { return bf16_t{f32_to_bf16_bits(v)}; }
 template <typename T> DEVICE float round_as(float v) { return to_f32(from_f32<T>(v)); }
-DEVICE uint funnel_r(uint lo, uint hi, uint off) { return (lo >> off) | (hi << (32u - off)); }
 // x of one run in registers (x_stage = registers): plain loads.
 template <typename T> struct xrun { T v[32]; };
 template <typename T> DEVICE void xrun_load(xrun<T>& r, const T* p) { std::memcpy(r.v, p, sizeof r.v); }

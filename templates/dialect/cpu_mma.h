@@ -44,16 +44,8 @@ DEVICE void warp_mma_m16n8k16(float* acc, uint as, uint ai, const uint* a, uint 
 }
 // The step loop unrolled twice: the next step's words land in the other buffer, no copies.
 #define UNROLL2 _Pragma("GCC unroll 2")
-DEVICE void group_load4(uint* w, const uint* p) { w[0] = p[0]; w[1] = p[1]; w[2] = p[2]; w[3] = p[3]; }
-DEVICE void group_load2(uint* w, const uint* p) { w[0] = p[0]; w[1] = p[1]; }
 DEVICE void x_bf16x2_quad2(const bf16_t* p, uint* b) {
   for (uint i = 0; i < 4u; ++i) b[i] = (uint)p[2u * i].bits | ((uint)p[2u * i + 1u].bits << 16);
-}
-template <typename T> DEVICE void x_f16x2_quad2(const T* p, uint* b) {
-  for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[2u * i]), to_f32(p[2u * i + 1u]));
-}
-template <typename T> DEVICE void x_f16x2_dup2(const T* p, uint* b) {
-  for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[i]), to_f32(p[i]));
 }
 // Split-K arrivals (reduce_mma k_split > 1): threadgroups are tasks on a thread pool.
 DEVICE void device_fence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }

@@ -3,7 +3,6 @@
 #include <metal_stdlib>
 using namespace metal;
 #pragma clang fp contract(off)  // SPEC 5: no contraction of separate multiply/add
-typedef ulong ulong_t;
 
 #define DEVICE inline
 #define GLOBAL device
@@ -11,6 +10,7 @@ typedef ulong ulong_t;
 #ifndef GROUP_PTR  // the simulator's <metal_stdlib> defines its own (threadgroup pointers)
 #define GROUP_PTR threadgroup
 #endif
+#define THREAD_PTR thread  // address space of a pointer to a thread's own array
 #define UNROLL _Pragma("clang loop unroll(full)")
 #define BARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
 #define GROUP_X group_x_
@@ -29,7 +29,7 @@ DEVICE float lane_butterfly(float v) {
   return v;
 }
 
-DEVICE uint bytesum_acc(uint x, uint c) { return c + (x & 0xFFu) + ((x >> 8) & 0xFFu) + ((x >> 16) & 0xFFu) + (x >> 24); }
+#include "simt_emulated.h"  // bytesum_acc, funnel_r: shared with the CPU (codegen::prelude inlines it)
 DEVICE float fma32(float a, float b, float c) { return metal::fma(a, b, c); }
 DEVICE float mul32(float a, float b) { return a * b; }
 DEVICE float add32(float a, float b) { return a + b; }
@@ -48,7 +48,6 @@ DEVICE float to_f32(bfloat16_t v) { return float(v); }
 template <typename T> DEVICE T from_f32(float v) { return static_cast<T>(v); }
 template <typename T> DEVICE float round_as(float v) { return to_f32(from_f32<T>(v)); }
 DEVICE float native_exp(float v) { return metal::exp(v); }
-DEVICE uint funnel_r(uint lo, uint hi, uint off) { return (lo >> off) | (hi << (32u - off)); }
 // x of one run in registers (x_stage = registers): eight vec<T, 4> loads converted to
 // float4, as the seed does.
 template <typename T> struct xrun { float v[32]; };

@@ -64,16 +64,8 @@ DEVICE void simdgroup_mma_m16n8k16(thread float* c, thread const uint* a, thread
 }
 // The step loop as the compiler unrolls it (the CPU and CUDA shims ask for two steps).
 #define UNROLL2
-DEVICE void group_load4(thread uint* w, const GROUP_PTR uint* p) { w[0] = p[0]; w[1] = p[1]; w[2] = p[2]; w[3] = p[3]; }
-DEVICE void group_load2(thread uint* w, const GROUP_PTR uint* p) { w[0] = p[0]; w[1] = p[1]; }
 DEVICE void x_bf16x2_quad2(const device bfloat16_t* p, thread uint* b) {
   for (uint i = 0; i < 4u; ++i) b[i] = bf16_bits(float(p[2u * i])) | (bf16_bits(float(p[2u * i + 1u])) << 16);
-}
-template <typename T> DEVICE void x_f16x2_quad2(const device T* p, thread uint* b) {
-  for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[2u * i]), to_f32(p[2u * i + 1u]));
-}
-template <typename T> DEVICE void x_f16x2_dup2(const device T* p, thread uint* b) {
-  for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[i]), to_f32(p[i]));
 }
 // Split-K arrivals (reduce_mma k_split > 1): MSL 3.2's device-scope fence, a relaxed
 // counter bump, and a volatile load of another threadgroup's part.

@@ -21,3 +21,12 @@ DEVICE uint and_xor(uint x, uint m, uint c) { return (x & m) ^ c; }
 DEVICE uint opaque_u32(uint v) { return v; }
 #define LOAD_STREAM(p) (*(p))
 #define GROUP_ALIGN16
+// B words from staged x (threadgroup memory) and from x in device memory, converted.
+DEVICE void group_load4(THREAD_PTR uint* w, const GROUP_PTR uint* p) { w[0] = p[0]; w[1] = p[1]; w[2] = p[2]; w[3] = p[3]; }
+DEVICE void group_load2(THREAD_PTR uint* w, const GROUP_PTR uint* p) { w[0] = p[0]; w[1] = p[1]; }
+template <typename T> DEVICE void x_f16x2_quad2(const GLOBAL T* p, THREAD_PTR uint* b) {
+  for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[2u * i]), to_f32(p[2u * i + 1u]));
+}
+template <typename T> DEVICE void x_f16x2_dup2(const GLOBAL T* p, THREAD_PTR uint* b) {
+  for (uint i = 0; i < 4u; ++i) b[i] = pack_f16x2(to_f32(p[i]), to_f32(p[i]));
+}
