@@ -7,6 +7,23 @@ use crate::{Code, Geometry};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// A random quantized matrix with `scale` row scales: as [`random_matrix`], and for f32
+/// scales values f16 cannot hold, of either sign (so a kernel that narrows f32 scales, or
+/// loses their sign, shows).
+pub fn random_matrix_scaled(g: Geometry, scale: ScaleDType, seed: u64) -> QuantizedMatrix {
+    let mut w = random_matrix(g, seed);
+    if scale == ScaleDType::F32 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5ca1e);
+        for s in &mut w.scales {
+            // An odd low mantissa bit: 24 significant bits, never an f16 value.
+            let v = f32::from_bits(rng.random_range(0.005f32..0.04).to_bits() | 1);
+            *s = if rng.random::<bool>() { -v } else { v };
+        }
+    }
+    w.scale_dtype = scale;
+    w
+}
+
 /// A random quantized matrix: uniform codes (every bit pattern is valid), f16 scales
 /// around 0.02, and a Gaussian table for `lut`.
 pub fn random_matrix(g: Geometry, seed: u64) -> QuantizedMatrix {
@@ -175,15 +192,22 @@ pub fn overflow_threshold(dtype: DType) -> f64 {
     (2.0 - 2f64.powi(-mant - 1)) * 2f64.powi(max_exp)
 }
 
-/// Whether a non-finite output is the right one: infinity of `want`'s sign where a value
-/// within `bound` of `want` rounds to infinity in `dtype`. SPEC 7 forbids overflow where
-/// the real result is in range ("f16 activations: up to their own range"); beyond the
-/// range, infinity is the dtype's rounding of the real result (the exact tier gives it
-/// too), and no finite output is within the bound.
-fn right_overflow(dtype: DType, got: f32, want: f64, bound: f64) -> bool {
-    got.is_infinite()
-        && (got > 0.0) == (want > 0.0)
-        && want.abs() + bound >= overflow_threshold(dtype)
+/// Whether a non-finite output is the right one: infinity of `sign`'s sign where the
+/// real value `beyond` rounds to infinity in `dtype`. SPEC 7 forbids overflow where the
+/// real result is in range ("f16 activations: up to their own range"), however large the
+/// bound (a sum of large terms that cancel); beyond the range, infinity is the dtype's
+/// rounding of the real result (the exact tier gives it too), and no finite output is
+/// within the bound.
+fn right_overflow(dtype: DType, got: f32, sign: f64, beyond: f64) -> bool {
+    got.is_infinite() && (got > 0.0) == (sign > 0.0) && beyond.abs() >= overflow_threshold(dtype)
+}
+
+/// `err <= bound`, false where either is NaN.
+fn within(err: f64, bound: f64) -> bool {
+    matches!(
+        err.partial_cmp(&bound),
+        Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+    )
 }
 
 /// `got` holds its `rows x cols` values and as many as the real sums (`want`): a short
@@ -207,11 +231,12 @@ pub fn fast_reduce(got: &Activations, real: &RealSums) -> Result<String, String>
     let mut worst = 0f64;
     for (i, &y) in got.data.iter().enumerate() {
         let (want, bound) = (real.y[i], real.bound(got.dtype, i));
-        if right_overflow(got.dtype, y, want, bound) {
+        if right_overflow(got.dtype, y, want, want) {
             continue;
         }
         let err = (y as f64 - want).abs();
-        if !y.is_finite() || err > bound {
+        // A NaN sum or bound is a failure, not a pass (`err > bound` would be false).
+        if !y.is_finite() || !within(err, bound) {
             return Err(format!(
                 "y[{}, {}] = {y:e} but y* = {want:e} (error {err:e}, bound {bound:e})",
                 i / got.cols,
@@ -312,11 +337,15 @@ pub fn fast_gate_up(
             + 1.1 * (g.bound(t, i) + ulp(t, gs)) * us.abs()
             + silu.abs() * (u.bound(t, i) + ulp(t, us))
             + tail;
-        if right_overflow(t, mid, want, bound) {
+        // Infinity of mid*'s sign where mid* is beyond T's range, or g* or u* is: the
+        // tail takes g and u rounded to T (SPEC 6), so the exact tier's mid is infinite
+        // there too (silu keeps g's sign, so that is still mid*'s).
+        let beyond = want.abs().max(gs.abs()).max(us.abs());
+        if right_overflow(t, mid, want, beyond) {
             continue;
         }
         let err = (mid as f64 - want).abs();
-        if !mid.is_finite() || err > bound {
+        if !mid.is_finite() || !within(err, bound) {
             return Err(format!(
                 "mid[{}, {}] = {mid:e} but silu(g*) u* = {want:e} (error {err:e}, bound {bound:e})",
                 i / got.cols,
@@ -430,9 +459,26 @@ mod tests {
         }
     }
 
+    /// f32 row scales of the random data are no f16 values and take both signs: a kernel
+    /// that narrows them, or drops the sign, fails its check.
+    #[test]
+    fn random_f32_scales_are_not_f16_values_and_take_both_signs() {
+        let g = Geometry::new(64, 256, 256, 2, 12, Code::OneMad).unwrap();
+        let w = random_matrix_scaled(g, ScaleDType::F32, 3);
+        assert_eq!(w.scale_dtype, ScaleDType::F32);
+        assert!(w
+            .scales
+            .iter()
+            .all(|&s| half::f16::from_f32(s).to_f32() != s));
+        assert!(w.scales.iter().any(|&s| s < 0.0) && w.scales.iter().any(|&s| s > 0.0));
+        let h = random_matrix_scaled(g, ScaleDType::F16, 3);
+        assert_eq!(h.scales, random_matrix(g, 3).scales);
+    }
+
     /// Beyond the dtype's range the right output is infinity of the real result's sign
     /// (what rounding gives, and the exact tier): f16 activations whose products pass
-    /// 65520. Inside it, infinity is still wrong, and NaN always is.
+    /// 65520. Inside it, infinity is still wrong, however large the bound, and NaN always
+    /// is.
     #[test]
     fn fast_bound_takes_infinity_only_beyond_the_dtype_range() {
         assert_eq!(overflow_threshold(DType::F16), 65520.0);
@@ -457,8 +503,25 @@ mod tests {
         // 60000 is in range (its bound, about 240, does not reach 65520).
         assert!(fast_reduce(&out(f32::INFINITY), &real(6.0e4)).is_err());
         assert!(fast_reduce(&out(60000.0), &real(6.0e4)).is_ok());
+        // In range however large the bound: 1000 from terms of 2^24 that cancel (bound
+        // about 73700) must stay finite; so must 65510, just under 65520.
+        let cancelling = RealSums {
+            y: vec![1000.0],
+            abs: vec![2f64.powi(24)],
+            cols: 4096,
+        };
+        assert!(fast_reduce(&out(f32::INFINITY), &cancelling).is_err());
+        assert!(fast_reduce(&out(1000.0), &cancelling).is_ok());
+        assert!(fast_reduce(&out(f32::INFINITY), &real(65510.0)).is_err());
+        // A NaN real sum passes nothing.
+        assert!(fast_reduce(&out(1.0), &real(f64::NAN)).is_err());
         let (g, u) = (real(600.0), real(200.0));
         assert!(fast_gate_up(&out(f32::INFINITY), &g, &u, false).is_ok());
         assert!(fast_gate_up(&out(f32::INFINITY), &real(60.0), &u, false).is_err());
+        // g* beyond f16's range with mid* inside it: g rounds to infinity before the tail
+        // (SPEC 6), as in the exact tier.
+        assert!(fast_gate_up(&out(f32::INFINITY), &real(7.0e4), &real(0.5), false).is_ok());
+        assert!(fast_gate_up(&out(f32::NEG_INFINITY), &real(7.0e4), &real(-0.5), false).is_ok());
+        assert!(fast_gate_up(&out(f32::NEG_INFINITY), &real(7.0e4), &real(0.5), false).is_err());
     }
 }

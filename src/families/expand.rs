@@ -179,8 +179,7 @@ impl Family for ExpandFamily {
             .collect()
     }
     fn random_host(p: &ExpandProblem, seed: u64) -> Result<QuantizedMatrix> {
-        let mut w = check::random_matrix(p.geometry, seed);
-        w.scale_dtype = p.scale;
+        let w = check::random_matrix_scaled(p.geometry, p.scale, seed);
         Ok(w)
     }
     fn expected(p: &ExpandProblem, w: &QuantizedMatrix) -> Result<Activations> {

@@ -459,10 +459,8 @@ impl Family for GateUpFamily {
         out
     }
     fn random_host(p: &GateUpProblem, seed: u64) -> Result<GateUpHost> {
-        let mut gate = check::random_matrix(p.gate, seed);
-        gate.scale_dtype = p.gate_scale;
-        let mut up = check::random_matrix(p.up, seed + 1);
-        up.scale_dtype = p.up_scale;
+        let gate = check::random_matrix_scaled(p.gate, p.gate_scale, seed);
+        let up = check::random_matrix_scaled(p.up, p.up_scale, seed + 1);
         let x = check::random_activations(p.act, p.m as usize, p.gate.cols, seed + 2);
         Ok(GateUpHost { gate, up, x })
     }

@@ -128,9 +128,7 @@ pub fn cases(n: usize, seed: u64, native_tail: bool) -> Vec<Case> {
 }
 
 fn matrix(g: Geometry, scale: ScaleDType, seed: u64) -> QuantizedMatrix {
-    let mut w = check::random_matrix(g, seed);
-    w.scale_dtype = scale; // the random scales are f16 values, exact in f32 too
-    w
+    check::random_matrix_scaled(g, scale, seed)
 }
 
 /// Run one case on `b`: `Ok` with what was checked, `Err` with what went wrong.
