@@ -26,6 +26,11 @@ fn an_empty_grid_runs_nothing() {
 }
 
 #[test]
+fn subnormal_sums_keep_their_bits() {
+    contract::subnormal_sums_keep_their_bits(&CpuBackend::new().unwrap());
+}
+
+#[test]
 fn dynamic_threadgroup_memory_is_part_of_the_declared() {
     contract::dynamic_within_declared(&CpuBackend::new().unwrap());
 }

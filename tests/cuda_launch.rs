@@ -154,7 +154,7 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
 /// The backend contract (`common/contract.rs`) on CUDA: outputs a kernel needs zeroed are
 /// zeroed when bound (on the stream, before its launches), a compiled kernel binds only
 /// to its own launch, every empty grid axis runs nothing, dynamic shared memory is part
-/// of the declared.
+/// of the declared, and subnormal sums keep their bits (no flush-to-zero).
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
 fn the_backend_contract_holds() {
@@ -163,6 +163,7 @@ fn the_backend_contract_holds() {
     contract::binds_only_its_own(&b);
     contract::empty_grid_runs_nothing(&b);
     contract::dynamic_within_declared(&b);
+    contract::subnormal_sums_keep_their_bits(&b);
 }
 
 /// A kernel bound on one thread runs on another, which has no CUDA context current until

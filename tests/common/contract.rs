@@ -1,6 +1,6 @@
-//! What `Backend::bind` and `run` promise whoever holds a compiled kernel, as checks
-//! generic over the backend: `tests/backend_contract.rs` runs them on the CPU,
-//! `tests/cuda_launch.rs` on a CUDA GPU.
+//! What a backend promises whoever holds a compiled kernel (`bind` and `run`), and SPEC
+//! 5's no flush-to-zero, as checks generic over the backend: `tests/backend_contract.rs`
+//! runs them on the CPU, `tests/cuda_launch.rs` on a CUDA GPU.
 #![allow(dead_code)] // each test file runs the checks its backend answers
 
 use trellis::check;
@@ -146,4 +146,41 @@ pub fn dynamic_within_declared<B: Backend>(b: &B) {
         .expect("more dynamic than in all")
         .to_string();
     assert!(e.contains("dynamic threadgroup memory"), "{e}");
+}
+
+/// SPEC 5: no flush-to-zero. Samples whose every activation is subnormal (f32 and bf16
+/// share f32's exponent range) give subnormal products and sums: the exact tier keeps
+/// their bits (a flushing kernel would write zeros), through the facade's selected
+/// kernels and the seed's structure alike.
+pub fn subnormal_sums_keep_their_bits<B: Backend>(b: &B) {
+    use trellis::simt::Variant;
+    use trellis::{ops, reference, ScaleDType};
+    let g = Geometry::new(24, 512, 256, 3, 12, Code::OneMad).unwrap();
+    let mut w = check::random_matrix_scaled(g, ScaleDType::F32, 9);
+    w.scales.iter_mut().for_each(|s| *s = s.abs());
+    for act in [DType::F32, DType::Bf16] {
+        // 2^-130 .. 2^-127 times small integers: subnormal, exact in bf16 too.
+        let data = (0..2 * 512)
+            .map(|i| {
+                f32::from_bits(((i * 7919 % 127) as u32 + 1) << 16)
+                    * if i % 3 == 0 { -1.0 } else { 1.0 }
+            })
+            .collect();
+        let x = Activations::from_f32(act, 2, 512, data).unwrap();
+        assert!(x.data.iter().all(|v| v.is_subnormal()), "{act}");
+        let want = reference::reduce(&w, &x).unwrap();
+        assert!(
+            want.data.iter().any(|v| v.is_subnormal()),
+            "{act}: the reference's sums are subnormal"
+        );
+        for (what, got) in [
+            ("selected", ops::matvec(b, &w, &x, Tier::Exact).unwrap()),
+            (
+                "default",
+                ops::matvec_with(b, &w, &x, Variant::default()).unwrap(),
+            ),
+        ] {
+            assert!(got.bits_eq(&want), "{act} {what}: flushed or changed");
+        }
+    }
 }
