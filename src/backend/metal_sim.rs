@@ -322,8 +322,13 @@ impl MetalSimBackend {
                 return Ok(());
             }
             let names: Vec<&str> = units.iter().map(|u| u.symbol.as_str()).collect();
+            // The first errors are the ones to read; say how many lines follow them.
             let log = String::from_utf8_lossy(&run.stderr);
-            let log: String = log.lines().take(60).collect::<Vec<_>>().join("\n");
+            let lines: Vec<&str> = log.lines().collect();
+            let mut log = lines[..lines.len().min(60)].join("\n");
+            if lines.len() > 60 {
+                log.push_str(&format!("\n({} more lines)", lines.len() - 60));
+            }
             Err(Error::Compile {
                 kernel: names.join(", "),
                 backend: "metal-sim".into(),
@@ -402,7 +407,7 @@ fn check_limits(launch: &Launch<'_>, tg: [u32; 3]) -> Result<()> {
     }
     if launch.shared_bytes > MAX_THREADGROUP_MEMORY {
         return Err(Error::invalid(
-            "threadgroup memory",
+            format!("{} ({}) threadgroup memory", launch.kernel, launch.id),
             launch.shared_bytes,
             format!("Metal allows {MAX_THREADGROUP_MEMORY} bytes per threadgroup"),
         ));
