@@ -90,6 +90,13 @@ pub fn run_bit_c(j: &str, k: &str) -> String {
     format!("((31u - ({j})) * ({k}))")
 }
 
+/// The C declarations of run `u`'s place (`u` counts the runs of a row, 32 weights
+/// each): its block `blk` and its first weight `t0` in that block, for blocks of `runs`
+/// runs (`T / 32`, a number, as the templates hold it).
+pub fn run_position_c(runs: impl std::fmt::Display) -> String {
+    format!("const uint blk = u / {runs}u, t0 = (u - blk * {runs}u) * 32u;")
+}
+
 /// [`run_window_words`]'s first word as the C expression the templates' run loads write,
 /// for `t_len`-weight blocks at `k` bits (numbers, as the templates hold them) and the
 /// run's first weight named `t0` (32 u).
