@@ -489,6 +489,10 @@ impl Family for GateUpFamily {
                 let [g, u] = &want.proj;
                 check::native_gate_up(mid, &want.mid, g, u)
             }
+            // `mid` only: the kernel writes no `g` and `u` (SPEC 7 bounds them too). Their
+            // sums are `reduce.kernel`'s fast branch line for line (checked there); the
+            // fast tier the facade runs is `gate_up_mma`, whose parts are checked
+            // (`GateUpMmaParts`).
             (Tier::Fast, tail) => {
                 let [g, u] = want.real(host)?;
                 check::fast_gate_up(mid, g, u, tail == Tail::Native)
