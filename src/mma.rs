@@ -686,15 +686,16 @@ pub trait MmaLayout {
         let (rows, cols, t, m, v) = self.dims();
         // The template writes one output per projection only where there is one (the
         // split-K combine and the plain epilogue store each projection's sum to `y`).
+        let projs = self.projs();
         let want = if self.is_gate_up() { 2 } else { 1 };
-        if self.projs().len() != want {
+        if projs.len() != want {
             return Err(Error::invalid(
                 "projections",
-                self.projs().len(),
+                projs.len(),
                 format!("a layout of this kind takes {want}"),
             ));
         }
-        for p in self.projs() {
+        for p in projs {
             let q = p.proj;
             Geometry::new(rows, cols, t, q.k, q.l, q.code)?;
         }

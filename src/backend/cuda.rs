@@ -11,7 +11,7 @@ use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribut
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// What the tuner and `trellis info --devices` report about a GPU.
@@ -80,15 +80,17 @@ impl Cubins {
     /// The CUBIN of a unit: from the disk cache (keyed by symbol, NVRTC's version,
     /// options and source), else compiled by NVRTC and cached.
     fn get(&self, symbol: &str, src: &str, cap: Option<u32>) -> Result<Vec<u8>> {
-        if let Some(bin) = crate::backend::cache::read_blob(&self.path(symbol, src, cap)) {
-            return Ok(bin);
-        }
-        self.compile(symbol, src, cap)
+        self.lookup(symbol, src, cap).map(|(bin, _)| bin)
     }
 
-    /// Whether the disk cache holds the unit.
-    fn cached(&self, symbol: &str, src: &str, cap: Option<u32>) -> bool {
-        self.path(symbol, src, cap).is_file()
+    /// [`Cubins::get`], and whether the CUBIN came from the disk cache.
+    fn lookup(&self, symbol: &str, src: &str, cap: Option<u32>) -> Result<(Vec<u8>, bool)> {
+        let path = self.path(symbol, src, cap);
+        if let Some(bin) = crate::backend::cache::read_blob(&path) {
+            return Ok((bin, true));
+        }
+        self.compile_to(&path, symbol, src, cap)
+            .map(|bin| (bin, false))
     }
 
     fn path(&self, symbol: &str, src: &str, cap: Option<u32>) -> PathBuf {
@@ -97,16 +99,21 @@ impl Cubins {
         self.dir.join(format!("{symbol}-{key:016x}.cubin"))
     }
 
-    /// Compile a unit with NVRTC and cache its CUBIN (replacing a cached one).
-    fn compile(&self, symbol: &str, src: &str, cap: Option<u32>) -> Result<Vec<u8>> {
+    /// Compile a unit with NVRTC and cache its CUBIN at `path` (replacing a cached one).
+    fn compile_to(
+        &self,
+        path: &Path,
+        symbol: &str,
+        src: &str,
+        cap: Option<u32>,
+    ) -> Result<Vec<u8>> {
         let opts = nvrtc_options(self.arch, cap);
-        let path = self.path(symbol, src, cap);
         let (bin, _) = nvrtc_cubin(src, &opts).map_err(|log| Error::Compile {
             kernel: symbol.into(),
             backend: format!("cuda ({})", self.arch),
             log,
         })?;
-        crate::backend::cache::write_blob(&path, &bin);
+        crate::backend::cache::write_blob(path, &bin);
         Ok(bin)
     }
 
@@ -258,13 +265,13 @@ impl CudaBackend {
         let rendered = (launch.render)(Dialect::Cuda)?;
         let symbol = launch.id.to_string();
         let src = cuda_unit(&symbol, &rendered, &launch.inputs, &launch.outputs);
-        let cached = self.cubins.cached(&symbol, &src, None);
-        let bin = self.cubins.get(&symbol, &src, None)?;
+        let (bin, cached) = self.cubins.lookup(&symbol, &src, None)?;
         match self.load_fitting(launch, &symbol, &src, bin) {
             // A cached CUBIN that does not load here (written by another driver, or
             // damaged) is compiled again once; a fresh one that fails is the error.
             Err(_) if cached => {
-                let fresh = self.cubins.compile(&symbol, &src, None)?;
+                let path = self.cubins.path(&symbol, &src, None);
+                let fresh = self.cubins.compile_to(&path, &symbol, &src, None)?;
                 self.load_fitting(launch, &symbol, &src, fresh)
             }
             loaded => loaded,

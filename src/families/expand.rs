@@ -161,7 +161,7 @@ impl Family for ExpandFamily {
             labels: &[None],
             tail: false,
         };
-        KeyFields::check(fields, form).map(drop)
+        KeyFields::check(fields, form)
     }
     fn shape(p: &ExpandProblem) -> (usize, usize) {
         (p.geometry.rows, p.geometry.cols)

@@ -430,7 +430,7 @@ impl Family for GateUpFamily {
             tail: false,
             ..KeyForm::GATE_UP
         };
-        KeyFields::check(fields, form).map(drop)
+        KeyFields::check(fields, form)
     }
     fn shape(p: &GateUpProblem) -> (usize, usize) {
         (p.gate.rows, p.gate.cols)

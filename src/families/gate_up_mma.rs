@@ -314,7 +314,7 @@ impl Family for GateUpMmaFamily {
         .to_string()
     }
     fn check_key_fields(fields: &str) -> Result<()> {
-        KeyFields::check(fields, KeyForm::GATE_UP).map(drop)
+        KeyFields::check(fields, KeyForm::GATE_UP)
     }
     fn shape(p: &GateUpMmaProblem) -> (usize, usize) {
         (p.gate.rows, p.gate.cols)

@@ -115,6 +115,15 @@ impl fmt::Display for ReduceProblem {
 }
 
 impl ReduceProblem {
+    /// The tuning key's fields, the same in both tiers' families (`reduce`, `reduce_mma`).
+    pub fn key_fields(&self) -> KeyFields {
+        KeyFields {
+            act: self.act,
+            m: Some(self.m),
+            projs: vec![(None, Proj::of(&self.geometry))],
+            tail: None,
+        }
+    }
     /// The candidates offered on top of the catalog's only at the tuned sizes (register
     /// budgets at M = 8, 3 rows per simdgroup, at M = 1 also under a 40-register budget,
     /// the 8-row probe, scalar code words at M = 1, 2 and 8, prefetched and evict-first
@@ -320,16 +329,10 @@ impl Family for ReduceFamily {
         out
     }
     fn key_fields(p: &ReduceProblem) -> String {
-        KeyFields {
-            act: p.act,
-            m: Some(p.m),
-            projs: vec![(None, Proj::of(&p.geometry))],
-            tail: None,
-        }
-        .to_string()
+        p.key_fields().to_string()
     }
     fn check_key_fields(fields: &str) -> Result<()> {
-        KeyFields::check(fields, KeyForm::MATVEC).map(drop)
+        KeyFields::check(fields, KeyForm::MATVEC)
     }
     fn shape(p: &ReduceProblem) -> (usize, usize) {
         (p.geometry.rows, p.geometry.cols)

@@ -175,16 +175,10 @@ impl Family for ReduceMmaFamily {
         space::measured_far(p, v)
     }
     fn key_fields(p: &ReduceMmaProblem) -> String {
-        KeyFields {
-            act: p.act,
-            m: Some(p.m),
-            projs: vec![(None, Proj::of(&p.geometry))],
-            tail: None,
-        }
-        .to_string()
+        p.key_fields().to_string()
     }
     fn check_key_fields(fields: &str) -> Result<()> {
-        KeyFields::check(fields, KeyForm::MATVEC).map(drop)
+        KeyFields::check(fields, KeyForm::MATVEC)
     }
     fn shape(p: &ReduceMmaProblem) -> (usize, usize) {
         (p.geometry.rows, p.geometry.cols)
