@@ -252,11 +252,13 @@ pub trait KernelSpec: fmt::Debug {
             render,
         })
     }
-    /// The complete source a backend of `dialect` compiles (entry point included).
+    /// The complete source a backend of `dialect` compiles (entry point included), once
+    /// [`KernelSpec::validate`] passes (the shapes are computed only for fields in range).
     fn unit(&self, dialect: Dialect) -> Result<String>
     where
         Self: Sized,
     {
+        self.validate()?;
         let r = self.render(dialect)?;
         Ok(crate::codegen::unit(
             dialect,
@@ -425,6 +427,10 @@ pub fn dim(extent: impl Dim) -> usize {
 }
 
 /// An unsigned extent: see [`dim`].
+#[diagnostic::on_unimplemented(
+    message = "a kernel's extent or byte count must be an unsigned integer, not `{Self}`",
+    label = "a `usize`, `u64`, `u32`, `u16` or `u8`: a signed or float one would wrap or truncate"
+)]
 pub trait Dim {
     /// The extent as a `usize`.
     fn to_usize(self) -> usize;
@@ -449,6 +455,13 @@ pub fn check_args<T: DeviceTensor>(
     specs: &[TensorSpec],
     tensors: &[&T],
 ) -> Result<()> {
+    if specs.len() != tensors.len() {
+        return Err(Error::invalid(
+            format!("{kernel} tensors"),
+            tensors.len(),
+            format!("the kernel declares {}", specs.len()),
+        ));
+    }
     for (spec, t) in specs.iter().zip(tensors) {
         spec.check(kernel, t.elem(), &t.shape())?;
     }
@@ -512,8 +525,10 @@ pub fn check_compiled(compiled: KernelId, launch: &Launch<'_>) -> Result<()> {
 /// `params` (the symbol, [`fmt::Display`]) is the hash the tables were measured under,
 /// which leaves defaulted fields out without naming the ones set
 /// (`simt::hash_debug_skipping_default`), so code-word twins such as `prefetch_words`
-/// alone and `stream_words` alone share it. `detail`, a hash of the `Debug` form (which
-/// names every field it prints), tells them apart: caches key on the whole id, and the
+/// alone and `stream_words` alone share it. `detail`, a hash of the declaring type's
+/// path, its crate's version and the `Debug` form (which names every field it prints),
+/// tells them apart, and two declarations of one name and fields in different modules or
+/// crates (each renders its own template): caches key on the whole id, and the
 /// dialects that put several kernels in one namespace (the CPU's shared library, MLX's
 /// kernel names) name them by [`KernelId::unique_symbol`]. CUDA loads each kernel in a
 /// module of its own, so its units keep the symbol the tables' hashes cover.
@@ -523,7 +538,8 @@ pub struct KernelId {
     pub name: &'static str,
     /// FNV-1a hash of the declaration's `Hash`: the symbol's hash and the tables' key.
     pub params: u64,
-    /// FNV-1a hash of the declaration's `Debug` form, telling `params` twins apart.
+    /// FNV-1a hash of the declaring type's path, its crate's version and the
+    /// declaration's `Debug` form, telling `params` twins apart.
     pub detail: u64,
 }
 
@@ -539,8 +555,22 @@ pub trait KernelIdentity: std::hash::Hash + fmt::Debug {}
 impl<T: std::hash::Hash + fmt::Debug + ?Sized> KernelIdentity for T {}
 
 impl KernelId {
-    /// The id of `spec`, a specialization of kernel `name`.
+    /// The id of `spec`, a specialization of kernel `name` (a hand-written
+    /// [`KernelSpec`]; `#[trellis::kernel]` calls [`KernelId::declared`]).
     pub fn of<T: KernelIdentity + ?Sized>(name: &'static str, spec: &T) -> Self {
+        Self::declared(name, "", spec)
+    }
+    /// The id of `spec`, a specialization of kernel `name` declared in a crate of
+    /// `version`. Two declarations that share a name and fields render their own
+    /// templates, so `detail` hashes the type's path (`std::any::type_name`, which names
+    /// its crate and module) and the version (two versions of one crate share paths):
+    /// otherwise the caches, keyed by id, would run one declaration's code over the
+    /// other's buffers.
+    pub fn declared<T: KernelIdentity + ?Sized>(
+        name: &'static str,
+        version: &str,
+        spec: &T,
+    ) -> Self {
         let mut h = Fnv1a::default();
         spec.hash(&mut h);
         KernelId {
@@ -549,7 +579,10 @@ impl KernelId {
             detail: {
                 // Formatted straight into the hasher: an id costs no allocation.
                 let mut d = Fnv1a::default();
-                let _ = fmt::Write::write_fmt(&mut d, format_args!("{spec:?}"));
+                let _ = fmt::Write::write_fmt(
+                    &mut d,
+                    format_args!("{}@{version}\n{spec:?}", std::any::type_name::<T>()),
+                );
                 std::hash::Hasher::finish(&d)
             },
         }

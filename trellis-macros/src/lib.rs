@@ -16,8 +16,10 @@
 //! converts into `trellis::kernel::Elem` (`act` above; a `DType` or `ScaleDType` does), or
 //! a method of no arguments returning one, written with its parentheses (`x_elem()`: an
 //! input whose type a variant chooses). Shapes are Rust expressions over `self`, each
-//! extent an unsigned integer (`kernel::dim`). Tensor names `backend`, `launch`, `render`
-//! and `outs` are the launch methods' own; the struct takes no generic parameters.
+//! extent an unsigned integer (`kernel::dim`; a bare literal is a `usize`). Tensor names
+//! `backend`, `launch`, `render` and `outs` are the launch methods' own; kernel and
+//! tensor names are C identifiers the units may use (no C++ keyword, MSL type or unit name);
+//! the struct takes no generic parameters and no field named `dialect` or `spec`.
 //! Optional: `validate = expr` (a `Result<()>` checked before every launch),
 //! `shared = expr` (threadgroup bytes the body declares; it and `dynamic_shared` are
 //! unsigned integers, as the extents are), `dynamic_shared = expr` (of
@@ -46,6 +48,7 @@
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
@@ -61,7 +64,8 @@ struct TensorDecl {
 
 impl Parse for TensorDecl {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let name: Ident = input.parse()?;
+        // `r#in` names the C parameter `in`: the raw prefix is Rust's alone.
+        let name = Ident::unraw(&input.parse()?);
         input.parse::<Token![:]>()?;
         let elem: Ident = input.parse()?;
         let elem_call = input.peek(syn::token::Paren);
@@ -159,6 +163,147 @@ impl Parse for KernelArgs {
     }
 }
 
+/// Names no tensor and no kernel may take: each becomes an identifier of the kernel's
+/// CPU, CUDA and Metal units, beside C++'s keywords, MSL's address spaces and types,
+/// the units' own parameters and the MLX attributes they bind (`codegen::bind_body`).
+const C_RESERVED: &[&str] = &[
+    "alignas",
+    "alignof",
+    "and",
+    "and_eq",
+    "asm",
+    "auto",
+    "bitand",
+    "bitor",
+    "bool",
+    "break",
+    "case",
+    "catch",
+    "char",
+    "char16_t",
+    "char32_t",
+    "class",
+    "compl",
+    "const",
+    "constexpr",
+    "const_cast",
+    "continue",
+    "decltype",
+    "default",
+    "delete",
+    "do",
+    "double",
+    "dynamic_cast",
+    "else",
+    "enum",
+    "explicit",
+    "export",
+    "extern",
+    "false",
+    "float",
+    "for",
+    "friend",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "mutable",
+    "namespace",
+    "new",
+    "noexcept",
+    "not",
+    "not_eq",
+    "nullptr",
+    "operator",
+    "or",
+    "or_eq",
+    "private",
+    "protected",
+    "public",
+    "register",
+    "reinterpret_cast",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "static_assert",
+    "static_cast",
+    "struct",
+    "switch",
+    "template",
+    "this",
+    "thread_local",
+    "throw",
+    "true",
+    "try",
+    "typedef",
+    "typeid",
+    "typename",
+    "union",
+    "unsigned",
+    "using",
+    "virtual",
+    "void",
+    "volatile",
+    "wchar_t",
+    "while",
+    "xor",
+    "xor_eq",
+    // MSL
+    "device",
+    "constant",
+    "thread",
+    "threadgroup",
+    "kernel",
+    "vertex",
+    "fragment",
+    "half",
+    "bfloat",
+    "bfloat16_t",
+    "uint",
+    "ushort",
+    "uchar",
+    "ulong",
+    "size_t",
+    // the units' own names
+    "bufs",
+    "group_x_",
+    "group_y_",
+    "threadgroup_position_in_grid",
+    "thread_position_in_threadgroup",
+    "threads_per_threadgroup",
+    "thread_index_in_simdgroup",
+    "simdgroup_index_in_threadgroup",
+];
+
+/// A kernel's or a tensor's name as its units spell it: a C identifier of ASCII letters,
+/// digits and `_`, none of [`C_RESERVED`] and no `__` prefix (C++ reserves those).
+fn check_c_name(what: &str, name: &str, span: Span) -> syn::Result<()> {
+    let is_ident = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !is_ident {
+        return Err(syn::Error::new(
+            span,
+            format!(
+                "{what} `{name}` is no C identifier (ASCII letters, digits and `_`, not \
+                 first a digit): the kernel's C++, CUDA and Metal units name it"
+            ),
+        ));
+    }
+    if name.starts_with("__") || C_RESERVED.contains(&name) {
+        return Err(syn::Error::new(
+            span,
+            format!("{what} `{name}` is reserved in the kernel's C++, CUDA or Metal units"),
+        ));
+    }
+    Ok(())
+}
+
 /// The element types a declaration names directly.
 const BUILTIN_ELEMS: [&str; 4] = ["u32", "f32", "f16", "bf16"];
 
@@ -180,17 +325,29 @@ fn elem_expr(elem: &Ident, call: bool) -> TokenStream2 {
     }
 }
 
+/// `e` through `kernel::dim`, spanned to it: an extent or byte count of a type that is
+/// no unsigned size (a float, a signed or a string) is an error there, not a cast that
+/// truncates or wraps. An unsuffixed integer literal, which alone would be an `i32`, is
+/// a `usize`.
+fn dim_expr(e: &Expr) -> TokenStream2 {
+    if let Expr::Lit(syn::ExprLit {
+        lit: syn::Lit::Int(n),
+        ..
+    }) = e
+    {
+        if n.suffix().is_empty() {
+            let n = syn::LitInt::new(&format!("{}usize", n.base10_digits()), n.span());
+            return quote_spanned!(e.span()=> ::trellis::kernel::dim(#n));
+        }
+    }
+    quote_spanned!(e.span()=> ::trellis::kernel::dim(#e))
+}
+
 fn specs(list: &[TensorDecl]) -> TokenStream2 {
     let items = list.iter().map(|t| {
         let name = t.name.to_string();
         let elem = elem_expr(&t.elem, t.elem_call);
-        // Each extent through `kernel::dim`, spanned to its expression: an extent of a type
-        // that is no unsigned size (a float, a signed or a string) is an error there, not
-        // a cast that truncates or wraps.
-        let shape = t
-            .shape
-            .iter()
-            .map(|e| quote_spanned!(e.span()=> ::trellis::kernel::dim(#e)));
+        let shape = t.shape.iter().map(dim_expr);
         quote!(::trellis::kernel::TensorSpec { name: #name, elem: #elem, shape: vec![#(#shape),*] })
     });
     quote!(vec![#(#items),*])
@@ -220,6 +377,26 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
         .ok_or_else(|| syn::Error::new(span, "kernel needs `grid = expr`"))?;
     if args.outputs.is_empty() {
         return Err(syn::Error::new(span, "kernel needs at least one output"));
+    }
+    check_c_name("kernel name", &name.value(), name.span())?;
+    for t in args.inputs.iter().chain(&args.outputs) {
+        check_c_name("tensor name", &t.name.to_string(), t.name.span())?;
+    }
+    // The templates' wrappers hold `spec` and `dialect` themselves: a field of either
+    // name would be shadowed there, silently.
+    if let Some(f) = item
+        .fields
+        .iter()
+        .filter_map(|f| f.ident.as_ref())
+        .find(|f| *f == "dialect" || *f == "spec")
+    {
+        return Err(syn::Error::new(
+            f.span(),
+            format!(
+                "a kernel struct's field cannot be named `{f}`: the templates read \
+                 `{f}` as the rendering's own"
+            ),
+        ));
     }
     // The struct's fields are the specialization, hashed into its id: no generics.
     if !item.generics.params.is_empty() {
@@ -285,14 +462,11 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     let validate = args.validate.map(|v| quote!(#v)).unwrap_or(quote!(Ok(())));
     // Byte counts through `kernel::dim` as the shapes' extents: a signed or float count is
     // an error at its expression, not a cast that wraps or truncates.
-    let shared = args
-        .shared
-        .map(|v| quote_spanned!(v.span()=> ::trellis::kernel::dim(#v)))
-        .unwrap_or(quote!(0usize));
+    let shared = args.shared.as_ref().map_or(quote!(0usize), dim_expr);
     let dynamic_shared = args
         .dynamic_shared
-        .map(|v| quote_spanned!(v.span()=> ::trellis::kernel::dim(#v)))
-        .unwrap_or(quote!(0usize));
+        .as_ref()
+        .map_or(quote!(0usize), dim_expr);
     let zero_outputs = args
         .zero_outputs
         .map(|v| quote!(#v))
@@ -306,7 +480,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     let output_specs = specs(&args.outputs);
     let in_names: Vec<&Ident> = args.inputs.iter().map(|t| &t.name).collect();
     let out_names: Vec<&Ident> = args.outputs.iter().map(|t| &t.name).collect();
-    let out_idx = 0..out_names.len();
+    let n_out = out_names.len();
     // Checked at the struct's name, so a struct without `Hash` or `Debug` is told so
     // there (`KernelIdentity`'s message), not at the attribute.
     let identity = quote_spanned! {ty.span()=>
@@ -318,7 +492,14 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     // `self` at the call site, where the method's receiver is: at the name's span it
     // would not name it when the declaration comes from a `macro_rules!` expansion.
     let receiver = quote!(self);
-    let kernel_id = quote_spanned!(ty.span()=> ::trellis::kernel::KernelId::of(#name, #receiver));
+    // The declaring crate's version: `option_env!`, so a build outside Cargo still works.
+    let kernel_id = quote_spanned! {ty.span()=>
+        ::trellis::kernel::KernelId::declared(
+            #name,
+            match ::core::option_env!("CARGO_PKG_VERSION") { Some(v) => v, None => "" },
+            #receiver,
+        )
+    };
     let doc_outputs = format!("Outputs of [`{ty}`], one field per declared output.");
     let out_docs: Vec<String> = out_names
         .iter()
@@ -372,31 +553,36 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
         }
 
         #[doc = #doc_outputs]
+        #[derive(Debug)]
         #vis struct #outputs_ty<T> { #(#[doc = #out_docs] pub #out_names: T),* }
 
         impl #ty {
             /// Check every argument, then compile (cached per backend) and run, allocating outputs.
             #[allow(clippy::too_many_arguments)]
             pub fn launch<B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &B::Tensor),*) -> ::trellis::Result<#outputs_ty<B::Tensor>> {
-                use ::trellis::kernel::KernelSpec as _;
-                let render = |d: ::trellis::kernel::Dialect| self.render(d);
+                let render = |d: ::trellis::kernel::Dialect| <Self as ::trellis::kernel::KernelSpec>::render(self, d);
                 // Validated first: the shapes are computed only for fields in range.
                 let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render)?;
                 ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
-                let mut outs = backend.launch(&launch, &[#(#in_names),*])?.into_iter();
-                Ok(#outputs_ty { #(#out_names: outs.next().expect("backend returned every output")),* })
+                let outs = backend.launch(&launch, &[#(#in_names),*])?;
+                // A backend's own `launch` may return another count: an error, not a panic.
+                let [#(#out_names),*]: [B::Tensor; #n_out] = outs.try_into().map_err(|outs: ::std::vec::Vec<B::Tensor>| {
+                    ::trellis::Error::backend(
+                        ::trellis::kernel::Backend::name(backend),
+                        ::std::format!("returned {} outputs for {}'s {}", outs.len(), #name, #n_out),
+                    )
+                })?;
+                ::core::result::Result::Ok(#outputs_ty { #(#out_names),* })
             }
 
             /// Like `launch`, writing into preallocated outputs (checked like the inputs).
             #[allow(clippy::too_many_arguments)]
             pub fn launch_into<'t, B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &'t B::Tensor,)* #(#out_names: &'t mut B::Tensor),*) -> ::trellis::Result<()> {
-                use ::trellis::kernel::KernelSpec as _;
-                let render = |d: ::trellis::kernel::Dialect| self.render(d);
+                let render = |d: ::trellis::kernel::Dialect| <Self as ::trellis::kernel::KernelSpec>::render(self, d);
                 // Validated first: the shapes are computed only for fields in range.
                 let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render)?;
                 ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
                 ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.outputs, &[#(&*#out_names),*])?;
-                let _ = [#(#out_idx),*];
                 backend.launch_into(&launch, &[#(#in_names),*], &mut [#(#out_names),*])
             }
         }
@@ -514,6 +700,50 @@ mod tests {
         }
     }
 
+    /// Kernel and tensor names become C identifiers of the units: a raw identifier is
+    /// its name, and a name that is no C identifier, or one the units or C++ reserve, is
+    /// an error naming it (it failed at the first launch, in the compiler's log). A field
+    /// the templates would read as their own `dialect` or `spec` is refused too.
+    #[test]
+    fn names_are_c_identifiers() {
+        let expand_with = |name: &str, outputs: &str, fields: &str| {
+            let args = syn::parse_str::<KernelArgs>(&format!(
+                "name = \"{name}\", template = \"k.kernel\", grid = g(), {outputs}"
+            ))
+            .unwrap();
+            expand(
+                args,
+                syn::parse_str(&format!("struct K {{ {fields} }}")).unwrap(),
+            )
+        };
+        let ts = squeeze(expand_with("k", "outputs(r#in: f32[4])", "n: usize").unwrap());
+        assert!(ts.contains("name:\"in\""), "{ts}");
+        for (name, output, says) in [
+            (
+                "scale-rows",
+                "y",
+                "kernel name `scale-rows` is no C identifier",
+            ),
+            ("", "y", "kernel name `` is no C identifier"),
+            ("__k", "y", "kernel name `__k` is reserved"),
+            ("k", "bufs", "tensor name `bufs` is reserved"),
+            ("k", "r#float", "tensor name `float` is reserved"),
+            ("k", "threadgroup", "tensor name `threadgroup` is reserved"),
+            ("k", "größe", "tensor name `größe` is no C identifier"),
+        ] {
+            let e = expand_with(name, &format!("outputs({output}: f32[4])"), "n: usize")
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(says), "{name} / {output}: {e}");
+        }
+        for field in ["dialect", "spec"] {
+            let e = expand_with("k", "outputs(y: f32[4])", &format!("{field}: u32"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("cannot be named `{field}`")), "{e}");
+        }
+    }
+
     /// `ts` as text without whitespace (token spacing is `quote`'s, not ours).
     fn squeeze(ts: TokenStream2) -> String {
         ts.to_string().split_whitespace().collect()
@@ -546,6 +776,19 @@ mod tests {
             format!("fnshared_bytes(&self)->usize{{{dim}(self.n*4)}}"),
             format!("fndynamic_shared_bytes(&self)->usize{{{dim}(2*self.n)}}"),
             "fnzero_outputs(&self)->bool{true}".to_string(),
+        ] {
+            assert!(ts.contains(&want), "{want} in {ts}");
+        }
+        // A bare literal, alone an `i32` (no `Dim`), is a `usize`; a suffixed one is kept.
+        let literal = syn::parse_str::<KernelArgs>(
+            "name = \"k\", template = \"k.kernel\", grid = g(), \
+             outputs(y: f32[self.m, 2, 3u32]), shared = 4096",
+        )
+        .unwrap();
+        let ts = squeeze(expand(literal, item()).unwrap());
+        for want in [
+            format!("shape:vec![{dim}(self.m),{dim}(2usize),{dim}(3u32)]"),
+            format!("fnshared_bytes(&self)->usize{{{dim}(4096usize)}}"),
         ] {
             assert!(ts.contains(&want), "{want} in {ts}");
         }

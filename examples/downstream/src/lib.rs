@@ -29,6 +29,17 @@ impl ScaleRows {
                 "must be in 1..=32",
             ));
         }
+        // The template counts rows and columns in 32-bit `uint`s (a larger extent would
+        // wrap the grid or never end a loop): refuse what it cannot index.
+        for (what, n) in [("rows", self.rows), ("cols", self.cols)] {
+            if u32::try_from(n).is_err() {
+                return Err(trellis::Error::invalid(
+                    what,
+                    n,
+                    "must fit in 32 bits (the template indexes it with `uint`)",
+                ));
+            }
+        }
         Ok(())
     }
     fn act_c(&self, d: &Dialect) -> &'static str {

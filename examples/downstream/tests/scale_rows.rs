@@ -2,7 +2,7 @@
 
 use trellis::backend::metal_sim::MetalSimBackend;
 use trellis::backend::CpuBackend;
-use trellis::kernel::{Backend, DeviceTensor, Dialect, Elem, Grid};
+use trellis::kernel::{Backend, DeviceTensor, Dialect, Elem, Grid, KernelSpec};
 use trellis::DType;
 use trellis_downstream_example::ScaleRows;
 
@@ -70,6 +70,21 @@ fn wrong_shapes_and_dtypes_are_errors() {
         .unwrap()
         .to_string()
         .contains("rows_per_group = 0"));
+    // Extents the template's 32-bit indices cannot reach are refused by name before
+    // any shape is computed or buffer checked (they wrapped the grid, or never ended).
+    for (bad, says) in [
+        (ScaleRows { rows: 1 << 32, ..k }, "rows = 4294967296"),
+        (
+            ScaleRows {
+                cols: (1 << 32) + 5,
+                ..k
+            },
+            "cols = 4294967301",
+        ),
+    ] {
+        let msg = bad.launch(&b, &x, &s).err().unwrap().to_string();
+        assert!(msg.contains(says), "{msg}");
+    }
 }
 
 #[test]
@@ -235,4 +250,135 @@ fn a_kernel_declared_through_macro_rules_launches_as_written() {
         .unwrap();
     let msg = k.launch(&b, &wrong, &st).err().unwrap().to_string();
     assert!(msg.contains("x") && msg.contains("bf16"), "{msg}");
+}
+
+/// Two declarations of one kernel name and the same fields, in two modules, over two
+/// templates: one multiplies, one adds.
+mod twin_mul {
+    use trellis::kernel::{Dialect, Elem, Grid};
+    #[trellis::kernel(
+        name = "twin_rows",
+        template = "scale_rows.kernel",
+        grid = Grid { groups: [self.rows as u32, 1, 1], threads: 32 },
+        // A bare literal: a `usize` count (an `i32` alone, which no count is).
+        shared = 0,
+        inputs(x: f32[self.rows, self.cols], scale: f32[self.rows]),
+        outputs(y: f32[self.rows, self.cols]),
+    )]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct Twin {
+        pub rows: usize,
+        pub cols: usize,
+        pub rows_per_group: u32,
+    }
+    impl Twin {
+        fn act_c(&self, d: &Dialect) -> &'static str {
+            Elem::F32.c_type(*d)
+        }
+    }
+}
+
+mod twin_add {
+    use trellis::kernel::{Dialect, Elem, Grid};
+    #[trellis::kernel(
+        name = "twin_rows",
+        template = "offset_rows.kernel",
+        grid = Grid { groups: [self.rows as u32, 1, 1], threads: 32 },
+        inputs(x: f32[self.rows, self.cols], scale: f32[self.rows]),
+        outputs(y: f32[self.rows, self.cols]),
+    )]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct Twin {
+        pub rows: usize,
+        pub cols: usize,
+        pub rows_per_group: u32,
+    }
+    impl Twin {
+        fn act_c(&self, d: &Dialect) -> &'static str {
+            Elem::F32.c_type(*d)
+        }
+    }
+}
+
+/// Both twins on a fresh backend `b` (its caches hold nothing yet), the multiplying one
+/// first or second: each returns its own template's result.
+fn twins_on<B: Backend>(b: &B, mul_first: bool) {
+    let (rows, cols) = (2, 40);
+    let mul = twin_mul::Twin {
+        rows,
+        cols,
+        rows_per_group: 1,
+    };
+    let add = twin_add::Twin {
+        rows,
+        cols,
+        rows_per_group: 1,
+    };
+    let x: Vec<f32> = (0..rows * cols).map(|i| i as f32 - 30.0).collect();
+    let s = [3.0f32, -0.5];
+    let xt = b
+        .upload(Elem::F32, &[rows, cols], &DType::F32.encode(&x))
+        .unwrap();
+    let st = b
+        .upload(Elem::F32, &[rows], &DType::F32.encode(&s))
+        .unwrap();
+    let run = |adds: bool| {
+        let y = if adds {
+            add.launch(b, &xt, &st).unwrap().y
+        } else {
+            mul.launch(b, &xt, &st).unwrap().y
+        };
+        DType::F32.decode(&b.download(&y).unwrap())
+    };
+    let order = if mul_first {
+        [false, true]
+    } else {
+        [true, false]
+    };
+    for adds in order {
+        let want: Vec<f32> = (0..rows * cols)
+            .map(|i| {
+                if adds {
+                    x[i] + s[i / cols]
+                } else {
+                    x[i] * s[i / cols]
+                }
+            })
+            .collect();
+        assert_eq!(
+            run(adds),
+            want,
+            "adds {adds}, multiplying twin first {mul_first}"
+        );
+    }
+}
+
+#[test]
+fn declarations_that_share_a_name_and_fields_run_their_own_code() {
+    // The compiled-kernel caches key on the id; before it hashed the declaring type's
+    // path, the second twin launched on a backend ran the first one's code.
+    let twin = |rows_per_group| {
+        (
+            twin_mul::Twin {
+                rows: 2,
+                cols: 40,
+                rows_per_group,
+            }
+            .id(),
+            twin_add::Twin {
+                rows: 2,
+                cols: 40,
+                rows_per_group,
+            }
+            .id(),
+        )
+    };
+    let (mul, add) = twin(1);
+    assert_eq!(mul.params, add.params, "the tables' hash is the fields'");
+    assert_ne!(mul, add);
+    assert_ne!(mul.unique_symbol(), add.unique_symbol());
+    for mul_first in [true, false] {
+        twins_on(&CpuBackend::new().unwrap(), mul_first);
+        twins_on(&MetalSimBackend::new().unwrap(), mul_first);
+    }
 }
