@@ -24,12 +24,11 @@
 //! depend on the CPU). Rows run in parallel (rayon), and so do the blocks of a row.
 
 use crate::codes::Code;
-use crate::dtype::ScaleDType;
+use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::layout;
 use crate::matrix::QuantizedMatrix;
-use half::f16;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -121,7 +120,7 @@ pub fn tail_biting_path(values: &[f32], k: u32, l: u32, targets: &[f32]) -> Resu
             format!("must be 2^L = {}", 1 << l),
         ));
     }
-    check_backpointers(targets.len(), k, l)?;
+    check_backpointers(targets.len(), k, l, 1)?;
     if targets.len() < 2 {
         return Err(Error::invalid(
             "targets length",
@@ -149,25 +148,47 @@ pub fn tail_biting_path(values: &[f32], k: u32, l: u32, targets: &[f32]) -> Resu
         s.targets.clear();
         s.targets.extend_from_slice(targets);
         encode_block(values, k, l, &mut states, s);
+        *s = Scratch::default();
     });
+    // Pass 2 may find no closed path for a block of fewer bits than the trellis has
+    // (its start and end constraints overlap); the geometry's T >= 32 never is one.
+    if !layout::is_tail_biting(&states, k, l) {
+        return Err(Error::invalid(
+            "targets length",
+            targets.len(),
+            format!(
+                "is too short for a closed path at k = {k}, L = {l} ({} bits)",
+                targets.len() * k as usize
+            ),
+        ));
+    }
     Ok(states)
 }
 
-/// The most bytes of Viterbi backpointers one thread may hold: one per step and state
-/// group, `T * 2^(L - k)` (8 MiB at T = 256, L = 16, k = 1), allocated by every worker.
-pub const MAX_BACKPOINTER_BYTES: usize = 1 << 30;
+/// The most bytes of Viterbi back pointers the encoder holds at once: one per step and
+/// state group, `T * 2^(L - k)` (8 MiB at T = 256, L = 16, k = 1), on each thread that
+/// encodes (rayon's pool for [`quantize`], the caller's for [`tail_biting_path`]).
+pub const MAX_BACKPOINTER_BYTES: u64 = 4 << 30;
 
-/// A block too long for its trellis is an error naming T, where the workers' tables would
-/// abort the process on allocation.
-fn check_backpointers(t: usize, k: u32, l: u32) -> Result<()> {
-    let bytes = t.checked_mul(1usize << (l - k));
+/// Whether [`quantize`] can encode at geometry `g` on this thread pool: a block too long
+/// for its trellis is an error naming T (and the threads), where the workers' tables
+/// would abort the process on allocation. The CLI asks before it reads anything more.
+pub fn check_geometry(g: &Geometry) -> Result<()> {
+    check_backpointers(g.t, g.k, g.l, rayon::current_num_threads())
+}
+
+fn check_backpointers(t: usize, k: u32, l: u32, threads: usize) -> Result<()> {
+    let bytes = (t as u64)
+        .checked_mul(1u64 << (l - k))
+        .and_then(|b| b.checked_mul(threads as u64));
     if bytes.is_none_or(|b| b > MAX_BACKPOINTER_BYTES) {
         return Err(Error::invalid(
             "T",
             t,
             format!(
-                "the encoder's Viterbi keeps T x 2^(L - k) = {t} x 2^{} bytes per thread, \
-                 more than {MAX_BACKPOINTER_BYTES}; use a smaller T",
+                "the encoder's Viterbi keeps T x 2^(L - k) = {t} x 2^{} bytes on each of \
+                 its {threads} threads, more than {MAX_BACKPOINTER_BYTES} in all; use a \
+                 smaller T (or fewer threads: RAYON_NUM_THREADS)",
                 l - k
             ),
         ));
@@ -185,7 +206,7 @@ fn quantize_inner(
     on_rows: &(dyn Fn(usize) + Sync),
 ) -> Result<(Encoded, Vec<u32>)> {
     let g = Geometry::new(rows, cols, opts.t, opts.k, opts.l, opts.code)?;
-    check_backpointers(g.t, g.k, g.l)?;
+    check_geometry(&g)?;
     if dense.len() != rows * cols {
         return Err(Error::Shape {
             name: "dense".into(),
@@ -234,6 +255,9 @@ fn quantize_inner(
             res
         })
         .collect();
+    // The workers' back pointers (up to [`MAX_BACKPOINTER_BYTES`] in all) are not kept
+    // past the call.
+    rayon::broadcast(|_| SCRATCH.with(|s| s.take()));
     let mut scales = Vec::with_capacity(rows);
     let mut states = Vec::with_capacity(if keep_states { rows * cols } else { 0 });
     let mut sse = 0.0f64;
@@ -317,11 +341,23 @@ impl<'a> RowEncoder<'a> {
     /// (ratio 1.1, extended until the best is inside); a parabola through the best and
     /// its neighbours (in log m) gives the answer, which averages out the sample's
     /// noise. Deterministic: the sample and the sums do not depend on threads.
+    ///
+    /// The sample is drawn from the rows that are not all zeros: a zero row rates every
+    /// multiplier alike, so a sample of zero rows alone would walk the grid to its low
+    /// end. With no such row, any multiplier codes the matrix alike: 1.
     fn search_multiplier(&self) -> f64 {
         let g = self.g;
-        let total = g.rows * g.blocks_per_row();
+        let bpr = g.blocks_per_row();
+        let live: Vec<usize> = (0..g.rows).filter(|&r| self.row_rms[r] > 0.0).collect();
+        if live.is_empty() {
+            return 1.0;
+        }
+        let total = live.len() * bpr;
         let n = (total / 16).clamp(8, 32).min(total);
-        let sample: Vec<usize> = (0..n).map(|i| (2 * i + 1) * total / (2 * n)).collect();
+        let sample: Vec<usize> = (0..n)
+            .map(|i| (2 * i + 1) * total / (2 * n))
+            .map(|b| live[b / bpr] * bpr + b % bpr)
+            .collect();
         let rate = |mults: &[f64]| -> Vec<f64> {
             let pairs: Vec<(f64, usize)> = mults
                 .iter()
@@ -423,15 +459,7 @@ impl<'a> RowEncoder<'a> {
             vv += v * v;
         }
         let ls = if vv > 0.0 { wv / vv } else { 0.0 };
-        let scale = f16::from_f64(ls);
-        if !scale.is_finite() {
-            return Err(Error::invalid(
-                format!("scale of row {r}"),
-                ls,
-                "exceeds the f16 range of scales",
-            ));
-        }
-        let scale = scale.to_f32();
+        let scale = f16_scale(r, ls)?;
         // The reported error uses the decoded weights, read back from the packed codes.
         let wpb = g.words_per_block();
         let mut sse = 0.0f64;
@@ -445,6 +473,22 @@ impl<'a> RowEncoder<'a> {
         }
         Ok(RowResult { scale, sse, states })
     }
+}
+
+/// Row `r`'s least-squares scale `ls` rounded to f16 once, nearest-even: the f16 nearest
+/// the optimum is the best f16 scale (the error is quadratic in it). `half`'s
+/// `f16::from_f64` rounds through f32 on x86-64 with F16C (twice) and drops low bits
+/// without it, so about one scale in 15,000 came out one f16 ulp off, differently by CPU.
+fn f16_scale(r: usize, ls: f64) -> Result<f32> {
+    let scale = DType::F16.round_f64(ls);
+    if !scale.is_finite() {
+        return Err(Error::invalid(
+            format!("scale of row {r}"),
+            ls,
+            "exceeds the f16 range of scales",
+        ));
+    }
+    Ok(scale)
 }
 
 /// Per-thread working memory of the Viterbi passes.
@@ -475,8 +519,8 @@ fn encode_block(values: &[f32], k: u32, l: u32, states: &mut [u32], s: &mut Scra
     let rotated = std::mem::take(&mut s.rotated);
     viterbi(values, k, l, &rotated, None, states, s);
     s.rotated = rotated;
-    // Rotated position `half` is original position 0.
-    let overlap = states[half] >> k;
+    // Rotated position `t_len - half` is original position 0 (`half` for an even T).
+    let overlap = states[t_len - half] >> k;
     let targets = std::mem::take(&mut s.targets);
     viterbi(values, k, l, &targets, Some(overlap), states, s);
     s.targets = targets;
@@ -851,6 +895,79 @@ mod tests {
         assert!((e.mse - reference_mse(&e, &w)).abs() <= 1e-12);
     }
 
+    /// The row scale is the least-squares optimum rounded to f16 once: ties and near-ties
+    /// that rounding through f32 (or dropping low bits) decides wrongly.
+    #[test]
+    fn the_row_scale_is_rounded_to_f16_once() {
+        let p = |e: i32| 2f64.powi(e);
+        for (ls, want) in [
+            // Just under the tie between 1 + 2^-10 and 1 + 2^-9: through f32 it becomes
+            // the tie, which rounds to even (1 + 2^-9).
+            (1.0 + p(-10) + p(-11) - p(-30), 1.0 + p(-10)),
+            // Just over the tie between 1 and 1 + 2^-10, by less than f32 keeps.
+            (1.0 + p(-11) + p(-40), 1.0 + p(-10)),
+            (-(1.0 + p(-11) + p(-40)), -(1.0 + p(-10))),
+            (65519.0, 65504.0),
+            (0.0, 0.0),
+        ] {
+            assert_eq!(f16_scale(3, ls).unwrap() as f64, want, "ls = {ls:e}");
+        }
+        let e = f16_scale(3, 65520.0).unwrap_err().to_string();
+        assert!(e.contains("scale of row 3 = 65520"), "{e}");
+    }
+
+    /// Rows of zeros do not steer the multiplier search: the other rows code as they
+    /// would alone (a sample of zero rows only walked the grid to its low end, at 23x
+    /// the error at k = 4).
+    #[test]
+    fn zero_rows_leave_the_other_rows_as_they_would_code_alone() {
+        let (live, rows, cols) = (16, 1024, 256);
+        let mut w = gaussian(live * cols, 12);
+        let o = opts(Code::OneMad, 256, 4, 10);
+        let alone = quantize(&w, live, cols, &o).unwrap();
+        w.resize(rows * cols, 0.0);
+        let with_zeros = quantize(&w, rows, cols, &o).unwrap();
+        let words = live * alone.matrix.geometry.words_per_row();
+        assert_eq!(with_zeros.matrix.codes[..words], alone.matrix.codes[..]);
+        assert_eq!(with_zeros.matrix.scales[..live], alone.matrix.scales[..]);
+        assert!(with_zeros.matrix.scales[live..].iter().all(|&s| s == 0.0));
+        // No row to rate a multiplier on: all zeros code as zeros.
+        let zeros = quantize(&vec![0.0; 64 * cols], 64, cols, &o).unwrap();
+        assert!(zeros.matrix.scales.iter().all(|&s| s == 0.0) && zeros.mse == 0.0);
+    }
+
+    /// Blocks of any length from the trellis's own up close (odd ones too: the overlap
+    /// is read at original position 0); shorter ones are an error, not an open path.
+    #[test]
+    fn tail_biting_paths_close_at_every_length_or_are_refused() {
+        for (code, k, l) in [
+            (Code::OneMad, 1u32, 16u32),
+            (Code::Mcg, 3, 10),
+            (Code::ThreeInst, 2, 12),
+        ] {
+            let values = code.table(l, None).unwrap();
+            for len in 2..=48usize {
+                let x = gaussian(len, len as u64);
+                match tail_biting_path(&values, k, l, &x) {
+                    Ok(st) => assert!(
+                        layout::is_tail_biting(&st, k, l),
+                        "{code} k {k} L {l} T {len}"
+                    ),
+                    Err(e) => {
+                        assert!(
+                            len * (k as usize) < l as usize,
+                            "{code} k {k} L {l} T {len}: {e}"
+                        );
+                        assert!(
+                            e.to_string().contains(&format!("targets length = {len}")),
+                            "{e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// The public block-level entry point: a closed path, and errors naming fields.
     #[test]
     fn tail_biting_path_closes_and_checks_input() {
@@ -975,12 +1092,21 @@ mod tests {
     #[test]
     fn oversized_blocks_are_rejected() {
         let values = gaussian_lut(16, 1).unwrap();
-        let e = tail_biting_path(&values, 1, 16, &vec![0.0; 1 << 16])
+        // 8 GiB of back pointers on the caller's one thread.
+        let e = tail_biting_path(&values, 1, 16, &vec![0.0; 1 << 18])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("T = 65536") && e.contains("smaller T"), "{e}");
-        assert!(check_backpointers(usize::MAX, 1, 16).is_err());
-        assert!(check_backpointers(256, 1, 16).is_ok());
+        assert!(e.contains("T = 262144") && e.contains("smaller T"), "{e}");
+        assert!(check_backpointers(usize::MAX, 1, 16, 1).is_err());
+        assert!(check_backpointers(256, 1, 16, 1).is_ok());
+        // The budget is the pool's: what one thread may hold, 64 may not.
+        let t = 1 << 15; // 1 GiB a thread at k = 1, L = 16
+        assert!(check_backpointers(t, 1, 16, 4).is_ok());
+        let e = check_backpointers(t, 1, 16, 64).unwrap_err().to_string();
+        assert!(
+            e.contains("T = 32768") && e.contains("its 64 threads"),
+            "{e}"
+        );
     }
 
     /// The costs of every path of a tiny trellis, by enumeration: Viterbi finds the

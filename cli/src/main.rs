@@ -635,6 +635,9 @@ fn quantize(a: QuantizeArgs, out: &mut Vec<String>) -> Result<()> {
         ),
         e => e,
     })?;
+    // The flags' T, k and L on this machine's threads (the encoder's memory), named as
+    // the flags' own error, not the input's.
+    encode::check_geometry(&g)?;
     if let Some(i) = dense.iter().position(|v| !v.is_finite()) {
         return Err(Error::file(
             &a.input,
@@ -711,7 +714,7 @@ fn quantize(a: QuantizeArgs, out: &mut Vec<String>) -> Result<()> {
         None => String::new(),
     };
     let enc = enc.map_err(|e| match e {
-        e @ Error::Invalid { .. } => {
+        Error::Invalid { ref field, .. } if field.starts_with("scale of row") => {
             Error::file(&a.input, format!("tensor `{}`: {e}{with_lut}", a.tensor))
         }
         e => e,

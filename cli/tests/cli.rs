@@ -1235,6 +1235,41 @@ fn quantize_rejects_bad_inputs() {
         ],
         &["--lut", "code = 1mad"],
     );
+    // A block whose Viterbi tables outgrow the encoder's memory is the flags' error,
+    // named by T before any encoding, not blamed on the input file.
+    let long = d.path("long.safetensors");
+    write_raw(
+        &long,
+        vec![(
+            "w",
+            Dtype::F32,
+            vec![1, 1 << 18],
+            f32_bytes(&vec![0.5; 1 << 18]),
+        )],
+        &[],
+    );
+    let args = [
+        "quantize",
+        "--input",
+        s(&long),
+        "--tensor",
+        "w",
+        "--out",
+        s(&out),
+        "--k",
+        "1",
+        "--l",
+        "16",
+        "--t",
+        "262144",
+        "--code",
+        "1mad",
+    ];
+    let e = fails(&args, &out, &["T = 262144", "RAYON_NUM_THREADS"]);
+    assert!(
+        !e.contains("long.safetensors") && !e.contains("tensor `w`"),
+        "{e}"
+    );
     let mut wrong_tensor = base.to_vec();
     wrong_tensor.extend(["--tensor", "nope"]);
     let args: Vec<&str> = ["quantize", "--input", s(&dense), "--out", s(&out)]
