@@ -186,12 +186,16 @@ impl Grid {
 
 /// A kernel declaration, implemented by `#[trellis::kernel]`.
 ///
+/// # Safety
+///
 /// A declaration promises what the backends cannot check: for every value that
 /// [`KernelSpec::validate`] accepts, the body reads only inside its declared inputs and
-/// writes only inside its declared outputs (the backends check the grid, the resources
-/// and each argument's type and shape; see `docs/kernels.md`, "What a declaration
-/// promises").
-pub trait KernelSpec: fmt::Debug {
+/// writes only inside its declared outputs on its grid, and [`KernelSpec::id`] names
+/// that body alone (the backends cache compiled kernels by it). The backends check the
+/// grid, the resources and each argument's type and shape; see `docs/kernels.md`, "What
+/// a declaration promises". `#[trellis::kernel]` makes the promise for its template,
+/// whose author keeps it; a hand-written implementation makes it itself.
+pub unsafe trait KernelSpec: fmt::Debug {
     /// Base name of the kernel family.
     const NAME: &'static str;
 
@@ -240,7 +244,7 @@ pub trait KernelSpec: fmt::Debug {
         Self: Sized,
     {
         self.validate()?;
-        Ok(Launch {
+        Ok(Launch(LaunchParts {
             kernel: Self::NAME,
             id: self.id(),
             grid: self.grid(),
@@ -250,7 +254,7 @@ pub trait KernelSpec: fmt::Debug {
             inputs: self.inputs(),
             outputs: self.outputs(),
             render,
-        })
+        }))
     }
     /// The complete source a backend of `dialect` compiles (entry point included), once
     /// [`KernelSpec::validate`] passes (the shapes are computed only for fields in range).
@@ -270,8 +274,47 @@ pub trait KernelSpec: fmt::Debug {
     }
 }
 
-/// A launch request as a backend sees it: everything but the typed wrapper.
-pub struct Launch<'a> {
+/// A launch request as a backend sees it: everything but the typed wrapper. Its parts are
+/// read through `Deref` and cannot be changed: the backends check the tensors against
+/// its specs, the grid and the resources, and trust the body to index what those say.
+/// So a launch comes from [`KernelSpec::launch_request`], or from
+/// [`Launch::from_parts`], whose caller makes a declaration's promise itself:
+///
+/// ```compile_fail
+/// // An output's shape edited after the checks were computed from it: refused.
+/// fn shrink(launch: &mut trellis::kernel::Launch<'_>) {
+///     launch.outputs[0].shape = vec![1];
+/// }
+/// ```
+pub struct Launch<'a>(LaunchParts<'a>);
+
+impl<'a> Launch<'a> {
+    /// A launch of a body written by hand (tests, probes).
+    ///
+    /// # Safety
+    ///
+    /// What a [`KernelSpec`] promises: the body `render` returns reads only inside
+    /// `inputs` and writes only inside `outputs` when run on `grid`, and `id` names that
+    /// body alone (the backends cache compiled kernels by it; a second body under the
+    /// same id would run where the first was compiled).
+    pub unsafe fn from_parts(parts: LaunchParts<'a>) -> Self {
+        Launch(parts)
+    }
+    /// The parts, to change and launch again through [`Launch::from_parts`].
+    pub fn into_parts(self) -> LaunchParts<'a> {
+        self.0
+    }
+}
+
+impl<'a> std::ops::Deref for Launch<'a> {
+    type Target = LaunchParts<'a>;
+    fn deref(&self) -> &LaunchParts<'a> {
+        &self.0
+    }
+}
+
+/// What a [`Launch`] holds.
+pub struct LaunchParts<'a> {
     /// The kernel's base name ([`KernelSpec::NAME`]).
     pub kernel: &'static str,
     /// Identity of the specialization, the compiled-kernel cache key.

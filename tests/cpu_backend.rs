@@ -965,10 +965,18 @@ fn a_kernel_that_fails_to_compile_is_a_clear_error_and_spares_the_others() {
     let render_bad = move |_: Dialect| Ok(bad.clone());
     // Ids of their own, so neither is served from the other's (or an earlier run's) cache.
     let salt = std::process::id() as u64 ^ 0x5eed_c0de;
-    let mut good_launch = spec.launch_request(&render_good).unwrap();
-    good_launch.id.params ^= salt;
-    let mut bad_launch = spec.launch_request(&render_bad).unwrap();
-    bad_launch.id.params ^= salt.rotate_left(17);
+    fn salted(launch: trellis::kernel::Launch<'_>, salt: u64) -> trellis::kernel::Launch<'_> {
+        let mut parts = launch.into_parts();
+        parts.id.params ^= salt;
+        // SAFETY: the declaration's own body, or one that does not compile (it never
+        // runs), each under an id of its own.
+        unsafe { trellis::kernel::Launch::from_parts(parts) }
+    }
+    let good_launch = salted(spec.launch_request(&render_good).unwrap(), salt);
+    let bad_launch = salted(
+        spec.launch_request(&render_bad).unwrap(),
+        salt.rotate_left(17),
+    );
     let dw = DeviceMatrix::upload(&cpu, &w).unwrap();
     let dx = ops::upload_activations(&cpu, &x).unwrap();
     let inputs = [&dx, &dw.codes, &dw.scales, dw.table(spec.variant.repr)];

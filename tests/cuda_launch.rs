@@ -8,7 +8,9 @@ mod contract;
 
 use trellis::backend::cuda::CudaBackend;
 use trellis::codegen::Rendered;
-use trellis::kernel::{fnv1a, Backend, Dialect, Elem, Grid, KernelId, Launch, TensorSpec};
+use trellis::kernel::{
+    fnv1a, Backend, Dialect, Elem, Grid, KernelId, Launch, LaunchParts, TensorSpec,
+};
 
 /// A kernel that writes 1 to `y[0]`, launched on `groups` threadgroups of 32 threads;
 /// returns `y[0]` (outputs start zeroed).
@@ -35,27 +37,31 @@ fn run_body(
             body: body.to_string(),
         })
     };
-    let launch = Launch {
-        kernel: name,
-        id: KernelId {
-            name,
-            params: fnv1a(body.as_bytes()),
-            detail: 0,
-        },
-        grid: Grid {
-            groups,
-            threads: 32,
-        },
-        shared_bytes: 0,
-        dynamic_shared_bytes: 0,
-        zero_outputs: false,
-        inputs: vec![],
-        outputs: vec![TensorSpec {
-            name: "y",
-            elem: Elem::F32,
-            shape: vec![1],
-        }],
-        render: &render,
+    // SAFETY: the body writes `y[0]` alone, from thread 0 of group (0, 0), and its id
+    // hashes the body.
+    let launch = unsafe {
+        Launch::from_parts(LaunchParts {
+            kernel: name,
+            id: KernelId {
+                name,
+                params: fnv1a(body.as_bytes()),
+                detail: 0,
+            },
+            grid: Grid {
+                groups,
+                threads: 32,
+            },
+            shared_bytes: 0,
+            dynamic_shared_bytes: 0,
+            zero_outputs: false,
+            inputs: vec![],
+            outputs: vec![TensorSpec {
+                name: "y",
+                elem: Elem::F32,
+                shape: vec![1],
+            }],
+            render: &render,
+        })
     };
     let y = b.launch(&launch, &[])?;
     b.synchronize()?;

@@ -8,7 +8,9 @@ use trellis::backend::metal_sim::{MetalSimBackend, Schedule, SimTensor};
 use trellis::codegen::metal::MlxDispatch;
 use trellis::families::reduce::Reduce;
 use trellis::family::{self, Family, FamilyVisitor};
-use trellis::kernel::{Backend, Dialect, Elem, Grid, KernelSpec, Launch, Rendered, TensorSpec};
+use trellis::kernel::{
+    Backend, Dialect, Elem, Grid, KernelSpec, Launch, LaunchParts, Rendered, TensorSpec,
+};
 use trellis::numerics::Tier;
 use trellis::ops::{self, DeviceMatrix};
 use trellis::simt::{MStrategy, Proj, Representation, Variant, XStage};
@@ -62,30 +64,34 @@ fn run_body(
         body: body.to_string(),
     };
     let render = move |_: Dialect| Ok(rendered.clone());
-    let launch = Launch {
-        kernel: "probe",
-        id: trellis::kernel::KernelId {
-            name: "probe",
-            params: trellis::kernel::fnv1a(name.as_bytes()),
-            detail: 0,
-        },
-        grid: Grid {
-            groups: [1, 1, 1],
-            threads: 1,
-        },
-        shared_bytes: 0,
-        dynamic_shared_bytes: 0,
-        zero_outputs: false,
-        inputs: inputs
-            .iter()
-            .map(|(n, t)| TensorSpec {
-                name: n,
-                elem: trellis::kernel::DeviceTensor::elem(*t),
-                shape: trellis::kernel::DeviceTensor::shape(*t),
-            })
-            .collect(),
-        outputs: outputs.to_vec(),
-        render: &render,
+    // SAFETY: the simulator bounds-checks every output write (a write past one is its
+    // error: the probes test it), and each probe's id hashes its name.
+    let launch = unsafe {
+        Launch::from_parts(LaunchParts {
+            kernel: "probe",
+            id: trellis::kernel::KernelId {
+                name: "probe",
+                params: trellis::kernel::fnv1a(name.as_bytes()),
+                detail: 0,
+            },
+            grid: Grid {
+                groups: [1, 1, 1],
+                threads: 1,
+            },
+            shared_bytes: 0,
+            dynamic_shared_bytes: 0,
+            zero_outputs: false,
+            inputs: inputs
+                .iter()
+                .map(|(n, t)| TensorSpec {
+                    name: n,
+                    elem: trellis::kernel::DeviceTensor::elem(*t),
+                    shape: trellis::kernel::DeviceTensor::shape(*t),
+                })
+                .collect(),
+            outputs: outputs.to_vec(),
+            render: &render,
+        })
     };
     let mut outs: Vec<SimTensor> = outputs.iter().map(|s| b.alloc(s).unwrap()).collect();
     let ins: Vec<&SimTensor> = inputs.iter().map(|(_, t)| *t).collect();
@@ -656,8 +662,11 @@ fn run_planted(
     }
     rendered.body = planted;
     let render = move |_: Dialect| Ok(rendered.clone());
-    let mut launch = spec.launch_request(&render).unwrap();
-    launch.id.params ^= trellis::kernel::fnv1a(tag.as_bytes());
+    let mut parts = spec.launch_request(&render).unwrap().into_parts();
+    parts.id.params ^= trellis::kernel::fnv1a(tag.as_bytes());
+    // SAFETY: the simulator bounds-checks every output write, and the id is the
+    // declaration's with the defect's tag hashed in.
+    let launch = unsafe { trellis::kernel::Launch::from_parts(parts) };
     let dw = DeviceMatrix::upload(b, &c.w).unwrap();
     let dx = ops::upload_activations(b, &c.x).unwrap();
     let outs = b

@@ -6,7 +6,7 @@
 use trellis::check;
 use trellis::families::reduce_mma::{ReduceMmaFamily, ReduceMmaHost, ReduceMmaProblem};
 use trellis::family::{self, Family};
-use trellis::kernel::{Backend, Dialect, KernelSpec};
+use trellis::kernel::{Backend, Dialect, KernelSpec, Launch};
 use trellis::mma::{MmaVariant, MmaXStage};
 use trellis::numerics::Tier;
 use trellis::{Activations, Code, DType, Geometry, ScaleDType};
@@ -113,8 +113,10 @@ pub fn empty_grid_runs_nothing<B: Backend>(b: &B) {
     let k = ReduceMmaFamily::kernel(&p, v);
     let render = |d: Dialect| k.render(d);
     for axis in 0..3 {
-        let mut launch = k.launch_request(&render).unwrap();
-        launch.grid.groups[axis] = 0;
+        let mut parts = k.launch_request(&render).unwrap().into_parts();
+        parts.grid.groups[axis] = 0;
+        // SAFETY: the declaration's own with fewer groups: no group runs.
+        let launch = unsafe { Launch::from_parts(parts) };
         let y = &launch.outputs[0];
         let before = vec![0x3Cu8; y.len() * y.elem.size()];
         let mut out = [
@@ -138,8 +140,11 @@ pub fn dynamic_within_declared<B: Backend>(b: &B) {
     let (p, _, v) = split_k();
     let k = ReduceMmaFamily::kernel(&p, v);
     let render = |d: Dialect| k.render(d);
-    let mut launch = k.launch_request(&render).unwrap();
-    launch.dynamic_shared_bytes = launch.shared_bytes + 1;
+    let mut parts = k.launch_request(&render).unwrap().into_parts();
+    parts.dynamic_shared_bytes = parts.shared_bytes + 1;
+    // SAFETY: the declaration's own, with more dynamic memory than in all: refused at
+    // compile, it never runs.
+    let launch = unsafe { Launch::from_parts(parts) };
     let e = b
         .compile(&launch)
         .err()

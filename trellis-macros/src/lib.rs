@@ -527,7 +527,9 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             fn deref(&self) -> &#ty { self.spec }
         }
 
-        impl ::trellis::kernel::KernelSpec for #ty {
+        // SAFETY: the template's author keeps the declaration's promise (`KernelSpec`'s
+        // safety section): its body indexes only the tensors declared here.
+        unsafe impl ::trellis::kernel::KernelSpec for #ty {
             const NAME: &'static str = #name;
             fn id(&self) -> ::trellis::kernel::KernelId { #kernel_id }
             fn inputs(&self) -> Vec<::trellis::kernel::TensorSpec> { #input_specs }
@@ -649,7 +651,7 @@ mod tests {
         let ts = squeeze(expand(args, item).unwrap());
         for want in [
             "structK{n:usize}",
-            "impl::trellis::kernel::KernelSpecforK",
+            "unsafeimpl::trellis::kernel::KernelSpecforK",
             "pubfnlaunch<B:::trellis::kernel::Backend>(&self,backend:&B,)",
             "pubfnlaunch_into<'t,B:::trellis::kernel::Backend>(&self,backend:&B,y:&'tmutB::Tensor)",
         ] {
