@@ -115,7 +115,35 @@ impl Code {
             }
             return Ok(lut.to_vec());
         }
-        (0..n as u32).map(|s| self.value(s, None)).collect()
+        Ok(self.computed_table(l)?.to_vec())
+    }
+
+    /// The table of a computed code at `l`, made once a process: 2^16 values take about
+    /// half a millisecond on a laptop core, and every call of the facade reads the table
+    /// (to check weights and operands, to upload it), some 20 times a GPU kernel's time.
+    fn computed_table(self, l: u32) -> Result<std::sync::Arc<[f32]>> {
+        use std::collections::HashMap;
+        use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+        type Memo = Mutex<HashMap<(Code, u32), Arc<[f32]>>>;
+        static MEMO: OnceLock<Memo> = OnceLock::new();
+        let memo = MEMO.get_or_init(Default::default);
+        if let Some(t) = memo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(self, l))
+        {
+            return Ok(t.clone());
+        }
+        // Made outside the lock (two threads may both make it: the same values).
+        let t: Vec<f32> = (0..1u32 << l)
+            .map(|s| self.value(s, None))
+            .collect::<Result<_>>()?;
+        Ok(memo
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((self, l))
+            .or_insert_with(|| t.into())
+            .clone())
     }
 }
 

@@ -995,7 +995,23 @@ impl Writer {
 
     /// Add activations `[M, C]` in their dtype.
     pub fn activations(&mut self, name: impl Into<String>, a: &Activations) -> &mut Self {
-        self.floats(name.into(), a.dtype, vec![a.rows, a.cols], &a.data);
+        let name = name.into();
+        // Its fields are public: a value that is none of its dtype's would be rounded
+        // silently (an infinity or a NaN, as an output may hold, is written as it is).
+        let foreign = |v: &f32| !v.is_nan() && a.dtype.round(*v).to_bits() != v.to_bits();
+        if let Some(i) = a.data.iter().position(foreign) {
+            self.error.get_or_insert(Error::invalid(
+                format!(
+                    "tensor `{name}` [{}, {}]",
+                    i / a.cols.max(1),
+                    i % a.cols.max(1)
+                ),
+                a.data[i],
+                format!("is no {} value", a.dtype),
+            ));
+            return self;
+        }
+        self.floats(name, a.dtype, vec![a.rows, a.cols], &a.data);
         self
     }
 

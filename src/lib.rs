@@ -8,7 +8,8 @@
 //!   kernels): [`backend::CpuBackend`], or any by name with [`backend::AnyBackend::open`].
 //!   The [`Tier`] picks the families: `Exact` (SPEC 5 bits) or `Fast` (the SPEC 7 bound,
 //!   on matrix units); the tuning tables pick the variant ([`tune::Selector`]). Files are
-//!   read and written by [`io`]; matrices are made by [`encode`].
+//!   read and written by [`io`]; matrices are made by [`encode`]. `examples/facade.rs`
+//!   runs all of it on the CPU (`cargo run --release --example facade`).
 //! - **Kernels**: a kernel is a struct, an Askama template and the [`kernel`](macro@kernel)
 //!   attribute; a *family* ([`family::Family`]) makes it verifiable, tunable and selectable.
 //!   This crate's families are in [`families`] (`reduce`, `gate_up`, `expand`, and the fast

@@ -216,7 +216,9 @@ pub struct Activations {
 }
 
 impl Activations {
-    /// Round arbitrary f32 values to `dtype` and wrap them.
+    /// Round arbitrary f32 values to `dtype` and wrap them. A finite value past the
+    /// dtype's range is an error naming it (it would round to an infinity the caller
+    /// never wrote, which the kernels then refuse under that name).
     pub fn from_f32(dtype: DType, rows: usize, cols: usize, data: Vec<f32>) -> Result<Self> {
         if rows.checked_mul(cols) != Some(data.len()) {
             return Err(Error::Shape {
@@ -224,6 +226,16 @@ impl Activations {
                 actual: vec![data.len()],
                 expected: vec![rows, cols],
             });
+        }
+        if let Some(i) = data
+            .iter()
+            .position(|&v| v.is_finite() && !dtype.round(v).is_finite())
+        {
+            return Err(Error::invalid(
+                format!("x[{}, {}]", i / cols, i % cols),
+                data[i],
+                format!("overflows {dtype}"),
+            ));
         }
         Ok(Activations {
             dtype,

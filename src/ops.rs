@@ -322,6 +322,8 @@ fn matvec_uploaded<B: Backend>(
     tier: Tier,
 ) -> Result<Activations> {
     let (b, w) = (wd.b, wd.w);
+    // A hand-edited geometry (its fields are public) is named as such, before M is.
+    w.geometry.validate()?;
     if x.rows > max_samples(tier) as usize {
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
@@ -415,6 +417,8 @@ fn gate_up_uploaded<B: Backend>(
     tier: Tier,
 ) -> Result<Activations> {
     let (b, gate, up) = (ws[0].b, ws[0].w, ws[1].w);
+    gate.geometry.validate()?;
+    up.geometry.validate()?;
     if x.rows > max_samples(tier) as usize {
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
@@ -528,9 +532,13 @@ pub fn gate_up_resident<B: Backend>(
 ) -> Result<Activations> {
     if !std::ptr::eq(gate.w.b, up.w.b) {
         return Err(Error::invalid(
-            "up",
-            "resident",
-            "on another backend than the gate matrix (both must be on one)",
+            "up's backend",
+            format!("{} {}", up.w.b.name(), up.w.b.device_id()),
+            format!(
+                "is not the gate's ({} {}): both must be resident on one backend",
+                gate.w.b.name(),
+                gate.w.b.device_id()
+            ),
         ));
     }
     gate_up_uploaded([gate.w.clone(), up.w.clone()], x, tail, tier)

@@ -1180,7 +1180,10 @@ fn a_resident_matrix_is_uploaded_once_for_many_calls() {
     let e = ops::gate_up_resident(&rw, &ru2, &x, Tail::Exact, Tier::Exact)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("up") && e.contains("another backend"), "{e}");
+    assert!(
+        e.contains("up's backend") && e.contains("both must be resident on one backend"),
+        "{e}"
+    );
 }
 
 /// Public fields and free functions set by hand: each misfit is an error naming what is
@@ -1253,6 +1256,35 @@ fn hand_set_fields_are_errors_not_panics_or_wrong_results() {
         e.contains("u = [1, 8] bf16") && e.contains("must match g: [2, 8] bf16"),
         "{e}"
     );
+    // A hand-set geometry of no columns, at an M past one launch: named as such, not as M.
+    let mut c0 = w.clone();
+    c0.geometry.cols = 0;
+    let x20 = random_x(DType::Bf16, 20, 512, 94);
+    for tier in [Tier::Exact, Tier::Fast] {
+        let e = ops::matvec(&cpu, &c0, &x20, tier).unwrap_err().to_string();
+        assert!(e.contains("cols = 0"), "{tier:?}: {e}");
+    }
+    // A finite value past the dtype's range is refused where it is made, not turned into
+    // an infinity the caller never wrote.
+    let e = Activations::from_f32(DType::F16, 1, 2, vec![1.0, 1e5])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("x[0, 1] = 100000") && e.contains("overflows f16"),
+        "{e}"
+    );
+    // Activations whose values are none of their dtype's are not written rounded.
+    let dir = tempfile::tempdir().unwrap();
+    let mut off_y = y.clone();
+    off_y.data[1] = 0.1;
+    let e = trellis::io::write_activations(&dir.path().join("y.safetensors"), "y", &off_y)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("tensor `y` [0, 1] = 0.1") && e.contains("is no bf16 value"),
+        "{e}"
+    );
+    assert!(!dir.path().join("y.safetensors").exists());
     // Buckets of sizes past 2^63 stay in the top one.
     assert_eq!(trellis::tune::Bucket::of(usize::MAX, 1).rows, 1 << 63);
 }

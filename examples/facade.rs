@@ -1,0 +1,82 @@
+//! The facade end to end on the CPU backend (the embedded default; no GPU needed):
+//! encode a dense matrix, write and read it back, run `matvec` in both tiers, `gate_up`,
+//! and a matrix kept resident for many calls.
+//!
+//! `cargo run --release --example facade`
+
+use trellis::backend::CpuBackend;
+use trellis::check::{fast_reduce, RealSums};
+use trellis::encode::{quantize, EncodeOptions};
+use trellis::{io, ops, reference, Activations, Code, DType, Tail, Tier};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (rows, cols) = (256, 1024);
+    // Any dense f32 [rows, cols] matrix; here a smooth one (roughly Gaussian rows).
+    let dense = |phase: f32| -> Vec<f32> {
+        (0..rows * cols)
+            .map(|i| 0.02 * ((i as f32 * 0.618 + phase).sin() + (i as f32 * 0.017).cos()))
+            .collect()
+    };
+    let opts = EncodeOptions {
+        t: 256,
+        k: 2,
+        l: 12,
+        code: Code::OneMad,
+        lut: None,
+        progress: false,
+    };
+    let gate = quantize(&dense(0.0), rows, cols, &opts)?;
+    let up = quantize(&dense(1.0), rows, cols, &opts)?;
+    println!("quantized 2 x {rows}x{cols} at k 2: mse {:.3e}", gate.mse);
+
+    // Files: one matrix under a prefix, read back as written.
+    let dir = std::env::temp_dir().join(format!("trellis-facade-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("gate.safetensors");
+    io::write_quantized(&path, "gate", &gate.matrix)?;
+    let w = io::read_quantized(&path, "gate")?;
+    assert_eq!(w, gate.matrix);
+
+    // x is [M, C] in the activation dtype; y = W x is [M, R] in the same dtype.
+    let m = 3;
+    let xs: Vec<f32> = (0..m * cols)
+        .map(|i| ((i % 7) as f32 - 3.0) * 0.25)
+        .collect();
+    let x = Activations::from_f32(DType::Bf16, m, cols, xs)?;
+    let b = CpuBackend::new()?; // open once: it keeps its compiled kernels
+
+    // Exact: SPEC 5's bits, equal to the CPU reference's.
+    let y = ops::matvec(&b, &w, &x, Tier::Exact)?;
+    assert!(y.bits_eq(&reference::reduce(&w, &x)?));
+    // Fast: within SPEC 7's bound of the real sums.
+    let yf = ops::matvec(&b, &w, &x, Tier::Fast)?;
+    let verdict = fast_reduce(&yf, &RealSums::of(&w, &x)?)?;
+    println!(
+        "matvec y [{}, {}]: exact = reference; fast {verdict}",
+        y.rows, y.cols
+    );
+
+    // SwiGLU: mid = silu(G x) * (U x), the exact tail.
+    let mid = ops::gate_up(&b, &w, &up.matrix, &x, Tail::Exact, Tier::Exact)?;
+    assert!(mid.bits_eq(&reference::gate_up(&w, &up.matrix, &x)?));
+
+    // Resident: uploaded once, any number of calls, the same results.
+    let (rg, ru) = (
+        ops::Resident::new(&b, &w)?,
+        ops::Resident::new(&b, &up.matrix)?,
+    );
+    for _ in 0..3 {
+        assert_eq!(rg.matvec(&x, Tier::Exact)?, y);
+        assert_eq!(
+            ops::gate_up_resident(&rg, &ru, &x, Tail::Exact, Tier::Exact)?,
+            mid
+        );
+    }
+    io::write_activations(&dir.join("mid.safetensors"), "mid", &mid)?;
+    println!(
+        "gate_up mid [{}, {}] and 6 resident calls: as the reference",
+        mid.rows, mid.cols
+    );
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
