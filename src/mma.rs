@@ -640,7 +640,9 @@ pub trait MmaLayout {
         } else {
             4
         };
-        red + self.xs_words() * 4 + self.warps() * ((256 + 128) * operand_bytes + 128 * 4)
+        // Split-K's `last_group` flag.
+        let flag = if self.dims().4.k_split > 1 { 4 } else { 0 };
+        red + self.xs_words() * 4 + self.warps() * ((256 + 128) * operand_bytes + 128 * 4) + flag
     }
     /// Grid slices of samples (`m_tile` each).
     fn slices(&self) -> usize {

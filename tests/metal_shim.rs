@@ -25,6 +25,8 @@ struct Kernel {
     tier: Tier,
     /// The complete MLX source.
     source: String,
+    /// Inputs MLX passes in the `constant` address space (fewer than 8 elements).
+    constant_inputs: Vec<&'static str>,
 }
 
 /// One translation unit: `<metal_stdlib>` once, then each kernel in its own namespace
@@ -88,8 +90,15 @@ fn culprit(log: &str, file: &Path, b: &Batch) -> Option<usize> {
         .map(|&(_, i)| i)
 }
 
-/// Which kernels of a batch contain `simd_sum` once macros are expanded.
-fn uses_simd_sum(preprocessed: &str, kernels: &[Kernel], b: &Batch) -> Vec<(usize, bool)> {
+/// What the host compiler cannot see of one kernel, once macros are expanded: whether it
+/// reduces with `simd_sum`, and a `constant` input used otherwise than indexed.
+struct Expanded {
+    uses_simd_sum: bool,
+    constant_misuse: Option<String>,
+}
+
+/// [`Expanded`] of each kernel of a batch.
+fn expanded(preprocessed: &str, kernels: &[Kernel], b: &Batch) -> Vec<(usize, Expanded)> {
     b.starts
         .iter()
         .map(|&(_, i)| {
@@ -99,9 +108,43 @@ fn uses_simd_sum(preprocessed: &str, kernels: &[Kernel], b: &Batch) -> Vec<(usiz
             });
             let rest = &preprocessed[at + open.len()..];
             let end = rest.find("namespace ns_").unwrap_or(rest.len());
-            (i, rest[..end].contains("simd_sum"))
+            let text = &rest[..end];
+            let constant_misuse = kernels[i]
+                .constant_inputs
+                .iter()
+                .find_map(|name| not_only_indexed(text, name));
+            (
+                i,
+                Expanded {
+                    uses_simd_sum: text.contains("simd_sum"),
+                    constant_misuse,
+                },
+            )
         })
         .collect()
+}
+
+/// The first use of identifier `name` in `text` that is no `name[...]` (the signature's
+/// `name [[buffer(i)]]` is one): MLX passes a small input as `const constant T*`, which
+/// a `device` pointer parameter does not take, while the shim's address spaces are
+/// empty, so the host compiler takes it.
+fn not_only_indexed(text: &str, name: &str) -> Option<String> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut from = 0;
+    while let Some(at) = text[from..].find(name).map(|i| i + from) {
+        from = at + name.len();
+        let before = text[..at].chars().next_back();
+        let after = text[from..].trim_start().chars().next();
+        if before.is_some_and(ident) || text[from..].starts_with(ident) {
+            continue; // part of a longer identifier
+        }
+        if after != Some('[') {
+            let line = text[..at].rfind('\n').map_or(0, |n| n + 1);
+            let eol = text[at..].find('\n').map_or(text.len(), |n| n + at);
+            return Some(format!("`{name}` in: {}", text[line..eol].trim()));
+        }
+    }
+    None
 }
 
 #[test]
@@ -119,10 +162,17 @@ fn every_metal_specialization_compiles_against_the_shim() {
                     let source = k
                         .unit(Dialect::Metal)
                         .unwrap_or_else(|e| panic!("{symbol} does not render for Metal: {e}"));
+                    let constant_inputs = k
+                        .inputs()
+                        .iter()
+                        .filter(|t| t.len() < 8)
+                        .map(|t| t.name)
+                        .collect();
                     self.0.push(Kernel {
                         source,
                         symbol,
                         tier: F::tier(&v),
+                        constant_inputs,
                     });
                 }
             }
@@ -153,8 +203,8 @@ fn every_metal_specialization_compiles_against_the_shim() {
         })
         .collect();
 
-    // (batch, compiled, log, simd_sum use per kernel)
-    type Outcome = (usize, bool, String, Vec<(usize, bool)>);
+    // (batch, compiled, log, what each kernel expands to)
+    type Outcome = (usize, bool, String, Vec<(usize, Expanded)>);
     let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -171,8 +221,8 @@ fn every_metal_specialization_compiles_against_the_shim() {
                     "preprocessing {} failed:\n{pre_log}",
                     path.display()
                 );
-                let simd = uses_simd_sum(&pre, &kernels, b);
-                outcomes.lock().unwrap().push((bi, ok, log, simd));
+                let each = expanded(&pre, &kernels, b);
+                outcomes.lock().unwrap().push((bi, ok, log, each));
             });
         }
     });
@@ -202,8 +252,17 @@ fn every_metal_specialization_compiles_against_the_shim() {
     }
 
     let mut fast_with_simd_sum = 0;
-    for (_, _, _, simd) in &outcomes {
-        for &(i, uses) in simd {
+    let mut constant_inputs = 0;
+    for (_, _, _, each) in &outcomes {
+        for (i, e) in each {
+            let (i, uses) = (*i, e.uses_simd_sum);
+            if let Some(misuse) = &e.constant_misuse {
+                panic!(
+                    "Metal kernel {} uses a `constant` input otherwise than indexed: {misuse}",
+                    kernels[i].symbol
+                );
+            }
+            constant_inputs += kernels[i].constant_inputs.len();
             match kernels[i].tier {
                 Tier::Exact => assert!(
                     !uses,
@@ -214,6 +273,10 @@ fn every_metal_specialization_compiles_against_the_shim() {
             }
         }
     }
+    assert!(
+        constant_inputs > 0,
+        "no kernel has a `constant` input: the check of their use would be vacuous"
+    );
     let fast = kernels.iter().filter(|k| k.tier == Tier::Fast).count();
     assert!(
         fast == 0 || fast_with_simd_sum > 0,
@@ -268,4 +331,15 @@ fn standalone_matches_mlx_signature_rules() {
         );
         assert!(sig.contains(&want), "missing `{want}` in\n{sig}");
     }
+}
+
+#[test]
+fn a_constant_input_used_unindexed_is_found() {
+    let sig = "const constant float* s [[buffer(2)]],\n";
+    assert_eq!(
+        not_only_indexed(&format!("{sig}x = s[i] + s [3] + scales[i];"), "s"),
+        None
+    );
+    let found = not_only_indexed(&format!("{sig}x = load4(s + 4u);"), "s").unwrap();
+    assert!(found.contains("load4(s + 4u)"), "{found}");
 }

@@ -503,11 +503,13 @@ impl Backend for MetalBackend {
         let first = !evaluated.get();
         let arrays_in: Vec<&Array> = b.inputs.iter().collect();
         // SAFETY: input and output shapes and dtypes match the kernel's declared specs
-        // (checked in `bind`); every validated specialization reads only inside its
-        // inputs, never writes them, and writes only inside its outputs, within the grid
-        // built from its own `grid()`: every element once, or (split-K arrival counters
-        // and workspaces) through atomics and fences on outputs MLX zeroes first
-        // (`zero_outputs`, MLX's `init_value`).
+        // (checked in `bind`), and the launch keeps its `KernelSpec`'s promise: it reads
+        // only inside its inputs, never writes them, and writes only inside its outputs,
+        // within the grid built from its own `grid()`: each element it writes once, or
+        // (split-K arrival counters and workspaces) through atomics and fences on outputs
+        // MLX zeroes first (`zero_outputs`, MLX's `init_value`). An output a kernel does
+        // not write (`reduce_mma`'s one-word `ws` without split-K) is returned as MLX
+        // allocated it: no caller reads it.
         let arrays = unsafe {
             kernel.apply(
                 &arrays_in,

@@ -33,7 +33,8 @@ DEVICE float lane_butterfly(float v) {
 DEVICE float fma32(float a, float b, float c) { return metal::fma(a, b, c); }
 DEVICE float mul32(float a, float b) { return a * b; }
 DEVICE float add32(float a, float b) { return a + b; }
-// MSL does not promise a correctly rounded `/`; refine the quotient with one fma step.
+// One fma step (Markstein's) after `1.0f / b`: correctly rounded if MSL's `/` is (its
+// accuracy table, fast math off), and if it is within an ulp unless b's significand is all ones.
 DEVICE float div32(float a, float b) {
   const float r = 1.0f / b, q = a * r;
   return metal::fma(metal::fma(-q, b, a), r, q);
