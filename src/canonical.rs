@@ -2,7 +2,8 @@
 //! kernel reproduces bit for bit. The kernel templates implement the same steps with
 //! the same names (lane, run, `a0`/`a1`, butterfly); this is the plain version.
 
-use crate::geometry::LANES;
+/// Lanes of a simdgroup the order spreads a row's runs over.
+pub const LANES: usize = 32;
 
 /// Weights per run.
 pub const RUN: usize = 32;

@@ -103,16 +103,7 @@ pub fn quantize_with_progress(
 /// [`quantize`] runs this on every block of `row / scale`; [`layout::pack_block`]
 /// stores the result. `values` is the code's table ([`Code::table`]).
 pub fn tail_biting_path(values: &[f32], k: u32, l: u32, targets: &[f32]) -> Result<Vec<u32>> {
-    if !(1..=8).contains(&k) {
-        return Err(Error::invalid("k", k, "must be in 1..=8"));
-    }
-    if l <= k || l > 16 {
-        return Err(Error::invalid(
-            "L",
-            l,
-            format!("must satisfy k = {k} < L <= 16"),
-        ));
-    }
+    crate::geometry::check_kl(k, l)?;
     if values.len() != 1 << l {
         return Err(Error::invalid(
             "values length",

@@ -3,9 +3,6 @@
 use crate::codes::Code;
 use crate::error::{Error, Result};
 
-/// Lanes of the canonical order (SPEC section 5) and weights per run: both 32.
-pub const LANES: usize = 32;
-
 /// The shape and coding parameters of one quantized matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Geometry {
@@ -27,6 +24,21 @@ pub struct Geometry {
 /// place this is written, for [`Geometry`] and the kernels' projections alike.
 pub const fn words_per_block(t: usize, k: u32) -> usize {
     t * k as usize / 32
+}
+
+/// SPEC 1's bits per weight and state bits: `1 <= k <= 8`, `k < L <= 16`.
+pub fn check_kl(k: u32, l: u32) -> Result<()> {
+    if !(1..=8).contains(&k) {
+        return Err(Error::invalid("k", k, "must be in 1..=8"));
+    }
+    if l <= k || l > 16 {
+        return Err(Error::invalid(
+            "L",
+            l,
+            format!("must satisfy k = {k} < L <= 16"),
+        ));
+    }
+    Ok(())
 }
 
 /// Trellis states at `l` state bits, `2^L`.
@@ -68,16 +80,7 @@ impl Geometry {
                 format!("must be a positive multiple of T = {}", self.t),
             ));
         }
-        if !(1..=8).contains(&self.k) {
-            return Err(Error::invalid("k", self.k, "must be in 1..=8"));
-        }
-        if self.l <= self.k || self.l > 16 {
-            return Err(Error::invalid(
-                "L",
-                self.l,
-                format!("must satisfy k = {} < L <= 16", self.k),
-            ));
-        }
+        check_kl(self.k, self.l)?;
         // Guard the u32 indexing every kernel uses: a column index within a row (`u * 32 + j`)
         // and a word index within the codes tensor (in u128: the product of two usize
         // fields read from a file must not wrap into a small, valid-looking size).
@@ -129,6 +132,11 @@ impl Geometry {
     /// Shape of the `codes` tensor, `[R, C/T, T*k/32]`.
     pub fn codes_shape(&self) -> [usize; 3] {
         [self.rows, self.blocks_per_row(), self.words_per_block()]
+    }
+
+    /// Bytes of the `codes` tensor, `R * C * k / 8`.
+    pub fn code_bytes(&self) -> usize {
+        self.codes_shape().iter().product::<usize>() * 4
     }
 
     /// Number of trellis states, `2^L`.

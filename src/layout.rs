@@ -45,7 +45,7 @@ pub fn block_states(block: &[u32], t_len: usize, k: u32, l: u32) -> Vec<u32> {
 /// [`block_states`].
 pub fn pack_block(states: &[u32], k: u32, out: &mut [u32]) {
     let t_len = states.len();
-    debug_assert_eq!(out.len(), t_len * k as usize / 32);
+    debug_assert_eq!(out.len(), crate::geometry::words_per_block(t_len, k));
     out.iter_mut().for_each(|w| *w = 0);
     let mask = (1u32 << k) - 1;
     for (t, &s) in states.iter().enumerate() {

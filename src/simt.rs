@@ -406,6 +406,10 @@ impl Proj {
     pub fn states(&self) -> usize {
         crate::geometry::states(self.l)
     }
+    /// Bytes of the value table as f32, in threadgroup memory where a kernel stages it.
+    pub fn table_bytes(&self) -> usize {
+        4 * self.states()
+    }
     /// Length of the table argument a kernel in representation `repr` reads: the value
     /// table, or a one-element placeholder when it reads none.
     pub fn table_arg_len(&self, repr: Representation) -> usize {

@@ -49,7 +49,7 @@ pub struct Expand {
 impl Expand {
     fn shared(&self) -> usize {
         if self.variant.repr.is_shared() {
-            4 << self.proj.l
+            self.proj.table_bytes()
         } else {
             0
         }
@@ -212,6 +212,6 @@ impl Family for ExpandFamily {
     }
     fn bytes(p: &ExpandProblem) -> usize {
         let g = &p.geometry;
-        g.rows * g.cols * (g.k as usize + 8 * p.act.size()) / 8 + g.rows * p.scale.size()
+        g.code_bytes() + g.rows * g.cols * p.act.size() + g.rows * p.scale.size()
     }
 }

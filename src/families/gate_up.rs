@@ -74,7 +74,7 @@ impl GateUp {
     }
     fn shared(&self) -> usize {
         let tables = if self.variant.repr.is_shared() {
-            (4 << self.gate.l) + (4 << self.up.l)
+            self.gate.table_bytes() + self.up.table_bytes()
         } else {
             0
         };
@@ -273,7 +273,8 @@ impl GateUpProblem {
     /// Bytes a launch must move at least: both projections' codes, activations, scales.
     pub fn bytes(&self) -> usize {
         let (g, u) = (&self.gate, &self.up);
-        g.rows * g.cols * (g.k + u.k) as usize / 8
+        g.code_bytes()
+            + u.code_bytes()
             + self.m as usize * (g.cols + g.rows) * self.act.size()
             + g.rows * (self.gate_scale.size() + self.up_scale.size())
     }
@@ -407,10 +408,11 @@ impl Family for GateUpFamily {
         out
     }
     fn label(p: &GateUpProblem) -> &'static str {
+        // Mixed k pairs are their own label (the tables' and reports' grouping).
         if p.gate.k == p.up.k {
-            "gate_up"
+            Self::NAME
         } else {
-            "gate_up_mixed"
+            Self::ALIASES[0]
         }
     }
     fn key_fields(p: &GateUpProblem) -> String {

@@ -295,10 +295,11 @@ impl Family for GateUpMmaFamily {
         p.gate.rows >= crate::catalog::TUNED_ROWS && far(p.m, v)
     }
     fn label(p: &GateUpMmaProblem) -> &'static str {
+        // Mixed k pairs are their own label (the tables' and reports' grouping).
         if p.gate.k == p.up.k {
-            "gate_up_mma"
+            Self::NAME
         } else {
-            "gate_up_mma_mixed"
+            Self::ALIASES[0]
         }
     }
     fn key_fields(p: &GateUpMmaProblem) -> String {

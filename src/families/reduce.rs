@@ -52,7 +52,7 @@ pub struct Reduce {
 impl Reduce {
     fn shared(&self) -> usize {
         let table = if self.variant.repr.is_shared() {
-            4 << self.proj.l
+            self.proj.table_bytes()
         } else {
             0
         };
@@ -234,7 +234,7 @@ impl ReduceProblem {
     /// Bytes a launch must move at least: codes, activations in and out, scales.
     pub fn bytes(&self) -> usize {
         let g = &self.geometry;
-        g.rows * g.cols * g.k as usize / 8
+        g.code_bytes()
             + self.m as usize * (g.cols + g.rows) * self.act.size()
             + g.rows * self.scale.size()
     }

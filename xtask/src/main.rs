@@ -218,16 +218,18 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                     "bench compares against cuBLAS: cuda only",
                 ));
             }
+            use trellis::families::reduce_mma::ReduceMmaFamily;
+            let mma = |f: &str| trellis::families::is::<ReduceMmaFamily>(f);
             match (family.as_deref(), &table) {
                 // Every launch shape of the matrix-unit families, no table involved.
-                (Some("reduce_mma"), Some(_)) => {
+                (Some(f), Some(_)) if mma(f) => {
                     return Err(trellis::Error::invalid(
                         "table",
                         "given",
                         "--family reduce_mma times every launch shape, no table's choice",
                     ))
                 }
-                (Some("reduce_mma"), None) => {
+                (Some(f), None) if mma(f) => {
                     bench::run_mma(&out)?;
                     return Ok(true);
                 }
