@@ -28,7 +28,7 @@
 //!     let w = io::read_quantized(Path::new("w.safetensors"), "w")?;
 //!     let x = io::read_activations(Path::new("x.safetensors"), "x")?;
 //!     let b = CpuBackend::new()?; // open once: it keeps its compiled kernels
-//!     let y = ops::matvec(&b, &w, &x, Tier::Exact)?; // y = x W^T, SPEC 5 bits
+//!     let y = ops::matvec(&b, &w, &x, Tier::Exact)?; // y = W x: [M, R], SPEC 5 bits
 //!     io::write_activations(Path::new("y.safetensors"), "y", &y)
 //! }
 //! ```

@@ -26,11 +26,13 @@ use crate::kernel::Backend;
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::mma::MAX_M_MMA;
 use crate::numerics::{Tail, Tier};
-use crate::simt::{Variant, MAX_M};
+use crate::simt::MAX_M;
 use crate::{DType, ScaleDType};
 use std::rc::Rc;
 
 pub use crate::families::{upload_activations, DeviceMatrix};
+/// The SIMT families' variant, which the `_with` forms take.
+pub use crate::simt::Variant;
 
 /// Activations must be finite: a NaN or infinity would silently poison every output
 /// it touches.
@@ -305,7 +307,8 @@ impl<'a, B: Backend> Uploaded<'a, B> {
 }
 
 /// `y = W x` on `b` in `tier` (see the module docs), with the variant the tables choose
-/// on this device.
+/// on this device: x is `[M, C]` (C the matrix's columns) in its dtype T, any M; y is
+/// `[M, R]` in T, `y[m, r] = sum_c w[r, c] x[m, c]`.
 pub fn matvec<B: Backend>(
     b: &B,
     w: &QuantizedMatrix,
@@ -381,18 +384,29 @@ fn reduce_launch<B: Backend>(
     family::run::<ReduceFamily, B>(b, p, v, &d).map(first)
 }
 
-/// `y = W x` on `b` with a forced variant.
+/// `y = W x` on `b`, exact, with a forced variant (any M, as [`matvec`]).
 pub fn matvec_with<B: Backend>(
     b: &B,
     w: &QuantizedMatrix,
     x: &Activations,
     variant: Variant,
 ) -> Result<Activations> {
+    let mut wd = Uploaded::new(b, w);
+    w.geometry.validate()?;
+    if x.rows > MAX_M as usize {
+        check_finite(x)?;
+        w.check_weights_finite(x.dtype)?;
+        let (cols, rows) = (w.geometry.cols, w.geometry.rows);
+        return in_chunks(x, cols, rows, MAX_M, |xs| {
+            reduce_launch(&mut wd, xs, &reduce_problem(w, xs)?, variant)
+        });
+    }
     let p = reduce_problem(w, x)?;
-    reduce_launch(&mut Uploaded::new(b, w), x, &p, variant)
+    reduce_launch(&mut wd, x, &p, variant)
 }
 
-/// `mid = silu(G x) * (U x)` on `b` with the variant the tables choose for `tier`.
+/// `mid = silu(G x) * (U x)` on `b` with the variant the tables choose for `tier`: x is
+/// `[M, C]` in its dtype T, any M; mid is `[M, R]` in T (SPEC 6's tail, `tail`).
 pub fn gate_up<B: Backend>(
     b: &B,
     gate: &QuantizedMatrix,
@@ -480,7 +494,8 @@ fn gate_up_exact_launch<B: Backend>(
     family::run::<GateUpFamily, B>(b, p, v, &d).map(first)
 }
 
-/// `mid = silu(G x) * (U x)` on `b` with a forced variant.
+/// `mid = silu(G x) * (U x)` on `b`, exact, with a forced variant (any M, as
+/// [`gate_up`]).
 pub fn gate_up_with<B: Backend>(
     b: &B,
     gate: &QuantizedMatrix,
@@ -489,8 +504,20 @@ pub fn gate_up_with<B: Backend>(
     tail: Tail,
     variant: Variant,
 ) -> Result<Activations> {
-    let p = gate_up_problem(gate, up, x, tail)?;
     let (mut gd, mut ud) = (Uploaded::new(b, gate), Uploaded::new(b, up));
+    gate.geometry.validate()?;
+    up.geometry.validate()?;
+    if x.rows > MAX_M as usize {
+        check_finite(x)?;
+        gate.check_weights_finite(x.dtype)?;
+        up.check_weights_finite(x.dtype)?;
+        let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
+        return in_chunks(x, cols, rows, MAX_M, |xs| {
+            let p = gate_up_problem(gate, up, xs, tail)?;
+            gate_up_exact_launch([&mut gd, &mut ud], xs, &p, variant)
+        });
+    }
+    let p = gate_up_problem(gate, up, x, tail)?;
     gate_up_exact_launch([&mut gd, &mut ud], x, &p, variant)
 }
 
@@ -518,6 +545,18 @@ impl<'a, B: Backend> Resident<'a, B> {
     /// `y = W x` in `tier`, as [`matvec`] gives it.
     pub fn matvec(&self, x: &Activations, tier: Tier) -> Result<Activations> {
         matvec_uploaded(self.w.clone(), x, tier)
+    }
+
+    /// `mid = silu(G x) * (U x)` with this matrix as G and `up` as U, in `tier`, as
+    /// [`gate_up`] gives it ([`gate_up_resident`]).
+    pub fn gate_up(
+        &self,
+        up: &Resident<'_, B>,
+        x: &Activations,
+        tail: Tail,
+        tier: Tier,
+    ) -> Result<Activations> {
+        gate_up_resident(self, up, x, tail, tier)
     }
 }
 

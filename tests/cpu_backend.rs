@@ -1145,6 +1145,30 @@ fn a_batch_uploads_each_matrix_once() {
     }
 }
 
+/// The `_with` forms take any M too (they ran one launch and refused M past 8), with
+/// the bits of the table-chosen calls; `Resident::gate_up` is `gate_up_resident`.
+#[test]
+fn forced_variants_and_resident_gate_up_take_any_m() {
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(16, 512, 256, 2, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 101), random_matrix(g, 102));
+    let x = random_x(DType::Bf16, 20, 512, 103);
+    let v = ops::Variant::default();
+    assert!(ops::matvec_with(&cpu, &w, &x, v)
+        .unwrap()
+        .bits_eq(&reference::reduce(&w, &x).unwrap()));
+    let mid = ops::gate_up_with(&cpu, &w, &u, &x, Tail::Exact, v).unwrap();
+    assert!(mid.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()));
+    let (rw, ru) = (
+        ops::Resident::new(&cpu, &w).unwrap(),
+        ops::Resident::new(&cpu, &u).unwrap(),
+    );
+    assert!(rw
+        .gate_up(&ru, &x, Tail::Exact, Tier::Exact)
+        .unwrap()
+        .bits_eq(&mid));
+}
+
 /// A resident matrix is copied to the device once for any number of calls, both tiers,
 /// `matvec` and `gate_up`, and gives the plain calls' results.
 #[test]

@@ -584,16 +584,15 @@ fn gaussian(
     )?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     data.extend((0..n).map(|_| rng.sample::<f32, _>(StandardNormal) * std));
-    let a = Activations::from_f32(dtype, rows, cols, data)?;
-    // A draw past the dtype's range rounds to infinity: no file of such values is useful.
-    if let Some(v) = a.data.iter().find(|v| !v.is_finite()) {
+    // A draw past the dtype's range (no file of such values is useful) is the flag's.
+    if let Some(v) = data.iter().find(|v| !dtype.round(**v).is_finite()) {
         return Err(Error::invalid(
             "std",
             std,
-            format!("draws past the {dtype} range (a value rounded to {v})"),
+            format!("draws past the {dtype} range (a value of {v})"),
         ));
     }
-    Ok(a)
+    Activations::from_f32(dtype, rows, cols, data)
 }
 
 fn random_dense(a: RandomDenseArgs, out: &mut Vec<String>) -> Result<()> {
