@@ -12,6 +12,7 @@
 //! [`crate::families::reduce_mma::beyond_f16_operands`]) on the exact kernels instead, at
 //! f32 with unit row scales, and applies the scales in f64 (so no weight is rounded to T).
 
+use crate::backend::{AnyBackend, BackendVisitor};
 use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};
 use crate::families::gate_up::{GateUpDevice, GateUpFamily, GateUpProblem};
@@ -581,6 +582,42 @@ pub fn gate_up_resident<B: Backend>(
         ));
     }
     gate_up_uploaded([gate.w.clone(), up.w.clone()], x, tail, tier)
+}
+
+/// The facade on a backend chosen at run time: each method runs its function on the
+/// backend the [`AnyBackend`] holds (defined here, above the backends, so they need not
+/// know the facade).
+impl AnyBackend {
+    /// [`matvec`] on the held backend.
+    pub fn matvec(&self, w: &QuantizedMatrix, x: &Activations, tier: Tier) -> Result<Activations> {
+        struct Run<'a>(&'a QuantizedMatrix, &'a Activations, Tier);
+        impl BackendVisitor for Run<'_> {
+            type Out = Result<Activations>;
+            fn visit<B: Backend>(self, b: &B) -> Self::Out {
+                matvec(b, self.0, self.1, self.2)
+            }
+        }
+        self.visit(Run(w, x, tier))
+    }
+
+    /// [`gate_up`] on the held backend.
+    pub fn gate_up(
+        &self,
+        gate: &QuantizedMatrix,
+        up: &QuantizedMatrix,
+        x: &Activations,
+        tail: Tail,
+        tier: Tier,
+    ) -> Result<Activations> {
+        struct Run<'a>([&'a QuantizedMatrix; 2], &'a Activations, Tail, Tier);
+        impl BackendVisitor for Run<'_> {
+            type Out = Result<Activations>;
+            fn visit<B: Backend>(self, b: &B) -> Self::Out {
+                gate_up(b, self.0[0], self.0[1], self.1, self.2, self.3)
+            }
+        }
+        self.visit(Run([gate, up], x, tail, tier))
+    }
 }
 
 /// Dequantize to dense `[R, C]` values of `act` on `b`.

@@ -1146,7 +1146,8 @@ fn a_batch_uploads_each_matrix_once() {
 }
 
 /// The `_with` forms take any M too (they ran one launch and refused M past 8), with
-/// the bits of the table-chosen calls; `Resident::gate_up` is `gate_up_resident`.
+/// the bits of the table-chosen calls; `Resident::gate_up` is `gate_up_resident`; an
+/// `AnyBackend` runs the facade.
 #[test]
 fn forced_variants_and_resident_gate_up_take_any_m() {
     let cpu = CpuBackend::new().unwrap();
@@ -1167,6 +1168,18 @@ fn forced_variants_and_resident_gate_up_take_any_m() {
         .gate_up(&ru, &x, Tail::Exact, Tier::Exact)
         .unwrap()
         .bits_eq(&mid));
+    // A backend chosen by name at run time runs the facade as its own type does.
+    for name in ["cpu", "metal-sim"] {
+        let any = trellis::backend::AnyBackend::open(name).unwrap();
+        let x2 = random_x(DType::Bf16, 2, 512, 104);
+        let y = any.matvec(&w, &x2, Tier::Exact).unwrap();
+        assert!(y.bits_eq(&reference::reduce(&w, &x2).unwrap()), "{name}");
+        let m = any.gate_up(&w, &u, &x2, Tail::Exact, Tier::Exact).unwrap();
+        assert!(
+            m.bits_eq(&reference::gate_up(&w, &u, &x2).unwrap()),
+            "{name}"
+        );
+    }
 }
 
 /// A resident matrix is copied to the device once for any number of calls, both tiers,
