@@ -274,17 +274,21 @@ fn first(mut outs: Vec<Activations>) -> Activations {
 
 /// A matrix uploaded on the first launch that needs it and shared by the call's other
 /// launches (the chunks of a large M), so one call copies each matrix to the device once
-/// (and a [`Resident`] one, none).
+/// (and a [`Resident`] one, none). It also remembers the activation dtypes its weights
+/// were found finite in: the matrix is borrowed, so it cannot change, and the check
+/// reads every scale and the value table (about 0.1 ms at 17408 rows, L 16, a call).
 struct Uploaded<'a, B: Backend> {
     b: &'a B,
     w: &'a QuantizedMatrix,
     dev: Option<Rc<DeviceMatrix<B>>>,
+    finite_in: Rc<std::cell::Cell<[bool; 3]>>,
 }
 
 impl<B: Backend> Clone for Uploaded<'_, B> {
     fn clone(&self) -> Self {
         Uploaded {
             dev: self.dev.clone(),
+            finite_in: self.finite_in.clone(),
             ..*self
         }
     }
@@ -292,7 +296,25 @@ impl<B: Backend> Clone for Uploaded<'_, B> {
 
 impl<'a, B: Backend> Uploaded<'a, B> {
     fn new(b: &'a B, w: &'a QuantizedMatrix) -> Self {
-        Uploaded { b, w, dev: None }
+        Uploaded {
+            b,
+            w,
+            dev: None,
+            finite_in: Default::default(),
+        }
+    }
+
+    /// [`QuantizedMatrix::check_weights_finite`], once per dtype while this (or a clone)
+    /// lives.
+    fn check_weights_finite(&self, dtype: DType) -> Result<()> {
+        let i = DType::ALL.iter().position(|&d| d == dtype).unwrap_or(0);
+        let mut seen = self.finite_in.get();
+        if !seen[i] {
+            self.w.check_weights_finite(dtype)?;
+            seen[i] = true;
+            self.finite_in.set(seen);
+        }
+        Ok(())
     }
 
     fn get(&mut self) -> Result<Rc<DeviceMatrix<B>>> {
@@ -332,7 +354,7 @@ fn matvec_uploaded<B: Backend>(
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
         if tier == Tier::Exact {
-            w.check_weights_finite(x.dtype)?;
+            wd.check_weights_finite(x.dtype)?;
         }
         let (cols, rows) = (w.geometry.cols, w.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
@@ -364,7 +386,9 @@ fn matvec_launch<B: Backend>(
         };
         return with_held_samples(x, &held, fast, |xs| fallback_matvec(b, w, xs));
     }
-    let p = reduce_problem(w, x)?;
+    let p = ReduceFamily::problem_of(w, x)?;
+    check_finite(x)?;
+    wd.check_weights_finite(x.dtype)?;
     let v = crate::tune::select_for::<ReduceFamily, B>(b, &p, tier).variant;
     reduce_launch(wd, x, &p, v)
 }
@@ -398,8 +422,9 @@ pub fn matvec_with<B: Backend>(
         check_finite(x)?;
         w.check_weights_finite(x.dtype)?;
         let (cols, rows) = (w.geometry.cols, w.geometry.rows);
+        // Values checked above, for every chunk.
         return in_chunks(x, cols, rows, MAX_M, |xs| {
-            reduce_launch(&mut wd, xs, &reduce_problem(w, xs)?, variant)
+            reduce_launch(&mut wd, xs, &ReduceFamily::problem_of(w, xs)?, variant)
         });
     }
     let p = reduce_problem(w, x)?;
@@ -438,8 +463,8 @@ fn gate_up_uploaded<B: Backend>(
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
         if tier == Tier::Exact {
-            gate.check_weights_finite(x.dtype)?;
-            up.check_weights_finite(x.dtype)?;
+            ws[0].check_weights_finite(x.dtype)?;
+            ws[1].check_weights_finite(x.dtype)?;
         }
         let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
@@ -473,7 +498,10 @@ fn gate_up_launch<B: Backend>(
         };
         return with_held_samples(x, &held, fast, |xs| fallback_gate_up(b, gate, up, xs));
     }
-    let p = gate_up_problem(gate, up, x, tail)?;
+    let p = GateUpFamily::problem_of(gate, up, x, tail)?;
+    check_finite(x)?;
+    gd.check_weights_finite(x.dtype)?;
+    ud.check_weights_finite(x.dtype)?;
     let v = crate::tune::select_for::<GateUpFamily, B>(b, &p, tier).variant;
     gate_up_exact_launch([gd, ud], x, &p, v)
 }
@@ -513,8 +541,9 @@ pub fn gate_up_with<B: Backend>(
         gate.check_weights_finite(x.dtype)?;
         up.check_weights_finite(x.dtype)?;
         let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
+        // Values checked above, for every chunk.
         return in_chunks(x, cols, rows, MAX_M, |xs| {
-            let p = gate_up_problem(gate, up, xs, tail)?;
+            let p = GateUpFamily::problem_of(gate, up, xs, tail)?;
             gate_up_exact_launch([&mut gd, &mut ud], xs, &p, variant)
         });
     }
@@ -525,7 +554,8 @@ pub fn gate_up_with<B: Backend>(
 /// A matrix uploaded to a backend once and kept there for any number of calls
 /// ([`Resident::matvec`], [`gate_up_resident`]), with the same results as [`matvec`] and
 /// [`gate_up`], which copy their matrices to the device every call. It borrows the host
-/// matrix, which the fast tier's checks and its fallback read.
+/// matrix, which the fast tier's checks and its fallback read, and checks its weights
+/// finite once per activation dtype (the borrow keeps the matrix as it was).
 pub struct Resident<'a, B: Backend> {
     w: Uploaded<'a, B>,
 }

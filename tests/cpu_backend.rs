@@ -1168,6 +1168,31 @@ fn forced_variants_and_resident_gate_up_take_any_m() {
         .gate_up(&ru, &x, Tail::Exact, Tier::Exact)
         .unwrap()
         .bits_eq(&mid));
+    // A resident matrix remembers the dtypes its weights were found finite in, and
+    // only those: weights of 1e38 are f32's and bf16's, not f16's.
+    let g = Geometry::new(2, 256, 256, 2, 6, Code::Lut).unwrap();
+    let mut lut = vec![1.0f32; 64];
+    lut[63] = 1e38; // state 63: all ones
+    let n = g.codes_shape().iter().product::<usize>();
+    let big = QuantizedMatrix::new(
+        g,
+        vec![u32::MAX; n],
+        vec![1.0, 1.0],
+        ScaleDType::F32,
+        Some(lut),
+    )
+    .unwrap();
+    let r = ops::Resident::new(&cpu, &big).unwrap();
+    for dtype in [DType::F32, DType::F32, DType::Bf16, DType::F16, DType::F16] {
+        let x = random_x(dtype, 1, 256, 105);
+        let got = r.matvec(&x, Tier::Exact);
+        if dtype == DType::F16 {
+            let e = got.unwrap_err().to_string();
+            assert!(e.contains("w[0, 0]") && e.contains("overflows f16"), "{e}");
+        } else {
+            got.unwrap();
+        }
+    }
     // A backend chosen by name at run time runs the facade as its own type does.
     for name in ["cpu", "metal-sim"] {
         let any = trellis::backend::AnyBackend::open(name).unwrap();
