@@ -19,7 +19,8 @@ use crate::families::gate_up::{GateUpDevice, GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
 use crate::families::reduce::{ReduceDevice, ReduceFamily, ReduceProblem};
 use crate::families::reduce_mma::{
-    beyond_f16_operands, operand_exponent, pow2, Prescaled, ReduceMmaDevice, ReduceMmaFamily,
+    beyond_f16_operands_of, operand_exponent, pow2, OperandFacts, Prescaled, ReduceMmaDevice,
+    ReduceMmaFamily,
 };
 use crate::families::DeviceActivations;
 use crate::family;
@@ -282,6 +283,8 @@ struct Uploaded<'a, B: Backend> {
     w: &'a QuantizedMatrix,
     dev: Option<Rc<DeviceMatrix<B>>>,
     finite_in: Rc<std::cell::Cell<[bool; 3]>>,
+    /// What the fast tier's operand check reads of the matrix, made on first need.
+    facts: Rc<std::cell::OnceCell<OperandFacts>>,
 }
 
 impl<B: Backend> Clone for Uploaded<'_, B> {
@@ -289,6 +292,7 @@ impl<B: Backend> Clone for Uploaded<'_, B> {
         Uploaded {
             dev: self.dev.clone(),
             finite_in: self.finite_in.clone(),
+            facts: self.facts.clone(),
             ..*self
         }
     }
@@ -301,7 +305,17 @@ impl<'a, B: Backend> Uploaded<'a, B> {
             w,
             dev: None,
             finite_in: Default::default(),
+            facts: Default::default(),
         }
+    }
+
+    /// [`OperandFacts::of`] the matrix, once while this (or a clone) lives.
+    fn operand_facts(&self) -> Result<&OperandFacts> {
+        if let Some(f) = self.facts.get() {
+            return Ok(f);
+        }
+        let f = OperandFacts::of(self.w)?;
+        Ok(self.facts.get_or_init(|| f))
     }
 
     /// [`QuantizedMatrix::check_weights_finite`], once per dtype while this (or a clone)
@@ -376,7 +390,11 @@ fn matvec_launch<B: Backend>(
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
-        let held = beyond_f16_operands(x, &[w], &v)?;
+        let held = if v.operands.is_f16() {
+            beyond_f16_operands_of(x, &[w], &[wd.operand_facts()?])?
+        } else {
+            Vec::new() // bf16 operands hold every sample
+        };
         let fast = || {
             let d = ReduceMmaDevice {
                 w: wd.get()?,
@@ -487,7 +505,12 @@ fn gate_up_launch<B: Backend>(
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
-        let held = beyond_f16_operands(x, &[gate, up], &v)?;
+        let held = if v.operands.is_f16() {
+            let facts = [gd.operand_facts()?, ud.operand_facts()?];
+            beyond_f16_operands_of(x, &[gate, up], &facts)?
+        } else {
+            Vec::new() // bf16 operands hold every sample
+        };
         let fast = || {
             let d = GateUpMmaDevice {
                 gate: gd.get()?,

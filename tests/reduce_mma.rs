@@ -898,6 +898,14 @@ fn samples_beyond_f16_operands_run_on_the_fallback() {
     check::fast_reduce(&fast, &RealSums::of(&w, &x).unwrap()).unwrap();
     // Sample 1 ran on the fallback (its bits are the fallback's), not the matrix units.
     assert_fallback_matvec(&fast, &w, &x, 1);
+    // A resident matrix (its operand facts made once) holds the same samples, every call.
+    let (rw, ru) = (
+        ops::Resident::new(&b, &w).unwrap(),
+        ops::Resident::new(&b, &u).unwrap(),
+    );
+    for _ in 0..2 {
+        assert!(rw.matvec(&x, Tier::Fast).unwrap().bits_eq(&fast));
+    }
     let both = beyond_f16_operands(&x, &[&w, &u], &f16_ops).unwrap();
     assert!(both.contains(&1), "{both:?}");
     let fast = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
@@ -914,6 +922,10 @@ fn samples_beyond_f16_operands_run_on_the_fallback() {
                 "mid[{m}, {r}] = {got:e}, the fallback's {want:e}"
             );
         }
+    }
+    for _ in 0..2 {
+        let resident = rw.gate_up(&ru, &x, Tail::Exact, Tier::Fast).unwrap();
+        assert!(resident.bits_eq(&fast));
     }
     // Every sample, those on the matrix units too, meets SPEC 7.
     check_fast_gate_up(&w, &u, &x, fast, "gate_up, samples beyond f16 operands");

@@ -22,7 +22,9 @@ mod space;
 
 use crate::mma::{MmaLayout, MmaProj, MmaVariant, MAX_M_MMA};
 pub(crate) use prescale::pow2;
-pub use prescale::{beyond_f16_operands, operand_exponent, Prescaled};
+pub use prescale::{
+    beyond_f16_operands, beyond_f16_operands_of, operand_exponent, OperandFacts, Prescaled,
+};
 pub use space::{
     add_batched_stage_twins, add_early_words_twins, add_paired_twins, opt_in_where_needed,
     with_host_f16_x,

@@ -172,8 +172,6 @@ pub fn beyond_f16_operands(
     ws: &[&QuantizedMatrix],
     v: &MmaVariant,
 ) -> Result<Vec<usize>> {
-    const TINY: i32 = 28;
-    const LARGEST: usize = 8;
     crate::reference::check_activations(x, x.cols)?;
     for w in ws {
         w.validate()?;
@@ -182,43 +180,34 @@ pub fn beyond_f16_operands(
     if !v.operands.is_f16() {
         return Ok(Vec::new());
     }
-    // Values below 2^-28 of their set's largest magnitude `max`.
-    let tiny = |values: &[f32], max: f32| {
-        let floor = max * pow2(-TINY);
-        values
-            .iter()
-            .filter(|v| **v != 0.0 && v.abs() < floor)
-            .count()
-    };
-    let all = || Ok((0..x.rows).collect());
-    // Per matrix, its values' largest magnitude.
-    let mut largest_values = Vec::with_capacity(ws.len());
-    let mut tables = Vec::with_capacity(ws.len());
+    let facts = ws
+        .iter()
+        .map(|w| OperandFacts::of(w))
+        .collect::<Result<Vec<_>>>()?;
+    let facts: Vec<&OperandFacts> = facts.iter().collect();
+    beyond_f16_operands_of(x, ws, &facts)
+}
+
+/// [`beyond_f16_operands`] for f16 operands, over facts made before ([`OperandFacts::of`]
+/// of each matrix of `ws`, in order): a resident matrix makes its facts once.
+pub fn beyond_f16_operands_of(
+    x: &Activations,
+    ws: &[&QuantizedMatrix],
+    facts: &[&OperandFacts],
+) -> Result<Vec<usize>> {
+    const LARGEST: usize = 8;
     for w in ws {
-        let table = w.value_table()?;
-        let vmax = max_abs(&table);
-        largest_values.push(vmax as f64);
-        let (mut value_log2, mut table_e) = ((vmax as f64).log2(), 0);
-        if w.geometry.code == Code::Lut {
-            if tiny(&table, vmax) > 0 || exponent_clamped(vmax) {
-                return all();
-            }
-            table_e = exponent_of(vmax);
-            value_log2 = 14.0;
-        }
-        let scales = w.scales.iter().filter(|s| **s != 0.0);
-        let (smin, smax) = scales.fold((f32::INFINITY, 0.0f32), |(lo, hi), s| {
-            (lo.min(s.abs()), hi.max(s.abs()))
-        });
-        let product_log2 = 14.0
-            + (w.geometry.cols as f64).log2()
-            + value_log2
-            + (smax as f64).log2().max(-200.0)
-            + table_e.max(0) as f64;
-        if product_log2 >= 126.0 || (smax > 0.0 && smin < pow2(-60)) || table_e < -60 {
-            return all();
-        }
-        tables.push(table);
+        crate::reference::check_activations(x, w.geometry.cols)?;
+    }
+    if facts.len() != ws.len() {
+        return Err(crate::error::Error::invalid(
+            "operand facts",
+            facts.len(),
+            format!("one per matrix: {}", ws.len()),
+        ));
+    }
+    if facts.iter().any(|f| f.every_sample) {
+        return Ok((0..x.rows).collect());
     }
     if x.dtype == DType::F16 {
         return Ok(Vec::new());
@@ -237,19 +226,79 @@ pub fn beyond_f16_operands(
         largest.sort_by(|&a, &b| row[b].abs().total_cmp(&row[a].abs()));
         largest.truncate(LARGEST);
         let worst = n as f64 * max as f64 * 2f64.powi(-38);
-        ws.iter()
-            .zip(&tables)
-            .zip(&largest_values)
-            .all(|((w, table), &vmax)| {
-                let value = |r, c| table[w.state(r, c) as usize].abs();
-                (0..w.geometry.rows).all(|r| {
-                    let sum: f64 = largest
-                        .iter()
-                        .map(|&c| value(r, c) as f64 * row[c].abs() as f64)
-                        .sum();
-                    worst * vmax <= sum * 2f64.powi(-10)
-                })
+        ws.iter().zip(facts).all(|(w, f)| {
+            let value = |r, c| f.table[w.state(r, c) as usize].abs();
+            (0..w.geometry.rows).all(|r| {
+                let sum: f64 = largest
+                    .iter()
+                    .map(|&c| value(r, c) as f64 * row[c].abs() as f64)
+                    .sum();
+                worst * f.largest as f64 <= sum * 2f64.powi(-10)
             })
+        })
     };
     Ok((0..x.rows).filter(|&m| !held(m)).collect())
+}
+
+/// Values below 2^-28 of their set's largest magnitude `max`: where f16 operands lose
+/// their relative precision ([`beyond_f16_operands`], "Tiny values").
+const TINY: i32 = 28;
+
+/// How many of `values` are tiny against `max` (nonzero, below `max * 2^-TINY`).
+fn tiny(values: &[f32], max: f32) -> usize {
+    let floor = max * pow2(-TINY);
+    values
+        .iter()
+        .filter(|v| **v != 0.0 && v.abs() < floor)
+        .count()
+}
+
+/// What [`beyond_f16_operands`] reads of one matrix alone: its value table and the
+/// table's largest magnitude, and whether every sample is beyond f16 operands for it (a
+/// lut spanning more than 2^28, a clamped table exponent, or products that could leave
+/// f32's range). Made once a call per matrix, or once for a resident one (its matrix is
+/// borrowed, so it stays as it was).
+#[derive(Clone, Debug)]
+pub struct OperandFacts {
+    table: Vec<f32>,
+    largest: f32,
+    every_sample: bool,
+}
+
+impl OperandFacts {
+    /// The facts of `w` (validated first).
+    pub fn of(w: &QuantizedMatrix) -> Result<Self> {
+        w.validate()?;
+        let table = w.value_table()?;
+        let vmax = max_abs(&table);
+        let (mut value_log2, mut table_e) = ((vmax as f64).log2(), 0);
+        let facts = |every_sample| OperandFacts {
+            largest: vmax,
+            every_sample,
+            table: Vec::new(),
+        };
+        if w.geometry.code == Code::Lut {
+            if tiny(&table, vmax) > 0 || exponent_clamped(vmax) {
+                return Ok(facts(true));
+            }
+            table_e = exponent_of(vmax);
+            value_log2 = 14.0;
+        }
+        let scales = w.scales.iter().filter(|s| **s != 0.0);
+        let (smin, smax) = scales.fold((f32::INFINITY, 0.0f32), |(lo, hi), s| {
+            (lo.min(s.abs()), hi.max(s.abs()))
+        });
+        let product_log2 = 14.0
+            + (w.geometry.cols as f64).log2()
+            + value_log2
+            + (smax as f64).log2().max(-200.0)
+            + table_e.max(0) as f64;
+        if product_log2 >= 126.0 || (smax > 0.0 && smin < pow2(-60)) || table_e < -60 {
+            return Ok(facts(true));
+        }
+        Ok(OperandFacts {
+            table,
+            ..facts(false)
+        })
+    }
 }
