@@ -184,6 +184,9 @@ fn a_bound_kernel_runs_on_another_thread() {
     let (p, host, v) = contract::split_k();
     let dev = ReduceMmaFamily::upload(&b, &p, &host).unwrap();
     let want = family::run::<ReduceMmaFamily, _>(&b, &p, v, &dev).unwrap();
+    // The result the other thread's runs must reproduce meets SPEC 7 itself.
+    let real = trellis::check::RealSums::of(&host.w, &host.x).unwrap();
+    trellis::check::fast_reduce(&want[0], &real).unwrap();
     let k = ReduceMmaFamily::kernel(&p, v);
     let render = |d: Dialect| k.render(d);
     let launch = k.launch_request(&render).unwrap();

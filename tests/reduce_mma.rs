@@ -347,7 +347,9 @@ fn reduce_mma_rejects_a_wrong_result_and_has_no_exact_tier() {
     let want = ReduceMmaFamily::expected(&p, &host).unwrap();
     assert!(ReduceMmaFamily::check(&p, &v, &host, &want, &got).is_ok());
     got[0].data[7] = got[0].data[7] * 1.01 + 0.5;
-    assert!(ReduceMmaFamily::check(&p, &v, &host, &want, &got).is_err());
+    let e = ReduceMmaFamily::check(&p, &v, &host, &want, &got).unwrap_err();
+    let (m, r) = (7 / got[0].cols, 7 % got[0].cols);
+    assert!(e.starts_with(&format!("y[{m}, {r}] = ")), "{e}");
     // M = 17 is outside the family.
     let x17 = check::random_activations(DType::Bf16, 17, 256, 7);
     let e = ReduceMmaFamily::problem_of(&host.w, &x17)

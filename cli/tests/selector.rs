@@ -1400,12 +1400,12 @@ fn cli_select_rejects_bad_values() {
     };
     let cases: &[(&str, &str, &[&str])] = &[
         ("--family", "attention", &["family", "attention"]),
-        ("--rows", "0", &["rows"]),
-        ("--rows", "-3", &["rows"]),
+        ("--rows", "0", &["rows", "0"]),
+        ("--rows", "-3", &["--rows", "-3"]),
         ("--cols", "300", &["cols", "300"]),
         ("--k", "9", &["k", "9"]),
         ("--k", "two", &["--k", "two"]),
-        ("--m", "0", &["m"]),
+        ("--m", "0", &["m = 0", "at least 1"]),
         ("--l", "40", &["L", "40"]),
         ("--t", "100", &["T", "100"]),
         ("--code", "2mad", &["code", "2mad"]),
@@ -1413,7 +1413,7 @@ fn cli_select_rejects_bad_values() {
         ("--tier", "turbo", &["tier", "turbo"]),
         ("--backend", "vulkan", &["backend", "vulkan"]),
         ("--ku", "3", &["ku", "3"]),
-        ("--device", "", &["device"]),
+        ("--device", "", &["device", "empty"]),
     ];
     for (flag, value, needles) in cases {
         let args = base(flag, value);

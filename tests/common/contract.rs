@@ -45,6 +45,9 @@ pub fn zeroed_when_bound<B: Backend>(b: &B) {
     let (p, host, v) = split_k();
     let dev = ReduceMmaFamily::upload(b, &p, &host).unwrap();
     let want = family::run::<ReduceMmaFamily, _>(b, &p, v, &dev).unwrap();
+    // The fresh binding's result meets SPEC 7 (the runs below must give its bits).
+    let real = check::RealSums::of(&host.w, &host.x).unwrap();
+    check::fast_reduce(&want[0], &real).unwrap();
     let k = ReduceMmaFamily::kernel(&p, v);
     let render = |d: Dialect| k.render(d);
     let launch = k.launch_request(&render).unwrap();

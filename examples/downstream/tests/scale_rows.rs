@@ -249,7 +249,10 @@ fn a_kernel_declared_through_macro_rules_launches_as_written() {
         .upload(Elem::Bf16, &[rows, cols], &vec![0; rows * cols * 2])
         .unwrap();
     let msg = k.launch(&b, &wrong, &st).err().unwrap().to_string();
-    assert!(msg.contains("x") && msg.contains("bf16"), "{msg}");
+    assert!(
+        msg.contains("scale_rows_by_macro.x") && msg.contains("bf16") && msg.contains("f32"),
+        "{msg}"
+    );
 }
 
 /// Two declarations of one kernel name and the same fields, in two modules, over two
