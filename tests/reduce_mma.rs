@@ -5,6 +5,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use trellis::backend::metal_sim::{MetalSimBackend, Schedule};
 use trellis::backend::CpuBackend;
 use trellis::check::{self, RealSums};
 use trellis::families::reduce_mma::ReduceMmaFamily;
@@ -328,6 +329,14 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
             ys.windows(2).all(|w| w[0] == w[1]),
             "{v}: results differ between launches"
         );
+        // Which threadgroup arrives last: the Metal simulator runs them first to last and
+        // last to first; both give the CPU's bits.
+        for schedule in [Schedule::InOrder, Schedule::Reversed] {
+            let sim = MetalSimBackend::new().unwrap().with_schedule(schedule);
+            let sdev = ReduceMmaFamily::upload(&sim, &p, &host).unwrap();
+            let y = family::run::<ReduceMmaFamily, _>(&sim, &p, v, &sdev).unwrap();
+            assert_eq!(y[0].data, ys[0], "{v}: {schedule:?} arrivals");
+        }
     }
 }
 

@@ -13,6 +13,10 @@ use trellis::simt::{MStrategy, Proj, Representation, RowScales, Variant, XStage}
 use trellis::{Code, DType, ScaleDType};
 
 fn cuda_unit(m: u32) -> String {
+    unit(m, Dialect::Cuda)
+}
+
+fn unit(m: u32, dialect: Dialect) -> String {
     let kernel = Reduce {
         rows: 64,
         cols: 256,
@@ -39,7 +43,7 @@ fn cuda_unit(m: u32) -> String {
             interleaved_x: false,
         },
     };
-    kernel.unit(Dialect::Cuda).unwrap()
+    kernel.unit(dialect).unwrap()
 }
 
 /// The lines of the definition that starts with `start`, through its last `\`
@@ -64,8 +68,17 @@ fn mul_windows_are_rendered_up_to_m4_on_cuda_only() {
         let unit = cuda_unit(m);
         assert!(unit.contains("TRELLIS_STATE_MUL(w[r]"), "M = {m}");
     }
-    let unit = cuda_unit(8);
-    assert!(!unit.contains("TRELLIS_STATE_MUL") && !unit.contains("trellis_pow2"));
+    let m8 = cuda_unit(8);
+    assert!(!m8.contains("TRELLIS_STATE_MUL") && !m8.contains("trellis_pow2"));
+    for d in [Dialect::Cpu, Dialect::Metal] {
+        for m in [1, 2, 4, 8] {
+            let text = unit(m, d);
+            assert!(
+                text.contains("TRELLIS_STATE(") && !text.contains("TRELLIS_STATE_MUL"),
+                "{d} M = {m}"
+            );
+        }
+    }
 }
 
 #[test]
