@@ -11,7 +11,7 @@ use trellis::backend::CpuBackend;
 use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::family::{self, Family};
-use trellis::kernel::{Backend, Dialect, KernelSpec};
+use trellis::kernel::{Backend, KernelSpec};
 use trellis::numerics::{Tail, Tier};
 use trellis::tune::select_for;
 use trellis::{reference, Code, DType, Geometry, ScaleDType};
@@ -27,8 +27,7 @@ fn bench_family<F: Family>(
     let host = F::random_host(p, 1).expect("random data");
     let dev = F::upload(b, p, &host).expect("upload");
     let k = F::kernel(p, v);
-    let render = |d: Dialect| k.render(d);
-    let launch = k.launch_request(&render).expect("valid");
+    let launch = k.launch_request().expect("valid");
     let compiled = b.compile(&launch).expect("compiles");
     let mut outs = family::alloc_outputs(b, &k).expect("outputs");
     let inputs = F::inputs(&dev, &v);

@@ -7,7 +7,7 @@
 //! and `bench`) works through this trait; `crate::families` registers this crate's families.
 
 use crate::error::{Error, Result};
-use crate::kernel::{Backend, DeviceTensor, Dialect, Elem, KernelSpec, Limits};
+use crate::kernel::{Backend, DeviceTensor, Elem, KernelSpec, Limits};
 use crate::key::{Bucket, TuneKey};
 use crate::matrix::Activations;
 use crate::numerics::Tier;
@@ -193,8 +193,7 @@ pub fn launch_into<F: Family, B: Backend>(
     outputs: &mut [B::Tensor],
 ) -> Result<()> {
     let k = F::kernel(p, v);
-    let render = |dialect: Dialect| k.render(dialect);
-    let launch = k.launch_request(&render)?;
+    let launch = k.launch_request()?;
     let inputs = F::inputs(d, &v);
     let mut outs: Vec<&mut B::Tensor> = outputs.iter_mut().collect();
     b.launch_into(&launch, &inputs, &mut outs)
@@ -242,15 +241,10 @@ fn with_launches<F: Family, R>(
         .iter()
         .flat_map(|(p, vs)| vs.iter().map(move |v| F::kernel(p, *v)))
         .collect();
-    let renders: Vec<_> = kernels
-        .iter()
-        .map(|k| move |d: Dialect| k.render(d))
-        .collect();
     // A variant that does not validate is left to its own launch, which says why.
     let launches: Vec<_> = kernels
         .iter()
-        .zip(&renders)
-        .filter_map(|(k, r)| k.launch_request(r).ok())
+        .filter_map(|k| k.launch_request().ok())
         .collect();
     f(&launches)
 }

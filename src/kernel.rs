@@ -234,12 +234,10 @@ pub unsafe trait KernelSpec: fmt::Debug {
     fn render(&self, dialect: Dialect) -> Result<Rendered>;
     /// The backend-facing launch request (also what `Backend::precompile` takes), once
     /// [`KernelSpec::validate`] passes: a declaration's shapes and grid are computed only
-    /// for fields in range (a division by a zero field would panic). `render` is called
-    /// only when the backend's cache misses.
-    fn launch_request<'r>(
-        &self,
-        render: &'r dyn Fn(Dialect) -> Result<Rendered>,
-    ) -> Result<Launch<'r>>
+    /// for fields in range (a division by a zero field would panic). It renders through
+    /// [`KernelSpec::render`], called only when the backend's cache misses (a body of the
+    /// caller's is [`Launch::from_parts`]'s, which is `unsafe`).
+    fn launch_request(&self) -> Result<Launch<'_>>
     where
         Self: Sized,
     {
@@ -253,7 +251,7 @@ pub unsafe trait KernelSpec: fmt::Debug {
             zero_outputs: self.zero_outputs(),
             inputs: self.inputs(),
             outputs: self.outputs(),
-            render,
+            render: Box::new(move |d| self.render(d)),
         }))
     }
     /// The complete source a backend of `dialect` compiles (entry point included), once
@@ -334,7 +332,7 @@ pub struct LaunchParts<'a> {
     /// Outputs, in signature order.
     pub outputs: Vec<TensorSpec>,
     /// Renders the source; called only when the backend's cache misses.
-    pub render: &'a dyn Fn(Dialect) -> Result<Rendered>,
+    pub render: Box<dyn Fn(Dialect) -> Result<Rendered> + 'a>,
 }
 
 /// A tensor living on a backend.
@@ -398,8 +396,7 @@ pub trait Backend {
     /// use trellis::backend::cpu::CpuBackend;
     /// use trellis::kernel::{Backend, KernelSpec};
     /// # fn f(b: &CpuBackend, k: &impl KernelSpec) -> trellis::Result<()> {
-    /// let render = |d| k.render(d);
-    /// let launch = k.launch_request(&render)?;
+    /// let launch = k.launch_request()?;
     /// let compiled = b.compile(&launch)?;
     /// let mut out = b.alloc(&launch.outputs[0])?;
     /// let mut outs = [&mut out];

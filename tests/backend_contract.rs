@@ -8,7 +8,7 @@ mod contract;
 use trellis::backend::CpuBackend;
 use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::{self, Family};
-use trellis::kernel::{Backend, Dialect, KernelSpec};
+use trellis::kernel::{Backend, KernelSpec};
 
 #[test]
 fn outputs_a_kernel_needs_zeroed_are_zeroed_when_bound() {
@@ -44,8 +44,7 @@ fn a_bound_kernel_outlives_its_backend_and_compiled_handle() {
     let dev = ReduceMmaFamily::upload(&keep, &p, &host).unwrap();
     let want = family::run::<ReduceMmaFamily, _>(&keep, &p, v, &dev).unwrap();
     let k = ReduceMmaFamily::kernel(&p, v);
-    let render = |d: Dialect| k.render(d);
-    let launch = k.launch_request(&render).unwrap();
+    let launch = k.launch_request().unwrap();
     let mut outs = family::alloc_outputs(&keep, &k).unwrap();
     let inputs = ReduceMmaFamily::inputs(&dev, &v);
     {
@@ -65,16 +64,10 @@ fn a_declaration_is_validated_before_its_launch_shape() {
     let (p, _, v) = contract::split_k();
     let mut k = ReduceMmaFamily::kernel(&p, v);
     k.t = 0; // `cols / t` in its shapes would divide by zero
-    let render = |d: Dialect| k.render(d);
-    let e = k.launch_request(&render).err().expect("t = 0").to_string();
+    let e = k.launch_request().err().expect("t = 0").to_string();
     assert!(e.contains("T = 0"), "{e}");
     let mut k = ReduceMmaFamily::kernel(&p, v);
     k.variant.row_tiles = 0;
-    let render = |d: Dialect| k.render(d);
-    let e = k
-        .launch_request(&render)
-        .err()
-        .expect("0 row tiles")
-        .to_string();
+    let e = k.launch_request().err().expect("0 row tiles").to_string();
     assert!(e.contains("row_tiles"), "{e}");
 }

@@ -958,25 +958,22 @@ fn a_kernel_that_fails_to_compile_is_a_clear_error_and_spares_the_others() {
         scale: RowScales::Stored(ScaleDType::F16),
         variant: Variant::default(),
     };
-    let good = spec.render(Dialect::Cpu).unwrap();
-    let mut bad = good.clone();
+    let mut bad = spec.render(Dialect::Cpu).unwrap();
     bad.body.push_str("\n  no_such_function_in_the_shim();\n");
-    let render_good = move |_: Dialect| Ok(good.clone());
-    let render_bad = move |_: Dialect| Ok(bad.clone());
     // Ids of their own, so neither is served from the other's (or an earlier run's) cache.
     let salt = std::process::id() as u64 ^ 0x5eed_c0de;
-    fn salted(launch: trellis::kernel::Launch<'_>, salt: u64) -> trellis::kernel::Launch<'_> {
-        let mut parts = launch.into_parts();
+    let salted = |salt: u64, body: Option<trellis::kernel::Rendered>| {
+        let mut parts = spec.launch_request().unwrap().into_parts();
         parts.id.params ^= salt;
+        if let Some(body) = body {
+            parts.render = Box::new(move |_| Ok(body.clone()));
+        }
         // SAFETY: the declaration's own body, or one that does not compile (it never
         // runs), each under an id of its own.
         unsafe { trellis::kernel::Launch::from_parts(parts) }
-    }
-    let good_launch = salted(spec.launch_request(&render_good).unwrap(), salt);
-    let bad_launch = salted(
-        spec.launch_request(&render_bad).unwrap(),
-        salt.rotate_left(17),
-    );
+    };
+    let good_launch = salted(salt, None);
+    let bad_launch = salted(salt.rotate_left(17), Some(bad));
     let dw = DeviceMatrix::upload(&cpu, &w).unwrap();
     let dx = ops::upload_activations(&cpu, &x).unwrap();
     let inputs = [&dx, &dw.codes, &dw.scales, dw.table(spec.variant.repr)];

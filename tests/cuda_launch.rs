@@ -60,7 +60,7 @@ fn run_body(
                 elem: Elem::F32,
                 shape: vec![1],
             }],
-            render: &render,
+            render: Box::new(render),
         })
     };
     let y = b.launch(&launch, &[])?;
@@ -188,8 +188,7 @@ fn a_bound_kernel_runs_on_another_thread() {
     let real = trellis::check::RealSums::of(&host.w, &host.x).unwrap();
     trellis::check::fast_reduce(&want[0], &real).unwrap();
     let k = ReduceMmaFamily::kernel(&p, v);
-    let render = |d: Dialect| k.render(d);
-    let launch = k.launch_request(&render).unwrap();
+    let launch = k.launch_request().unwrap();
     let compiled = b.compile(&launch).unwrap();
     let mut outs = family::alloc_outputs(&b, &k).unwrap();
     {

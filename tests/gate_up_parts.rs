@@ -9,7 +9,7 @@
 use trellis::check::{self, RealSums};
 use trellis::families::gate_up_mma::{GateUpMmaFamily, GateUpMmaParts};
 use trellis::family::{self, Family};
-use trellis::kernel::{Backend, Dialect, KernelSpec};
+use trellis::kernel::{Backend, KernelSpec};
 use trellis::numerics::Tier;
 
 /// The problems and variants checked: every quick-catalog problem, its default and its
@@ -58,10 +58,9 @@ fn check_parts<B: Backend>(b: &B, per: usize) -> usize {
             let k = GateUpMmaParts {
                 kernel: GateUpMmaFamily::kernel(p, v),
             };
-            let render = |d: Dialect| k.render(d);
             let outs = b
                 .launch(
-                    &k.launch_request(&render).unwrap(),
+                    &k.launch_request().unwrap(),
                     &GateUpMmaFamily::inputs(&dev, &v),
                 )
                 .unwrap_or_else(|e| panic!("{what}: {e}"));

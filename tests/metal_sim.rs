@@ -90,7 +90,7 @@ fn run_body(
                 })
                 .collect(),
             outputs: outputs.to_vec(),
-            render: &render,
+            render: Box::new(render),
         })
     };
     let mut outs: Vec<SimTensor> = outputs.iter().map(|s| b.alloc(s).unwrap()).collect();
@@ -664,8 +664,8 @@ fn run_planted(
         assert_ne!(planted, rendered.body, "the defect `{tag}` was not planted");
     }
     rendered.body = planted;
-    let render = move |_: Dialect| Ok(rendered.clone());
-    let mut parts = spec.launch_request(&render).unwrap().into_parts();
+    let mut parts = spec.launch_request().unwrap().into_parts();
+    parts.render = Box::new(move |_: Dialect| Ok(rendered.clone()));
     parts.id.params ^= trellis::kernel::fnv1a(tag.as_bytes());
     // SAFETY: the simulator bounds-checks every output write, and the id is the
     // declaration's with the defect's tag hashed in.

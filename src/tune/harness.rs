@@ -508,8 +508,7 @@ fn time_candidate<F: Family, B: Backend>(
     cutoff: Option<f64>,
 ) -> Result<Stats> {
     let k = F::kernel(p, v);
-    let render = |d: Dialect| k.render(d);
-    let launch = k.launch_request(&render)?;
+    let launch = k.launch_request()?;
     let compiled = b.compile(&launch)?;
     let mut outs: Vec<Vec<B::Tensor>> = inst
         .devices

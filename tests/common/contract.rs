@@ -6,7 +6,7 @@
 use trellis::check;
 use trellis::families::reduce_mma::{ReduceMmaFamily, ReduceMmaHost, ReduceMmaProblem};
 use trellis::family::{self, Family};
-use trellis::kernel::{Backend, Dialect, KernelSpec, Launch};
+use trellis::kernel::{Backend, KernelSpec, Launch};
 use trellis::mma::{MmaVariant, MmaXStage};
 use trellis::numerics::Tier;
 use trellis::{Activations, Code, DType, Geometry, ScaleDType};
@@ -49,8 +49,7 @@ pub fn zeroed_when_bound<B: Backend>(b: &B) {
     let real = check::RealSums::of(&host.w, &host.x).unwrap();
     check::fast_reduce(&want[0], &real).unwrap();
     let k = ReduceMmaFamily::kernel(&p, v);
-    let render = |d: Dialect| k.render(d);
-    let launch = k.launch_request(&render).unwrap();
+    let launch = k.launch_request().unwrap();
     assert!(
         launch.zero_outputs,
         "a split-K kernel counts arrivals in `ws`"
@@ -89,11 +88,8 @@ pub fn binds_only_its_own<B: Backend>(b: &B) {
     let dev = ReduceMmaFamily::upload(b, &p, &host).unwrap();
     let other = ReduceMmaFamily::kernel(&p, MmaVariant { k_split: 2, ..v });
     let k = ReduceMmaFamily::kernel(&p, v);
-    let (render, render_other) = (|d: Dialect| k.render(d), |d: Dialect| other.render(d));
-    let launch = k.launch_request(&render).unwrap();
-    let compiled_other = b
-        .compile(&other.launch_request(&render_other).unwrap())
-        .unwrap();
+    let launch = k.launch_request().unwrap();
+    let compiled_other = b.compile(&other.launch_request().unwrap()).unwrap();
     let mut outs = family::alloc_outputs(b, &k).unwrap();
     let mut refs: Vec<_> = outs.iter_mut().collect();
     let inputs = ReduceMmaFamily::inputs(&dev, &v);
@@ -114,9 +110,8 @@ pub fn empty_grid_runs_nothing<B: Backend>(b: &B) {
     let v = MmaVariant { k_split: 1, ..v };
     let dev = ReduceMmaFamily::upload(b, &p, &host).unwrap();
     let k = ReduceMmaFamily::kernel(&p, v);
-    let render = |d: Dialect| k.render(d);
     for axis in 0..3 {
-        let mut parts = k.launch_request(&render).unwrap().into_parts();
+        let mut parts = k.launch_request().unwrap().into_parts();
         parts.grid.groups[axis] = 0;
         // SAFETY: the declaration's own with fewer groups: no group runs.
         let launch = unsafe { Launch::from_parts(parts) };
@@ -142,8 +137,7 @@ pub fn empty_grid_runs_nothing<B: Backend>(b: &B) {
 pub fn dynamic_within_declared<B: Backend>(b: &B) {
     let (p, _, v) = split_k();
     let k = ReduceMmaFamily::kernel(&p, v);
-    let render = |d: Dialect| k.render(d);
-    let mut parts = k.launch_request(&render).unwrap().into_parts();
+    let mut parts = k.launch_request().unwrap().into_parts();
     parts.dynamic_shared_bytes = parts.shared_bytes + 1;
     // SAFETY: the declaration's own, with more dynamic memory than in all: refused at
     // compile, it never runs.

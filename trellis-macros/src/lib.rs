@@ -562,9 +562,8 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             /// Check every argument, then compile (cached per backend) and run, allocating outputs.
             #[allow(clippy::too_many_arguments)]
             pub fn launch<B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &B::Tensor),*) -> ::trellis::Result<#outputs_ty<B::Tensor>> {
-                let render = |d: ::trellis::kernel::Dialect| <Self as ::trellis::kernel::KernelSpec>::render(self, d);
                 // Validated first: the shapes are computed only for fields in range.
-                let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render)?;
+                let launch = ::trellis::kernel::KernelSpec::launch_request(self)?;
                 ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
                 let outs = backend.launch(&launch, &[#(#in_names),*])?;
                 // A backend's own `launch` may return another count: an error, not a panic.
@@ -580,9 +579,8 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
             /// Like `launch`, writing into preallocated outputs (checked like the inputs).
             #[allow(clippy::too_many_arguments)]
             pub fn launch_into<'t, B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &'t B::Tensor,)* #(#out_names: &'t mut B::Tensor),*) -> ::trellis::Result<()> {
-                let render = |d: ::trellis::kernel::Dialect| <Self as ::trellis::kernel::KernelSpec>::render(self, d);
                 // Validated first: the shapes are computed only for fields in range.
-                let launch = ::trellis::kernel::KernelSpec::launch_request(self, &render)?;
+                let launch = ::trellis::kernel::KernelSpec::launch_request(self)?;
                 ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
                 ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.outputs, &[#(&*#out_names),*])?;
                 backend.launch_into(&launch, &[#(#in_names),*], &mut [#(#out_names),*])

@@ -18,7 +18,7 @@ use trellis::families::gate_up_mma::GateUpMmaFamily;
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::preset;
-use trellis::kernel::{Backend, Dialect, Elem, KernelSpec, TensorSpec};
+use trellis::kernel::{Backend, Elem, KernelSpec, TensorSpec};
 use trellis::numerics::{Tail, Tier};
 use trellis::simt::{MStrategy, Representation, Variant, XStage, MAX_M, ROWS_PER_SIMD};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
@@ -139,8 +139,7 @@ fn cublas(
         n: m * rows,
         act: Elem::Bf16,
     };
-    let render = |d: Dialect| tail.render(d);
-    let launch = tail.launch_request(&render)?;
+    let launch = tail.launch_request()?;
     let mut mid = match calls {
         2 => Some(b.alloc(&launch.outputs[0])?),
         _ => None,
