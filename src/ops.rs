@@ -352,16 +352,45 @@ pub fn matvec<B: Backend>(
     x: &Activations,
     tier: Tier,
 ) -> Result<Activations> {
-    matvec_uploaded(Uploaded::new(b, w), x, tier)
+    matvec_uploaded(Uploaded::new(b, w), x, Choice::Tables(tier))
+}
+
+/// Which variant a call runs: the tables' choice in a tier, or a forced exact one (the
+/// `_with` forms).
+#[derive(Clone, Copy)]
+enum Choice {
+    Tables(Tier),
+    Exact(Variant),
+}
+
+impl Choice {
+    fn tier(self) -> Tier {
+        match self {
+            Choice::Tables(tier) => tier,
+            Choice::Exact(_) => Tier::Exact,
+        }
+    }
+    /// The exact variant: the forced one, else the tables' for `p` on `b`.
+    fn exact<F: family::Family<Variant = Variant>, B: Backend>(
+        self,
+        b: &B,
+        p: &F::Problem,
+    ) -> Variant {
+        match self {
+            Choice::Exact(v) => v,
+            Choice::Tables(tier) => crate::tune::select_for::<F, B>(b, p, tier).variant,
+        }
+    }
 }
 
 /// [`matvec`] of a matrix uploaded already, or on its first launch.
 fn matvec_uploaded<B: Backend>(
     mut wd: Uploaded<B>,
     x: &Activations,
-    tier: Tier,
+    choice: Choice,
 ) -> Result<Activations> {
     let (b, w) = (wd.b, wd.w);
+    let tier = choice.tier();
     // A hand-edited geometry (its fields are public) is named as such, before M is.
     w.geometry.validate()?;
     if x.rows > max_samples(tier) as usize {
@@ -372,10 +401,10 @@ fn matvec_uploaded<B: Backend>(
         }
         let (cols, rows) = (w.geometry.cols, w.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
-            matvec_launch(b, &mut wd, xs, tier)
+            matvec_launch(b, &mut wd, xs, choice)
         });
     }
-    matvec_launch(b, &mut wd, x, tier)
+    matvec_launch(b, &mut wd, x, choice)
 }
 
 /// One launch of [`matvec`] (M within the tier's limit).
@@ -383,10 +412,10 @@ fn matvec_launch<B: Backend>(
     b: &B,
     wd: &mut Uploaded<B>,
     x: &Activations,
-    tier: Tier,
+    choice: Choice,
 ) -> Result<Activations> {
     let w = wd.w;
-    if tier == Tier::Fast {
+    if let Choice::Tables(tier @ Tier::Fast) = choice {
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
@@ -407,7 +436,7 @@ fn matvec_launch<B: Backend>(
     let p = ReduceFamily::problem_of(w, x)?;
     check_finite(x)?;
     wd.check_weights_finite(x.dtype)?;
-    let v = crate::tune::select_for::<ReduceFamily, B>(b, &p, tier).variant;
+    let v = choice.exact::<ReduceFamily, B>(b, &p);
     reduce_launch(wd, x, &p, v)
 }
 
@@ -434,19 +463,7 @@ pub fn matvec_with<B: Backend>(
     x: &Activations,
     variant: Variant,
 ) -> Result<Activations> {
-    let mut wd = Uploaded::new(b, w);
-    w.geometry.validate()?;
-    if x.rows > MAX_M as usize {
-        check_finite(x)?;
-        w.check_weights_finite(x.dtype)?;
-        let (cols, rows) = (w.geometry.cols, w.geometry.rows);
-        // Values checked above, for every chunk.
-        return in_chunks(x, cols, rows, MAX_M, |xs| {
-            reduce_launch(&mut wd, xs, &ReduceFamily::problem_of(w, xs)?, variant)
-        });
-    }
-    let p = reduce_problem(w, x)?;
-    reduce_launch(&mut wd, x, &p, variant)
+    matvec_uploaded(Uploaded::new(b, w), x, Choice::Exact(variant))
 }
 
 /// `mid = silu(G x) * (U x)` on `b` with the variant the tables choose for `tier`: x is
@@ -463,7 +480,7 @@ pub fn gate_up<B: Backend>(
         [Uploaded::new(b, gate), Uploaded::new(b, up)],
         x,
         tail,
-        tier,
+        Choice::Tables(tier),
     )
 }
 
@@ -472,9 +489,10 @@ fn gate_up_uploaded<B: Backend>(
     mut ws: [Uploaded<B>; 2],
     x: &Activations,
     tail: Tail,
-    tier: Tier,
+    choice: Choice,
 ) -> Result<Activations> {
     let (b, gate, up) = (ws[0].b, ws[0].w, ws[1].w);
+    let tier = choice.tier();
     gate.geometry.validate()?;
     up.geometry.validate()?;
     if x.rows > max_samples(tier) as usize {
@@ -486,10 +504,10 @@ fn gate_up_uploaded<B: Backend>(
         }
         let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
-            gate_up_launch(b, &mut ws, xs, tail, tier)
+            gate_up_launch(b, &mut ws, xs, tail, choice)
         });
     }
-    gate_up_launch(b, &mut ws, x, tail, tier)
+    gate_up_launch(b, &mut ws, x, tail, choice)
 }
 
 /// One launch of [`gate_up`] (M within the tier's limit).
@@ -498,10 +516,10 @@ fn gate_up_launch<B: Backend>(
     [gd, ud]: &mut [Uploaded<B>; 2],
     x: &Activations,
     tail: Tail,
-    tier: Tier,
+    choice: Choice,
 ) -> Result<Activations> {
     let (gate, up) = (gd.w, ud.w);
-    if tier == Tier::Fast {
+    if let Choice::Tables(tier @ Tier::Fast) = choice {
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
@@ -525,7 +543,7 @@ fn gate_up_launch<B: Backend>(
     check_finite(x)?;
     gd.check_weights_finite(x.dtype)?;
     ud.check_weights_finite(x.dtype)?;
-    let v = crate::tune::select_for::<GateUpFamily, B>(b, &p, tier).variant;
+    let v = choice.exact::<GateUpFamily, B>(b, &p);
     gate_up_exact_launch([gd, ud], x, &p, v)
 }
 
@@ -556,22 +574,8 @@ pub fn gate_up_with<B: Backend>(
     tail: Tail,
     variant: Variant,
 ) -> Result<Activations> {
-    let (mut gd, mut ud) = (Uploaded::new(b, gate), Uploaded::new(b, up));
-    gate.geometry.validate()?;
-    up.geometry.validate()?;
-    if x.rows > MAX_M as usize {
-        check_finite(x)?;
-        gate.check_weights_finite(x.dtype)?;
-        up.check_weights_finite(x.dtype)?;
-        let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
-        // Values checked above, for every chunk.
-        return in_chunks(x, cols, rows, MAX_M, |xs| {
-            let p = GateUpFamily::problem_of(gate, up, xs, tail)?;
-            gate_up_exact_launch([&mut gd, &mut ud], xs, &p, variant)
-        });
-    }
-    let p = gate_up_problem(gate, up, x, tail)?;
-    gate_up_exact_launch([&mut gd, &mut ud], x, &p, variant)
+    let ws = [Uploaded::new(b, gate), Uploaded::new(b, up)];
+    gate_up_uploaded(ws, x, tail, Choice::Exact(variant))
 }
 
 /// A matrix uploaded to a backend once and kept there for any number of calls
@@ -598,7 +602,7 @@ impl<'a, B: Backend> Resident<'a, B> {
 
     /// `y = W x` in `tier`, as [`matvec`] gives it.
     pub fn matvec(&self, x: &Activations, tier: Tier) -> Result<Activations> {
-        matvec_uploaded(self.w.clone(), x, tier)
+        matvec_uploaded(self.w.clone(), x, Choice::Tables(tier))
     }
 
     /// `mid = silu(G x) * (U x)` with this matrix as G and `up` as U, in `tier`, as
@@ -634,7 +638,12 @@ pub fn gate_up_resident<B: Backend>(
             ),
         ));
     }
-    gate_up_uploaded([gate.w.clone(), up.w.clone()], x, tail, tier)
+    gate_up_uploaded(
+        [gate.w.clone(), up.w.clone()],
+        x,
+        tail,
+        Choice::Tables(tier),
+    )
 }
 
 /// The facade on a backend chosen at run time: each method runs its function on the

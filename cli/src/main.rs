@@ -303,8 +303,7 @@ struct SelectArgs {
     tables: Option<PathBuf>,
 }
 
-use trellis::backend::{AnyBackend, BackendVisitor};
-use trellis::kernel::Backend;
+use trellis::backend::AnyBackend;
 use trellis::numerics::{Tail, Tier};
 
 mod limits;
@@ -320,7 +319,7 @@ fn backend_or_default(b: &Option<String>) -> String {
         .unwrap_or_else(|| trellis::backend::default_name().to_string())
 }
 
-/// `y = x W^T` on `backend` in `tier`. Inputs are already validated.
+/// `y = W x` on `backend` in `tier`. Inputs are already validated.
 fn run_matvec(
     backend: &str,
     w: &QuantizedMatrix,
@@ -331,14 +330,7 @@ fn run_matvec(
         w.check_weights_finite(x.dtype)?; // as the facade does: no inf weight in T
         return reference::reduce(w, x);
     }
-    struct Job<'a>(&'a QuantizedMatrix, &'a Activations, Tier);
-    impl BackendVisitor for Job<'_> {
-        type Out = Result<Activations>;
-        fn visit<B: Backend>(self, b: &B) -> Result<Activations> {
-            trellis::ops::matvec(b, self.0, self.1, self.2)
-        }
-    }
-    AnyBackend::open(backend)?.visit(Job(w, x, tier))
+    AnyBackend::open(backend)?.matvec(w, x, tier)
 }
 
 /// `mid = silu(G x) * (U x)` on `backend` with `tail` in `tier`. Inputs are already
@@ -363,20 +355,7 @@ fn run_gate_up(
         up.check_weights_finite(x.dtype)?;
         return reference::gate_up(gate, up, x);
     }
-    struct Job<'a>(
-        &'a QuantizedMatrix,
-        &'a QuantizedMatrix,
-        &'a Activations,
-        Tail,
-        Tier,
-    );
-    impl BackendVisitor for Job<'_> {
-        type Out = Result<Activations>;
-        fn visit<B: Backend>(self, b: &B) -> Result<Activations> {
-            trellis::ops::gate_up(b, self.0, self.1, self.2, self.3, self.4)
-        }
-    }
-    AnyBackend::open(backend)?.visit(Job(gate, up, x, tail, tier))
+    AnyBackend::open(backend)?.gate_up(gate, up, x, tail, tier)
 }
 
 // ---------------------------------------------------------------------------------------
