@@ -7,9 +7,8 @@
 //! MLX also prepends its own `utils.h` (which defines `bfloat16_t`) when it builds the
 //! library; that part is not reproduced here (the shim provides `bfloat16_t`).
 
-use super::{prelude, Dialect, Rendered};
+use super::{prelude, Dialect, Grid, Rendered, TensorSpec};
 use crate::error::{Error, Result};
-use crate::kernel::{Grid, TensorSpec};
 
 /// Inputs with fewer elements than this are passed in the `constant` address space
 /// (MLX's `max_constant_array_size`).
@@ -168,7 +167,7 @@ pub fn mlx_header(rendered: &Rendered) -> String {
 /// signature ([`signature`]), then the body.
 ///
 /// MLX names the function `custom_kernel_<name>_<dtypes>`; here it is `symbol`, and
-/// element types are spelled with [`crate::kernel::Elem::c_type`] (`half` where MLX
+/// element types are spelled with [`Elem::c_type`](super::Elem::c_type) (`half` where MLX
 /// writes its alias `float16_t`).
 pub fn standalone(
     symbol: &str,
@@ -192,8 +191,8 @@ pub fn standalone(
     )
 }
 
-/// Threadgroup memory a kernel may declare on Apple GPUs.
-pub const MAX_THREADGROUP_MEMORY: usize = crate::kernel::Limits::METAL.threadgroup_bytes;
+/// Threadgroup memory a kernel may declare on Apple GPUs (MLX's 32 KB).
+pub const MAX_THREADGROUP_MEMORY: usize = 32 * 1024;
 
 /// Threads per threadgroup Apple GPUs allow (`maxTotalThreadsPerThreadgroup` is at most
 /// this, and lower for kernels that use many registers).

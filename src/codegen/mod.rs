@@ -6,8 +6,9 @@
 //! them on any build; tuning tables hash them to know when they are stale.
 
 pub mod metal;
+mod signature;
 
-use crate::kernel::TensorSpec;
+pub use signature::{tensor_bytes, Elem, Grid, TensorSpec};
 use std::fmt;
 
 /// Target source language of a rendered kernel.
