@@ -12,7 +12,9 @@ use trellis::kernel::Dialect;
 use trellis::numerics::Tier;
 use trellis::simt::{MStrategy, Representation, Variant};
 use trellis::tune::table::DeviceRecord;
-use trellis::tune::{Bucket, Entry, Selector, Source, StatsRecord, Table, TuneKey, TUNING_DIR_ENV};
+use trellis::tune::{
+    Bucket, Entry, Selector, Source, StatsRecord, Table, TuneKey, LOCAL_TABLES_ENV, TUNING_DIR_ENV,
+};
 use trellis::{Code, DType, Geometry, ScaleDType};
 
 const BIN: &str = env!("CARGO_BIN_EXE_trellis");
@@ -1088,11 +1090,14 @@ proptest::proptest! {
 // ---------------------------------------------------------------------------------------
 // Through the binary.
 
-/// `trellis args`, with no `$TRELLIS_TUNING_DIR` from the caller's environment.
+/// `trellis args`, with no `$TRELLIS_TUNING_DIR` from the caller's environment and this
+/// checkout's `tuning/local/` unread (what a tune run here left must not move the
+/// shipped tables' answers these tests expect).
 fn trellis(args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
         .env_remove(TUNING_DIR_ENV)
+        .env(LOCAL_TABLES_ENV, "0")
         .output()
         .expect("run the trellis binary")
 }
@@ -1342,6 +1347,7 @@ fn an_empty_tuning_dir_variable_is_unset() {
     let out = Command::new(BIN)
         .args(select_args("nvidia-h200", None, &[]))
         .env(TUNING_DIR_ENV, "")
+        .env(LOCAL_TABLES_ENV, "0")
         .output()
         .unwrap();
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");

@@ -279,17 +279,46 @@ pub fn local_tables_dir() -> PathBuf {
         .join("local")
 }
 
+/// Environment variable that, set to `0`, leaves this checkout's `tuning/local/` unread
+/// (what the shipped tables alone select, on a machine that has tuned; the CLI's tests
+/// set it). Unset, empty or `1`: read.
+pub const LOCAL_TABLES_ENV: &str = "TRELLIS_LOCAL_TABLES";
+
 impl Selector {
     /// Embedded tables, with this checkout's own tables ([`local_tables_dir`], when it
-    /// exists) and then `$TRELLIS_TUNING_DIR/*.toml` layered over them per device.
+    /// exists and [`LOCAL_TABLES_ENV`] is not `0`) and then `$TRELLIS_TUNING_DIR/*.toml`
+    /// layered over them per device.
     pub fn from_env() -> Self {
+        Selector::layered(
+            &local_tables_dir(),
+            std::env::var_os(LOCAL_TABLES_ENV),
+            std::env::var_os(TUNING_DIR_ENV),
+        )
+    }
+
+    /// [`Selector::from_env`] over a given local directory and variables' values.
+    fn layered(
+        local: &Path,
+        local_var: Option<std::ffi::OsString>,
+        tuning_dir: Option<std::ffi::OsString>,
+    ) -> Self {
         let mut s = Selector::shipped();
-        let local = local_tables_dir();
-        if local.is_dir() {
-            s.add_dir(&local);
+        let read_local = match local_var {
+            None => true,
+            Some(v) if v.is_empty() || v == "1" => true,
+            Some(v) if v == "0" => false,
+            Some(v) => {
+                s.warnings.push(format!(
+                    "${LOCAL_TABLES_ENV} = {v:?}: expected 0 (leave tuning/local/ unread) or 1; reading it"
+                ));
+                true
+            }
+        };
+        if read_local && local.is_dir() {
+            s.add_dir(local);
         }
         // Set but empty reads as unset, as `$TRELLIS_CACHE_DIR` does.
-        if let Some(dir) = std::env::var_os(TUNING_DIR_ENV).filter(|d| !d.is_empty()) {
+        if let Some(dir) = tuning_dir.filter(|d| !d.is_empty()) {
             s.add_dir(Path::new(&dir));
         }
         s
@@ -845,5 +874,32 @@ mod tests {
         drop(held);
         let again = TableLock::take(&table).unwrap();
         drop((other, again));
+    }
+
+    /// `TRELLIS_LOCAL_TABLES=0` leaves the local directory unread; unset, empty or `1`
+    /// read it; another value reads it with a warning naming the variable and value. (A
+    /// table the selector cannot parse there shows whether it was read: it is ignored
+    /// with a warning naming its file.)
+    #[test]
+    fn the_local_tables_switch() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("bad.toml"), "not a table").unwrap();
+        let read = |s: &Selector| s.warnings.iter().any(|w| w.contains("bad.toml: ignored"));
+        let with = |v: Option<&str>| Selector::layered(tmp.path(), v.map(Into::into), None);
+        for v in [None, Some(""), Some("1")] {
+            let s = with(v);
+            assert!(read(&s) && s.warnings.len() == 1, "{v:?}: {:?}", s.warnings);
+        }
+        let s = with(Some("0"));
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        let s = with(Some("off"));
+        assert!(
+            read(&s)
+                && s.warnings
+                    .iter()
+                    .any(|w| w.contains("$TRELLIS_LOCAL_TABLES = \"off\": expected 0")),
+            "{:?}",
+            s.warnings
+        );
     }
 }
