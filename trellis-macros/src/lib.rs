@@ -28,6 +28,8 @@
 //! `zero_outputs = expr` (a `bool`: the outputs must start zeroed, as for arrival
 //! counters; the kernel leaves them as it found them, so a bound output stays valid for
 //! the next launch).
+//! `crate = "path"` names the `trellis` crate where a dependency renames it (as serde's
+//! `#[serde(crate = "...")]`): the generated code names `::trellis` otherwise.
 //!
 //! A declaration may come out of a `macro_rules!` (kernels that share an input list:
 //! `trellis`'s `gate_up_mma` and its parts). Expressions over `self` must then be
@@ -99,6 +101,8 @@ struct KernelArgs {
     zero_outputs: Option<Expr>,
     inputs: Vec<TensorDecl>,
     outputs: Vec<TensorDecl>,
+    /// `crate = "path"`: where the `trellis` crate is (a renamed dependency).
+    krate: Option<syn::Path>,
 }
 
 impl Parse for KernelArgs {
@@ -106,7 +110,8 @@ impl Parse for KernelArgs {
         let mut args = KernelArgs::default();
         let mut seen: Vec<String> = Vec::new();
         while !input.is_empty() {
-            let key: Ident = input.parse()?;
+            // `crate` is a keyword: read any identifier.
+            let key = Ident::parse_any(input)?;
             // A second value would silently replace the first (a second `inputs(...)`
             // dropping the first list).
             if seen.contains(&key.to_string()) {
@@ -137,6 +142,16 @@ impl Parse for KernelArgs {
                         args.template = Some(v);
                     }
                 }
+                "crate" => {
+                    input.parse::<Token![=]>()?;
+                    let v: LitStr = input.parse()?;
+                    args.krate = Some(v.parse_with(syn::Path::parse_mod_style).map_err(|_| {
+                        syn::Error::new(
+                            v.span(),
+                            format!("`crate = {:?}` is no path to the trellis crate", v.value()),
+                        )
+                    })?);
+                }
                 "grid" | "validate" | "shared" | "dynamic_shared" | "zero_outputs" => {
                     input.parse::<Token![=]>()?;
                     let e: Expr = input.parse()?;
@@ -151,7 +166,7 @@ impl Parse for KernelArgs {
                 other => {
                     return Err(syn::Error::new(
                         key.span(),
-                        format!("unknown kernel argument `{other}` (expected name, template, grid, validate, shared, dynamic_shared, zero_outputs, inputs, outputs)"),
+                        format!("unknown kernel argument `{other}` (expected name, template, grid, validate, shared, dynamic_shared, zero_outputs, inputs, outputs, crate)"),
                     ))
                 }
             }
@@ -307,20 +322,20 @@ fn check_c_name(what: &str, name: &str, span: Span) -> syn::Result<()> {
 /// The element types a declaration names directly.
 const BUILTIN_ELEMS: [&str; 4] = ["u32", "f32", "f16", "bf16"];
 
-fn elem_expr(elem: &Ident, call: bool) -> TokenStream2 {
+fn elem_expr(krate: &syn::Path, elem: &Ident, call: bool) -> TokenStream2 {
     if call {
-        return quote!(::core::convert::Into::<::trellis::kernel::Elem>::into(self.#elem()));
+        return quote!(::core::convert::Into::<#krate::kernel::Elem>::into(self.#elem()));
     }
     match elem.to_string().as_str() {
-        "u32" => quote!(::trellis::kernel::Elem::U32),
-        "f32" => quote!(::trellis::kernel::Elem::F32),
-        "f16" => quote!(::trellis::kernel::Elem::F16),
-        "bf16" => quote!(::trellis::kernel::Elem::Bf16),
+        "u32" => quote!(#krate::kernel::Elem::U32),
+        "f32" => quote!(#krate::kernel::Elem::F32),
+        "f16" => quote!(#krate::kernel::Elem::F16),
+        "bf16" => quote!(#krate::kernel::Elem::Bf16),
         // Spanned to the field: a field of another type is an error there. `self` keeps
         // the call site's span, as in `kernel_id`.
         _ => {
             let receiver = quote!(self);
-            quote_spanned!(elem.span()=> ::core::convert::Into::<::trellis::kernel::Elem>::into(#receiver.#elem))
+            quote_spanned!(elem.span()=> ::core::convert::Into::<#krate::kernel::Elem>::into(#receiver.#elem))
         }
     }
 }
@@ -329,7 +344,7 @@ fn elem_expr(elem: &Ident, call: bool) -> TokenStream2 {
 /// no unsigned size (a float, a signed or a string) is an error there, not a cast that
 /// truncates or wraps. An unsuffixed integer literal, which alone would be an `i32`, is
 /// a `usize`.
-fn dim_expr(e: &Expr) -> TokenStream2 {
+fn dim_expr(krate: &syn::Path, e: &Expr) -> TokenStream2 {
     if let Expr::Lit(syn::ExprLit {
         lit: syn::Lit::Int(n),
         ..
@@ -337,18 +352,18 @@ fn dim_expr(e: &Expr) -> TokenStream2 {
     {
         if n.suffix().is_empty() {
             let n = syn::LitInt::new(&format!("{}usize", n.base10_digits()), n.span());
-            return quote_spanned!(e.span()=> ::trellis::kernel::dim(#n));
+            return quote_spanned!(e.span()=> #krate::kernel::dim(#n));
         }
     }
-    quote_spanned!(e.span()=> ::trellis::kernel::dim(#e))
+    quote_spanned!(e.span()=> #krate::kernel::dim(#e))
 }
 
-fn specs(list: &[TensorDecl]) -> TokenStream2 {
+fn specs(krate: &syn::Path, list: &[TensorDecl]) -> TokenStream2 {
     let items = list.iter().map(|t| {
         let name = t.name.to_string();
-        let elem = elem_expr(&t.elem, t.elem_call);
-        let shape = t.shape.iter().map(dim_expr);
-        quote!(::trellis::kernel::TensorSpec { name: #name, elem: #elem, shape: vec![#(#shape),*] })
+        let elem = elem_expr(krate, &t.elem, t.elem_call);
+        let shape = t.shape.iter().map(|e| dim_expr(krate, e));
+        quote!(#krate::kernel::TensorSpec { name: #name, elem: #elem, shape: vec![#(#shape),*] })
     });
     quote!(vec![#(#items),*])
 }
@@ -366,6 +381,10 @@ pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     let span = Span::call_site();
+    let krate = args
+        .krate
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(::trellis));
     let name = args
         .name
         .ok_or_else(|| syn::Error::new(span, "kernel needs `name = \"...\"`"))?;
@@ -462,11 +481,14 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     let validate = args.validate.map(|v| quote!(#v)).unwrap_or(quote!(Ok(())));
     // Byte counts through `kernel::dim` as the shapes' extents: a signed or float count is
     // an error at its expression, not a cast that wraps or truncates.
-    let shared = args.shared.as_ref().map_or(quote!(0usize), dim_expr);
+    let shared = args
+        .shared
+        .as_ref()
+        .map_or(quote!(0usize), |e| dim_expr(&krate, e));
     let dynamic_shared = args
         .dynamic_shared
         .as_ref()
-        .map_or(quote!(0usize), dim_expr);
+        .map_or(quote!(0usize), |e| dim_expr(&krate, e));
     let zero_outputs = args
         .zero_outputs
         .map(|v| quote!(#v))
@@ -476,8 +498,8 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     let outputs_ty = format_ident!("{}Outputs", ty);
     let header_ty = format_ident!("__{}Header", ty);
     let body_ty = format_ident!("__{}Body", ty);
-    let input_specs = specs(&args.inputs);
-    let output_specs = specs(&args.outputs);
+    let input_specs = specs(&krate, &args.inputs);
+    let output_specs = specs(&krate, &args.outputs);
     let in_names: Vec<&Ident> = args.inputs.iter().map(|t| &t.name).collect();
     let out_names: Vec<&Ident> = args.outputs.iter().map(|t| &t.name).collect();
     let n_out = out_names.len();
@@ -485,7 +507,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     // there (`KernelIdentity`'s message), not at the attribute.
     let identity = quote_spanned! {ty.span()=>
         const _: fn() = || {
-            fn kernel_identity<T: ::trellis::kernel::KernelIdentity + ?Sized>() {}
+            fn kernel_identity<T: #krate::kernel::KernelIdentity + ?Sized>() {}
             kernel_identity::<#ty>();
         };
     };
@@ -494,7 +516,7 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
     let receiver = quote!(self);
     // The declaring crate's version: `option_env!`, so a build outside Cargo still works.
     let kernel_id = quote_spanned! {ty.span()=>
-        ::trellis::kernel::KernelId::declared(
+        #krate::kernel::KernelId::declared(
             #name,
             match ::core::option_env!("CARGO_PKG_VERSION") { Some(v) => v, None => "" },
             #receiver,
@@ -511,17 +533,17 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
 
         #identity
 
-        #[derive(::trellis::askama::Template)]
-        #[template(path = #template, block = "header", escape = "none", askama = ::trellis::askama)]
-        struct #header_ty<'a> { spec: &'a #ty, dialect: ::trellis::kernel::Dialect }
+        #[derive(#krate::askama::Template)]
+        #[template(path = #template, block = "header", escape = "none", askama = #krate::askama)]
+        struct #header_ty<'a> { spec: &'a #ty, dialect: #krate::kernel::Dialect }
         impl ::core::ops::Deref for #header_ty<'_> {
             type Target = #ty;
             fn deref(&self) -> &#ty { self.spec }
         }
 
-        #[derive(::trellis::askama::Template)]
-        #[template(path = #template, block = "body", escape = "none", askama = ::trellis::askama)]
-        struct #body_ty<'a> { spec: &'a #ty, dialect: ::trellis::kernel::Dialect }
+        #[derive(#krate::askama::Template)]
+        #[template(path = #template, block = "body", escape = "none", askama = #krate::askama)]
+        struct #body_ty<'a> { spec: &'a #ty, dialect: #krate::kernel::Dialect }
         impl ::core::ops::Deref for #body_ty<'_> {
             type Target = #ty;
             fn deref(&self) -> &#ty { self.spec }
@@ -529,27 +551,27 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
 
         // SAFETY: the template's author keeps the declaration's promise (`KernelSpec`'s
         // safety section): its body indexes only the tensors declared here.
-        unsafe impl ::trellis::kernel::KernelSpec for #ty {
+        unsafe impl #krate::kernel::KernelSpec for #ty {
             const NAME: &'static str = #name;
-            fn id(&self) -> ::trellis::kernel::KernelId { #kernel_id }
-            fn inputs(&self) -> Vec<::trellis::kernel::TensorSpec> { #input_specs }
-            fn outputs(&self) -> Vec<::trellis::kernel::TensorSpec> { #output_specs }
-            fn grid(&self) -> ::trellis::kernel::Grid { #grid }
-            fn validate(&self) -> ::trellis::Result<()> { #validate }
+            fn id(&self) -> #krate::kernel::KernelId { #kernel_id }
+            fn inputs(&self) -> Vec<#krate::kernel::TensorSpec> { #input_specs }
+            fn outputs(&self) -> Vec<#krate::kernel::TensorSpec> { #output_specs }
+            fn grid(&self) -> #krate::kernel::Grid { #grid }
+            fn validate(&self) -> #krate::Result<()> { #validate }
             fn shared_bytes(&self) -> usize { #shared }
             fn dynamic_shared_bytes(&self) -> usize { #dynamic_shared }
             fn zero_outputs(&self) -> bool { #zero_outputs }
-            fn render(&self, dialect: ::trellis::kernel::Dialect) -> ::trellis::Result<::trellis::kernel::Rendered> {
-                use ::trellis::askama::Template as _;
-                let fail = |e: ::trellis::askama::Error| ::trellis::Error::Compile {
+            fn render(&self, dialect: #krate::kernel::Dialect) -> #krate::Result<#krate::kernel::Rendered> {
+                use #krate::askama::Template as _;
+                let fail = |e: #krate::askama::Error| #krate::Error::Compile {
                     kernel: #name.to_string(),
                     backend: dialect.to_string(),
                     log: format!("template rendering failed: {e}"),
                 };
-                Ok(::trellis::kernel::Rendered {
+                Ok(#krate::kernel::Rendered {
                     dialect,
                     header: #header_ty { spec: self, dialect }.render().map_err(fail)?,
-                    body: ::trellis::kernel::bind_body(dialect, #body_ty { spec: self, dialect }.render().map_err(fail)?),
+                    body: #krate::kernel::bind_body(dialect, #body_ty { spec: self, dialect }.render().map_err(fail)?),
                 })
             }
         }
@@ -561,15 +583,15 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
         impl #ty {
             /// Check every argument, then compile (cached per backend) and run, allocating outputs.
             #[allow(clippy::too_many_arguments)]
-            pub fn launch<B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &B::Tensor),*) -> ::trellis::Result<#outputs_ty<B::Tensor>> {
+            pub fn launch<B: #krate::kernel::Backend>(&self, backend: &B, #(#in_names: &B::Tensor),*) -> #krate::Result<#outputs_ty<B::Tensor>> {
                 // Validated first: the shapes are computed only for fields in range.
-                let launch = ::trellis::kernel::KernelSpec::launch_request(self)?;
-                ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
+                let launch = #krate::kernel::KernelSpec::launch_request(self)?;
+                #krate::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
                 let outs = backend.launch(&launch, &[#(#in_names),*])?;
                 // A backend's own `launch` may return another count: an error, not a panic.
                 let [#(#out_names),*]: [B::Tensor; #n_out] = outs.try_into().map_err(|outs: ::std::vec::Vec<B::Tensor>| {
-                    ::trellis::Error::backend(
-                        ::trellis::kernel::Backend::name(backend),
+                    #krate::Error::backend(
+                        #krate::kernel::Backend::name(backend),
                         ::std::format!("returned {} outputs for {}'s {}", outs.len(), #name, #n_out),
                     )
                 })?;
@@ -578,11 +600,11 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
 
             /// Like `launch`, writing into preallocated outputs (checked like the inputs).
             #[allow(clippy::too_many_arguments)]
-            pub fn launch_into<'t, B: ::trellis::kernel::Backend>(&self, backend: &B, #(#in_names: &'t B::Tensor,)* #(#out_names: &'t mut B::Tensor),*) -> ::trellis::Result<()> {
+            pub fn launch_into<'t, B: #krate::kernel::Backend>(&self, backend: &B, #(#in_names: &'t B::Tensor,)* #(#out_names: &'t mut B::Tensor),*) -> #krate::Result<()> {
                 // Validated first: the shapes are computed only for fields in range.
-                let launch = ::trellis::kernel::KernelSpec::launch_request(self)?;
-                ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
-                ::trellis::kernel::check_args::<B::Tensor>(#name, &launch.outputs, &[#(&*#out_names),*])?;
+                let launch = #krate::kernel::KernelSpec::launch_request(self)?;
+                #krate::kernel::check_args::<B::Tensor>(#name, &launch.inputs, &[#(#in_names),*])?;
+                #krate::kernel::check_args::<B::Tensor>(#name, &launch.outputs, &[#(&*#out_names),*])?;
                 backend.launch_into(&launch, &[#(#in_names),*], &mut [#(#out_names),*])
             }
         }
@@ -800,5 +822,35 @@ mod tests {
         ] {
             assert!(ts.contains(want), "{want} in {ts}");
         }
+    }
+
+    /// `crate = "path"` moves every path of the generated code to it (a dependency
+    /// renamed), so no `::trellis` is left; a value that is no path is named.
+    #[test]
+    fn the_crate_path_is_the_declarations() {
+        let args = syn::parse_str::<KernelArgs>(
+            "name = \"k\", template = \"k.kernel\", grid = g(), crate = \"::tr::inner\", \
+             inputs(x: f16[self.n]), outputs(y: act[self.n]), shared = 64",
+        )
+        .unwrap();
+        let item: ItemStruct = syn::parse_str("struct K { n: usize, act: Elem }").unwrap();
+        let ts = squeeze(expand(args, item).unwrap());
+        assert!(!ts.contains("::trellis"), "{ts}");
+        for want in [
+            "unsafeimpl::tr::inner::kernel::KernelSpecforK",
+            "#[derive(::tr::inner::askama::Template)]",
+            "askama=::tr::inner::askama",
+            "::tr::inner::kernel::dim(self.n)",
+            "::tr::inner::kernel::KernelId::declared(",
+        ] {
+            assert!(ts.contains(want), "{want} in {ts}");
+        }
+        let e = syn::parse_str::<KernelArgs>("crate = \"not a path\"")
+            .err()
+            .expect("no path");
+        assert_eq!(
+            e.to_string(),
+            "`crate = \"not a path\"` is no path to the trellis crate"
+        );
     }
 }

@@ -281,9 +281,13 @@ mod twin_mul {
     }
 }
 
+/// (Declared through the crate under another name, as a renamed dependency is: the
+/// generated code reaches it by `crate = "..."`.)
 mod twin_add {
-    use trellis::kernel::{Dialect, Elem, Grid};
-    #[trellis::kernel(
+    use trellis as engine;
+    use engine::kernel::{Dialect, Elem, Grid};
+    #[engine::kernel(
+        crate = "engine",
         name = "twin_rows",
         template = "offset_rows.kernel",
         grid = Grid { groups: [self.rows as u32, 1, 1], threads: 32 },
