@@ -30,7 +30,8 @@ use crate::mma::MAX_M_MMA;
 use crate::numerics::{Tail, Tier};
 use crate::simt::MAX_M;
 use crate::{DType, ScaleDType};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 pub use crate::families::{upload_activations, DeviceMatrix};
 /// The SIMT families' variant, which the `_with` forms take.
@@ -281,10 +282,11 @@ fn first(mut outs: Vec<Activations>) -> Activations {
 struct Uploaded<'a, B: Backend> {
     b: &'a B,
     w: &'a QuantizedMatrix,
-    dev: Option<Rc<DeviceMatrix<B>>>,
-    finite_in: Rc<std::cell::Cell<[bool; 3]>>,
+    dev: Option<Arc<DeviceMatrix<B>>>,
+    /// Bit `i`: the weights are finite in `DType::ALL[i]`.
+    finite_in: Arc<AtomicU8>,
     /// What the fast tier's operand check reads of the matrix, made on first need.
-    facts: Rc<std::cell::OnceCell<OperandFacts>>,
+    facts: Arc<OnceLock<OperandFacts>>,
 }
 
 impl<B: Backend> Clone for Uploaded<'_, B> {
@@ -322,20 +324,19 @@ impl<'a, B: Backend> Uploaded<'a, B> {
     /// lives.
     fn check_weights_finite(&self, dtype: DType) -> Result<()> {
         let i = DType::ALL.iter().position(|&d| d == dtype).unwrap_or(0);
-        let mut seen = self.finite_in.get();
-        if !seen[i] {
+        let bit = 1u8 << i;
+        if self.finite_in.load(Ordering::Relaxed) & bit == 0 {
             self.w.check_weights_finite(dtype)?;
-            seen[i] = true;
-            self.finite_in.set(seen);
+            self.finite_in.fetch_or(bit, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    fn get(&mut self) -> Result<Rc<DeviceMatrix<B>>> {
+    fn get(&mut self) -> Result<Arc<DeviceMatrix<B>>> {
         match &self.dev {
             Some(d) => Ok(d.clone()),
             None => {
-                let d = Rc::new(DeviceMatrix::upload(self.b, self.w)?);
+                let d = Arc::new(DeviceMatrix::upload(self.b, self.w)?);
                 self.dev = Some(d.clone());
                 Ok(d)
             }
@@ -582,7 +583,9 @@ pub fn gate_up_with<B: Backend>(
 /// ([`Resident::matvec`], [`gate_up_resident`]), with the same results as [`matvec`] and
 /// [`gate_up`], which copy their matrices to the device every call. It borrows the host
 /// matrix, which the fast tier's checks and its fallback read, and checks its weights
-/// finite once per activation dtype (the borrow keeps the matrix as it was).
+/// finite once per activation dtype (the borrow keeps the matrix as it was). It is `Send`
+/// and `Sync` where the backend is (the cpu, cuda and metal-sim backends): several
+/// threads may call one.
 pub struct Resident<'a, B: Backend> {
     w: Uploaded<'a, B>,
 }

@@ -1245,6 +1245,51 @@ fn a_resident_matrix_is_uploaded_once_for_many_calls() {
     );
 }
 
+/// Resident matrices serve calls from several threads at once (a server's workers share
+/// one model's), each with the plain call's bits; they can live in a struct beside the
+/// matrices' other users.
+#[test]
+fn resident_matrices_serve_several_threads() {
+    struct Layer<'a> {
+        gate: ops::Resident<'a, CpuBackend>,
+        up: ops::Resident<'a, CpuBackend>,
+    }
+    fn shared<T: Send + Sync>() {}
+    shared::<Layer<'static>>();
+    shared::<ops::Resident<'static, trellis::backend::metal_sim::MetalSimBackend>>();
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(16, 512, 256, 2, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 111), random_matrix(g, 112));
+    let layer = Layer {
+        gate: ops::Resident::new(&cpu, &w).unwrap(),
+        up: ops::Resident::new(&cpu, &u).unwrap(),
+    };
+    let xs: Vec<_> = (0..4)
+        .map(|i| random_x(DType::Bf16, 1 + i, 512, 113 + i as u64))
+        .collect();
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                let layer = &layer;
+                let tier = [Tier::Exact, Tier::Fast][i % 2];
+                s.spawn(move || {
+                    let y = layer.gate.matvec(x, tier).unwrap();
+                    let mid = layer.gate.gate_up(&layer.up, x, Tail::Exact, tier).unwrap();
+                    (tier, y, mid)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (x, (tier, y, mid)) in xs.iter().zip(results) {
+        assert_eq!(y.data, ops::matvec(&cpu, &w, x, tier).unwrap().data);
+        let want = ops::gate_up(&cpu, &w, &u, x, Tail::Exact, tier).unwrap();
+        assert_eq!(mid.data, want.data, "{tier:?} M {}", x.rows);
+    }
+}
+
 /// Public fields and free functions set by hand: each misfit is an error naming what is
 /// wrong, before any kernel (a probe of the API found each of these a panic, a wrong
 /// result or a file that would not read back).

@@ -9,6 +9,13 @@ use trellis::backend::cuda::CudaBackend;
 use trellis::numerics::Tier;
 use trellis::{check, ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix};
 
+/// A resident matrix may be shared by the threads (checked when this file compiles, as
+/// clippy's `--features cuda` build does on any machine).
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<ops::Resident<'static, CudaBackend>>();
+};
+
 /// A `reduce` problem of `rows` x 2048, k 2, L 12, 1mad, M samples of bf16 x.
 fn problem(rows: usize, m: usize, seed: u64) -> (QuantizedMatrix, Activations) {
     let g = Geometry::new(rows, 2048, 256, 2, 12, Code::OneMad).unwrap();

@@ -13,7 +13,7 @@ use crate::numerics::{Tail, Tier};
 use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::Geometry;
 use std::fmt;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// `mid = silu(G x) * (U x)`; named `gate_up_mixed` in listings when the two k differ.
 #[crate::kernel(
@@ -311,9 +311,9 @@ impl GateUpExpected {
 pub struct GateUpDevice<B: Backend> {
     /// The gate matrix on the device (shared: the facade uploads it once for a call's
     /// launches).
-    pub gate: Rc<DeviceMatrix<B>>,
+    pub gate: Arc<DeviceMatrix<B>>,
     /// The up matrix on the device (shared likewise).
-    pub up: Rc<DeviceMatrix<B>>,
+    pub up: Arc<DeviceMatrix<B>>,
     /// The activations on the device.
     pub x: DeviceActivations<B>,
 }
@@ -327,8 +327,8 @@ impl<B: Backend> GateUpDevice<B> {
         x: &Activations,
     ) -> Result<Self> {
         Ok(GateUpDevice {
-            gate: Rc::new(DeviceMatrix::upload(b, gate)?),
-            up: Rc::new(DeviceMatrix::upload(b, up)?),
+            gate: Arc::new(DeviceMatrix::upload(b, gate)?),
+            up: Arc::new(DeviceMatrix::upload(b, up)?),
             x: DeviceActivations::upload(b, x)?,
         })
     }

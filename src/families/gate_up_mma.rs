@@ -19,7 +19,7 @@ use crate::mma::{
 };
 use crate::numerics::{Tail, Tier};
 use crate::simt::Proj;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// Declares a kernel struct over `gate_up_mma`'s inputs, the one list of them (the
 /// template binds them by name): the plain kernel and [`GateUpMmaParts`] differ only in
@@ -191,9 +191,9 @@ impl GateUpMmaExpected {
 pub struct GateUpMmaDevice<B: Backend> {
     /// The gate matrix on the device (shared: the facade uploads it once for a call's
     /// launches).
-    pub gate: Rc<DeviceMatrix<B>>,
+    pub gate: Arc<DeviceMatrix<B>>,
     /// The up matrix on the device (shared likewise).
-    pub up: Rc<DeviceMatrix<B>>,
+    pub up: Arc<DeviceMatrix<B>>,
     /// x prescaled, with the unscale factors and tables (projections: gate, then up).
     pub ops: Prescaled<B>,
 }
@@ -207,8 +207,8 @@ impl<B: Backend> GateUpMmaDevice<B> {
         x: &Activations,
     ) -> Result<Self> {
         Ok(GateUpMmaDevice {
-            gate: Rc::new(DeviceMatrix::upload(b, gate)?),
-            up: Rc::new(DeviceMatrix::upload(b, up)?),
+            gate: Arc::new(DeviceMatrix::upload(b, gate)?),
+            up: Arc::new(DeviceMatrix::upload(b, up)?),
             ops: Prescaled::upload(b, x, &[gate, up])?,
         })
     }

@@ -12,7 +12,7 @@ use crate::numerics::Tier;
 use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::Geometry;
 use std::fmt;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// `y = W x` for `m` samples.
 #[crate::kernel(
@@ -266,7 +266,7 @@ impl ReduceExpected {
 /// Uploaded `reduce` data.
 pub struct ReduceDevice<B: Backend> {
     /// The matrix on the device (shared: the facade uploads it once for a call's launches).
-    pub w: Rc<DeviceMatrix<B>>,
+    pub w: Arc<DeviceMatrix<B>>,
     /// The activations on the device.
     pub x: DeviceActivations<B>,
 }
@@ -275,7 +275,7 @@ impl<B: Backend> ReduceDevice<B> {
     /// Upload a matrix and its activations.
     pub fn upload(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Self> {
         Ok(ReduceDevice {
-            w: Rc::new(DeviceMatrix::upload(b, w)?),
+            w: Arc::new(DeviceMatrix::upload(b, w)?),
             x: DeviceActivations::upload(b, x)?,
         })
     }

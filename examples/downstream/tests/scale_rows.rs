@@ -284,8 +284,8 @@ mod twin_mul {
 /// (Declared through the crate under another name, as a renamed dependency is: the
 /// generated code reaches it by `crate = "..."`.)
 mod twin_add {
-    use trellis as engine;
     use engine::kernel::{Dialect, Elem, Grid};
+    use trellis as engine;
     #[engine::kernel(
         crate = "engine",
         name = "twin_rows",

@@ -15,7 +15,7 @@ use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
 use crate::simt::Proj;
-use std::rc::Rc;
+use std::sync::Arc;
 
 mod prescale;
 mod space;
@@ -117,7 +117,7 @@ impl ReduceMmaExpected {
 /// Uploaded `reduce_mma` data: the matrix, and x as [`Prescaled`].
 pub struct ReduceMmaDevice<B: Backend> {
     /// The matrix on the device (shared: the facade uploads it once for a call's launches).
-    pub w: Rc<DeviceMatrix<B>>,
+    pub w: Arc<DeviceMatrix<B>>,
     /// x prescaled, with the unscale factors and table.
     pub ops: Prescaled<B>,
 }
@@ -126,7 +126,7 @@ impl<B: Backend> ReduceMmaDevice<B> {
     /// Upload a matrix and its activations.
     pub fn upload(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Self> {
         Ok(ReduceMmaDevice {
-            w: Rc::new(DeviceMatrix::upload(b, w)?),
+            w: Arc::new(DeviceMatrix::upload(b, w)?),
             ops: Prescaled::upload(b, x, &[w])?,
         })
     }
