@@ -14,7 +14,17 @@ use trellis::kernel::{Dialect, KernelSpec};
 use trellis::numerics::Tier;
 
 const SHIM_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/templates/dialect/msl_shim");
-const FLAGS: &[&str] = &["-std=c++17", "-Wno-attributes", "-Wno-unknown-pragmas"];
+/// MSL before version 4 is C++14: a C++17 or C++20 construct (`if constexpr`, a
+/// structured binding) that the host compiler takes in C++14 mode with a warning is an
+/// error here, as on a Mac. (Not `-pedantic-errors`: a batch repeats the preludes'
+/// macros with each kernel's values.)
+const FLAGS: &[&str] = &[
+    "-std=c++14",
+    "-Werror=c++17-extensions",
+    "-Werror=c++20-extensions",
+    "-Wno-attributes",
+    "-Wno-unknown-pragmas",
+];
 
 fn compiler() -> String {
     std::env::var("CXX").unwrap_or_else(|_| "c++".into())
@@ -342,4 +352,41 @@ fn a_constant_input_used_unindexed_is_found() {
     );
     let found = not_only_indexed(&format!("{sig}x = load4(s + 4u);"), "s").unwrap();
     assert!(found.contains("load4(s + 4u)"), "{found}");
+}
+
+/// The shim's flags refuse what MSL (C++14) refuses and the host's default C++ takes:
+/// a unit the shim compiles becomes an error with an `if constexpr` or a structured
+/// binding in its body.
+#[test]
+fn a_cxx17_construct_in_a_metal_unit_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = |extra: &str| {
+        format!(
+            "#include <metal_stdlib>\nusing namespace metal;\n\
+             [[kernel]] void k(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {{\n\
+             float v = metal::fmax(y[i], 0.0f);\n{extra}\ny[i] = v;\n}}\n"
+        )
+    };
+    let check = |name: &str, extra: &str| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, body(extra)).unwrap();
+        run(&["-fsyntax-only", "-x", "c++"], &file)
+    };
+    let (ok, _, log) = check("plain.metal", "");
+    assert!(ok, "the plain unit must compile: {log}");
+    for (name, extra, says) in [
+        (
+            "constexpr_if.metal",
+            "if constexpr (sizeof(float) == 4) { v += 1.0f; }",
+            "if constexpr",
+        ),
+        (
+            "binding.metal",
+            "struct P { float a, b; }; P p = {v, v}; auto [a, b] = p; v = a + b;",
+            "structured binding",
+        ),
+    ] {
+        let (ok, _, log) = check(name, extra);
+        assert!(!ok && log.contains(says), "{name}: {log}");
+    }
 }
