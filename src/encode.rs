@@ -222,7 +222,8 @@ fn quantize_inner(
         ));
     }
 
-    let mut enc = RowEncoder::new(&g, &values, dense);
+    let search = unit_sized(&values);
+    let mut enc = RowEncoder::new(&g, &values, &search, dense);
     enc.mult = enc.search_multiplier();
     // Rows finish in any order; counting under a lock keeps the reports monotonic.
     let done = std::sync::Mutex::new(0usize);
@@ -273,14 +274,31 @@ const MULT_POINTS: i32 = 8;
 const MULT_MIN: f64 = 0.3;
 const MULT_MAX: f64 = 3.0;
 
+/// `values` times the power of two that brings their rms nearest 1: the table the
+/// Viterbi search runs on. A power of two scales each target, difference and cost
+/// exactly, so the path is the one the table itself gives, save where its costs would
+/// leave f32's range (a table of values near 2^-70 squares them below it).
+fn unit_sized(values: &[f32]) -> Vec<f32> {
+    let ss: f64 = values.iter().map(|&v| v as f64 * v as f64).sum();
+    let e = (ss / values.len() as f64).sqrt().log2().round();
+    if e == 0.0 || !e.is_finite() {
+        return values.to_vec();
+    }
+    let f = (-e).exp2();
+    values.iter().map(|&v| (v as f64 * f) as f32).collect()
+}
+
 /// What every row shares: geometry, value table, the input and the search multiplier.
 struct RowEncoder<'a> {
     g: &'a Geometry,
+    /// The code's values (the scales are fitted to these).
     values: &'a [f32],
+    /// The values the path search runs on ([`unit_sized`]).
+    search: &'a [f32],
     dense: &'a [f32],
     /// `rms` of every row of `dense`.
     row_rms: Vec<f64>,
-    /// `rms` of the value table.
+    /// `rms` of the search table.
     values_rms: f64,
     /// Row `r` is searched at scale `row_rms[r] / values_rms * mult`.
     mult: f64,
@@ -297,8 +315,8 @@ struct RowResult {
 }
 
 impl<'a> RowEncoder<'a> {
-    fn new(g: &'a Geometry, values: &'a [f32], dense: &'a [f32]) -> Self {
-        let ss: f64 = values.iter().map(|&v| v as f64 * v as f64).sum();
+    fn new(g: &'a Geometry, values: &'a [f32], search: &'a [f32], dense: &'a [f32]) -> Self {
+        let ss: f64 = search.iter().map(|&v| v as f64 * v as f64).sum();
         let row_rms = dense
             .par_chunks(g.cols)
             .map(|w| (w.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / g.cols as f64).sqrt())
@@ -306,9 +324,10 @@ impl<'a> RowEncoder<'a> {
         RowEncoder {
             g,
             values,
+            search,
             dense,
             row_rms,
-            values_rms: (ss / values.len() as f64).sqrt(),
+            values_rms: (ss / search.len() as f64).sqrt(),
             mult: 1.0,
         }
     }
@@ -413,7 +432,7 @@ impl<'a> RowEncoder<'a> {
             let mut states = std::mem::take(&mut s.states);
             states.resize(g.t, 0);
             let targets = std::mem::take(&mut s.targets);
-            let cost = viterbi(self.values, g.k, g.l, &targets, None, &mut states, s);
+            let cost = viterbi(self.search, g.k, g.l, &targets, None, &mut states, s);
             s.targets = targets;
             s.states = states;
             cost as f64 * scale * scale
@@ -438,7 +457,7 @@ impl<'a> RowEncoder<'a> {
                     s.targets.clear();
                     s.targets
                         .extend(wb.iter().map(|&v| (v as f64 * inv) as f32));
-                    encode_block(self.values, g.k, g.l, st, s);
+                    encode_block(self.search, g.k, g.l, st, s);
                 });
                 layout::pack_block(st, g.k, words);
             });
@@ -777,6 +796,30 @@ mod tests {
             .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
             .sum();
         sse / dense.len() as f64
+    }
+
+    /// A table and weights both scaled by a power of two code alike: the same states,
+    /// the scales alike (the search runs on the table brought to unit size, so a table
+    /// of tiny values does not underflow the f32 path costs; 2^-70 squared is below f32's
+    /// range, and coded as it stood it chose other states).
+    #[test]
+    fn a_tiny_table_codes_as_a_unit_one() {
+        let (rows, cols, l) = (4, 512, 10);
+        let w = gaussian(rows * cols, 21);
+        let lut = gaussian_lut(l, 22).unwrap();
+        let f = 2f32.powi(-70);
+        let at = |w: &[f32], lut: &[f32]| {
+            let o = EncodeOptions {
+                lut: Some(lut.to_vec()),
+                ..opts(Code::Lut, 256, 2, l)
+            };
+            quantize(w, rows, cols, &o).unwrap()
+        };
+        let unit = at(&w, &lut);
+        let tiny_w: Vec<f32> = w.iter().map(|v| v * f).collect();
+        let tiny = at(&tiny_w, &lut.iter().map(|v| v * f).collect::<Vec<_>>());
+        assert_eq!(tiny.matrix.codes, unit.matrix.codes);
+        assert_eq!(tiny.matrix.scales, unit.matrix.scales);
     }
 
     /// An i.i.d. unit Gaussian source lands where QTIP's paper puts these codes
