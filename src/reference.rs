@@ -106,21 +106,46 @@ pub fn reduce(w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
     })
 }
 
-/// SPEC section 6: `exp_spec`, a bit-reproducible f32 exponential. The literals are the
-/// SPEC's, verbatim (each means its nearest f32), and `max`/`min` are IEEE maxNum/minNum
-/// like the kernels' `fmax`/`fmin` (NaN goes to -86, where `clamp` would keep it).
-#[allow(clippy::excessive_precision, clippy::manual_clamp)]
+/// SPEC section 6's `exp_spec` constants, as the SPEC writes them (each literal means its
+/// nearest f32). `templates/common.h` spells the kernels' copy; a test holds the two
+/// equal, in order (the kernels' text is hashed into the tuning tables, so it is not
+/// rendered from these).
+#[allow(clippy::excessive_precision)]
+pub mod exp_spec_constants {
+    /// The clamp of x: `min(max(x, LOW), HIGH)`.
+    pub const LOW: f32 = -86.0;
+    /// See [`LOW`].
+    pub const HIGH: f32 = 80.0;
+    /// log2(e) as f32.
+    pub const LOG2E_BITS: u32 = 0x3FB8AA3B;
+    /// Cody-Waite's high part of -ln 2.
+    pub const C1: f32 = -0.693359375;
+    /// Cody-Waite's low part of ln 2.
+    pub const C2_BITS: u32 = 0x395E8083;
+    /// The polynomial's coefficients, highest degree first (Horner's order).
+    pub const POLY: [f32; 6] = [
+        1.9875691500e-4,
+        1.3981999507e-3,
+        8.3334519073e-3,
+        4.1665795894e-2,
+        1.6666665459e-1,
+        5.0000001201e-1,
+    ];
+}
+
+/// SPEC section 6: `exp_spec`, a bit-reproducible f32 exponential
+/// ([`exp_spec_constants`]). `max`/`min` are IEEE maxNum/minNum like the kernels'
+/// `fmax`/`fmin` (NaN goes to -86, where `clamp` would keep it).
+#[allow(clippy::manual_clamp)]
 pub fn exp_spec(x: f32) -> f32 {
-    let x = x.max(-86.0).min(80.0);
-    let n = (x * f32::from_bits(0x3FB8AA3B)).round_ties_even();
-    let r = n.mul_add(-0.693359375, x);
-    let r = n.mul_add(f32::from_bits(0x395E8083), r);
-    let mut p = 1.9875691500e-4f32;
-    p = p.mul_add(r, 1.3981999507e-3);
-    p = p.mul_add(r, 8.3334519073e-3);
-    p = p.mul_add(r, 4.1665795894e-2);
-    p = p.mul_add(r, 1.6666665459e-1);
-    p = p.mul_add(r, 5.0000001201e-1);
+    use exp_spec_constants as c;
+    let x = x.max(c::LOW).min(c::HIGH);
+    let n = (x * f32::from_bits(c::LOG2E_BITS)).round_ties_even();
+    let r = n.mul_add(c::C1, x);
+    let r = n.mul_add(f32::from_bits(c::C2_BITS), r);
+    let p = c::POLY[1..]
+        .iter()
+        .fold(c::POLY[0], |p, &a| p.mul_add(r, a));
     let z = r * r;
     let e = p.mul_add(z, r) + 1.0;
     e * f32::from_bits(((n as i32 + 127) as u32) << 23)
@@ -381,6 +406,51 @@ mod tests {
                 panic!("{dtype} {code}: {e}");
             }
         }
+    }
+
+    #[test]
+    fn the_kernels_exp_spec_has_the_references_constants() {
+        let h = include_str!("../templates/common.h");
+        let start = h
+            .find("DEVICE float exp_spec(float x) {")
+            .expect("exp_spec in common.h");
+        let body = &h[start..start + h[start..].find("\n}").unwrap()];
+        // Every numeric literal of the body, in order, as an f32 (hex ones as bits).
+        let mut found = Vec::new();
+        let b = body.as_bytes();
+        let mut i = body.find('{').unwrap();
+        while i < b.len() {
+            let neg = b[i] == b'-' && b.get(i + 1).is_some_and(u8::is_ascii_digit);
+            let starts = (b[i].is_ascii_digit() || neg)
+                && !b[i.saturating_sub(1)].is_ascii_alphanumeric()
+                && b[i.saturating_sub(1)] != b'_';
+            if !starts {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < b.len()
+                && (b[j].is_ascii_alphanumeric()
+                    || b[j] == b'.'
+                    || ((b[j] == b'-' || b[j] == b'+') && b[j - 1] == b'e'))
+            {
+                j += 1;
+            }
+            let lit = &body[i..j];
+            found.push(if let Some(hex) = lit.strip_prefix("0x") {
+                f32::from_bits(u32::from_str_radix(hex.trim_end_matches('u'), 16).unwrap())
+            } else {
+                lit.trim_end_matches('f').parse::<f32>().unwrap()
+            });
+            i = j;
+        }
+        use exp_spec_constants as c;
+        let mut want = vec![c::LOW, c::HIGH, f32::from_bits(c::LOG2E_BITS), c::C1];
+        want.push(f32::from_bits(c::C2_BITS));
+        want.extend(c::POLY);
+        // The `+ 1.0` and the exponent's bias and shift.
+        want.extend([1.0, 127.0, 23.0]);
+        assert_eq!(found, want, "in {body}");
     }
 
     #[test]
