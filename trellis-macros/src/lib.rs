@@ -332,10 +332,15 @@ fn elem_expr(krate: &syn::Path, elem: &Ident, call: bool) -> TokenStream2 {
         "f16" => quote!(#krate::kernel::Elem::F16),
         "bf16" => quote!(#krate::kernel::Elem::Bf16),
         // Spanned to the field: a field of another type is an error there. `self` keeps
-        // the call site's span, as in `kernel_id`.
+        // the call site's span, as in `kernel_id`; so the converted value is a local of
+        // the field's span (an argument that joins the two spans is blamed on the whole
+        // attribute).
         _ => {
             let receiver = quote!(self);
-            quote_spanned!(elem.span()=> ::core::convert::Into::<#krate::kernel::Elem>::into(#receiver.#elem))
+            quote_spanned!(elem.span()=> {
+                let field = &#receiver.#elem;
+                ::core::convert::Into::<#krate::kernel::Elem>::into(*field)
+            })
         }
     }
 }
@@ -704,7 +709,10 @@ mod tests {
         let into_elem = "::core::convert::Into::<::trellis::kernel::Elem>::into";
         let item: ItemStruct = syn::parse_str("struct K { act: Elem }").unwrap();
         let ts = squeeze(expand(args("outputs(y: act[4])"), item).unwrap());
-        assert!(ts.contains(&format!("elem:{into_elem}(self.act)")), "{ts}");
+        assert!(
+            ts.contains(&format!("elem:{{letfield=&self.act;{into_elem}(*field)}}")),
+            "{ts}"
+        );
         let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
         let ts = squeeze(expand(args("outputs(y: y_elem()[4])"), item).unwrap());
         assert!(
