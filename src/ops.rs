@@ -37,6 +37,31 @@ pub use crate::families::{upload_activations, DeviceMatrix};
 /// The SIMT families' variant, which the `_with` forms take.
 pub use crate::simt::Variant;
 
+/// The fast tier's families here are the ones [`family::Family::FAST`] names (what
+/// [`family_for`], `trellis select` and the tuner read): a build fails where they part.
+const _: () = {
+    use family::Family;
+    const fn names(twin: Option<&str>, family: &str) -> bool {
+        let (a, b) = match twin {
+            Some(t) => (t.as_bytes(), family.as_bytes()),
+            None => return false,
+        };
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+    assert!(names(ReduceFamily::FAST, ReduceMmaFamily::NAME));
+    assert!(names(GateUpFamily::FAST, GateUpMmaFamily::NAME));
+};
+
 /// Activations must be finite: a NaN or infinity would silently poison every output
 /// it touches.
 fn check_finite(x: &Activations) -> Result<()> {
