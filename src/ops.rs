@@ -610,7 +610,8 @@ pub fn gate_up_with<B: Backend>(
 /// matrix, which the fast tier's checks and its fallback read, and checks its weights
 /// finite once per activation dtype (the borrow keeps the matrix as it was). It is `Send`
 /// and `Sync` where the backend is (the cpu, cuda and metal-sim backends): several
-/// threads may call one.
+/// threads may call one. On a backend chosen at run time, make them inside
+/// [`AnyBackend::visit`] (`examples/facade.rs` does).
 pub struct Resident<'a, B: Backend> {
     w: Uploaded<'a, B>,
 }
