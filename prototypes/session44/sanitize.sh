@@ -7,6 +7,6 @@
 . prototypes/device.sh
 . prototypes/session33/san.sh
 san memcheck 170 cuda_launch-memcheck $D/cuda_launch --ignored --test-threads 1
-san memcheck 170 cuda_threads-memcheck $D/cuda_threads --ignored --test-threads 1
-san racecheck 120 gate_up_parts-racecheck $D/gate_up_parts --ignored --test-threads 1
+san memcheck 150 cuda_threads-memcheck $D/cuda_threads --ignored --test-threads 1
+san racecheck 100 gate_up_parts-racecheck $D/gate_up_parts --ignored --test-threads 1
 (cd /tmp/cs && tar czf "$OUT/sanitizer.tgz" .)
