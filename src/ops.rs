@@ -302,12 +302,13 @@ fn first(mut outs: Vec<Activations>) -> Activations {
 /// A matrix uploaded on the first launch that needs it and shared by the call's other
 /// launches (the chunks of a large M), so one call copies each matrix to the device once
 /// (and a [`Resident`] one, none). It also remembers the activation dtypes its weights
-/// were found finite in: the matrix is borrowed, so it cannot change, and the check
+/// were found finite in: the matrix is held (borrowed or shared), so it cannot change, and the check
 /// reads every scale and the value table (about 0.1 ms at 17408 rows, L 16, a call).
 struct Uploaded<'a, B: Backend> {
-    b: &'a B,
-    w: &'a QuantizedMatrix,
-    dev: Option<Arc<DeviceMatrix<B>>>,
+    b: Held<'a, B>,
+    w: Held<'a, QuantizedMatrix>,
+    /// The upload, made on the first launch that needs it and shared by the clones.
+    dev: Arc<OnceLock<Arc<DeviceMatrix<B>>>>,
     /// Bit `i`: the weights are finite in `DType::ALL[i]`.
     finite_in: Arc<AtomicU8>,
     /// What the fast tier's operand check reads of the matrix, made on first need.
@@ -317,20 +318,50 @@ struct Uploaded<'a, B: Backend> {
 impl<B: Backend> Clone for Uploaded<'_, B> {
     fn clone(&self) -> Self {
         Uploaded {
+            b: self.b.clone(),
+            w: self.w.clone(),
             dev: self.dev.clone(),
             finite_in: self.finite_in.clone(),
             facts: self.facts.clone(),
-            ..*self
+        }
+    }
+}
+
+/// A value borrowed for `'a`, or shared (a [`Resident::shared`]'s backend and matrix).
+enum Held<'a, T> {
+    Borrowed(&'a T),
+    Shared(Arc<T>),
+}
+
+impl<T> Clone for Held<'_, T> {
+    fn clone(&self) -> Self {
+        match self {
+            Held::Borrowed(t) => Held::Borrowed(t),
+            Held::Shared(t) => Held::Shared(t.clone()),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Held<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match self {
+            Held::Borrowed(t) => t,
+            Held::Shared(t) => t,
         }
     }
 }
 
 impl<'a, B: Backend> Uploaded<'a, B> {
     fn new(b: &'a B, w: &'a QuantizedMatrix) -> Self {
+        Uploaded::held(Held::Borrowed(b), Held::Borrowed(w))
+    }
+
+    fn held(b: Held<'a, B>, w: Held<'a, QuantizedMatrix>) -> Self {
         Uploaded {
             b,
             w,
-            dev: None,
+            dev: Default::default(),
             finite_in: Default::default(),
             facts: Default::default(),
         }
@@ -341,7 +372,7 @@ impl<'a, B: Backend> Uploaded<'a, B> {
         if let Some(f) = self.facts.get() {
             return Ok(f);
         }
-        let f = OperandFacts::of(self.w)?;
+        let f = OperandFacts::of(&self.w)?;
         Ok(self.facts.get_or_init(|| f))
     }
 
@@ -357,15 +388,14 @@ impl<'a, B: Backend> Uploaded<'a, B> {
         Ok(())
     }
 
-    fn get(&mut self) -> Result<Arc<DeviceMatrix<B>>> {
-        match &self.dev {
-            Some(d) => Ok(d.clone()),
-            None => {
-                let d = Arc::new(DeviceMatrix::upload(self.b, self.w)?);
-                self.dev = Some(d.clone());
-                Ok(d)
-            }
+    /// The upload, made now if no launch made it yet. (Two threads of a [`Resident`]
+    /// need not race here: `Resident`s upload when they are made.)
+    fn get(&self) -> Result<Arc<DeviceMatrix<B>>> {
+        if let Some(d) = self.dev.get() {
+            return Ok(d.clone());
         }
+        let d = Arc::new(DeviceMatrix::upload(&*self.b, &self.w)?);
+        Ok(self.dev.get_or_init(|| d).clone())
     }
 }
 
@@ -411,11 +441,11 @@ impl Choice {
 
 /// [`matvec`] of a matrix uploaded already, or on its first launch.
 fn matvec_uploaded<B: Backend>(
-    mut wd: Uploaded<B>,
+    wd: Uploaded<B>,
     x: &Activations,
     choice: Choice,
 ) -> Result<Activations> {
-    let (b, w) = (wd.b, wd.w);
+    let (b, w) = (&*wd.b, &*wd.w);
     let tier = choice.tier();
     // A hand-edited geometry (its fields are public) is named as such, before M is.
     w.geometry.validate()?;
@@ -427,20 +457,20 @@ fn matvec_uploaded<B: Backend>(
         }
         let (cols, rows) = (w.geometry.cols, w.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
-            matvec_launch(b, &mut wd, xs, choice)
+            matvec_launch(b, &wd, xs, choice)
         });
     }
-    matvec_launch(b, &mut wd, x, choice)
+    matvec_launch(b, &wd, x, choice)
 }
 
 /// One launch of [`matvec`] (M within the tier's limit).
 fn matvec_launch<B: Backend>(
     b: &B,
-    wd: &mut Uploaded<B>,
+    wd: &Uploaded<B>,
     x: &Activations,
     choice: Choice,
 ) -> Result<Activations> {
-    let w = wd.w;
+    let w = &*wd.w;
     if let Choice::Tables(tier @ Tier::Fast) = choice {
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
@@ -468,12 +498,12 @@ fn matvec_launch<B: Backend>(
 
 /// One exact `reduce` launch of variant `v` (checked to fit) on problem `p`.
 fn reduce_launch<B: Backend>(
-    wd: &mut Uploaded<B>,
+    wd: &Uploaded<B>,
     x: &Activations,
     p: &ReduceProblem,
     v: Variant,
 ) -> Result<Activations> {
-    let b = wd.b;
+    let b = &*wd.b;
     family::fits::<ReduceFamily>(p, v, &b.limits())?;
     let d = ReduceDevice {
         w: wd.get()?,
@@ -512,12 +542,12 @@ pub fn gate_up<B: Backend>(
 
 /// [`gate_up`] of matrices uploaded already, or on their first launch.
 fn gate_up_uploaded<B: Backend>(
-    mut ws: [Uploaded<B>; 2],
+    ws: [Uploaded<B>; 2],
     x: &Activations,
     tail: Tail,
     choice: Choice,
 ) -> Result<Activations> {
-    let (b, gate, up) = (ws[0].b, ws[0].w, ws[1].w);
+    let (b, gate, up) = (&*ws[0].b, &*ws[0].w, &*ws[1].w);
     let tier = choice.tier();
     gate.geometry.validate()?;
     up.geometry.validate()?;
@@ -530,21 +560,21 @@ fn gate_up_uploaded<B: Backend>(
         }
         let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
-            gate_up_launch(b, &mut ws, xs, tail, choice)
+            gate_up_launch(b, &ws, xs, tail, choice)
         });
     }
-    gate_up_launch(b, &mut ws, x, tail, choice)
+    gate_up_launch(b, &ws, x, tail, choice)
 }
 
 /// One launch of [`gate_up`] (M within the tier's limit).
 fn gate_up_launch<B: Backend>(
     b: &B,
-    [gd, ud]: &mut [Uploaded<B>; 2],
+    [gd, ud]: &[Uploaded<B>; 2],
     x: &Activations,
     tail: Tail,
     choice: Choice,
 ) -> Result<Activations> {
-    let (gate, up) = (gd.w, ud.w);
+    let (gate, up) = (&*gd.w, &*ud.w);
     if let Choice::Tables(tier @ Tier::Fast) = choice {
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
@@ -575,12 +605,12 @@ fn gate_up_launch<B: Backend>(
 
 /// One exact `gate_up` launch of variant `v` (checked to fit) on problem `p`.
 fn gate_up_exact_launch<B: Backend>(
-    [gd, ud]: [&mut Uploaded<B>; 2],
+    [gd, ud]: [&Uploaded<B>; 2],
     x: &Activations,
     p: &GateUpProblem,
     v: Variant,
 ) -> Result<Activations> {
-    let b = gd.b;
+    let b = &*gd.b;
     family::fits::<GateUpFamily>(p, v, &b.limits())?;
     let d = GateUpDevice {
         gate: gd.get()?,
@@ -606,12 +636,13 @@ pub fn gate_up_with<B: Backend>(
 
 /// A matrix uploaded to a backend once and kept there for any number of calls
 /// ([`Resident::matvec`], [`gate_up_resident`]), with the same results as [`matvec`] and
-/// [`gate_up`], which copy their matrices to the device every call. It borrows the host
-/// matrix, which the fast tier's checks and its fallback read, and checks its weights
-/// finite once per activation dtype (the borrow keeps the matrix as it was). It is `Send`
-/// and `Sync` where the backend is (the cpu, cuda and metal-sim backends): several
-/// threads may call one. On a backend chosen at run time, make them inside
-/// [`AnyBackend::visit`] (`examples/facade.rs` does).
+/// [`gate_up`], which copy their matrices to the device every call. It holds the host
+/// matrix, which the fast tier's checks and its fallback read, borrowed ([`Resident::new`])
+/// or shared ([`Resident::shared`]: a `Resident<'static, B>`, to keep in a server's state),
+/// and checks its weights finite once per activation dtype (the matrix cannot change
+/// while it is held). It is `Send` and `Sync` where the backend is (the cpu, cuda and
+/// metal-sim backends): several threads may call one. On a backend chosen at run time,
+/// make them inside [`AnyBackend::visit`] (`examples/facade.rs` does).
 pub struct Resident<'a, B: Backend> {
     w: Uploaded<'a, B>,
 }
@@ -619,14 +650,14 @@ pub struct Resident<'a, B: Backend> {
 impl<'a, B: Backend> Resident<'a, B> {
     /// Validate `w` and upload it to `b`.
     pub fn new(b: &'a B, w: &'a QuantizedMatrix) -> Result<Self> {
-        let mut w = Uploaded::new(b, w);
+        let w = Uploaded::new(b, w);
         w.get()?;
         Ok(Resident { w })
     }
 
     /// The host matrix.
-    pub fn matrix(&self) -> &'a QuantizedMatrix {
-        self.w.w
+    pub fn matrix(&self) -> &QuantizedMatrix {
+        &self.w.w
     }
 
     /// `y = W x` in `tier`, as [`matvec`] gives it.
@@ -647,6 +678,16 @@ impl<'a, B: Backend> Resident<'a, B> {
     }
 }
 
+impl<B: Backend + 'static> Resident<'static, B> {
+    /// Validate `w` and upload it to `b`, both shared: the resident owns its part and
+    /// borrows nothing.
+    pub fn shared(b: Arc<B>, w: Arc<QuantizedMatrix>) -> Result<Self> {
+        let w = Uploaded::held(Held::Shared(b), Held::Shared(w));
+        w.get()?;
+        Ok(Resident { w })
+    }
+}
+
 /// `mid = silu(G x) * (U x)` of two resident matrices in `tier`, as [`gate_up`] gives it;
 /// both must be resident on the same backend.
 pub fn gate_up_resident<B: Backend>(
@@ -656,7 +697,7 @@ pub fn gate_up_resident<B: Backend>(
     tail: Tail,
     tier: Tier,
 ) -> Result<Activations> {
-    if !std::ptr::eq(gate.w.b, up.w.b) {
+    if !std::ptr::eq(&*gate.w.b, &*up.w.b) {
         return Err(Error::invalid(
             "up's backend",
             format!("{} {}", up.w.b.name(), up.w.b.device_id()),

@@ -1290,6 +1290,44 @@ fn resident_matrices_serve_several_threads() {
     }
 }
 
+/// A resident made of a shared backend and matrix borrows nothing: it lives in an `Arc`
+/// that spawned threads (`'static`) share, with the plain calls' bits.
+#[test]
+fn a_shared_resident_serves_spawned_threads() {
+    use std::sync::Arc;
+    let cpu = Arc::new(CpuBackend::new().unwrap());
+    let g = Geometry::new(16, 512, 256, 3, 12, Code::OneMad).unwrap();
+    let w = Arc::new(random_matrix(g, 121));
+    let r = Arc::new(ops::Resident::shared(cpu.clone(), w.clone()).unwrap());
+    let handles: Vec<_> = (0..3)
+        .map(|i| {
+            let r = r.clone();
+            std::thread::spawn(move || {
+                let x = random_x(DType::Bf16, 2 + i, 512, 122 + i as u64);
+                let tier = [Tier::Exact, Tier::Fast][i % 2];
+                let y = r.matvec(&x, tier).unwrap();
+                (x, tier, y)
+            })
+        })
+        .collect();
+    for h in handles {
+        let (x, tier, y) = h.join().unwrap();
+        assert_eq!(
+            y.data,
+            ops::matvec(&*cpu, &w, &x, tier).unwrap().data,
+            "{tier:?}"
+        );
+    }
+    // A shared resident and a borrowed one of the same backend pair for gate_up.
+    let u = random_matrix(g, 125);
+    let ru = ops::Resident::new(&*cpu, &u).unwrap();
+    let x = random_x(DType::Bf16, 3, 512, 126);
+    let mid = r.gate_up(&ru, &x, Tail::Exact, Tier::Exact).unwrap();
+    let want = ops::gate_up(&*cpu, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
+    assert_eq!(mid.data, want.data);
+    assert_eq!(r.matrix(), &*w);
+}
+
 /// Public fields and free functions set by hand: each misfit is an error naming what is
 /// wrong, before any kernel (a probe of the API found each of these a panic, a wrong
 /// result or a file that would not read back).
