@@ -4,8 +4,13 @@
 # same run: a regression check of the launch-path changes (nothing in a kernel changed)
 # and three more runs for the goal key's table. Carry [".device"].
 . prototypes/device.sh
+# First the GPU tests of the facade's upload (borrowed or shared since 3b7b98f).
+for t in cuda_launch cuda_threads; do
+  timeout 100 $D/$t --ignored --test-threads 1 > "$OUT/$t.txt" 2>&1
+  echo "$t rc=$? $(since)"; grep -E "test result|panicked" "$OUT/$t.txt" | head -4
+done
 for i in 1 2 3; do
-  LEFT=$(( ${CALL_S:-400} - ($(date +%s) - T0) ))
+  LEFT=$(( ${CALL_S:-280} - ($(date +%s) - T0) ))
   [ $LEFT -lt 40 ] && break
   TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_SHAPES=17408x5120 TRELLIS_BENCH_K=3 TRELLIS_BENCH_M=1 \
     timeout $LEFT $D/xtask bench --table tuning/nvidia-h200.toml --out "$OUT/bench-k3-$i.md" > /dev/null 2> "$OUT/bench-k3-$i.err"
