@@ -10,7 +10,7 @@ for t in cuda_launch cuda_threads; do
   echo "$t rc=$? $(since)"; grep -E "test result|panicked" "$OUT/$t.txt" | head -4
 done
 for i in 1 2 3; do
-  LEFT=$(( ${CALL_S:-280} - ($(date +%s) - T0) ))
+  LEFT=$(( ${CALL_S:-150} - ($(date +%s) - T0) ))
   [ $LEFT -lt 40 ] && break
   TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_SHAPES=17408x5120 TRELLIS_BENCH_K=3 TRELLIS_BENCH_M=1 \
     timeout $LEFT $D/xtask bench --table tuning/nvidia-h200.toml --out "$OUT/bench-k3-$i.md" > /dev/null 2> "$OUT/bench-k3-$i.err"
