@@ -37,31 +37,6 @@ pub use crate::families::{upload_activations, DeviceMatrix};
 /// The SIMT families' variant, which the `_with` forms take.
 pub use crate::simt::Variant;
 
-/// The fast tier's families here are the ones [`family::Family::FAST`] names (what
-/// [`family_for`], `trellis select` and the tuner read): a build fails where they part.
-const _: () = {
-    use family::Family;
-    const fn names(twin: Option<&str>, family: &str) -> bool {
-        let (a, b) = match twin {
-            Some(t) => (t.as_bytes(), family.as_bytes()),
-            None => return false,
-        };
-        if a.len() != b.len() {
-            return false;
-        }
-        let mut i = 0;
-        while i < a.len() {
-            if a[i] != b[i] {
-                return false;
-            }
-            i += 1;
-        }
-        true
-    }
-    assert!(names(ReduceFamily::FAST, ReduceMmaFamily::NAME));
-    assert!(names(GateUpFamily::FAST, GateUpMmaFamily::NAME));
-};
-
 /// Activations must be finite: a NaN or infinity would silently poison every output
 /// it touches.
 fn check_finite(x: &Activations) -> Result<()> {
@@ -399,6 +374,24 @@ impl<'a, B: Backend> Uploaded<'a, B> {
     }
 }
 
+/// The samples of `x` the fast kernels' operands cannot hold ([`beyond_f16_operands_of`]
+/// over the matrices' facts, made once per upload); none where the operands are bf16.
+fn held_samples<B: Backend>(
+    x: &Activations,
+    ws: &[&Uploaded<B>],
+    f16_operands: bool,
+) -> Result<Vec<usize>> {
+    if !f16_operands {
+        return Ok(Vec::new());
+    }
+    let facts = ws
+        .iter()
+        .map(|w| w.operand_facts())
+        .collect::<Result<Vec<_>>>()?;
+    let mats: Vec<&QuantizedMatrix> = ws.iter().map(|w| &*w.w).collect();
+    beyond_f16_operands_of(x, &mats, &facts)
+}
+
 /// `y = W x` on `b` in `tier` (see the module docs), with the variant the tables choose
 /// on this device: x is `[M, C]` (C the matrix's columns) in its dtype T, any M; y is
 /// `[M, R]` in T, `y[m, r] = sum_c w[r, c] x[m, c]`.
@@ -475,11 +468,7 @@ fn matvec_launch<B: Backend>(
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
-        let held = if v.operands.is_f16() {
-            beyond_f16_operands_of(x, &[w], &[wd.operand_facts()?])?
-        } else {
-            Vec::new() // bf16 operands hold every sample
-        };
+        let held = held_samples(x, &[wd], v.operands.is_f16())?;
         let fast = || {
             let d = ReduceMmaDevice {
                 w: wd.get()?,
@@ -579,12 +568,7 @@ fn gate_up_launch<B: Backend>(
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
-        let held = if v.operands.is_f16() {
-            let facts = [gd.operand_facts()?, ud.operand_facts()?];
-            beyond_f16_operands_of(x, &[gate, up], &facts)?
-        } else {
-            Vec::new() // bf16 operands hold every sample
-        };
+        let held = held_samples(x, &[gd, ud], v.operands.is_f16())?;
         let fast = || {
             let d = GateUpMmaDevice {
                 gate: gd.get()?,
@@ -650,7 +634,10 @@ pub struct Resident<'a, B: Backend> {
 impl<'a, B: Backend> Resident<'a, B> {
     /// Validate `w` and upload it to `b`.
     pub fn new(b: &'a B, w: &'a QuantizedMatrix) -> Result<Self> {
-        let w = Uploaded::new(b, w);
+        Resident::upload(Uploaded::new(b, w))
+    }
+
+    fn upload(w: Uploaded<'a, B>) -> Result<Self> {
         w.get()?;
         Ok(Resident { w })
     }
@@ -682,9 +669,7 @@ impl<B: Backend + 'static> Resident<'static, B> {
     /// Validate `w` and upload it to `b`, both shared: the resident owns its part and
     /// borrows nothing.
     pub fn shared(b: Arc<B>, w: Arc<QuantizedMatrix>) -> Result<Self> {
-        let w = Uploaded::held(Held::Shared(b), Held::Shared(w));
-        w.get()?;
-        Ok(Resident { w })
+        Resident::upload(Uploaded::held(Held::Shared(b), Held::Shared(w)))
     }
 }
 
@@ -782,6 +767,11 @@ mod tests {
         assert_eq!(family_for("gate_up_mixed", Tier::Fast), "gate_up_mma");
         assert_eq!(family_for("reduce", Tier::Exact), "reduce");
         assert_eq!(family_for("expand", Tier::Fast), "expand");
+        // They are the families this facade launches in the fast tier (by type).
+        use super::{GateUpFamily, GateUpMmaFamily, ReduceFamily, ReduceMmaFamily};
+        use crate::family::Family;
+        assert_eq!(ReduceFamily::FAST, Some(ReduceMmaFamily::NAME));
+        assert_eq!(GateUpFamily::FAST, Some(GateUpMmaFamily::NAME));
         // Every answer is a registered family.
         for name in ["reduce", "gate_up", "gate_up_mixed", "expand"] {
             for tier in [Tier::Exact, Tier::Fast] {

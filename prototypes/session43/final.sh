@@ -10,10 +10,7 @@
 # Carry [".device", ".vectors"].
 . prototypes/device.sh
 mkdir -p "$OUT/checks"
-for t in gate_up_parts cuda_launch cuda_threads; do
-  timeout 150 $D/$t --ignored --test-threads 1 > "$OUT/checks/$t.txt" 2>&1
-  echo "$t rc=$? $(since)"; grep -E "test result|panicked" "$OUT/checks/$t.txt" | head -4
-done
+gpu_tests "$OUT/checks" 150 gate_up_parts cuda_launch cuda_threads
 OUT_SAVE=$OUT; OUT=$OUT_SAVE/checks
 NO_BENCH=1 SEED=20261561 CALL_S=${CHECK_S:-330} N_CHECK=${N_CHECK:-30} \
   bash prototypes/session31/checks.sh > /dev/null 2>&1

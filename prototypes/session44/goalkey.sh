@@ -5,10 +5,7 @@
 # and three more runs for the goal key's table. Carry [".device"].
 . prototypes/device.sh
 # First the GPU tests of the facade's upload (borrowed or shared since 3b7b98f).
-for t in cuda_launch cuda_threads; do
-  timeout 100 $D/$t --ignored --test-threads 1 > "$OUT/$t.txt" 2>&1
-  echo "$t rc=$? $(since)"; grep -E "test result|panicked" "$OUT/$t.txt" | head -4
-done
+gpu_tests "$OUT" 100 cuda_launch cuda_threads
 for i in 1 2 3; do
   LEFT=$(( ${CALL_S:-150} - ($(date +%s) - T0) ))
   [ $LEFT -lt 40 ] && break
