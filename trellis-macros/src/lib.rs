@@ -376,11 +376,17 @@ fn specs(krate: &syn::Path, list: &[TensorDecl]) -> TokenStream2 {
 /// Declare a kernel; see the crate docs.
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let args = syn::parse_macro_input!(attr as KernelArgs);
-    let item = syn::parse_macro_input!(item as ItemStruct);
-    match expand(args, item) {
+    let declared = TokenStream2::from(item.clone());
+    let expanded = syn::parse::<KernelArgs>(attr)
+        .and_then(|args| expand(args, syn::parse::<ItemStruct>(item)?));
+    match expanded {
         Ok(ts) => ts.into(),
-        Err(e) => e.to_compile_error().into(),
+        // The item stays declared beside the error, so the declaring crate's uses of it
+        // do not add errors of their own to the one that matters.
+        Err(e) => {
+            let error = e.to_compile_error();
+            quote!(#error #declared).into()
+        }
     }
 }
 
