@@ -10,10 +10,10 @@
 //! [global], k_split [1], max_registers [0], operands (f16, bf16) [f16], paired_windows
 //! (0, 1) [0], x_f16 (0, 1) [0], batch_stage (0, 1) [0], opt_in_shared (0, 1) [0],
 //! early_words (0, 1) [0]. bf16 activations, f16 scales, T = 256.
+use trellis::families::mma::{MmaOperands, MmaVariant, MmaXStage};
 use trellis::families::reduce_mma::ReduceMma;
+use trellis::families::simt::Proj;
 use trellis::kernel::{Dialect, KernelSpec};
-use trellis::mma::{MmaOperands, MmaVariant, MmaXStage};
-use trellis::simt::Proj;
 use trellis::{Code, DType, ScaleDType};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

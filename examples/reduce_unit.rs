@@ -11,11 +11,11 @@
 //! prefetched (0, 1) [0], evict-first code words (0, 1) [0], lane-interleaved x (0, 1)
 //! [0]. bf16 activations, f16 scales,
 //! T = 256, shared decode of the M samples.
-use trellis::catalog::inline_registers;
+use trellis::families::catalog::inline_registers;
 use trellis::families::reduce::Reduce;
+use trellis::families::simt::{Proj, Representation, RowScales, Variant};
 use trellis::kernel::{Dialect, KernelSpec};
 use trellis::numerics::Tier;
-use trellis::simt::{Proj, Representation, RowScales, Variant};
 use trellis::{Code, DType, ScaleDType};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -4,8 +4,8 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::families::simt::Proj;
 use crate::numerics::{Tail, Tier};
-use crate::simt::Proj;
 use std::fmt;
 
 /// Anchored size bucket: rows and cols each rounded to the nearest power of two (in log

@@ -44,8 +44,9 @@
 //!
 //! Layers, bottom up: [`kernel`](mod@kernel) and [`backend`] (runtime: launch, memory, compile
 //! cache, limits) beside [`codegen`] (each dialect's translation unit); [`family`] and
-//! [`families`] (kernel families, one module each beside its template), with [`simt`] and
-//! [`catalog`] (the SIMT families' variant, verify cases and candidate space); [`tune`] and
+//! [`families`] (kernel families, one module each beside its template, and what they
+//! share: [`families::simt`] and [`families::catalog`], the SIMT families' variant, verify
+//! cases and candidate space; [`families::mma`], the matrix-unit families'); [`tune`] and
 //! [`verify`] (generic over families); [`ops`], the user facade, on top. [`key`] (what a
 //! tuned choice is keyed by) sits with the family contract.
 
@@ -89,7 +90,6 @@ macro_rules! parse_by_name {
 
 pub mod backend;
 pub mod canonical;
-pub mod catalog;
 pub mod check;
 pub mod codegen;
 pub mod codes;
@@ -104,11 +104,9 @@ pub mod kernel;
 pub mod key;
 pub mod layout;
 pub mod matrix;
-pub mod mma;
 pub mod numerics;
 pub mod ops;
 pub mod reference;
-pub mod simt;
 pub mod tune;
 pub mod verify;
 

@@ -17,25 +17,25 @@ use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};
 use crate::families::gate_up::{GateUpDevice, GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
+use crate::families::mma::MAX_M_MMA;
 use crate::families::reduce::{ReduceDevice, ReduceFamily, ReduceProblem};
 use crate::families::reduce_mma::{
     beyond_f16_operands_of, operand_exponent, pow2, OperandFacts, Prescaled, ReduceMmaDevice,
     ReduceMmaFamily,
 };
+use crate::families::simt::MAX_M;
 use crate::families::DeviceActivations;
 use crate::family;
 use crate::kernel::Backend;
 use crate::matrix::{Activations, QuantizedMatrix};
-use crate::mma::MAX_M_MMA;
 use crate::numerics::{Tail, Tier};
-use crate::simt::MAX_M;
 use crate::{DType, ScaleDType};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-pub use crate::families::{upload_activations, DeviceMatrix};
 /// The SIMT families' variant, which the `_with` forms take.
-pub use crate::simt::Variant;
+pub use crate::families::simt::Variant;
+pub use crate::families::{upload_activations, DeviceMatrix};
 
 /// Activations must be finite: a NaN or infinity would silently poison every output
 /// it touches.

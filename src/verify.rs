@@ -7,10 +7,10 @@ use crate::check::bits;
 use crate::error::{Error, Result};
 use crate::families::gate_up::{GateUpDevice, GateUpFamily};
 use crate::families::reduce::{ReduceDevice, ReduceFamily};
+use crate::families::simt::{Representation, Variant};
 use crate::family::{self, Family, FamilyVisitor};
 use crate::kernel::{Backend, KernelSpec};
 use crate::numerics::{Tail, Tier};
-use crate::simt::{Representation, Variant};
 use std::path::Path;
 
 pub use crate::check::{

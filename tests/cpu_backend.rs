@@ -1,9 +1,9 @@
 //! The CPU backend runs the generated kernels and matches the reference bit for bit.
 
 use trellis::backend::CpuBackend;
+use trellis::families::simt::{MStrategy, Representation, Variant, XStage};
 use trellis::kernel::{Backend, Dialect, Elem};
 use trellis::numerics::{Tail, Tier};
-use trellis::simt::{MStrategy, Representation, Variant, XStage};
 use trellis::{ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
 fn xorshift(seed: u64) -> impl FnMut() -> u64 {
@@ -277,7 +277,7 @@ fn rows_per_simd_out_of_range_is_an_error() {
     let g = Geometry::new(40, 256, 256, 2, 12, Code::OneMad).unwrap();
     let w = random_matrix(g, 3);
     let x = random_x(DType::Bf16, 1, g.cols, 4);
-    for rps in [0, trellis::simt::MAX_ROWS_PER_SIMD + 1] {
+    for rps in [0, trellis::families::simt::MAX_ROWS_PER_SIMD + 1] {
         let variant = Variant {
             x_stage: XStage::Registers,
             rows_per_simd: rps,
@@ -409,8 +409,8 @@ fn register_budget_is_offered_at_m8_and_keeps_the_bits() {
 fn folded_onemad_scales_match_reference_bit_for_bit() {
     use trellis::backend::metal_sim::MetalSimBackend;
     use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+    use trellis::families::simt::RowScales;
     use trellis::family::Family;
-    use trellis::simt::RowScales;
     let g = Geometry::new(40, 1280, 256, 3, 12, Code::OneMad).unwrap();
     let mut w = random_matrix(g, 41);
     let special: [u16; 12] = [
@@ -491,7 +491,7 @@ fn folded_onemad_scales_match_reference_bit_for_bit() {
 /// source hashes stay as they were).
 #[test]
 fn three_and_eight_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
-    use trellis::catalog::{
+    use trellis::families::catalog::{
         edge_probe_variants, one_wave_variants, three_row_variants, BALANCE_ROWS, TUNED_ROWS,
     };
     assert!(three_row_variants(Tier::Exact, 1, BALANCE_ROWS - 1).is_empty());
@@ -512,7 +512,7 @@ fn three_and_eight_rows_per_simdgroup_are_offered_at_the_tuned_sizes_only() {
     assert!(offered
         .iter()
         .all(|v| v.rows_per_simd == 3 && v.x_stage == XStage::Registers));
-    let max = trellis::catalog::verify_cases(false)
+    let max = trellis::families::catalog::verify_cases(false)
         .iter()
         .map(|c| c.rows)
         .max()
@@ -577,7 +577,7 @@ fn scalar_code_words_keep_the_bits_where_they_change_the_loads() {
 
     // Offered at the tuned sizes where k allows vector loads: M 1 / 2 with the 3-row sets,
     // M 8 with the budgets and the 3-row sets; not at M 4 (same registers) nor for odd k.
-    use trellis::catalog::{scalar_word_variants as offered, BALANCE_ROWS, TUNED_ROWS};
+    use trellis::families::catalog::{scalar_word_variants as offered, BALANCE_ROWS, TUNED_ROWS};
     // 3 rows per simdgroup in groups of 2 and 4 at M 1, of 1, 2 and 4 at M 2; at M 8 the
     // 4-row sets (groups of 2 and 4, unbudgeted and at 168 registers: 4) and the 3-row
     // sets (groups of 1, 2 and 4: 3).
@@ -705,7 +705,7 @@ fn prefetched_and_streamed_code_words_change_only_the_cuda_loads() {
     // Offered as three twins each of 2-row sets from TUNED_ROWS to BALANCE_ROWS at M 1, 2
     // and 4, of the 3-row sets from BALANCE_ROWS at M 4, and at M 8 below BALANCE_ROWS of
     // the 3-row sets and the 4-row budgets.
-    use trellis::catalog::{code_load_variants as offered, BALANCE_ROWS, TUNED_ROWS};
+    use trellis::families::catalog::{code_load_variants as offered, BALANCE_ROWS, TUNED_ROWS};
     for m in [1, 2, 4] {
         let v = offered(Tier::Exact, m, TUNED_ROWS);
         // Row sets (1, 2 and 4 simdgroups a group, at widths 2 / 3 / 4 for M 4, else 2)
@@ -861,7 +861,7 @@ fn hand_built_inputs_and_raw_uploads_are_checked() {
 /// slices; at its default it is left out of the tables and of every kernel symbol.
 #[test]
 fn interleaved_x_keeps_the_bits_and_is_offered_where_x_bounds_the_l1() {
-    use trellis::catalog::{interleaved_x_variants, BALANCE_ROWS, TUNED_ROWS};
+    use trellis::families::catalog::{interleaved_x_variants, BALANCE_ROWS, TUNED_ROWS};
     let xi = |rps, prefetch_words| Variant {
         x_stage: XStage::Registers,
         rows_per_group: 2,
@@ -941,9 +941,9 @@ fn interleaved_x_keeps_the_bits_and_is_offered_where_x_bounds_the_l1() {
 #[test]
 fn a_kernel_that_fails_to_compile_is_a_clear_error_and_spares_the_others() {
     use trellis::families::reduce::Reduce;
+    use trellis::families::simt::{Proj, RowScales};
     use trellis::kernel::{Backend, Dialect, KernelSpec};
     use trellis::ops::DeviceMatrix;
-    use trellis::simt::{Proj, RowScales};
     let cpu = CpuBackend::new().unwrap();
     let g = Geometry::new(8, 256, 256, 2, 12, Code::OneMad).unwrap();
     let w = random_matrix(g, 75);

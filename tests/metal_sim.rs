@@ -7,13 +7,13 @@
 use trellis::backend::metal_sim::{MetalSimBackend, Schedule, SimTensor};
 use trellis::codegen::metal::MlxDispatch;
 use trellis::families::reduce::Reduce;
+use trellis::families::simt::{MStrategy, Proj, Representation, Variant, XStage};
 use trellis::family::{self, Family, FamilyVisitor};
 use trellis::kernel::{
     Backend, Dialect, Elem, Grid, KernelSpec, Launch, LaunchParts, Rendered, TensorSpec,
 };
 use trellis::numerics::Tier;
 use trellis::ops::{self, DeviceMatrix};
-use trellis::simt::{MStrategy, Proj, Representation, Variant, XStage};
 use trellis::{reference, verify, Code, DType, Error, Geometry, ScaleDType};
 
 fn backend() -> MetalSimBackend {
@@ -632,7 +632,7 @@ fn reduce_spec(c: &Case, repr: Representation, x_stage: XStage) -> Reduce {
         proj: Proj::of(&c.w.geometry),
         m: 2,
         act: DType::F32,
-        scale: trellis::simt::RowScales::Stored(ScaleDType::F16),
+        scale: trellis::families::simt::RowScales::Stored(ScaleDType::F16),
         variant: Variant {
             repr,
             m_strategy: MStrategy::SharedDecode,

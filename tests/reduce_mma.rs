@@ -8,10 +8,10 @@ use rand_chacha::ChaCha8Rng;
 use trellis::backend::metal_sim::{MetalSimBackend, Schedule};
 use trellis::backend::CpuBackend;
 use trellis::check::{self, RealSums};
+use trellis::families::mma::{MmaOperands, MmaVariant, MmaXStage};
 use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::family::{self, Family};
 use trellis::kernel::{Backend as _, KernelSpec as _};
-use trellis::mma::{MmaOperands, MmaVariant, MmaXStage};
 use trellis::numerics::Tier;
 use trellis::{Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
@@ -473,10 +473,10 @@ fn reduce_mma_split_k_stages_only_its_share_of_x() {
 #[test]
 fn paired_windows_keep_the_bits_and_are_offered_where_they_save_work() {
     use trellis::backend::metal_sim::MetalSimBackend;
+    use trellis::families::mma::paired_windows_fit;
     use trellis::families::reduce_mma::ReduceMmaProblem;
+    use trellis::families::simt::Proj;
     use trellis::kernel::{Dialect, KernelSpec as _};
-    use trellis::mma::paired_windows_fit;
-    use trellis::simt::Proj;
     let cpu = CpuBackend::new().expect("cpu backend");
     let sim = MetalSimBackend::new().expect("metal-sim backend");
     let mut rng = ChaCha8Rng::seed_from_u64(77);

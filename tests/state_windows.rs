@@ -7,9 +7,9 @@
 
 use std::process::Command;
 use trellis::families::reduce::Reduce;
+use trellis::families::simt::{MStrategy, Proj, Representation, RowScales, Variant, XStage};
 use trellis::kernel::{Dialect, KernelSpec};
 use trellis::numerics::Tier;
-use trellis::simt::{MStrategy, Proj, Representation, RowScales, Variant, XStage};
 use trellis::{Code, DType, ScaleDType};
 
 fn cuda_unit(m: u32) -> String {

@@ -128,9 +128,9 @@ const FAST_CASES: [Case; 9] = [
 /// same variant converting x itself.
 #[test]
 fn the_h200_tables_fast_choices_meet_spec7_on_the_cpu() {
+    use trellis::families::mma::MmaVariant;
     use trellis::families::reduce_mma::{ReduceMmaFamily, ReduceMmaHost};
     use trellis::family;
-    use trellis::mma::MmaVariant;
     let cpu = CpuBackend::new().unwrap();
     let selector = Selector::shipped(); // the embedded tables alone, whatever the machine holds
     let (mut host_f16, mut early) = (0, 0);

@@ -7,10 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+use trellis::families::simt::{MStrategy, Representation, Variant};
 use trellis::family::Family;
 use trellis::kernel::Dialect;
 use trellis::numerics::Tier;
-use trellis::simt::{MStrategy, Representation, Variant};
 use trellis::tune::table::DeviceRecord;
 use trellis::tune::{
     Bucket, Entry, Selector, Source, StatsRecord, Table, TuneKey, LOCAL_TABLES_ENV, TUNING_DIR_ENV,
@@ -25,7 +25,7 @@ fn winner() -> Variant {
         repr: Representation::SharedTable,
         m_strategy: MStrategy::PerSample,
         rows_per_group: 8,
-        x_stage: trellis::simt::XStage::SharedF32,
+        x_stage: trellis::families::simt::XStage::SharedF32,
         tier: Tier::Exact,
         rows_per_simd: 1,
         max_registers: 0,
@@ -1552,7 +1552,7 @@ fn cuda_is_the_default_only_with_a_driver() {
 /// reference.
 #[test]
 fn a_winner_that_does_not_fit_the_shape_gives_way_to_the_runner_up_or_the_default() {
-    use trellis::simt::XStage;
+    use trellis::families::simt::XStage;
     use trellis::tune::{fit, Selection};
     let limits = trellis::backend::nominal_limits("cuda");
     let wide = ReduceProblem {

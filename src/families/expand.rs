@@ -5,12 +5,14 @@ use super::DeviceMatrix;
 use crate::check;
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
+use crate::families::simt::{
+    check_common, grid, MStrategy, Proj, RowScales, Variant, XLayout, XStage,
+};
 use crate::family::Family;
 use crate::kernel::Backend;
 use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
-use crate::simt::{check_common, grid, MStrategy, Proj, RowScales, Variant, XLayout, XStage};
 use crate::Geometry;
 use std::fmt;
 
@@ -141,7 +143,7 @@ impl Family for ExpandFamily {
         if tier == Tier::Fast {
             return Vec::new();
         }
-        crate::catalog::variants(tier, 1, quick)
+        crate::families::catalog::variants(tier, 1, quick)
             .into_iter()
             .filter(|v| v.m_strategy == MStrategy::SharedDecode && v.x_stage == XStage::Global)
             .collect()
@@ -167,7 +169,7 @@ impl Family for ExpandFamily {
         (p.geometry.rows, p.geometry.cols)
     }
     fn catalog(quick: bool) -> Vec<ExpandProblem> {
-        crate::catalog::verify_cases(quick)
+        crate::families::catalog::verify_cases(quick)
             .iter()
             .filter_map(|c| {
                 Some(ExpandProblem {

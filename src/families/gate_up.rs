@@ -5,12 +5,12 @@ use super::{check_m, DeviceActivations, DeviceMatrix};
 use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
+use crate::families::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::Backend;
 use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
-use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::Geometry;
 use std::fmt;
 use std::sync::Arc;
@@ -387,18 +387,22 @@ impl Family for GateUpFamily {
         }
     }
     fn candidates(p: &GateUpProblem, tier: Tier, quick: bool) -> Vec<Variant> {
-        let mut out = crate::catalog::variants(tier, p.m, quick);
-        out.extend(crate::catalog::budget_variants(
+        let mut out = crate::families::catalog::variants(tier, p.m, quick);
+        out.extend(crate::families::catalog::budget_variants(
             tier,
             p.m,
             p.gate.rows,
             &[4, 2],
         ));
-        out.extend(crate::catalog::three_row_variants(tier, p.m, p.gate.rows));
+        out.extend(crate::families::catalog::three_row_variants(
+            tier,
+            p.m,
+            p.gate.rows,
+        ));
         // Scalar code words at M 1 and 2 only: at M 8 its 2-row sets keep their registers.
         if p.m <= 2 {
             let vector_words = [&p.gate, &p.up].iter().any(|g| Proj::of(g).code_vec() > 1);
-            out.extend(crate::catalog::scalar_word_variants(
+            out.extend(crate::families::catalog::scalar_word_variants(
                 tier,
                 p.m,
                 p.gate.rows,
@@ -442,7 +446,7 @@ impl Family for GateUpFamily {
     }
     fn catalog(quick: bool) -> Vec<GateUpProblem> {
         let mut out = Vec::new();
-        for c in crate::catalog::verify_cases(quick) {
+        for c in crate::families::catalog::verify_cases(quick) {
             let (Ok(gate), Ok(up)) = (c.gate_geometry(), c.up_geometry()) else {
                 continue;
             };

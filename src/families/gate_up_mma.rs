@@ -1,5 +1,5 @@
 //! `gate_up_mma`: fast-tier fused SwiGLU `mid = silu(G x) * (U x)` on matrix units,
-//! the same template and vocabulary ([`crate::mma`]) as [`super::reduce_mma`] (`templates/reduce_mma.kernel`) with two
+//! the same template and vocabulary ([`crate::families::mma`]) as [`super::reduce_mma`] (`templates/reduce_mma.kernel`) with two
 //! projections (same-k or mixed-k, any codes): each tile accumulates `G x` and `U x`,
 //! rounds each to the activation dtype after its row factor, then applies the SPEC 6
 //! tail (`exact` or the backend's `native` exp). Checked with `check::fast_gate_up`
@@ -10,15 +10,15 @@ use super::DeviceMatrix;
 use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
+use crate::families::mma::{
+    bf16_operands_fit, paired_windows_fit, MmaLayout, MmaProj, MmaVariant, MmaXStage, MAX_M_MMA,
+};
+use crate::families::simt::Proj;
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::Backend;
 use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
-use crate::mma::{
-    bf16_operands_fit, paired_windows_fit, MmaLayout, MmaProj, MmaVariant, MmaXStage, MAX_M_MMA,
-};
 use crate::numerics::{Tail, Tier};
-use crate::simt::Proj;
 use std::sync::Arc;
 
 /// Declares a kernel struct over `gate_up_mma`'s inputs, the one list of them (the
@@ -270,7 +270,7 @@ impl Family for GateUpMmaFamily {
         // offered (4), and 2 also runs; at M = 16 three keys then took 2, so 1 joins there
         // at the tuned sizes (it won none of the 30 M = 16 keys), and at M = 8, where two
         // mcg k 3 keys at 14336 x 4096 took 2 (`far` takes some out again).
-        let tuned = !quick && p.gate.rows >= crate::catalog::TUNED_ROWS;
+        let tuned = !quick && p.gate.rows >= crate::families::catalog::TUNED_ROWS;
         if !quick {
             let fewer: &[u32] = if p.m >= 8 && tuned { &[2, 1] } else { &[2] };
             super::reduce_mma::add_col_split_twins(&mut out, 4, fewer);
@@ -292,7 +292,7 @@ impl Family for GateUpMmaFamily {
         out
     }
     fn measured_far(p: &GateUpMmaProblem, v: &MmaVariant) -> bool {
-        p.gate.rows >= crate::catalog::TUNED_ROWS && far(p.m, v)
+        p.gate.rows >= crate::families::catalog::TUNED_ROWS && far(p.m, v)
     }
     fn label(p: &GateUpMmaProblem) -> &'static str {
         // Mixed k pairs are their own label (the tables' and reports' grouping).
@@ -325,7 +325,10 @@ impl Family for GateUpMmaFamily {
     }
     fn catalog(quick: bool) -> Vec<GateUpMmaProblem> {
         let mut out = Vec::new();
-        for (i, c) in crate::catalog::verify_cases(quick).into_iter().enumerate() {
+        for (i, c) in crate::families::catalog::verify_cases(quick)
+            .into_iter()
+            .enumerate()
+        {
             let (Ok(gate), Ok(up)) = (c.gate_geometry(), c.up_geometry()) else {
                 continue;
             };

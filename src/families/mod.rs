@@ -10,13 +10,19 @@ pub mod gate_up_mma;
 pub mod reduce;
 pub mod reduce_mma;
 
+// What the families share: the SIMT families' vocabulary and their verify cases and
+// candidate spaces, and the matrix-unit families' vocabulary.
+pub mod catalog;
+pub mod mma;
+pub mod simt;
+
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
+use crate::families::simt::{Proj, Representation, RowScales, Variant};
 use crate::family::{Family, FamilyVisitor};
 use crate::geometry::Geometry;
 use crate::kernel::{Backend, DeviceTensor as _, Elem};
 use crate::matrix::{Activations, QuantizedMatrix};
-use crate::simt::{Proj, Representation, RowScales, Variant};
 
 /// Visit every registered family. Adding a family is its module, its template, and
 /// one line here.
@@ -59,7 +65,7 @@ pub struct DeviceMatrix<B: Backend> {
     /// The row scales `[R]` in `scale_dtype`.
     pub scales: B::Tensor,
     /// `1mad` with f16 scales: the scales folded with the divisor (f32,
-    /// [`crate::simt::RowScales::FoldedOneMad`]).
+    /// [`crate::families::simt::RowScales::FoldedOneMad`]).
     folded: Option<B::Tensor>,
     table: B::Tensor,
     placeholder: B::Tensor,

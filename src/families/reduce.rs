@@ -4,12 +4,12 @@ use super::{check_m, DeviceActivations, DeviceMatrix};
 use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::{Error, Result};
+use crate::families::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::Backend;
 use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
-use crate::simt::{check_common, grid, Proj, RowScales, Variant, XLayout, MAX_M};
 use crate::Geometry;
 use std::fmt;
 use std::sync::Arc;
@@ -131,19 +131,27 @@ impl ReduceProblem {
     /// next to the table's choice.
     pub fn tuned_size_candidates(&self, tier: Tier) -> Vec<Variant> {
         let rows = self.geometry.rows;
-        let mut out = crate::catalog::budget_variants(tier, self.m, rows, &[4]);
-        out.extend(crate::catalog::three_row_variants(tier, self.m, rows));
-        out.extend(crate::catalog::one_wave_variants(tier, self.m, rows));
-        out.extend(crate::catalog::three_row_m8_variants(tier, self.m, rows));
-        out.extend(crate::catalog::edge_probe_variants(tier, rows));
-        out.extend(crate::catalog::scalar_word_variants(
+        let mut out = crate::families::catalog::budget_variants(tier, self.m, rows, &[4]);
+        out.extend(crate::families::catalog::three_row_variants(
+            tier, self.m, rows,
+        ));
+        out.extend(crate::families::catalog::one_wave_variants(
+            tier, self.m, rows,
+        ));
+        out.extend(crate::families::catalog::three_row_m8_variants(
+            tier, self.m, rows,
+        ));
+        out.extend(crate::families::catalog::edge_probe_variants(tier, rows));
+        out.extend(crate::families::catalog::scalar_word_variants(
             tier,
             self.m,
             rows,
             Proj::of(&self.geometry).code_vec() > 1,
         ));
-        out.extend(crate::catalog::code_load_variants(tier, self.m, rows));
-        out.extend(crate::catalog::interleaved_x_variants(
+        out.extend(crate::families::catalog::code_load_variants(
+            tier, self.m, rows,
+        ));
+        out.extend(crate::families::catalog::interleaved_x_variants(
             tier,
             self.m,
             rows,
@@ -324,7 +332,7 @@ impl Family for ReduceFamily {
         }
     }
     fn candidates(p: &ReduceProblem, tier: Tier, quick: bool) -> Vec<Variant> {
-        let mut out = crate::catalog::variants(tier, p.m, quick);
+        let mut out = crate::families::catalog::variants(tier, p.m, quick);
         out.extend(p.tuned_size_candidates(tier));
         out
     }
@@ -341,7 +349,7 @@ impl Family for ReduceFamily {
         p.source_slice()
     }
     fn catalog(quick: bool) -> Vec<ReduceProblem> {
-        crate::catalog::verify_cases(quick)
+        crate::families::catalog::verify_cases(quick)
             .iter()
             .filter_map(|c| {
                 Some(ReduceProblem {

@@ -1081,7 +1081,7 @@ pub fn tune<F: Family, B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simt::{MStrategy, Representation, Variant, XStage};
+    use crate::families::simt::{MStrategy, Representation, Variant, XStage};
 
     fn stats(median: f64, p10: f64, p90: f64) -> Stats {
         Stats {
@@ -1234,7 +1234,7 @@ mod tests {
 
     #[test]
     fn at_bound_counts_a_field_left_at_its_default_as_offered() {
-        use crate::mma::MmaVariant;
+        use crate::families::mma::MmaVariant;
         // k_split = 1 is not written (serde skips it), yet offered: 2 is no lower edge.
         let unsplit = MmaVariant::default();
         let split = |k_split| MmaVariant { k_split, ..unsplit };

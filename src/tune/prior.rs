@@ -151,8 +151,8 @@ mod tests {
     use super::*;
     use crate::families::gate_up::GateUpFamily;
     use crate::families::reduce::ReduceFamily;
+    use crate::families::simt::{MStrategy, Representation, Variant};
     use crate::numerics::Tier;
-    use crate::simt::{MStrategy, Representation, Variant};
     use crate::tune::{Selector, Source};
     use crate::Code;
 

@@ -4,10 +4,10 @@
 #![allow(dead_code)] // each test file runs the checks its backend answers
 
 use trellis::check;
+use trellis::families::mma::{MmaVariant, MmaXStage};
 use trellis::families::reduce_mma::{ReduceMmaFamily, ReduceMmaHost, ReduceMmaProblem};
 use trellis::family::{self, Family};
 use trellis::kernel::{Backend, KernelSpec, Launch};
-use trellis::mma::{MmaVariant, MmaXStage};
 use trellis::numerics::Tier;
 use trellis::{Activations, Code, DType, Geometry, ScaleDType};
 
@@ -155,7 +155,7 @@ pub fn dynamic_within_declared<B: Backend>(b: &B) {
 /// their bits (a flushing kernel would write zeros), through the facade's selected
 /// kernels and the seed's structure alike.
 pub fn subnormal_sums_keep_their_bits<B: Backend>(b: &B) {
-    use trellis::simt::Variant;
+    use trellis::families::simt::Variant;
     use trellis::{ops, reference, ScaleDType};
     let g = Geometry::new(24, 512, 256, 3, 12, Code::OneMad).unwrap();
     let mut w = check::random_matrix_scaled(g, ScaleDType::F32, 9);

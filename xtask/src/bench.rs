@@ -17,10 +17,10 @@ use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
 use trellis::families::gate_up_mma::GateUpMmaFamily;
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::ReduceMmaFamily;
+use trellis::families::simt::{MStrategy, Representation, Variant, XStage, MAX_M, ROWS_PER_SIMD};
 use trellis::family::preset;
 use trellis::kernel::{Backend, Elem, KernelSpec, TensorSpec};
 use trellis::numerics::{Tail, Tier};
-use trellis::simt::{MStrategy, Representation, Variant, XStage, MAX_M, ROWS_PER_SIMD};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
 use trellis::tune::Selector;
 use trellis::{Code, DType, Error, Geometry, Result, ScaleDType};
@@ -194,7 +194,7 @@ fn register_candidates(p: &ReduceProblem) -> Vec<Variant> {
     let mut out = Vec::new();
     for rows_per_simd in ROWS_PER_SIMD {
         for rows_per_group in [4, 8] {
-            out.push(trellis::catalog::inline_registers(
+            out.push(trellis::families::catalog::inline_registers(
                 Tier::Exact,
                 rows_per_group,
                 rows_per_simd,
@@ -587,12 +587,12 @@ fn mma_row<V: std::fmt::Display + Copy>(
 /// the two Qwen3-14B shapes (e.g. row counts that fill whole waves of threadgroups).
 pub fn run_mma(out: &Path) -> Result<()> {
     use trellis::families::gate_up_mma::GateUpMmaProblem;
+    use trellis::families::mma::{paired_windows_fit, register_budget, MmaOperands, MmaVariant};
     use trellis::families::reduce_mma::{
         add_batched_stage_twins, add_paired_twins, opt_in_where_needed, with_host_f16_x,
         ReduceMmaProblem,
     };
-    use trellis::mma::{paired_windows_fit, register_budget, MmaOperands, MmaVariant};
-    use trellis::simt::Proj;
+    use trellis::families::simt::Proj;
     let b = CudaBackend::new(0)?;
     let blas = CudaBlas::new(b.stream().clone()).map_err(err)?;
     let o = TuneOptions::for_backend("cuda", Tier::Fast);
@@ -604,7 +604,7 @@ pub fn run_mma(out: &Path) -> Result<()> {
     let only = list_of("MMA_ONLY");
     let shapes_env = std::env::var_os("MMA_SHAPES");
     let info = b.info().clone();
-    use trellis::mma::MmaXStage::{Global, Shared, SharedDup};
+    use trellis::families::mma::MmaXStage::{Global, Shared, SharedDup};
     let v = MmaVariant::unsplit;
     // Under the candidates' register budget, split or not.
     let budget = |k: u32, col_split, x_stage, k_split| MmaVariant {

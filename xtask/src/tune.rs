@@ -153,7 +153,7 @@ fn space(a: &TuneArgs, gpu: bool) -> Result<TuneSpace> {
     };
     // Each family tunes the M it takes (exact up to 8, fast up to 16); one no family
     // takes would be skipped by all of them.
-    let max_m = trellis::mma::MAX_M_MMA;
+    let max_m = trellis::families::mma::MAX_M_MMA;
     if let Some(&m) = a.m.iter().find(|&&m| !(1..=max_m).contains(&m)) {
         return Err(Error::invalid("m", m, format!("expected 1..={max_m}")));
     }

@@ -41,10 +41,10 @@ fn a_crashing_candidate_is_rejected_and_tuning_finishes() {
         .collect();
     // Every shared_table candidate of the space this run tunes over (the CPU backend
     // tunes the quick space).
-    let space = trellis::catalog::variants(trellis::numerics::Tier::Exact, 1, true);
+    let space = trellis::families::catalog::variants(trellis::numerics::Tier::Exact, 1, true);
     let shared = space
         .iter()
-        .filter(|v| v.repr == trellis::simt::Representation::SharedTable)
+        .filter(|v| v.repr == trellis::families::simt::Representation::SharedTable)
         .count();
     assert_eq!(crashed.len(), shared, "{:?}", e.rejected);
     assert!(

@@ -338,13 +338,15 @@ fn an_unreadable_winner_is_measured_again() {
         with_marker(&text0, &out).replacen("rows_per_simd = ", "unroll = 4\nrows_per_simd = ", 1);
     std::fs::write(&out, &broken).unwrap();
     assert!(trellis::tune::Table::parse(&broken).unwrap().entries[0]
-        .winner::<trellis::simt::Variant>()
+        .winner::<trellis::families::simt::Variant>()
         .is_err());
     let run = tune(&out, &[]);
     assert!(run.status.success(), "{}", text(&run.stderr));
     assert_ne!(median_us(&out), MARKER_US);
     let t = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert!(t.entries[0].winner::<trellis::simt::Variant>().is_ok());
+    assert!(t.entries[0]
+        .winner::<trellis::families::simt::Variant>()
+        .is_ok());
 }
 
 /// `--tier fast` without `--family` tunes the families the fast tier runs on (the

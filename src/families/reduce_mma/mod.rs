@@ -1,6 +1,6 @@
 //! `reduce_mma`: fast-tier `y = W x` on matrix units, template
 //! `templates/reduce_mma.kernel`; the kernels' design and the vocabulary both matrix-unit
-//! families share are in [`crate::mma`].
+//! families share are in [`crate::families::mma`].
 //!
 //! The candidate space the tuner measures is in `space.rs` (each step with the measurement
 //! behind it); the host's power-of-two prescaling of x for f16 operands in `prescale.rs`.
@@ -9,18 +9,18 @@ use super::DeviceMatrix;
 use crate::check::{self, RealSums};
 use crate::dtype::{DType, ScaleDType};
 use crate::error::Result;
+use crate::families::simt::Proj;
 use crate::family::{Family, ProblemSpec, TuneSpace};
 use crate::kernel::Backend;
 use crate::key::{KeyFields, KeyForm};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::Tier;
-use crate::simt::Proj;
 use std::sync::Arc;
 
 mod prescale;
 mod space;
 
-use crate::mma::{MmaLayout, MmaProj, MmaVariant, MAX_M_MMA};
+use crate::families::mma::{MmaLayout, MmaProj, MmaVariant, MAX_M_MMA};
 pub(crate) use prescale::pow2;
 pub use prescale::{
     beyond_f16_operands, beyond_f16_operands_of, operand_exponent, OperandFacts, Prescaled,
@@ -189,7 +189,7 @@ impl Family for ReduceMmaFamily {
         p.source_slice()
     }
     fn catalog(quick: bool) -> Vec<ReduceMmaProblem> {
-        let cases = crate::catalog::verify_cases(quick);
+        let cases = crate::families::catalog::verify_cases(quick);
         let mut out: Vec<ReduceMmaProblem> = cases
             .iter()
             .filter_map(|c| {

@@ -4,11 +4,11 @@
 use crate::codes::Code;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::families::mma::MmaVariant;
 use crate::families::{upload_activations, DeviceMatrix};
 use crate::kernel::Backend;
 use crate::kernel::Elem;
 use crate::matrix::{Activations, QuantizedMatrix};
-use crate::mma::MmaVariant;
 
 /// The exponent `e` a set of magnitudes gives up to the operands: the largest of them
 /// times `2^-e` lies in `[2^13, 2^14)`, well inside f16's range (|v| < 65520, and a
@@ -140,7 +140,7 @@ impl<B: Backend> Prescaled<B> {
     pub fn table<'d>(&'d self, i: usize, w: &'d DeviceMatrix<B>) -> &'d B::Tensor {
         match self.tables.get(i) {
             Some(Some(t)) => t,
-            _ => w.table(crate::simt::Representation::Inline),
+            _ => w.table(crate::families::simt::Representation::Inline),
         }
     }
 }

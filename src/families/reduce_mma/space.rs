@@ -4,13 +4,13 @@
 
 use super::{ReduceMmaFamily, ReduceMmaProblem};
 use crate::dtype::DType;
-use crate::family::Family;
-use crate::mma::{
+use crate::families::mma::{
     bf16_operands_fit, paired_windows_fit, register_budget, MmaLayout, MmaOperands, MmaVariant,
     MmaXStage,
 };
+use crate::families::simt::{Proj, MAX_SHARED_BYTES};
+use crate::family::Family;
 use crate::numerics::Tier;
-use crate::simt::{Proj, MAX_SHARED_BYTES};
 
 /// The candidate space of `p`: the launch shapes of [`candidates_for`] and the
 /// residency candidates, then at the tuned sizes the twins and edges the H200 tunes asked
@@ -26,7 +26,7 @@ pub(crate) fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<M
         bf16_ok,
     ));
     // The rest at the tuned sizes only (not the verify catalog's).
-    let tuned = !quick && p.geometry.rows >= crate::catalog::TUNED_ROWS;
+    let tuned = !quick && p.geometry.rows >= crate::families::catalog::TUNED_ROWS;
     if tuned && p.m <= 8 {
         widen_edges(p.geometry.rows, p.m, &mut out);
     }
@@ -57,7 +57,7 @@ pub(crate) fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<M
 /// Whether `candidates` leaves `v` out at the tuned sizes: a structure measured far from
 /// every key's best ([`crate::family::Family::measured_far`]).
 pub(crate) fn measured_far(p: &ReduceMmaProblem, v: &MmaVariant) -> bool {
-    p.geometry.rows >= crate::catalog::TUNED_ROWS && far(p.m, v)
+    p.geometry.rows >= crate::families::catalog::TUNED_ROWS && far(p.m, v)
 }
 
 /// Append to `variants` the twin `twin` makes of each that `keep` selects, in order.

@@ -1,5 +1,5 @@
 //! The matrix-unit vocabulary the fast tier's families share (`reduce_mma`,
-//! `gate_up_mma`), as [`crate::simt`] is the SIMT one: the tunable [`MmaVariant`], a
+//! `gate_up_mma`), as [`crate::families::simt`] is the SIMT one: the tunable [`MmaVariant`], a
 //! projection as the template sees it ([`MmaProj`]) and [`MmaLayout`], what
 //! `templates/reduce_mma.kernel` asks of a declaration and the launch shape, checks and
 //! threadgroup memory that follow. The candidate space and the host's prescaling are
@@ -37,9 +37,9 @@
 use crate::codes::Code;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::families::simt::{is_default, Proj, Representation, MAX_SHARED_BYTES};
 use crate::kernel::{Dialect, Elem, Grid, Limits};
 use crate::numerics::Tail;
-use crate::simt::{is_default, Proj, Representation, MAX_SHARED_BYTES};
 use crate::Geometry;
 use std::fmt;
 
@@ -117,7 +117,7 @@ pub struct MmaVariant {
     pub early_words: bool,
 }
 
-crate::simt::hash_debug_skipping_default!(
+crate::families::simt::hash_debug_skipping_default!(
     MmaVariant {
         row_tiles,
         col_split,

@@ -14,7 +14,7 @@ use crate::numerics::Tier;
 use std::fmt;
 
 /// Largest M a SIMT kernel accepts (the matrix-unit families take up to
-/// [`crate::mma::MAX_M_MMA`]).
+/// [`crate::families::mma::MAX_M_MMA`]).
 pub const MAX_M: u32 = 8;
 /// Threadgroup memory a specialization may declare (CUDA's static limit); backends
 /// with less (Metal: 32 KB) reject larger ones before launch.
@@ -226,7 +226,7 @@ macro_rules! hash_debug_skipping_default {
             fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
                 $(std::hash::Hash::hash(&self.$field, h);)*
                 $(
-                    if !$crate::simt::is_default(&self.$last) {
+                    if !$crate::families::simt::is_default(&self.$last) {
                         std::hash::Hash::hash(&self.$last, h);
                     }
                 )+
@@ -237,7 +237,7 @@ macro_rules! hash_debug_skipping_default {
                 let mut d = f.debug_struct(stringify!($ty));
                 $(d.field(stringify!($field), &self.$field);)*
                 $(
-                    if !$crate::simt::is_default(&self.$last) {
+                    if !$crate::families::simt::is_default(&self.$last) {
                         d.field(stringify!($last), &self.$last);
                     }
                 )+
@@ -308,7 +308,7 @@ impl From<RowScales> for Elem {
 }
 
 /// `rows_per_simd` of the verify catalog and the general tuning space; 3 is valid too,
-/// offered at large row counts only ([`crate::catalog::three_row_variants`]).
+/// offered at large row counts only ([`crate::families::catalog::three_row_variants`]).
 pub const ROWS_PER_SIMD: [u32; 3] = [1, 2, 4];
 
 /// The most rows one simdgroup may hold. Each row costs a lane its k + 1 code words and
@@ -317,7 +317,7 @@ pub const ROWS_PER_SIMD: [u32; 3] = [1, 2, 4];
 /// independent work within one: at M = 1 the k 3 loop runs 8.06 instructions per weight
 /// at 3 rows and 7.53 at 11 (`prototypes/results/wide-rows-sass.md`), but on the H200 5-12
 /// rows ran 3-9 % behind 3 (too few simdgroups per scheduler to hide the loads); the tuner
-/// keeps one 8-row probe ([`crate::catalog::edge_probe_variants`]).
+/// keeps one 8-row probe ([`crate::families::catalog::edge_probe_variants`]).
 pub const MAX_ROWS_PER_SIMD: u32 = 16;
 
 impl Default for Variant {

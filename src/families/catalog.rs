@@ -4,10 +4,10 @@
 use crate::codes::Code;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::families::simt::{MStrategy, Proj, Representation, Variant, XStage, ROWS_PER_SIMD};
 use crate::geometry::Geometry;
 use crate::matrix::INTERLEAVE_COLS;
 use crate::numerics::Tier;
-use crate::simt::{MStrategy, Proj, Representation, Variant, XStage, ROWS_PER_SIMD};
 
 /// Launch shapes and representations the tuner and verifier enumerate for a tier.
 ///
