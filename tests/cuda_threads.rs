@@ -55,3 +55,46 @@ fn threads_share_a_cuda_backend_and_open_their_own() {
         }
     });
 }
+
+/// A resident of a shared backend and matrix (`Resident::shared`, `'static`) serves
+/// spawned threads on the GPU: one upload, each thread's samples checked against the
+/// reference (exact bit for bit, fast within SPEC 7), and a `gate_up` pairing it with a
+/// borrowed resident.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn a_shared_resident_serves_spawned_threads_on_cuda() {
+    use std::sync::Arc;
+    use trellis::numerics::Tail;
+    let b = Arc::new(CudaBackend::new(0).unwrap());
+    let (w, _) = problem(1024, 1, 0x5eed);
+    let w = Arc::new(w);
+    let r = Arc::new(ops::Resident::shared(b.clone(), w.clone()).unwrap());
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (r, w) = (r.clone(), w.clone());
+            std::thread::spawn(move || {
+                let m = [1, 3, 8, 20][t as usize];
+                let x = check::random_activations(DType::Bf16, m, w.geometry.cols, 77 + t);
+                let want = reference::reduce(&w, &x).unwrap();
+                let exact = r.matvec(&x, Tier::Exact).unwrap();
+                assert_eq!(exact.to_bytes(), want.to_bytes(), "thread {t}: exact M {m}");
+                let fast = r.matvec(&x, Tier::Fast).unwrap();
+                let real = check::RealSums::of(&w, &x).unwrap();
+                check::fast_reduce(&fast, &real)
+                    .unwrap_or_else(|e| panic!("thread {t}: fast M {m}: {e}"));
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let (u, x) = problem(1024, 4, 0x5eee);
+    let ru = ops::Resident::new(&*b, &u).unwrap();
+    let mid = r.gate_up(&ru, &x, Tail::Exact, Tier::Exact).unwrap();
+    let want = reference::gate_up(&w, &u, &x).unwrap();
+    assert_eq!(
+        mid.to_bytes(),
+        want.to_bytes(),
+        "gate_up of a shared and a borrowed resident"
+    );
+}
