@@ -165,6 +165,7 @@ pub const MAX_BACKPOINTER_BYTES: u64 = 4 << 30;
 /// for its trellis is an error naming T (and the threads), where the workers' tables
 /// would abort the process on allocation. The CLI asks before it reads anything more.
 pub fn check_geometry(g: &Geometry) -> Result<()> {
+    crate::error::check_threads_env()?; // before the first use builds rayon's pool
     check_backpointers(g.t, g.k, g.l, rayon::current_num_threads())
 }
 
@@ -179,8 +180,9 @@ fn check_backpointers(t: usize, k: u32, l: u32, threads: usize) -> Result<()> {
             format!(
                 "the encoder's Viterbi keeps T x 2^(L - k) = {t} x 2^{} bytes on each of \
                  its {threads} threads, more than {MAX_BACKPOINTER_BYTES} in all; use a \
-                 smaller T (or fewer threads: RAYON_NUM_THREADS)",
-                l - k
+                 smaller T (or fewer threads: {})",
+                l - k,
+                crate::error::THREADS_ENV
             ),
         ));
     }

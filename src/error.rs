@@ -145,3 +145,39 @@ pub fn collect_reserved<T>(
     v.extend(items);
     Ok(v)
 }
+
+/// The variable rayon reads for its pools' thread count.
+pub const THREADS_ENV: &str = "RAYON_NUM_THREADS";
+
+/// The most threads [`THREADS_ENV`] may ask for: this machine's hardware threads, and at
+/// least 1024.
+pub fn max_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .max(1024)
+}
+
+/// [`THREADS_ENV`], checked before a pool is built: a count past [`max_threads`] is an
+/// error naming it (rayon would start every thread: tens of thousands stall the process
+/// for minutes, then abort it when their stacks run out), as is one that is not a
+/// number (rayon would quietly use its default). Unset, empty or 0: rayon's default.
+pub fn check_threads_env() -> Result<()> {
+    let Some(v) = std::env::var_os(THREADS_ENV) else {
+        return Ok(());
+    };
+    let s = v.to_string_lossy();
+    match s.trim().parse::<usize>() {
+        _ if s.trim().is_empty() => Ok(()),
+        Ok(n) if n <= max_threads() => Ok(()),
+        Ok(_) => Err(Error::invalid(
+            THREADS_ENV,
+            s.trim(),
+            format!("at most {} threads", max_threads()),
+        )),
+        Err(_) => Err(Error::invalid(
+            THREADS_ENV,
+            s.trim(),
+            "must be a thread count (0 or unset: one a core)",
+        )),
+    }
+}

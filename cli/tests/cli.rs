@@ -13,8 +13,14 @@ use trellis::{reference, Activations, Code, DType};
 const BIN: &str = env!("CARGO_BIN_EXE_trellis");
 
 fn trellis(args: &[&str]) -> Output {
+    trellis_env(args, &[])
+}
+
+/// `trellis` with environment variables set.
+fn trellis_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(BIN)
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("run the trellis binary")
 }
@@ -39,7 +45,12 @@ fn ok(args: &[&str]) -> String {
 /// Run, require a clean failure mentioning every needle, nothing on stdout, and no file
 /// at `out_path`.
 fn fails(args: &[&str], out_path: &Path, needles: &[&str]) -> String {
-    let out = trellis(args);
+    fails_env(args, &[], out_path, needles)
+}
+
+/// [`fails`] with environment variables set.
+fn fails_env(args: &[&str], env: &[(&str, &str)], out_path: &Path, needles: &[&str]) -> String {
+    let out = trellis_env(args, env);
     let stderr = text(&out.stderr);
     assert_eq!(
         out.status.code(),
@@ -1512,5 +1523,84 @@ fn an_unwritable_out_is_the_first_error() {
             format!("error: {o}: --out: its directory does not exist"),
             "{args:?}"
         );
+    }
+}
+
+/// A thread count past the machine's (rayon would start every thread, stall for minutes,
+/// then abort) or not a number (rayon would quietly ignore it) is an error naming
+/// `RAYON_NUM_THREADS`, before any pool is built: the CPU backend's and the encoder's.
+#[test]
+fn thread_counts_rayon_cannot_run_are_errors() {
+    let d = Dir::new();
+    let (w, x, y, q) = (
+        d.path("w.safetensors"),
+        d.path("x.safetensors"),
+        d.path("y.safetensors"),
+        d.path("q.safetensors"),
+    );
+    ok(&[
+        "random",
+        "--rows",
+        "8",
+        "--cols",
+        "256",
+        "--k",
+        "2",
+        "--l",
+        "8",
+        "--t",
+        "64",
+        "--code",
+        "1mad",
+        "--out",
+        s(&w),
+    ]);
+    ok(&["random-x", "--m", "1", "--cols", "256", "--out", s(&x)]);
+    let matvec = [
+        "matvec",
+        "--weights",
+        s(&w),
+        "--x",
+        s(&x),
+        "--out",
+        s(&y),
+        "--backend",
+        "cpu",
+    ];
+    let dense = d.path("dense.safetensors");
+    write_raw(
+        &dense,
+        vec![("w", Dtype::F32, vec![2, 256], f32_bytes(&[0.25; 512]))],
+        &[],
+    );
+    let quantize = [
+        "quantize",
+        "--input",
+        s(&dense),
+        "--tensor",
+        "w",
+        "--k",
+        "2",
+        "--l",
+        "8",
+        "--t",
+        "64",
+        "--code",
+        "1mad",
+        "--out",
+        s(&q),
+    ];
+    for (value, reason) in [("100000", "at most"), ("lots", "thread count")] {
+        let env = [("RAYON_NUM_THREADS", value)];
+        for (args, out) in [(&matvec[..], &y), (&quantize[..], &q)] {
+            fails_env(args, &env, out, &["RAYON_NUM_THREADS", value, reason]);
+        }
+    }
+    // Within range the same commands run.
+    let env = [("RAYON_NUM_THREADS", "3")];
+    for (args, out) in [(&matvec[..], &y), (&quantize[..], &q)] {
+        let o = trellis_env(args, &env);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        assert!(out.exists());
     }
 }

@@ -71,6 +71,7 @@ impl CpuBackend {
             .map(str::to_string)
             .collect();
         let cache_dir = cache::dir("cpu")?;
+        crate::error::check_threads_env()?;
         let pool = rayon::ThreadPoolBuilder::new()
             // Tables and staged x live on the task's stack (up to 48 KB + 256 KB at L = 16).
             .stack_size(16 << 20)
