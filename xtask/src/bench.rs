@@ -392,7 +392,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
     }
     // Printed first: a report path that cannot be written must not lose the run.
     println!("{s}");
-    std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
+    trellis::io::write_atomic(out, s.as_bytes())?;
     Ok(())
 }
 
@@ -791,6 +791,6 @@ pub fn run_mma(out: &Path) -> Result<()> {
     }
     // Printed first: a report path that cannot be written must not lose the run.
     println!("{s}");
-    std::fs::write(out, &s).map_err(|e| Error::file(out, e))?;
+    trellis::io::write_atomic(out, s.as_bytes())?;
     Ok(())
 }

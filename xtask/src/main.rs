@@ -159,6 +159,11 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             random,
             seed,
         } => {
+            // The report's path is checked before the run (a missing directory named
+            // after minutes of checks loses them; a pipe would block the write forever).
+            if let Some(p) = &out {
+                trellis::io::check_output(p)?;
+            }
             let name = backend.unwrap_or_else(|| trellis::backend::default_name().to_string());
             let backend = AnyBackend::open(&name)?;
             let (text, ok) = match random {
@@ -173,7 +178,7 @@ fn run(cli: Cli) -> trellis::Result<bool> {
             };
             print!("{text}");
             if let Some(p) = out {
-                std::fs::write(&p, &text).map_err(|e| trellis::Error::file(&p, e))?;
+                trellis::io::write_atomic(&p, text.as_bytes())?;
             }
             Ok(ok)
         }
@@ -218,6 +223,7 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                     "bench compares against cuBLAS: cuda only",
                 ));
             }
+            trellis::io::check_output(&out)?; // before the GPU, as verify's
             use trellis::families::reduce_mma::ReduceMmaFamily;
             let mma = |f: &str| trellis::families::is::<ReduceMmaFamily>(f);
             match (family.as_deref(), &table) {

@@ -2,7 +2,8 @@
 //! measure nothing or something else than asked: `verify --random` outside 1..=100000
 //! (0 passed having checked nothing), `bench` of a family it does not bench, a table
 //! with `--family reduce_mma`, and a `--table` that is no table (named, and read before
-//! the GPU is opened: these run on machines without one).
+//! the GPU is opened: these run on machines without one), and a report path that cannot
+//! be written (before the run, not after it).
 
 use std::process::{Command, Output};
 
@@ -117,4 +118,38 @@ fn a_table_another_run_holds_is_refused() {
     let o = xtask(&args);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(trellis::tune::read_table(&out).unwrap().entries.len() == 1);
+}
+
+/// `verify --out` and `bench --out` are checked before anything runs: a missing
+/// directory, a directory and a pipe (a write to it would block for ever) are errors
+/// naming the path, with no report on stdout (the checks did not run); a good path gets
+/// the report whole.
+#[cfg(unix)]
+#[test]
+fn report_paths_are_checked_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let missing = dir.path().join("no/such/dir/r.md");
+    let here = dir.path().to_path_buf();
+    for p in [&missing, &here, &fifo] {
+        let p = p.to_str().unwrap();
+        let verify = ["verify", "--backend", "cpu", "--random", "1", "--out", p];
+        refused(&verify, 1, &[p]);
+        #[cfg(feature = "cuda")]
+        refused(&["bench", "--out", p], 1, &[p]);
+    }
+    let good = dir.path().join("r.md");
+    let o = xtask(&[
+        "verify",
+        "--backend",
+        "cpu",
+        "--random",
+        "1",
+        "--out",
+        good.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&good).unwrap(), text(&o.stdout));
 }
