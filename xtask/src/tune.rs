@@ -151,11 +151,16 @@ fn space(a: &TuneArgs, gpu: bool) -> Result<TuneSpace> {
         (true, false) => vec![Code::OneMad],
         (false, _) => a.code.iter().map(|c| c.parse()).collect::<Result<_>>()?,
     };
-    // Each family tunes the M it takes (exact up to 8, fast up to 16); one no family
-    // takes would be skipped by all of them.
-    let max_m = trellis::families::mma::MAX_M_MMA;
+    // The tier's families take M up to its launch limit (exact 8, fast 16): an M past it
+    // would be skipped by every family of the tier, without a word.
+    let tier = a.tier.parse::<Tier>()?;
+    let max_m = trellis::ops::max_samples(tier);
     if let Some(&m) = a.m.iter().find(|&&m| !(1..=max_m).contains(&m)) {
-        return Err(Error::invalid("m", m, format!("expected 1..={max_m}")));
+        return Err(Error::invalid(
+            "m",
+            m,
+            format!("the {tier} tier's families take 1..={max_m}"),
+        ));
     }
     Ok(TuneSpace {
         shapes,

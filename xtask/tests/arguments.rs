@@ -153,3 +153,51 @@ fn report_paths_are_checked_before_the_run() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(std::fs::read_to_string(&good).unwrap(), text(&o.stdout));
 }
+
+/// `tune --m` past the tier's launch limit is refused by name (the exact tier's
+/// families skipped M 9-16 without a word, and the run reported "nothing measured" as a
+/// success); the fast tier takes it.
+#[test]
+fn tune_m_is_checked_against_the_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let out = out.to_str().unwrap();
+    for tier in [&[][..], &["--tier", "exact"][..]] {
+        let mut args = vec!["tune", "--backend", "cpu", "--m", "1,12", "--out", out];
+        args.extend(tier);
+        refused(&args, 1, &["m = 12", "exact tier", "1..=8"]);
+    }
+    refused(
+        &[
+            "tune",
+            "--backend",
+            "cpu",
+            "--tier",
+            "fast",
+            "--m",
+            "17",
+            "--out",
+            out,
+        ],
+        1,
+        &["m = 17", "fast tier", "1..=16"],
+    );
+    let o = xtask(&[
+        "tune",
+        "--plan",
+        "--backend",
+        "cpu",
+        "--tier",
+        "fast",
+        "--m",
+        "12",
+        "--out",
+        out,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("problems to measure"),
+        "{}",
+        text(&o.stdout)
+    );
+}
