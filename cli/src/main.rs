@@ -846,6 +846,11 @@ fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
     let tier: Tier = a.tier.parse()?;
     let mut selector = Selector::from_env();
     if let Some(dir) = &a.tables {
+        // Named on the command line: a directory that cannot be read is an error, not a
+        // warning over the other tables' answer (a table in it that cannot be read is
+        // named and skipped, as the selector does).
+        std::fs::read_dir(dir)
+            .map_err(|e| Error::file(dir, format!("cannot read the tables' directory: {e}")))?;
         selector.add_dir(dir);
     }
     for w in &selector.warnings {

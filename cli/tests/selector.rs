@@ -1322,24 +1322,6 @@ fn cli_select_unknown_device_is_the_default() {
     assert!(line(&out, "variant").starts_with("mma "), "{out}");
 }
 
-#[test]
-fn cli_select_missing_tables_dir_warns() {
-    let d = tempfile::tempdir().unwrap();
-    let missing: PathBuf = d.path().join("nope");
-    let (out, err) = ok(&select_args("nvidia-h200", Some(path_str(&missing)), &[]));
-    assert!(
-        err.lines()
-            .any(|l| l.starts_with("warning: ") && l.contains("nope")),
-        "{err}"
-    );
-    // The tables that exist still serve: the embedded H200 table's nearest entry.
-    assert!(
-        line(&out, "source").starts_with("table embedded:nvidia-h200.toml, entry [reduce "),
-        "{out}"
-    );
-    assert!(line(&out, "variant").ends_with(" exact"), "{out}");
-}
-
 /// `$TRELLIS_TUNING_DIR` set but empty reads as unset (as `$TRELLIS_CACHE_DIR` does): no
 /// warning about a directory "".
 #[test]
@@ -1433,6 +1415,15 @@ fn cli_select_rejects_bad_values() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     fails(&args, &["ku", "12"]);
     fails(&["select", "--device", "nvidia-h200"], &["--family"]);
+    // A --tables that is no directory is named (it was a warning, then the embedded
+    // tables' answer).
+    let d = dir_with(&[]);
+    let file = d.path().join("t.toml");
+    std::fs::write(&file, "").unwrap();
+    for p in [d.path().join("missing"), file] {
+        let args = select_args("nvidia-h200", Some(path_str(&p)), &[]);
+        fails(&args, &[path_str(&p), "cannot read the tables' directory"]);
+    }
     // A family answers only for the tiers it has variants in.
     let mut args = base("--tier", "exact");
     let f = args.iter().position(|a| a == "--family").unwrap();
