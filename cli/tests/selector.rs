@@ -1656,3 +1656,58 @@ fn select_answers_an_m_beyond_one_launch_per_launch_size() {
     args[12] = "0";
     fails(&args, &["m = 0", "at least 1"]);
 }
+
+/// An edited entry whose numbers do not add up is named and ignored: a bucket that is not
+/// its shape's (it would serve the shape's choice to keys far from it), a shape with a
+/// sign, times that are not finite and positive, no timed repetitions, a negative
+/// speedup.
+#[test]
+fn entries_whose_numbers_do_not_add_up_are_warnings() {
+    let good = table("nvidia-h200", "cuda").to_toml();
+    let cases = [
+        (
+            good.replacen("bucket = \"4096x4096\"", "bucket = \"16384x4096\"", 1),
+            "entry[0].bucket",
+        ),
+        (
+            good.replacen("shape = \"4096x4096\"", "shape = \"+4096x4096\"", 1),
+            "entry[0].shape",
+        ),
+        (
+            good.replacen("median_us = 10.0", "median_us = nan", 1),
+            "entry[0].stats.median_us",
+        ),
+        (
+            good.replacen("median_us = 10.0", "median_us = -209.0", 1),
+            "entry[0].stats.median_us",
+        ),
+        (
+            good.replacen("p90_us = 12.24", "p90_us = inf", 1),
+            "entry[0].default.p90_us",
+        ),
+        (
+            good.replacen("samples = 30", "samples = 0", 1),
+            "entry[0].stats.samples",
+        ),
+        (
+            good.replacen("speedup = 1.2", "speedup = -1.2", 1),
+            "entry[0].speedup",
+        ),
+    ];
+    for (text, field) in cases {
+        assert_ne!(text, good, "{field}: the edit must apply");
+        let mut s = Selector::empty();
+        s.add_text("edited", &text);
+        assert_eq!(s.warnings.len(), 1, "{field}: {:?}", s.warnings);
+        assert!(
+            s.warnings[0].starts_with("edited: ignored: ") && s.warnings[0].contains(field),
+            "{field}: {}",
+            s.warnings[0]
+        );
+        assert!(matches!(
+            s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)
+                .source,
+            Source::Default { .. }
+        ));
+    }
+}

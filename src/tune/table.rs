@@ -174,17 +174,50 @@ impl Table {
             let key = e
                 .key()
                 .map_err(|err| Error::invalid(format!("entry[{i}]"), "key", err.to_string()))?;
-            let shape_ok = e.shape.split_once('x').is_some_and(|(r, c)| {
-                [r, c]
-                    .iter()
-                    .all(|n| n.parse::<usize>().is_ok_and(|n| n > 0))
-            });
-            if !shape_ok {
+            let extent = |n: &str| {
+                n.bytes().all(|b| b.is_ascii_digit())
+                    && n.parse::<usize>().ok().filter(|&n| n > 0).is_some()
+            };
+            let shape = e
+                .shape
+                .split_once('x')
+                .filter(|(r, c)| extent(r) && extent(c))
+                .and_then(|(r, c)| Some((r.parse::<usize>().ok()?, c.parse::<usize>().ok()?)))
+                .ok_or_else(|| {
+                    Error::invalid(
+                        format!("entry[{i}].shape"),
+                        &e.shape,
+                        "expected ROWSxCOLS, both positive",
+                    )
+                })?;
+            // The bucket is the shape's: another would serve the shape's choice to keys
+            // it was not measured near.
+            let of_shape = Bucket::of(shape.0, shape.1);
+            if key.bucket != of_shape {
                 return Err(Error::invalid(
-                    format!("entry[{i}].shape"),
-                    &e.shape,
-                    "expected ROWSxCOLS, both positive",
+                    format!("entry[{i}].bucket"),
+                    &e.bucket,
+                    format!("shape {} is in bucket {of_shape}", e.shape),
                 ));
+            }
+            let stats = [
+                ("stats", Some(&e.stats)),
+                ("default", e.default.as_ref()),
+                ("runner_up_stats", e.runner_up_stats.as_ref()),
+            ];
+            for (field, s) in stats {
+                if let Some(s) = s {
+                    check_stats(&format!("entry[{i}].{field}"), s)?;
+                }
+            }
+            for (field, v) in [("speedup", e.speedup), ("bandwidth_gbs", e.bandwidth_gbs)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(Error::invalid(
+                        format!("entry[{i}].{field}"),
+                        v,
+                        "must be finite and not negative",
+                    ));
+                }
             }
             // Two entries for one key and shape: which one a selection took would be
             // an accident of order (the tuner writes one).
@@ -203,4 +236,30 @@ impl Table {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("tables serialize")
     }
+}
+
+/// Measured times are finite and positive, and at least one repetition was timed: a
+/// median of NaN or below zero would win (or lose) every comparison it entered.
+fn check_stats(field: &str, s: &StatsRecord) -> Result<()> {
+    for (name, v) in [
+        ("median_us", s.median_us),
+        ("p10_us", s.p10_us),
+        ("p90_us", s.p90_us),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(Error::invalid(
+                format!("{field}.{name}"),
+                v,
+                "a time must be finite and positive",
+            ));
+        }
+    }
+    if s.samples == 0 {
+        return Err(Error::invalid(
+            format!("{field}.samples"),
+            0,
+            "at least one timed repetition",
+        ));
+    }
+    Ok(())
 }
