@@ -1711,3 +1711,62 @@ fn entries_whose_numbers_do_not_add_up_are_warnings() {
         ));
     }
 }
+
+/// A table that is ignored warns in one line wherever the selector is read, `matvec`
+/// too (serde's message for a winner missing a field spans lines: it left an empty line
+/// on stderr).
+#[test]
+fn an_ignored_tables_warning_is_one_line_in_matvec() {
+    let good = table("nvidia-h200", "cuda").to_toml();
+    let edited = good.replacen("repr = \"shared_table\"\n", "", 1);
+    assert_ne!(edited, good);
+    let d = dir_with(&[("t.toml", edited)]);
+    let (w, x, y) = (
+        d.path().join("w.st"),
+        d.path().join("x.st"),
+        d.path().join("y.st"),
+    );
+    ok(&[
+        "random",
+        "--rows",
+        "8",
+        "--cols",
+        "256",
+        "--k",
+        "2",
+        "--l",
+        "8",
+        "--t",
+        "64",
+        "--code",
+        "1mad",
+        "--out",
+        path_str(&w),
+    ]);
+    ok(&[
+        "random-x",
+        "--m",
+        "1",
+        "--cols",
+        "256",
+        "--out",
+        path_str(&x),
+    ]);
+    let out = Command::new(BIN)
+        .args(["matvec", "--weights", path_str(&w), "--x", path_str(&x)])
+        .args(["--out", path_str(&y), "--backend", "cpu"])
+        .env(LOCAL_TABLES_ENV, "0")
+        .env("TRELLIS_TUNING_DIR", d.path())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr:?}");
+    assert!(
+        lines[0].starts_with("warning: ")
+            && lines[0].contains("t.toml")
+            && lines[0].contains("repr"),
+        "{stderr:?}"
+    );
+}

@@ -308,7 +308,7 @@ impl Selector {
             Some(v) if v.is_empty() || v == "1" => true,
             Some(v) if v == "0" => false,
             Some(v) => {
-                s.warnings.push(format!(
+                s.warn(format!(
                     "${LOCAL_TABLES_ENV} = {v:?}: expected 0 (leave tuning/local/ unread) or 1; reading it"
                 ));
                 true
@@ -356,7 +356,7 @@ impl Selector {
                 .filter(|p| p.extension().is_some_and(|e| e == "toml"))
                 .collect(),
             Err(e) => {
-                self.warnings.push(format!(
+                self.warn(format!(
                     "{}: cannot read tuning directory: {e}",
                     dir.display()
                 ));
@@ -367,19 +367,26 @@ impl Selector {
         for p in paths {
             match read_table(&p) {
                 Ok(t) => self.add_table(&p.display().to_string(), t),
-                Err(Error::File { reason, .. }) => self
-                    .warnings
-                    .push(format!("{}: ignored: {reason}", p.display())),
-                Err(e) => self.warnings.push(format!("{}: ignored: {e}", p.display())),
+                Err(Error::File { reason, .. }) => {
+                    self.warn(format!("{}: ignored: {reason}", p.display()))
+                }
+                Err(e) => self.warn(format!("{}: ignored: {e}", p.display())),
             }
         }
+    }
+
+    /// Record a warning on one line (a TOML or serde error spans several: printed as they
+    /// are, a caller's one-line stderr would break).
+    fn warn(&mut self, w: String) {
+        let lines: Vec<&str> = w.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        self.warnings.push(lines.join("; "));
     }
 
     /// Parse and add one table; a bad table (syntax, unknown fields, a key or winner
     /// a registered family cannot read) is ignored with a warning.
     pub fn add_text(&mut self, name: &str, text: &str) {
         match Table::parse(text).and_then(|t| check_table(&t).map(|()| t)) {
-            Err(e) => self.warnings.push(format!("{name}: ignored: {e}")),
+            Err(e) => self.warn(format!("{name}: ignored: {e}")),
             Ok(t) => self.add_table(name, t),
         }
     }
