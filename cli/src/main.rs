@@ -717,7 +717,7 @@ fn quantize(a: QuantizeArgs, out: &mut Vec<String>) -> Result<()> {
     out.push(format!("mse: {:e}", enc.mse));
     // An all-zero matrix has no relative error to speak of: its mse is 0, and so is this.
     let relative = if power > 0.0 { enc.mse / power } else { 0.0 };
-    out.push(format!("relative mse: {relative:.6}"));
+    out.push(format!("relative mse: {relative:e}")); // as mse: a fixed 6 places read 0 below 5e-7
     out.push(format!("{}: {} -> {}", a.prefix, g, a.out.display()));
     Ok(())
 }

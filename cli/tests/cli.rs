@@ -580,6 +580,59 @@ fn info_and_matvec_read_a_large_file_by_the_tensors_used() {
 
 /// A small Gaussian dense matrix: the MSE is printed, matches the written codes, and is
 /// well below the signal power (a trellis code at 2 bits keeps ~90% of it).
+/// The `relative mse:` line of `stdout` is `want` (to the printed digits), never a 0 for
+/// a small error.
+fn assert_printed_relative(stdout: &str, want: f64) {
+    let printed: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("relative mse: "))
+        .unwrap_or_else(|| panic!("no `relative mse: ` line in {stdout:?}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (printed - want).abs() <= 1e-6 * want,
+        "printed relative mse {printed}, want {want}"
+    );
+}
+
+/// A matrix the encoder nearly hits (every weight 0.5) has a tiny relative error, printed
+/// as such (a fixed six places printed 0, which the docs keep for an all-zero matrix).
+#[test]
+fn a_tiny_relative_error_is_printed_as_itself() {
+    let d = Dir::new();
+    let (dense, w) = (d.path("dense.safetensors"), d.path("w.safetensors"));
+    write_raw(
+        &dense,
+        vec![("w", Dtype::F32, vec![8, 256], f32_bytes(&[0.5; 8 * 256]))],
+        &[],
+    );
+    let stdout = ok(&[
+        "quantize",
+        "--input",
+        s(&dense),
+        "--tensor",
+        "w",
+        "--k",
+        "2",
+        "--l",
+        "12",
+        "--code",
+        "1mad",
+        "--out",
+        s(&w),
+    ]);
+    let mse: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("mse: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(mse > 0.0 && mse / 0.25 < 5e-7, "{stdout}");
+    assert_printed_relative(&stdout, mse / 0.25);
+}
+
 #[test]
 fn quantize_prints_a_plausible_mse() {
     use rand::SeedableRng;
@@ -628,6 +681,7 @@ fn quantize_prints_a_plausible_mse() {
             .unwrap();
         let rel = mse / power;
         assert!(rel > 0.0 && rel < 0.25, "{code} k={k}: relative mse {rel}");
+        assert_printed_relative(&stdout, rel);
         let m = io::read_quantized(&w, "w").unwrap();
         let deq = reference::dequantize(&m, DType::F32).unwrap();
         let ours = deq
