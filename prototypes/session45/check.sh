@@ -1,5 +1,5 @@
 #!/bin/bash
-# The forty-fifth session's device call, on the build of 6a6ddd7 plus the CUDA test of a
+# The forty-fifth session's device call, on the build of 3aab71b (the CUDA test of a
 # shared resident (no kernel unit or table changed since the thirty-fifth session): the
 # GPU tests CI cannot run (cuda_threads now includes `Resident::shared` from spawned
 # threads), the checks a reader re-runs (`../session31/checks.sh`: CUDA verify of the
