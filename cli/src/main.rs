@@ -709,9 +709,11 @@ fn quantize(a: QuantizeArgs, out: &mut Vec<String>) -> Result<()> {
         .collect();
     if let Some(&r) = tiny.first() {
         out.push(format!(
-            "warning: {} rows have scales below f16's normal range (first: row {r}, scale {:e}): they decode as zeros or coarse multiples; scale the weights up",
+            "warning: {} rows have scales below f16's normal range (first: row {r}, scale {:e}): they decode as zeros or coarse multiples; scale the weights up{}",
             tiny.len(),
-            enc.matrix.scales[r]
+            enc.matrix.scales[r],
+            // With a table, its magnitudes set the scales' too: a huge one, tiny scales.
+            if a.lut.is_some() { ", or give a --lut table of smaller values" } else { "" }
         ));
     }
     out.push(format!("mse: {:e}", enc.mse));

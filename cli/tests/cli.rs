@@ -799,6 +799,44 @@ fn generators_and_quantize_refuse_degenerate_data() {
         stdout.contains("warning: 4 rows have scales below f16's normal range (first: row 0"),
         "{stdout}"
     );
+    assert!(!stdout.contains("--lut"), "{stdout}");
+    // With a table of huge values the scales are tiny too: the table is named as a cause.
+    ok(&dense_args("f32", "1e-3", s(&dense)));
+    let lut = d.path("lut.safetensors");
+    let table: Vec<f32> = trellis::encode::gaussian_lut(8, 3)
+        .unwrap()
+        .iter()
+        .map(|v| v * 1e5)
+        .collect();
+    write_raw(
+        &lut,
+        vec![("lut", Dtype::F32, vec![256], f32_bytes(&table))],
+        &[],
+    );
+    let stdout = ok(&[
+        "quantize",
+        "--input",
+        s(&dense),
+        "--tensor",
+        "weight",
+        "--k",
+        "2",
+        "--l",
+        "8",
+        "--t",
+        "128",
+        "--code",
+        "lut",
+        "--lut",
+        s(&lut),
+        "--out",
+        s(&w),
+    ]);
+    assert!(
+        stdout.contains("below f16's normal range")
+            && stdout.contains("or give a --lut table of smaller values"),
+        "{stdout}"
+    );
 }
 
 #[test]
