@@ -4,7 +4,7 @@
 //! must become a warning and a default choice, never a panic or a failure; and the
 //! layering of a device's tables against a model of its rule.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::simt::{MStrategy, Representation, Variant};
