@@ -946,6 +946,7 @@ fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
     // An M beyond one launch runs as launches of the most samples and one of the rest
     // (`trellis::ops::matvec`): answer for each launch size.
     let max = trellis::ops::max_samples(tier);
+    let t = spec.t;
     if spec.m == 0 {
         return Err(Error::invalid("m", spec.m, "must be at least 1"));
     }
@@ -970,6 +971,14 @@ fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
         lines
     };
     out.extend(lines);
+    if t != trellis::tune::TUNED_T {
+        out.push(format!(
+            "note: the tables are measured at T = {}; T = {} takes their choice where it \
+             fits (its speed at this T unmeasured)",
+            trellis::tune::TUNED_T,
+            t
+        ));
+    }
     Ok(())
 }
 

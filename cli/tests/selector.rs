@@ -1770,3 +1770,17 @@ fn an_ignored_tables_warning_is_one_line_in_matvec() {
         "{stderr:?}"
     );
 }
+
+/// The tables' keys carry no T: `select` at another T than the tables were measured at
+/// says so (and at theirs says nothing).
+#[test]
+fn select_at_another_t_says_the_tables_are_measured_at_theirs() {
+    let (out, _) = ok(&select_args("nvidia-h200", None, &["--t", "64"]));
+    let note = line(&out, "note");
+    assert!(
+        note.contains(&format!("T = {}", trellis::tune::TUNED_T)) && note.contains("T = 64"),
+        "{out}"
+    );
+    let (out, _) = ok(&select_args("nvidia-h200", None, &[]));
+    assert!(!out.contains("note:"), "{out}");
+}

@@ -169,7 +169,7 @@ fn space(a: &TuneArgs, gpu: bool) -> Result<TuneSpace> {
         ls: pick(&a.l, &[12, 16], &[12]),
         codes,
         dtype: a.dtype.parse::<DType>()?,
-        t: 256,
+        t: trellis::tune::TUNED_T,
     })
 }
 
