@@ -253,8 +253,8 @@ impl TableLock {
 }
 
 /// The block length T every table entry is measured at (`cargo xtask tune`): the keys
-/// carry no T, so a problem of another T takes the choice made at this one (checked valid
-/// at its own T, as every choice is; only its speed may differ).
+/// carry no T, so a problem of another T takes the choice made at this one where it fits
+/// ([`fit`], as every choice is checked; only its speed may differ).
 pub const TUNED_T: usize = 256;
 
 /// The largest tuning table read (the H200's, every key of both tiers, is about 6 MB): a

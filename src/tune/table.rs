@@ -174,15 +174,15 @@ impl Table {
             let key = e
                 .key()
                 .map_err(|err| Error::invalid(format!("entry[{i}]"), "key", err.to_string()))?;
-            let extent = |n: &str| {
-                n.bytes().all(|b| b.is_ascii_digit())
-                    && n.parse::<usize>().ok().filter(|&n| n > 0).is_some()
+            // Digits only (`parse` takes a leading `+`), and positive.
+            let extent = |n: &str| -> Option<usize> {
+                let digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+                digits.then(|| n.parse().ok()).flatten().filter(|&n| n > 0)
             };
             let shape = e
                 .shape
                 .split_once('x')
-                .filter(|(r, c)| extent(r) && extent(c))
-                .and_then(|(r, c)| Some((r.parse::<usize>().ok()?, c.parse::<usize>().ok()?)))
+                .and_then(|(r, c)| Some((extent(r)?, extent(c)?)))
                 .ok_or_else(|| {
                     Error::invalid(
                         format!("entry[{i}].shape"),
