@@ -396,18 +396,27 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
         .krate
         .clone()
         .unwrap_or_else(|| syn::parse_quote!(::trellis));
-    let name = args
-        .name
-        .ok_or_else(|| syn::Error::new(span, "kernel needs `name = \"...\"`"))?;
-    let template = args
-        .template
-        .ok_or_else(|| syn::Error::new(span, "kernel needs `template = \"file\"`"))?;
-    let grid = args
-        .grid
-        .ok_or_else(|| syn::Error::new(span, "kernel needs `grid = expr`"))?;
-    if args.outputs.is_empty() {
-        return Err(syn::Error::new(span, "kernel needs at least one output"));
-    }
+    // Every required argument that is missing, in one error (one at a time would take a
+    // compile per fix).
+    let (name, template, grid) = match (args.name, args.template, args.grid) {
+        (Some(n), Some(t), Some(g)) if !args.outputs.is_empty() => (n, t, g),
+        (name, template, grid) => {
+            let needs: Vec<&str> = [
+                (name.is_none(), "`name = \"...\"`"),
+                (template.is_none(), "`template = \"file\"`"),
+                (grid.is_none(), "`grid = expr`"),
+                (args.outputs.is_empty(), "at least one output"),
+            ]
+            .into_iter()
+            .filter_map(|(missing, what)| missing.then_some(what))
+            .collect();
+            let list = match needs.split_last() {
+                Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+                _ => needs.concat(),
+            };
+            return Err(syn::Error::new(span, format!("kernel needs {list}")));
+        }
+    };
     check_c_name("kernel name", &name.value(), name.span())?;
     for t in args.inputs.iter().chain(&args.outputs) {
         check_c_name("tensor name", &t.name.to_string(), t.name.span())?;
@@ -669,6 +678,14 @@ mod tests {
             let e = expand(args, item).expect_err(want);
             assert_eq!(e.to_string(), *want);
         }
+        // Several missing: named together.
+        let args = syn::parse_str::<KernelArgs>("name = \"k\", inputs(x: f32[4])").unwrap();
+        let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
+        let e = expand(args, item).expect_err("three missing");
+        assert_eq!(
+            e.to_string(),
+            "kernel needs `template = \"file\"`, `grid = expr` and at least one output"
+        );
         let e = syn::parse_str::<KernelArgs>("name = \"k\", grids = g()")
             .err()
             .expect("an unknown argument");
