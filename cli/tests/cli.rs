@@ -778,23 +778,16 @@ fn generators_and_quantize_refuse_degenerate_data() {
     let dense = d.path("dense.safetensors");
     ok(&dense_args("f32", "1e-8", s(&dense)));
     let w = d.path("w.safetensors");
-    let stdout = ok(&[
-        "quantize",
-        "--input",
-        s(&dense),
-        "--tensor",
-        "weight",
-        "--k",
-        "2",
-        "--l",
-        "8",
-        "--t",
-        "128",
-        "--code",
-        "1mad",
-        "--out",
-        s(&w),
-    ]);
+    let (dense_s, w_s) = (s(&dense), s(&w));
+    let quantize = |code: &[&str]| {
+        let mut args = vec![
+            "quantize", "--input", dense_s, "--tensor", "weight", "--k", "2",
+        ];
+        args.extend(["--l", "8", "--t", "128", "--out", w_s]);
+        args.extend(code);
+        ok(&args)
+    };
+    let stdout = quantize(&["--code", "1mad"]);
     assert!(
         stdout.contains("warning: 4 rows have scales below f16's normal range (first: row 0"),
         "{stdout}"
@@ -813,25 +806,7 @@ fn generators_and_quantize_refuse_degenerate_data() {
         vec![("lut", Dtype::F32, vec![256], f32_bytes(&table))],
         &[],
     );
-    let stdout = ok(&[
-        "quantize",
-        "--input",
-        s(&dense),
-        "--tensor",
-        "weight",
-        "--k",
-        "2",
-        "--l",
-        "8",
-        "--t",
-        "128",
-        "--code",
-        "lut",
-        "--lut",
-        s(&lut),
-        "--out",
-        s(&w),
-    ]);
+    let stdout = quantize(&["--code", "lut", "--lut", s(&lut)]);
     assert!(
         stdout.contains("below f16's normal range")
             && stdout.contains("or give a --lut table of smaller values"),
