@@ -116,6 +116,16 @@ impl Error {
 /// Library result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A message of several lines (a compiler's log, a TOML or serde error) as one line, its
+/// lines joined by `; `: what a command prints to stderr, one line a diagnostic.
+pub fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// An empty vector with room for `n` values, or an error naming `what` (with `value`, how
 /// much was asked) when the memory cannot be had: a huge size from a file, a flag or a
 /// caller is an error, never an allocation abort.

@@ -16,6 +16,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use trellis::encode::{self, EncodeOptions};
+use trellis::error::one_line;
 use trellis::io::{self, SafetensorsFile};
 use trellis::ScaleDType;
 use trellis::{reference, Activations, Code, DType, Error, Geometry, QuantizedMatrix, Result};
@@ -449,15 +450,6 @@ fn clap_message(e: &clap::Error) -> String {
         .unwrap_or(&msg)
         .trim()
         .to_string()
-}
-
-/// Collapse a multi-line message (e.g. a compiler log) to one line.
-fn one_line(s: &str) -> String {
-    s.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// Name the file a non-file error came from ([`Error::in_file`]).

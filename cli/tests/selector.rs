@@ -103,7 +103,7 @@ fn entry(rows: u64, cols: u64, v: &Variant) -> Entry {
         winner: record(v),
         stats: stats(10.0),
         default: Some(stats(12.0)),
-        speedup: 1.2,
+        speedup: Some(1.2),
         bandwidth_gbs: 1000.0,
         runner_up: Some(record(&Variant::default())),
         runner_up_stats: Some(stats(12.0)),
@@ -1693,6 +1693,21 @@ fn entries_whose_numbers_do_not_add_up_are_warnings() {
             good.replacen("speedup = 1.2", "speedup = -1.2", 1),
             "entry[0].speedup",
         ),
+        // One shape, one spelling: entries are matched by it.
+        (
+            good.replacen("shape = \"4096x4096\"", "shape = \"4096x04096\"", 1),
+            "entry[0].shape",
+        ),
+        // Quantiles out of order (a hand edit: the tuner's are ordered).
+        (
+            good.replacen("median_us = 10.0", "median_us = 100.0", 1),
+            "entry[0].stats.median_us",
+        ),
+        // A speedup of NaN with a default that ran.
+        (
+            good.replacen("speedup = 1.2", "speedup = nan", 1),
+            "entry[0].speedup",
+        ),
     ];
     for (text, field) in cases {
         assert_ne!(text, good, "{field}: the edit must apply");
@@ -1708,6 +1723,31 @@ fn entries_whose_numbers_do_not_add_up_are_warnings() {
             s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)
                 .source,
             Source::Default { .. }
+        ));
+    }
+}
+
+/// An entry whose default did not run (rejected, or over the device's limits) has no
+/// speedup: it is written without one and read back, and an older tuner's `nan` there
+/// reads as none.
+#[test]
+fn an_entry_without_a_default_has_no_speedup() {
+    let mut t = table("nvidia-h200", "cuda");
+    t.entries[0].default = None;
+    t.entries[0].speedup = None;
+    let text = t.to_toml();
+    assert!(!text.contains("speedup"), "{text}");
+    let older = text.replacen("bandwidth_gbs", "speedup = nan\nbandwidth_gbs", 1);
+    for text in [text, older] {
+        let back = Table::parse(&text).unwrap();
+        assert_eq!(back.entries[0].speedup, None);
+        let mut s = Selector::empty();
+        s.add_text("t", &text);
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        assert!(matches!(
+            s.select::<ReduceFamily>("cuda", "nvidia-h200", &problem(4096, 4096), Tier::Exact)
+                .source,
+            Source::Table { .. }
         ));
     }
 }

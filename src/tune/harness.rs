@@ -89,10 +89,14 @@ impl TuneOptions {
 /// long one takes, as long as its rounds can take at that pace plus `candidate_timeout`
 /// ([`timing_allowance`]), so a slow candidate is not killed for being timed at length
 /// and one hung in a launch is.
+///
+/// It also lists the problems this run has measured and saved, so a worker restarted
+/// under `--fresh` keeps them rather than measuring every one again.
 pub struct Journal {
     path: std::path::PathBuf,
     crashed: Vec<String>,
     timed_out: Vec<String>,
+    measured: std::sync::Mutex<Vec<String>>,
 }
 
 impl Journal {
@@ -103,9 +107,15 @@ impl Journal {
             path: path.to_path_buf(),
             crashed: Vec::new(),
             timed_out: Vec::new(),
+            measured: Default::default(),
         };
         for line in text.lines() {
-            if let Some(id) = line.strip_prefix("timedout ") {
+            if let Some(id) = line.strip_prefix("measured ") {
+                j.measured
+                    .get_mut()
+                    .expect("not shared yet")
+                    .push(id.to_string());
+            } else if let Some(id) = line.strip_prefix("timedout ") {
                 j.timed_out.push(id.to_string());
             } else if let Some(id) = line.strip_prefix("crashed ") {
                 j.crashed.push(id.to_string());
@@ -153,6 +163,21 @@ impl Journal {
         }
     }
 
+    /// Problem `id` (its key and shape) was measured and saved by this run.
+    pub fn record_measured(&self, id: &str) -> Result<()> {
+        self.measured
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(id.to_string());
+        self.write(None)
+    }
+
+    /// Whether this run (an earlier worker of it) measured and saved problem `id`.
+    pub fn was_measured(&self, id: &str) -> bool {
+        let measured = self.measured.lock().unwrap_or_else(|e| e.into_inner());
+        measured.iter().any(|m| m == id)
+    }
+
     fn write(&self, running: Option<(&str, Duration)>) -> Result<()> {
         use std::io::Write;
         let mut text: String = self
@@ -160,6 +185,13 @@ impl Journal {
             .iter()
             .map(|c| format!("crashed {c}\n"))
             .collect();
+        text += &self
+            .measured
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|c| format!("measured {c}\n"))
+            .collect::<String>();
         text += &self
             .timed_out
             .iter()
@@ -811,7 +843,7 @@ fn entry<F: Family>(
         winner: record(&winner),
         stats: stats.record(),
         default: default_stats.map(|s| s.record()),
-        speedup: round3(default_stats.map_or(f64::NAN, |s| s.median / stats.median)),
+        speedup: default_stats.map(|s| round3(s.median / stats.median)),
         bandwidth_gbs: round3(F::bytes(p) as f64 / (stats.median * 1e-6) / 1e9),
         runner_up: runner.map(|(v, _)| record(v)),
         runner_up_stats: runner.map(|(_, s)| s.record()),
@@ -1001,9 +1033,14 @@ pub fn tune<F: Family, B: Backend>(
         .collect();
     let same =
         |i: usize, e: &Entry| e.shape == ids[i].1 && e.key().ok().as_ref() == Some(&ids[i].0);
+    // A problem's id in the journal: its key and shape.
+    let journal_id = |i: usize| format!("{} at {}", ids[i].0, ids[i].1);
+    // Under --fresh, what an earlier worker of this run measured is kept.
+    let fresh = |i: usize| o.fresh && !journal.is_some_and(|j| j.was_measured(&journal_id(i)));
     let cached: Vec<bool> = problems
         .iter()
-        .map(|p| !o.fresh && has_current_entry::<F>(o, b.dialect(), p, table))
+        .enumerate()
+        .map(|(i, p)| !fresh(i) && has_current_entry::<F>(o, b.dialect(), p, table))
         .collect();
     // While a problem is measured, the next one's candidates compile on the backend's
     // detached compiler (where it has one), so their compile costs the run nothing.
@@ -1065,6 +1102,9 @@ pub fn tune<F: Family, B: Backend>(
                         phases,
                     });
                     save(table)?;
+                    if let Some(j) = journal {
+                        j.record_measured(&journal_id(i))?;
+                    }
                 }
                 // A problem whose every candidate failed keeps what the table held for it
                 // (an earlier entry, or none: the built-in default); say so.

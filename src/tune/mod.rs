@@ -202,9 +202,9 @@ pub fn space_hash<F: Family>(p: &F::Problem, tier: Tier, quick: bool, dialect: D
 /// A table held by one tuning run: an advisory lock (`flock`), released when this is
 /// dropped or the process ends, so two runs writing one table (which would each save
 /// theirs over the other's after every key) cannot overlap. The lock file is
-/// `<cache root>/tune-locks/<hash of the table's absolute path>.lock`, in the user's
-/// private cache directory ([`crate::backend::cache`]): not beside the table, where
-/// it would show in a checkout, nor at a name in the shared temp directory.
+/// `.<table name>.lock` beside the table (its target's, where the table is a symlink),
+/// so every run that can write the table meets it, whatever its user or cache directory;
+/// it stays there, empty, like cargo's, and git ignores it.
 #[derive(Debug)]
 pub struct TableLock {
     _file: std::fs::File,
@@ -224,15 +224,20 @@ impl TableLock {
                 .unwrap_or(abs),
             _ => abs,
         };
-        let dir = crate::backend::cache::dir("tune-locks")?;
-        let lock = dir.join(format!(
-            "{:016x}.lock",
-            crate::kernel::fnv1a(abs.as_os_str().as_encoded_bytes())
-        ));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
+        let (Some(dir), Some(name)) = (abs.parent(), abs.file_name()) else {
+            return Err(Error::file(path, "not a file's path"));
+        };
+        let mut lock_name = std::ffi::OsString::from(".");
+        lock_name.push(name);
+        lock_name.push(".lock");
+        let lock = dir.join(lock_name);
+        let mut open = std::fs::OpenOptions::new();
+        open.create(true).truncate(false).write(true);
+        // Never through a symlink planted at the lock's name (nothing is written to the
+        // file, but it is opened for writing).
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut open, libc::O_NOFOLLOW);
+        let file = open
             .open(&lock)
             .map_err(|e| Error::file(&lock, format!("cannot open the table's lock: {e}")))?;
         match file.try_lock() {
@@ -383,8 +388,7 @@ impl Selector {
     /// Record a warning on one line (a TOML or serde error spans several: printed as they
     /// are, a caller's one-line stderr would break).
     fn warn(&mut self, w: String) {
-        let lines: Vec<&str> = w.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-        self.warnings.push(lines.join("; "));
+        self.warnings.push(crate::error::one_line(&w));
     }
 
     /// Parse and add one table; a bad table (syntax, unknown fields, a key or winner
@@ -883,6 +887,16 @@ mod tests {
             "{e}"
         );
         let other = TableLock::take(&tmp.path().join("u.toml")).unwrap();
+        // The lock is beside the table (so runs of other users or cache directories meet
+        // it), and a symlink planted at its name is not followed.
+        assert!(tmp.path().join(".t.toml.lock").is_file());
+        let planted = tmp.path().join(".v.toml.lock");
+        std::os::unix::fs::symlink(tmp.path().join("victim"), &planted).unwrap();
+        let e = TableLock::take(&tmp.path().join("v.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot open the table's lock"), "{e}");
+        assert!(!tmp.path().join("victim").exists());
         drop(held);
         let again = TableLock::take(&table).unwrap();
         drop((other, again));

@@ -88,8 +88,10 @@ pub struct Entry {
     pub stats: StatsRecord,
     /// The built-in default's statistics (absent when it could not run).
     pub default: Option<StatsRecord>,
-    /// Default median over winner median.
-    pub speedup: f64,
+    /// Default median over winner median (absent where the default could not run:
+    /// rejected, or over the device's limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<f64>,
     /// Bytes a launch must move, over the median time.
     pub bandwidth_gbs: f64,
     /// The fastest timed candidate other than the winner (absent when none).
@@ -154,7 +156,7 @@ impl Table {
     /// Parse and validate the header and every entry's key (winners are checked
     /// against their family when the table is added to a [`super::Selector`]).
     pub fn parse(text: &str) -> Result<Self> {
-        let t: Table = toml::from_str(text).map_err(|e| {
+        let mut t: Table = toml::from_str(text).map_err(|e| {
             Error::invalid(
                 "tuning table",
                 "toml",
@@ -170,14 +172,22 @@ impl Table {
             ));
         }
         let mut seen = std::collections::HashMap::new();
-        for (i, e) in t.entries.iter().enumerate() {
+        for (i, e) in t.entries.iter_mut().enumerate() {
+            // Tuners before the speedup was optional wrote `nan` where the default did
+            // not run.
+            if e.default.is_none() && e.speedup.is_some_and(f64::is_nan) {
+                e.speedup = None;
+            }
             let key = e
                 .key()
                 .map_err(|err| Error::invalid(format!("entry[{i}]"), "key", err.to_string()))?;
-            // Digits only (`parse` takes a leading `+`), and positive.
+            // Positive, in digits as the tuner writes them: no sign (`parse` takes a
+            // leading `+`) and no leading zero, so one shape has one spelling (entries
+            // are matched by it).
             let extent = |n: &str| -> Option<usize> {
                 let digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
-                digits.then(|| n.parse().ok()).flatten().filter(|&n| n > 0)
+                let v: usize = digits.then(|| n.parse().ok()).flatten()?;
+                (v > 0 && v.to_string() == n).then_some(v)
             };
             let shape = e
                 .shape
@@ -187,7 +197,7 @@ impl Table {
                     Error::invalid(
                         format!("entry[{i}].shape"),
                         &e.shape,
-                        "expected ROWSxCOLS, both positive",
+                        "expected ROWSxCOLS, both positive, in digits without leading zeros",
                     )
                 })?;
             // The bucket is the shape's: another would serve the shape's choice to keys
@@ -210,7 +220,12 @@ impl Table {
                     check_stats(&format!("entry[{i}].{field}"), s)?;
                 }
             }
-            for (field, v) in [("speedup", e.speedup), ("bandwidth_gbs", e.bandwidth_gbs)] {
+            let numbers = [
+                ("speedup", e.speedup),
+                ("bandwidth_gbs", Some(e.bandwidth_gbs)),
+            ];
+            for (field, v) in numbers {
+                let Some(v) = v else { continue };
                 if !(v.is_finite() && v >= 0.0) {
                     return Err(Error::invalid(
                         format!("entry[{i}].{field}"),
@@ -253,6 +268,17 @@ fn check_stats(field: &str, s: &StatsRecord) -> Result<()> {
                 "a time must be finite and positive",
             ));
         }
+    }
+    // The tuner's quantiles are ordered; a table whose are not was edited by hand.
+    if !(s.p10_us <= s.median_us && s.median_us <= s.p90_us) {
+        return Err(Error::invalid(
+            format!("{field}.median_us"),
+            s.median_us,
+            format!(
+                "must lie between p10_us = {} and p90_us = {}",
+                s.p10_us, s.p90_us
+            ),
+        ));
     }
     if s.samples == 0 {
         return Err(Error::invalid(

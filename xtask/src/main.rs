@@ -110,7 +110,7 @@ fn main() -> ExitCode {
             return match done {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", trellis::error::one_line(&e.to_string()));
                     ExitCode::FAILURE
                 }
             };
@@ -123,7 +123,7 @@ fn main() -> ExitCode {
             Ok(o) if o.budget_spent => ExitCode::from(tune::BUDGET_SPENT),
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", trellis::error::one_line(&e.to_string()));
                 ExitCode::FAILURE
             }
         };
@@ -132,7 +132,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", trellis::error::one_line(&e.to_string()));
             ExitCode::FAILURE
         }
     }
@@ -195,7 +195,7 @@ fn run(cli: Cli) -> trellis::Result<bool> {
                 let started = std::time::Instant::now();
                 let (units, failed) = render::compile_cuda(&out, &arch)?;
                 for e in &failed {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", trellis::error::one_line(&e.to_string()));
                 }
                 println!(
                     "{units} CUDA units compiled with NVRTC for {arch}: {} passed, {} failed ({:.1} s); registers and spills in {}",

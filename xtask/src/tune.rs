@@ -545,6 +545,12 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
             dir.join(format!("{}.toml", b.device_id()))
         }
     };
+    // Before anything is measured (and before the lock beside it is made), as
+    // `io::write_atomic` will ask it when it writes.
+    trellis::io::check_output(&out).map_err(|e| match e {
+        Error::File { path, reason } => Error::file(path, format!("--out: {reason}")),
+        e => e,
+    })?;
     // Held until this run ends, from before the table is read: another run saving the
     // same table after each of its keys would drop this one's entries (and this one its).
     let _held = trellis::tune::TableLock::take(&out)?;
@@ -570,16 +576,12 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
     };
     if let Some(Err(e)) = existing.as_ref().map(trellis::tune::check_table) {
         eprintln!(
-            "warning: {}: {e}: the selector ignores this table until such entries are \
+            "warning: {}: {}: the selector ignores this table until such entries are \
              measured again (this run does, where its space has them)",
-            out.display()
+            out.display(),
+            trellis::error::one_line(&e.to_string())
         );
     }
-    // Before anything is measured, as `io::write_atomic` will ask it when it writes.
-    trellis::io::check_output(&out).map_err(|e| match e {
-        Error::File { path, reason } => Error::file(path, format!("--out: {reason}")),
-        e => e,
-    })?;
     if let Some(trace) = &a.trace {
         check_trace(trace)?;
     }
@@ -661,8 +663,9 @@ pub fn run<B: Backend>(b: &B, a: &TuneArgs, description: String) -> Result<Outco
     }
     if untuned > 0 {
         eprintln!(
-            "warning: budget of {} spent: {untuned} of {total} keys not tuned (run again to resume)",
-            a.budget
+            "warning: budget of {} spent: {untuned} of {total} keys not tuned (run again{} to resume)",
+            a.budget,
+            if a.fresh { " without --fresh" } else { "" }
         );
     }
     Ok(Outcome {
@@ -846,7 +849,7 @@ pub fn summary(t: &Table) -> String {
     for e in &t.entries {
         let k = e.key().map(|k| k.to_string()).unwrap_or_default();
         s += &format!(
-            "| {k} | {} | {} | {:.2} | {:.2}-{:.2} | {} | {:.2} | {} | {} | {} | {} |\n",
+            "| {k} | {} | {} | {:.2} | {:.2}-{:.2} | {} | {} | {} | {} | {} | {} |\n",
             e.shape,
             toml_line(&e.winner),
             e.stats.median_us,
@@ -854,7 +857,7 @@ pub fn summary(t: &Table) -> String {
             e.stats.p90_us,
             e.default
                 .map_or("-".into(), |d| format!("{:.2}", d.median_us)),
-            e.speedup,
+            e.speedup.map_or("-".into(), |x| format!("{x:.2}")),
             e.runner_up_stats
                 .map_or("-".into(), |r| format!("{:.2}", r.median_us)),
             gbs(e.bandwidth_gbs),
@@ -896,6 +899,7 @@ fn epoch_ms() -> u64 {
 pub fn supervise() -> Option<std::process::ExitCode> {
     use std::process::ExitCode;
     if std::env::var_os(JOURNAL_ENV).is_some() {
+        watch_supervisor();
         return None;
     }
     // The worker prints its own errors and warnings; the supervisor only relays.
@@ -903,10 +907,34 @@ pub fn supervise() -> Option<std::process::ExitCode> {
         Ok(0) => ExitCode::SUCCESS,
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", trellis::error::one_line(&e.to_string()));
             ExitCode::FAILURE
         }
     })
+}
+
+/// Environment variable with the supervisor's process id, which the worker watches.
+const SUPERVISOR_ENV: &str = "TRELLIS_TUNE_SUPERVISOR";
+
+/// Worker side: end this process when its supervisor is gone (killed alone, by a
+/// `kill PID` or a service manager that signals only the main process). Left running,
+/// the worker would go on holding the table's lock with no one to kill a hung candidate.
+fn watch_supervisor() {
+    let Some(supervisor) = std::env::var(SUPERVISOR_ENV)
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+    else {
+        return;
+    };
+    #[cfg(unix)]
+    std::thread::spawn(move || loop {
+        // Re-parented (to init or a subreaper) once the supervisor has died.
+        if std::os::unix::process::parent_id() != supervisor {
+            eprintln!("tune: the supervising process ended; stopping");
+            std::process::exit(1);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    });
 }
 
 /// The worker's exit status (0, 1 for an error it printed, [`BUDGET_SPENT`]).
@@ -919,6 +947,7 @@ fn supervise_child() -> Result<u8> {
     // symlink planted there, and the journal's writes would land in its target.
     let journal_dir = tempfile::Builder::new()
         .prefix("trellis-tune-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir()
         .map_err(|e| {
             Error::backend(
@@ -939,6 +968,7 @@ fn supervise_child() -> Result<u8> {
                 .args(std::env::args_os().skip(1))
                 .env(JOURNAL_ENV, &journal)
                 .env(RUN_STARTED_ENV, run_started.to_string())
+                .env(SUPERVISOR_ENV, std::process::id().to_string())
                 .spawn()
                 .map_err(|e| Error::backend("tune", format!("cannot start the tuner: {e}")))?;
             let status = loop {

@@ -52,8 +52,13 @@ fn a_crashing_candidate_is_rejected_and_tuning_finishes() {
         "{crashed:?}"
     );
     assert_ne!(e.winner["repr"].as_str(), Some("shared_table"));
-    // The journal lives under target/, not beside the table, and is gone after the run.
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    // The journal is not beside the table (only the table and its lock are there).
+    let mut beside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    beside.sort();
+    assert_eq!(beside, [".t.toml.lock", "t.toml"]);
 }
 
 /// A candidate that never returns is killed by the supervisor at its time limit and
@@ -168,4 +173,104 @@ fn the_budget_spans_the_workers_restarts() {
     assert!(err.contains("ran past its time limit; killed"), "{err}");
     let table = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert!(table.entries.len() < 3, "{err}");
+}
+
+/// A key whose built-in default is rejected (here: it crashes the process) gets an entry
+/// without a speedup, and the table resumes and reads back (its speedup was NaN, which
+/// the table's own check refused: the run could not resume and the selector dropped it).
+#[test]
+fn a_rejected_default_leaves_a_table_that_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let default = trellis::families::simt::Variant {
+        tier: trellis::numerics::Tier::Exact,
+        ..Default::default()
+    };
+    // Ids are `[key] variant`: the default, and any twin whose id extends it.
+    let o = tune_three_keys(&out, &["--budget", "5m"], &format!("crash:] {default}"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}: {err}", o.status);
+    let table = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(table.entries.len(), 3);
+    for e in &table.entries {
+        assert!(e.default.is_none() && e.speedup.is_none(), "{e:?}");
+        assert!(
+            e.rejected
+                .iter()
+                .any(|r| r.starts_with(&default.to_string())),
+            "{:?}",
+            e.rejected
+        );
+    }
+    trellis::tune::check_table(&table).unwrap();
+    // Run again: it resumes (every key current), measuring nothing.
+    let again = tune_three_keys(&out, &["--budget", "5m"], "");
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{}: {err}", again.status);
+    assert!(err.contains("resuming"), "{err}");
+    assert!(!err.contains(" -> "), "{err}");
+}
+
+/// Under `--fresh`, a worker restarted after a crash keeps what the run's earlier workers
+/// measured: each key is measured once, not once a restart.
+#[test]
+fn a_fresh_run_measures_each_key_once_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    // The last key's shared_table candidates crash (several restarts, all after the
+    // first two keys were measured).
+    let o = tune_three_keys(
+        &out,
+        &["--budget", "5m", "--fresh"],
+        "crash:128x256] shared_table",
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}: {err}", o.status);
+    assert!(err.matches("the tuner died").count() > 1, "{err}");
+    for i in 1..=3 {
+        let done = format!("tune reduce {i}/3: ");
+        assert_eq!(err.matches(&done).count(), 1, "{done}: {err}");
+    }
+    let table = trellis::tune::Table::parse(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(table.entries.len(), 3);
+}
+
+/// A worker whose supervisor is killed alone (`kill PID`, a service manager that signals
+/// only the main process) stops too: left running, it held the table's lock for ever
+/// (here its candidate hangs, and no supervisor is left to kill it).
+#[test]
+fn the_worker_stops_when_its_supervisor_is_killed() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let mut supervisor = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["tune", "--backend", "cpu", "--family", "reduce"])
+        .args(["--shape", "64x256", "--m", "1", "--k", "2", "--l", "9"])
+        .args(["--code", "1mad", "--candidate-timeout", "1h", "--out"])
+        .arg(&out)
+        .env("TRELLIS_TUNE_FAULT", "hang:]")
+        // (Not this test's pipes: a worker left running would hold them open.)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = |limit: Duration, want: bool| {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if trellis::tune::TableLock::take(&out).is_err() == want {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    };
+    assert!(held(Duration::from_secs(60), true), "no run took the table");
+    // Past the supervisor's own start: the worker holds the lock from here on.
+    std::thread::sleep(Duration::from_millis(500));
+    supervisor.kill().unwrap();
+    supervisor.wait().unwrap();
+    assert!(
+        held(Duration::from_secs(30), false),
+        "the worker still holds the table after its supervisor died"
+    );
 }
