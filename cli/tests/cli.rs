@@ -1671,3 +1671,75 @@ fn thread_counts_rayon_cannot_run_are_errors() {
         assert!(out.exists());
     }
 }
+
+/// The compiler's variables: one that is not UTF-8 is an error naming it (it was read as
+/// unset, so another compiler ran or the flags were dropped, silently); a relative `HOME`
+/// puts no kernel cache under the working directory.
+#[test]
+fn compiler_variables_are_taken_as_written_or_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = Dir::new();
+    let (w, x, y) = (
+        d.path("w.safetensors"),
+        d.path("x.safetensors"),
+        d.path("y.safetensors"),
+    );
+    ok(&[
+        "random",
+        "--rows",
+        "8",
+        "--cols",
+        "256",
+        "--k",
+        "2",
+        "--l",
+        "8",
+        "--t",
+        "64",
+        "--code",
+        "1mad",
+        "--out",
+        s(&w),
+    ]);
+    ok(&["random-x", "--m", "1", "--cols", "256", "--out", s(&x)]);
+    let matvec = [
+        "matvec",
+        "--weights",
+        s(&w),
+        "--x",
+        s(&x),
+        "--out",
+        s(&y),
+        "--backend",
+        "cpu",
+    ];
+    let not_text = std::ffi::OsStr::from_bytes(b"c\xff++");
+    for var in ["CXX", "TRELLIS_CPU_CXXFLAGS"] {
+        let o = Command::new(BIN)
+            .args(matvec)
+            .env(var, not_text)
+            .env("TRELLIS_CACHE_DIR", d.path("cache"))
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{var}: {err}");
+        assert!(
+            err.contains(var) && err.contains("must be UTF-8"),
+            "{var}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!y.exists());
+    }
+    let work = d.path("work");
+    std::fs::create_dir(&work).unwrap();
+    let o = Command::new(BIN)
+        .args(matvec)
+        .current_dir(&work)
+        .env_remove("TRELLIS_CACHE_DIR")
+        .env_remove("XDG_CACHE_HOME")
+        .env("HOME", "relhome")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+}

@@ -95,7 +95,8 @@ fn user_cache_dir() -> Option<PathBuf> {
             return Some(x);
         }
     }
-    let home = PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?);
+    // Absolute, as XDG's: a relative one would put the cache under the working directory.
+    let home = Some(PathBuf::from(std::env::var_os("HOME")?)).filter(|h| h.is_absolute())?;
     if cfg!(target_os = "macos") {
         Some(home.join("Library").join("Caches"))
     } else {
@@ -106,7 +107,19 @@ fn user_cache_dir() -> Option<PathBuf> {
 /// The fallback root: per user in the system temp directory. Another user can create
 /// this name first; [`dir`] then refuses it (not ours), it is never used.
 fn temp_root() -> PathBuf {
-    std::env::temp_dir().join(format!("trellis-kernel-cache-{}", uid()))
+    temp_dir().join(format!("trellis-kernel-cache-{}", uid()))
+}
+
+/// The system temp directory: `$TMPDIR` where it is absolute and exists, else `/tmp`
+/// (a relative or empty one would put kernels under the working directory, and one that
+/// does not exist would be created).
+fn temp_dir() -> PathBuf {
+    let t = std::env::temp_dir();
+    if t.is_absolute() && t.is_dir() {
+        t
+    } else {
+        PathBuf::from("/tmp")
+    }
 }
 
 #[cfg(unix)]
@@ -274,11 +287,21 @@ impl WorkDir {
     /// (a read-only cache, which still serves what it holds), the same name prefixed
     /// `trellis-` in the system temp directory.
     fn new(dir: &Path, stem: &str) -> Result<WorkDir> {
+        Self::in_first(&[(dir.to_path_buf(), ""), (temp_dir(), "trellis-")], stem)
+    }
+
+    /// The same, in the system temp directory only (the cache's disk is full).
+    fn in_temp(stem: &str) -> Result<WorkDir> {
+        Self::in_first(&[(temp_dir(), "trellis-")], stem)
+    }
+
+    /// In the first of `bases` (directory, name prefix) where one can be created.
+    fn in_first(bases: &[(PathBuf, &str)], stem: &str) -> Result<WorkDir> {
         let mut b = std::fs::DirBuilder::new();
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
         let mut failed = None;
-        for (base, prefix) in [(dir.to_path_buf(), ""), (std::env::temp_dir(), "trellis-")] {
+        for (base, prefix) in bases {
             for _ in 0..1000 {
                 let n = NEXT_WORK.fetch_add(1, Ordering::Relaxed);
                 let d = base.join(format!("{prefix}{stem}.{}-{n}.tmp", std::process::id()));
@@ -411,11 +434,14 @@ fn digest_path(lib: &Path) -> PathBuf {
 /// it is there but is no regular file, is not ours (`trusted`), or its bytes do not match
 /// the SHA-256 recorded beside it (truncated or edited).
 fn verified(path: &Path) -> std::result::Result<Option<Vec<u8>>, String> {
-    let mut f = match std::fs::File::open(path) {
-        Ok(f) => f,
+    // The type first: opening a FIFO planted at the name would wait for a writer.
+    match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
-    };
+        Ok(m) if !m.is_file() => return Err("not a regular file".into()),
+        Ok(_) => {}
+    }
+    let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let meta = f.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".into());
@@ -423,7 +449,12 @@ fn verified(path: &Path) -> std::result::Result<Option<Vec<u8>>, String> {
     trusted(&meta)?;
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
-    let recorded = std::fs::read_to_string(digest_path(path)).map_err(|e| e.to_string())?;
+    let digest = digest_path(path);
+    let recorded = match std::fs::metadata(&digest) {
+        Ok(m) if !m.is_file() => Err("not a regular file".to_string()),
+        _ => std::fs::read_to_string(&digest).map_err(|e| e.to_string()),
+    }
+    .map_err(|e| format!("its digest {}: {e}", digest.display()))?;
     if recorded.split_whitespace().next() != Some(hex_digest(&bytes).as_str()) {
         return Err("its bytes do not match its recorded SHA-256 (truncated or edited)".into());
     }
@@ -461,7 +492,7 @@ pub fn library<T>(
     dir: &Path,
     stem: &str,
     src: &str,
-    build: impl FnOnce(&Path, &Path) -> Result<()>,
+    build: impl Fn(&Path, &Path) -> Result<()>,
     bind: impl Fn(std::sync::Arc<Library>) -> Result<T>,
 ) -> Result<T> {
     let lib_path = dir.join(format!("{stem}.so"));
@@ -479,12 +510,37 @@ pub fn library<T>(
             lib_path.display()
         );
     }
-    let work = WorkDir::new(dir, stem)?;
-    let (src_tmp, lib_tmp) = (
-        work.path().join(format!("{stem}.cpp")),
-        work.path().join(format!("{stem}.so")),
-    );
-    write_new(&src_tmp, src.as_bytes())?;
+    // A cache whose disk (or quota) is full keeps the kernel: the build moves to the
+    // system temp directory, once (publishing it may then fail: a warning, as below).
+    let full = |e: &Error| {
+        let e = e.to_string();
+        e.contains("No space left on device") || e.contains("Disk quota exceeded")
+    };
+    let mut work = WorkDir::new(dir, stem)?;
+    let mut moved = false;
+    let (src_tmp, lib_tmp, built) = loop {
+        let (src_tmp, lib_tmp) = (
+            work.path().join(format!("{stem}.cpp")),
+            work.path().join(format!("{stem}.so")),
+        );
+        let built = match write_new(&src_tmp, src.as_bytes()) {
+            Ok(()) => build(&src_tmp, &lib_tmp),
+            Err(e) if !moved && full(&e) => Err(e),
+            Err(e) => return Err(e),
+        };
+        match built {
+            Err(e) if !moved && full(&e) && work.path().starts_with(dir) => {
+                eprintln!(
+                    "warning: kernel cache: {}: no space left; building in the temp \
+                     directory instead",
+                    dir.display()
+                );
+                work = WorkDir::in_temp(stem)?;
+                moved = true;
+            }
+            built => break (src_tmp, lib_tmp, built),
+        }
+    };
     // A failure past here keeps the source where its message says.
     let keep_source = |work: WorkDir| -> PathBuf {
         let kept = dir.join(format!("{stem}.cpp"));
@@ -495,7 +551,7 @@ pub fn library<T>(
             src_tmp.clone()
         }
     };
-    if let Err(e) = build(&src_tmp, &lib_tmp) {
+    if let Err(e) = built {
         let kept = keep_source(work);
         return Err(match e {
             Error::Compile {
@@ -843,6 +899,85 @@ mod tests {
             names(tmp.path()).iter().all(|n| !n.starts_with(&work)),
             "{:?}",
             names(tmp.path())
+        );
+    }
+
+    /// A cache whose disk is full (the source cannot be written, or the compiler cannot
+    /// write the library) still gives the kernel: the build moves to the temp directory.
+    #[test]
+    fn a_full_cache_still_gives_the_kernel() {
+        let tmp = tempfile::tempdir().unwrap();
+        let builds = AtomicU64::new(0);
+        let in_cache = |o: &Path| o.starts_with(tmp.path());
+        let got = library(
+            tmp.path(),
+            "t",
+            SRC,
+            |s, o| {
+                builds.fetch_add(1, Ordering::Relaxed);
+                if in_cache(o) {
+                    // What the linker says on a full disk.
+                    return Err(Error::Compile {
+                        kernel: "t".into(),
+                        backend: "test".into(),
+                        log: "/usr/bin/ld: final link failed: No space left on device".into(),
+                    });
+                }
+                cxx(s, o)
+            },
+            answer,
+        );
+        assert_eq!(got.unwrap(), 42);
+        assert_eq!(builds.load(Ordering::Relaxed), 2);
+        // Another compile error is not retried.
+        let e = library(
+            tmp.path(),
+            "u",
+            SRC,
+            |_, _| {
+                builds.fetch_add(1, Ordering::Relaxed);
+                Err(Error::Compile {
+                    kernel: "u".into(),
+                    backend: "test".into(),
+                    log: "error: expected ';'".into(),
+                })
+            },
+            answer,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("expected ';'"), "{e}");
+        assert_eq!(builds.load(Ordering::Relaxed), 3);
+    }
+
+    /// A FIFO planted at a cached library's name (opening it would wait for a writer for
+    /// ever) or at its digest's is damage like any other: named, built again.
+    #[test]
+    fn a_fifo_in_the_cache_is_not_opened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let builds = AtomicU64::new(0);
+        get(tmp.path(), &builds).unwrap();
+        let lib = tmp.path().join("t.so");
+        for path in [lib.clone(), digest_path(&lib)] {
+            std::fs::remove_file(&path).unwrap();
+            let made = std::process::Command::new("mkfifo")
+                .arg(&path)
+                .status()
+                .unwrap();
+            assert!(made.success());
+            let why = verified(&lib).unwrap_err();
+            assert!(why.contains("not a regular file"), "{why}");
+            if path != lib {
+                assert!(why.contains(&*path.to_string_lossy()), "{why}");
+            }
+            std::fs::remove_file(&path).unwrap();
+            get(tmp.path(), &builds).unwrap();
+        }
+        // A missing digest is named as the digest, not the library.
+        std::fs::remove_file(digest_path(&lib)).unwrap();
+        let why = verified(&lib).unwrap_err();
+        assert!(
+            why.contains("its digest") && why.contains("t.so.sha256"),
+            "{why}"
         );
     }
 

@@ -3,6 +3,7 @@
 //! with `libloading`, and run one threadgroup per rayon task.
 
 use super::cache;
+use super::host_cxx::{self, HostCxx};
 use crate::codegen::{cpu_prelude, cpu_unit_part, Dialect, Rendered};
 use crate::error::{Error, Result};
 use crate::kernel::{fnv1a, Backend, Elem, KernelId, Launch, Limits, TensorSpec};
@@ -10,7 +11,6 @@ use libloading::Library;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Entry point of a compiled CPU kernel: buffers in signature order, then the group.
@@ -48,7 +48,7 @@ pub type CpuTensor = super::host::HostTensor;
 pub struct CpuBackend {
     /// `cpu_model_id()`, read once (every selection asks for it).
     id: String,
-    compiler: String,
+    compiler: HostCxx,
     /// `CXX_FLAGS`, then `$TRELLIS_CPU_CXXFLAGS` split.
     flags: Vec<String>,
     cache_dir: PathBuf,
@@ -62,8 +62,8 @@ impl CpuBackend {
     /// kernel cache ([`cache::Root::of_env`]; an error naming it when it cannot be created or
     /// another user could write it).
     pub fn new() -> Result<Self> {
-        let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-        let extra = std::env::var(EXTRA_FLAGS_ENV).unwrap_or_default();
+        let compiler = HostCxx::from_env(&["CXX"])?;
+        let extra = host_cxx::env_text(EXTRA_FLAGS_ENV)?.unwrap_or_default();
         let flags = CXX_FLAGS
             .iter()
             .copied()
@@ -121,7 +121,7 @@ impl CpuBackend {
         let key = fnv1a(
             format!(
                 "{}|{}|{}|{}",
-                self.compiler,
+                self.compiler.identity(),
                 self.flags.join(" "),
                 cache::host_target(),
                 src
@@ -129,33 +129,17 @@ impl CpuBackend {
             .as_bytes(),
         );
         let build = |src_path: &Path, out: &Path| {
-            let run = Command::new(&self.compiler)
-                .args(&self.flags)
-                .arg("-o")
-                .arg(out)
-                .arg(src_path)
-                .output()
-                .map_err(|e| Error::Unavailable {
-                    backend: "cpu".into(),
-                    reason: format!(
-                        "cannot run the C++ compiler `{}` (set by $CXX, else `c++`): {e}",
-                        self.compiler
-                    ),
-                })?;
-            if run.status.success() {
-                return Ok(());
-            }
             // The symbols the source defines (twins of one `params` hash differ there).
             let names: Vec<String> = items.iter().map(|i| i.0.unique_symbol()).collect();
-            Err(Error::Compile {
-                kernel: names.join(", "),
-                backend: "cpu".into(),
-                log: format!(
-                    "{}\n(source: {})",
-                    String::from_utf8_lossy(&run.stderr),
-                    src_path.display()
-                ),
-            })
+            let args: Vec<&std::ffi::OsStr> = self
+                .flags
+                .iter()
+                .map(|f| f.as_ref())
+                .chain(["-o".as_ref(), out.as_os_str(), src_path.as_os_str()])
+                .collect();
+            self.compiler
+                .run("cpu", &args, &names.join(", "), src_path, usize::MAX)
+                .map(drop)
         };
         let bind = |lib: Arc<Library>| {
             items

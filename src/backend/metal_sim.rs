@@ -19,6 +19,7 @@
 //! compiler call ([`Backend::precompile`]).
 
 use super::cache;
+use super::host_cxx::HostCxx;
 use crate::codegen::metal::{
     self as metal_source, BufferKind, MlxDispatch, Param, MAX_THREADGROUP_MEMORY,
     MAX_THREADS_PER_THREADGROUP,
@@ -31,7 +32,6 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The executable `<metal_stdlib>`.
@@ -132,7 +132,7 @@ impl std::str::FromStr for Schedule {
 
 /// The simulated Metal device.
 pub struct MetalSimBackend {
-    compiler: String,
+    compiler: HostCxx,
     schedule: Schedule,
     cache_dir: PathBuf,
     include_dir: PathBuf,
@@ -240,9 +240,7 @@ impl MetalSimBackend {
     /// running the schedule `$TRELLIS_METAL_SIM_SCHEDULE` names ([`Schedule::of_env`]).
     pub fn new() -> Result<Self> {
         let schedule = Schedule::of_env()?;
-        let compiler = std::env::var("TRELLIS_METAL_SIM_CXX")
-            .or_else(|_| std::env::var("CXX"))
-            .unwrap_or_else(|_| "c++".into());
+        let compiler = HostCxx::from_env(&["TRELLIS_METAL_SIM_CXX", "CXX"])?;
         let cache_dir = cache::dir("metal-sim")?;
         let include_dir = cache::subdir(
             &cache_dir,
@@ -273,7 +271,7 @@ impl MetalSimBackend {
 
     /// The compiler this backend runs.
     pub fn compiler(&self) -> &str {
-        &self.compiler
+        self.compiler.command()
     }
 
     /// This backend running `schedule` (its compiled kernels serve every schedule).
@@ -295,7 +293,7 @@ impl MetalSimBackend {
         let key = fnv1a(
             format!(
                 "{}|{}|{}|{}|{}",
-                self.compiler,
+                self.compiler.identity(),
                 CXX_FLAGS.join(" "),
                 cache::host_target(),
                 METAL_STDLIB,
@@ -304,36 +302,21 @@ impl MetalSimBackend {
             .as_bytes(),
         );
         let build = |src_path: &Path, out: &Path| {
-            let run = Command::new(&self.compiler)
-                .args(CXX_FLAGS)
-                .arg(format!("-I{}", self.include_dir.display()))
-                .arg("-o")
-                .arg(out)
-                .arg(src_path)
-                .output()
-                .map_err(|e| Error::Unavailable {
-                    backend: "metal-sim".into(),
-                    reason: format!(
-                        "cannot run the C++ compiler `{}` (set by $TRELLIS_METAL_SIM_CXX, else $CXX or `c++`): {e}",
-                        self.compiler
-                    ),
-                })?;
-            if run.status.success() {
-                return Ok(());
-            }
             let names: Vec<&str> = units.iter().map(|u| u.symbol.as_str()).collect();
-            // The first errors are the ones to read; say how many lines follow them.
-            let log = String::from_utf8_lossy(&run.stderr);
-            let lines: Vec<&str> = log.lines().collect();
-            let mut log = lines[..lines.len().min(60)].join("\n");
-            if lines.len() > 60 {
-                log.push_str(&format!("\n({} more lines)", lines.len() - 60));
-            }
-            Err(Error::Compile {
-                kernel: names.join(", "),
-                backend: "metal-sim".into(),
-                log: format!("{log}\n(source: {})", src_path.display()),
-            })
+            let include = format!("-I{}", self.include_dir.display());
+            let args: Vec<&std::ffi::OsStr> = CXX_FLAGS
+                .iter()
+                .map(|f| f.as_ref())
+                .chain([
+                    include.as_ref(),
+                    "-o".as_ref(),
+                    out.as_os_str(),
+                    src_path.as_os_str(),
+                ])
+                .collect();
+            self.compiler
+                .run("metal-sim", &args, &names.join(", "), src_path, 60)
+                .map(drop)
         };
         let bind = |lib: Arc<Library>| {
             let sym_err =

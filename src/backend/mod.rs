@@ -15,8 +15,9 @@
 //! from (`TRELLIS_CACHE_DIR` or the default). Processes and threads share
 //! it safely (every file is written under its own name and renamed into place), and a
 //! cached library that is damaged (its recorded SHA-256 does not match), does not load or
-//! lacks a symbol is built again. The cache keys hold the compiler, its flags and the
-//! host's CPU (`-march=native`), so hosts sharing a home directory keep apart.
+//! lacks a symbol is built again. The cache keys hold the compiler (the file it resolves
+//! to, its size and modification time: [`host_cxx::HostCxx::identity`]), its flags and
+//! the host's CPU (`-march=native`), so hosts sharing a home directory keep apart.
 //!
 //! `cpu`, `metal-sim` and `cuda` are `Send + Sync` (their compiled-kernel caches are
 //! behind mutexes; a test asserts it), so one backend serves many threads; `metal` (MLX)
@@ -27,6 +28,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
+pub mod host_cxx;
 #[cfg(target_os = "macos")]
 pub mod metal;
 pub mod metal_sim;
