@@ -173,19 +173,23 @@ pub fn dir_in(root: &Root, sub: &str) -> Result<PathBuf> {
         check_private(p)
             .map_err(|why| Error::file(p, format!("not used ({}): {why}", root.origin())))?;
     }
-    sweep(&d);
+    sweep(&d, "");
     Ok(d)
 }
 
-/// Remove the build directories (`*.tmp`) a killed process left in `dir` a day or more
-/// ago (a build takes seconds; a younger one may be another process's, in flight).
-fn sweep(dir: &Path) {
+/// Remove the build directories (`<prefix>*.tmp`) a killed process left in `dir` a day
+/// or more ago (a build takes seconds; a younger one may be another process's, in
+/// flight).
+fn sweep(dir: &Path, prefix: &str) {
     const STALE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
-        let stale = e.file_name().to_string_lossy().ends_with(".tmp")
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let stale = name.starts_with(prefix)
+            && name.ends_with(".tmp")
             && e.metadata()
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t.elapsed().is_ok_and(|age| age >= STALE));
@@ -295,13 +299,19 @@ impl WorkDir {
         Self::in_first(&[(temp_dir(), "trellis-")], stem)
     }
 
-    /// In the first of `bases` (directory, name prefix) where one can be created.
+    /// In the first of `bases` (directory, name prefix) where one can be created. The
+    /// first time a process builds in the temp directory, it sweeps what killed builds
+    /// left there (the cache directory's are swept when it is opened).
     fn in_first(bases: &[(PathBuf, &str)], stem: &str) -> Result<WorkDir> {
+        static SWEPT: std::sync::Once = std::sync::Once::new();
         let mut b = std::fs::DirBuilder::new();
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
         let mut failed = None;
         for (base, prefix) in bases {
+            if !prefix.is_empty() {
+                SWEPT.call_once(|| sweep(base, prefix));
+            }
             for _ in 0..1000 {
                 let n = NEXT_WORK.fetch_add(1, Ordering::Relaxed);
                 let d = base.join(format!("{prefix}{stem}.{}-{n}.tmp", std::process::id()));
@@ -850,6 +860,25 @@ mod tests {
     /// Build directories a killed process of the same pid left are skipped, not an error
     /// (a container's first process is always pid 1); those a day old are swept when the
     /// directory is opened, younger ones (a build in flight) kept.
+    #[test]
+    fn a_sweep_of_the_temp_directory_takes_only_old_builds_of_ours() {
+        let tmp = tempfile::tempdir().unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(25 * 3600);
+        let make = |name: &str, aged: bool| {
+            let d = tmp.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            if aged {
+                std::fs::File::open(&d).unwrap().set_modified(old).unwrap();
+            }
+            d
+        };
+        let ours_old = make("trellis-k1.7-0.tmp", true);
+        let ours_new = make("trellis-k2.7-1.tmp", false);
+        let others = make("k3.7-2.tmp", true);
+        sweep(tmp.path(), "trellis-");
+        assert!(!ours_old.exists() && ours_new.is_dir() && others.is_dir());
+    }
+
     #[test]
     fn leftover_build_directories_are_skipped_then_swept() {
         let tmp = tempfile::tempdir().unwrap();
