@@ -86,7 +86,8 @@ pub fn ulp(dtype: DType, v: f64) -> f64 {
     2f64.powi(e - mant)
 }
 
-/// First differing bit pattern, described (`None`: bit for bit equal).
+/// First differing bit pattern, described (`None`: bit for bit equal, a NaN matching
+/// any NaN).
 pub fn first_mismatch(got: &Activations, want: &Activations) -> Option<String> {
     if got.dtype != want.dtype {
         return Some(format!("dtype {} vs {}", got.dtype, want.dtype));
@@ -106,7 +107,9 @@ pub fn first_mismatch(got: &Activations, want: &Activations) -> Option<String> {
         .iter()
         .zip(&want.data)
         .enumerate()
-        .find(|(_, (a, b))| a.to_bits() != b.to_bits())
+        // A NaN's sign and payload are the platform's (x86's default NaN is negative,
+        // CUDA's positive), so NaN matches NaN; every other value matches bit for bit.
+        .find(|(_, (a, b))| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()))
         .map(|(i, (a, b))| {
             format!(
                 "[{}, {}]: got {a:e} ({:#010x}) want {b:e} ({:#010x})",
@@ -193,21 +196,27 @@ pub fn overflow_threshold(dtype: DType) -> f64 {
 }
 
 /// Whether a non-finite output is the right one: infinity of `want`'s sign where
-/// - `beyond` (the real result, or a real value the result is computed from after
-///   rounding to `dtype`) rounds to infinity in `dtype`: infinity is the dtype's rounding
-///   there (the exact tier gives it too), and no finite output is within the bound; or
-/// - `want` lies in the dtype's top binade and a value within `bound` of it rounds to
-///   infinity: at the edge of the range the errors the bound allows (the rounding of the
-///   operands, which SPEC 6's exact arithmetic has too) carry a value past it.
+/// - `want` (the real result) rounds to infinity in `dtype`: infinity is the dtype's
+///   rounding there (the exact tier gives it too), and no finite output is within the
+///   bound; or
+/// - `want` lies in the dtype's top binade and a value within `slack` of it rounds to
+///   infinity: at the edge of the range the relative errors the bound allows (the
+///   operands' rounding, which SPEC 6's exact arithmetic has too) carry a value past it.
 ///
-/// Below the top binade infinity is wrong however large the bound (SPEC 7: sums in range
-/// stay finite, "f16 activations: up to their own range"): a sum of large terms that
-/// cancel has a large bound, and an overflowed partial sum must not pass for it.
-fn right_overflow(dtype: DType, got: f32, want: f64, bound: f64, beyond: f64) -> bool {
+/// `slack` is relative to `want`, never the bound's `sum |w* x|` term: SPEC 7 keeps sums in
+/// range finite ("f16 activations: up to their own range"), and a sum of large terms that
+/// cancel has a large bound, which an overflowed partial sum must not pass for.
+fn right_overflow(dtype: DType, got: f32, want: f64, slack: f64) -> bool {
     let edge = overflow_threshold(dtype);
     got.is_infinite()
         && (got > 0.0) == (want > 0.0)
-        && (beyond.abs() >= edge || (want.abs() >= edge / 2.0 && want.abs() + bound >= edge))
+        && (want.abs() >= edge || (want.abs() >= edge / 2.0 && want.abs() + slack >= edge))
+}
+
+/// The part of SPEC 7's bound relative to the result, `2^-8 + (C + 1) 2^-23`: how far
+/// a sum without cancellation may stray, relatively.
+fn relative_bound(cols: usize) -> f64 {
+    2f64.powi(-8) + (cols as f64 + 1.0) * 2f64.powi(-23)
 }
 
 /// `err <= bound`, false where either is NaN.
@@ -239,7 +248,8 @@ pub fn fast_reduce(got: &Activations, real: &RealSums) -> Result<String, String>
     let mut worst = 0f64;
     for (i, &y) in got.data.iter().enumerate() {
         let (want, bound) = (real.y[i], real.bound(got.dtype, i));
-        if right_overflow(got.dtype, y, want, bound, want) {
+        let slack = ulp(got.dtype, want) + relative_bound(real.cols) * want.abs();
+        if right_overflow(got.dtype, y, want, slack) {
             continue;
         }
         let err = (y as f64 - want).abs();
@@ -345,11 +355,26 @@ pub fn fast_gate_up(
             + 1.1 * (g.bound(t, i) + ulp(t, gs)) * us.abs()
             + silu.abs() * (u.bound(t, i) + ulp(t, us))
             + tail;
-        // Infinity of mid*'s sign where mid* is beyond T's range, or g* or u* is: the
-        // tail takes g and u rounded to T (SPEC 6), so the exact tier's mid is infinite
-        // there too (silu keeps g's sign, so that is still mid*'s).
-        let beyond = want.abs().max(gs.abs()).max(us.abs());
-        if right_overflow(t, mid, want, bound, beyond) {
+        // g* or u* beyond T's range: the tail takes g and u rounded to T (SPEC 6), so
+        // what the exact tail gives on them is right too where it is not finite (an
+        // infinity, or NaN where an infinite u meets a zero silu(g)); a finite output is
+        // judged by the bound below, and another infinity by mid*.
+        let (gt, ut) = (t.round_f64(gs), t.round_f64(us));
+        if !(gt.is_finite() && ut.is_finite()) {
+            let exact = crate::reference::swiglu(gt, ut, t);
+            if !exact.is_finite()
+                && (mid.to_bits() == exact.to_bits() || (mid.is_nan() && exact.is_nan()))
+            {
+                continue;
+            }
+        }
+        // mid*'s relative error: silu's (at most 1.1 times g's) and u's, each the bound's
+        // relative part and their rounding to T, and mid's own two ulps.
+        let operand = 2f64.powi(-t.mantissa_bits());
+        let slack = 2.0 * ulp(t, want)
+            + (1.1 * (relative_bound(g.cols) + operand) + relative_bound(u.cols) + operand)
+                * want.abs();
+        if right_overflow(t, mid, want, slack) {
             continue;
         }
         let err = (mid as f64 - want).abs();
@@ -538,5 +563,59 @@ mod tests {
         assert!(fast_gate_up(&out(f32::INFINITY), &real(7.0e4), &real(0.5), false).is_ok());
         assert!(fast_gate_up(&out(f32::NEG_INFINITY), &real(7.0e4), &real(-0.5), false).is_ok());
         assert!(fast_gate_up(&out(f32::NEG_INFINITY), &real(7.0e4), &real(0.5), false).is_err());
+        // u* beyond the range where silu(g) rounds to 0: the exact tail gives NaN (inf
+        // times 0), and so may the fast one; no infinity is right there.
+        let (zero, huge) = (real(0.0), real(7.0e4));
+        assert!(fast_gate_up(&out(f32::NAN), &zero, &huge, false).is_ok());
+        assert!(fast_gate_up(&out(f32::INFINITY), &zero, &huge, false).is_err());
+        assert!(fast_gate_up(&out(f32::NEG_INFINITY), &zero, &huge, false).is_err());
+        // g* far below the range (mid* = +0): the exact tail on g rounded to -inf gives
+        // +inf, which passes, as does mid* itself; -inf does not.
+        let (g, u) = (real(-7.0e4), real(-0.5));
+        assert_eq!(
+            crate::reference::swiglu(f32::NEG_INFINITY, -0.5, DType::F16),
+            f32::INFINITY
+        );
+        assert!(fast_gate_up(&out(f32::INFINITY), &g, &u, false).is_ok());
+        assert!(fast_gate_up(&out(0.0), &g, &u, false).is_ok());
+        assert!(fast_gate_up(&out(f32::NEG_INFINITY), &g, &u, false).is_err());
+    }
+
+    /// In the top binade, infinity needs the result itself near the edge: a result of
+    /// 40000 from terms that cancel (its bound, from `sum |w* x|`, passes 65520) is an
+    /// overflowed partial sum when it comes back infinite.
+    #[test]
+    fn a_large_bound_from_cancelling_terms_admits_no_infinity() {
+        let out = |v: f32| Activations::from_f32(DType::F16, 1, 1, vec![v]).unwrap();
+        let cancelling = RealSums {
+            y: vec![40000.0],
+            abs: vec![16_678_016.0],
+            cols: 256,
+        };
+        assert!(cancelling.bound(DType::F16, 0) > 65520.0);
+        assert!(fast_reduce(&out(f32::INFINITY), &cancelling).is_err());
+        assert!(fast_reduce(&out(40000.0), &cancelling).is_ok());
+        let g = RealSums {
+            y: vec![400.0],
+            abs: vec![1e9],
+            cols: 256,
+        };
+        let u = RealSums {
+            y: vec![100.0],
+            abs: vec![100.0],
+            cols: 256,
+        };
+        assert!(fast_gate_up(&out(f32::INFINITY), &g, &u, false).is_err());
+    }
+
+    /// The exact comparison matches NaN with NaN whatever the sign and payload (the
+    /// platform's), and everything else bit for bit (signed zeros included).
+    #[test]
+    fn exact_bits_match_nan_as_a_class() {
+        let act = |v: f32| Activations::from_f32(DType::F32, 1, 1, vec![v]).unwrap();
+        let (pos, neg) = (f32::from_bits(0x7fc0_0000), f32::from_bits(0xffc0_0000));
+        assert!(first_mismatch(&act(pos), &act(neg)).is_none());
+        assert!(first_mismatch(&act(pos), &act(1.0)).is_some());
+        assert!(first_mismatch(&act(0.0), &act(-0.0)).is_some());
     }
 }
