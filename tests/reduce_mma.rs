@@ -1581,3 +1581,50 @@ fn opt_in_shared_keeps_the_bits() {
         opted[0]
     );
 }
+
+/// SPEC 7's "f16 activations: up to their own range": f16 samples whose every 97th value
+/// is +-65504 (the rest small), against weights scaled by 2^-4 so single products stay
+/// in f16's range and the sums land on both sides of its edge. In range the results must
+/// be finite and within the bound; beyond it, infinity of the real sum's sign.
+#[test]
+fn fast_tier_takes_f16_activations_up_to_their_range() {
+    use trellis::numerics::Tail;
+    use trellis::ops;
+    let b = CpuBackend::new().expect("cpu backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(0xf16);
+    for (i, code) in [Code::OneMad, Code::ThreeInst, Code::Mcg]
+        .into_iter()
+        .enumerate()
+    {
+        let g = Geometry::new(16, 1024, 256, 2 + i as u32, 12, code).unwrap();
+        let scaled = |seed| {
+            let mut w = check::random_matrix(g, seed);
+            w.scales.iter_mut().for_each(|s| *s = 0.0625);
+            w
+        };
+        let (w, u) = (scaled(60 + i as u64), scaled(70 + i as u64));
+        let data = (0..3 * 1024)
+            .map(|c| match (c % 97 == 0, rng.random_bool(0.5)) {
+                (true, up) => {
+                    if up {
+                        65504.0
+                    } else {
+                        -65504.0
+                    }
+                }
+                (false, _) => rng.random_range(-0.5..0.5),
+            })
+            .collect();
+        let x = Activations::from_f32(DType::F16, 3, 1024, data).unwrap();
+        let real = RealSums::of(&w, &x).unwrap();
+        let edge = check::overflow_threshold(DType::F16);
+        assert!(
+            real.y.iter().any(|y| y.abs() > 16384.0 && y.abs() < edge),
+            "{code}: no sum near the top of f16's range"
+        );
+        let y = ops::matvec(&b, &w, &x, Tier::Fast).unwrap();
+        check::fast_reduce(&y, &real).unwrap_or_else(|e| panic!("{code}: {e}"));
+        let mid = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
+        check_fast_gate_up(&w, &u, &x, mid, &format!("{code} f16"));
+    }
+}
