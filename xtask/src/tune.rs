@@ -931,6 +931,16 @@ fn watch_supervisor() {
         // Re-parented (to init or a subreaper) once the supervisor has died.
         if std::os::unix::process::parent_id() != supervisor {
             eprintln!("tune: the supervising process ended; stopping");
+            // The journal's directory is the supervisor's to remove, and it cannot now.
+            let journal = std::env::var_os(JOURNAL_ENV).map(PathBuf::from);
+            if let Some(dir) = journal.as_deref().and_then(Path::parent) {
+                if dir
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("trellis-tune-"))
+                {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+            }
             std::process::exit(1);
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -236,19 +236,24 @@ fn a_fresh_run_measures_each_key_once_across_restarts() {
 }
 
 /// A worker whose supervisor is killed alone (`kill PID`, a service manager that signals
-/// only the main process) stops too: left running, it held the table's lock for ever
-/// (here its candidate hangs, and no supervisor is left to kill it).
+/// only the main process) stops too, removing the journal's directory: left running, it
+/// held the table's lock for ever (here its candidate hangs, and no supervisor is left to
+/// kill it).
 #[test]
 fn the_worker_stops_when_its_supervisor_is_killed() {
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("t.toml");
+    let temp = dir.path().join("temp");
+    std::fs::create_dir(&temp).unwrap();
     let mut supervisor = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["tune", "--backend", "cpu", "--family", "reduce"])
         .args(["--shape", "64x256", "--m", "1", "--k", "2", "--l", "9"])
         .args(["--code", "1mad", "--candidate-timeout", "1h", "--out"])
         .arg(&out)
         .env("TRELLIS_TUNE_FAULT", "hang:]")
+        // The journal's directory goes here, to see it removed.
+        .env("TMPDIR", &temp)
         // (Not this test's pipes: a worker left running would hold them open.)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -273,4 +278,7 @@ fn the_worker_stops_when_its_supervisor_is_killed() {
         held(Duration::from_secs(30), false),
         "the worker still holds the table after its supervisor died"
     );
+    // And it removed the journal's directory, which the supervisor could not.
+    let left: Vec<_> = std::fs::read_dir(&temp).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }
