@@ -1593,17 +1593,13 @@ fn an_unwritable_out_is_the_first_error() {
     }
 }
 
-/// A thread count past the machine's (rayon would start every thread, stall for minutes,
-/// then abort) or not a number (rayon would quietly ignore it) is an error naming
-/// `RAYON_NUM_THREADS`, before any pool is built: the CPU backend's and the encoder's.
-#[test]
-fn thread_counts_rayon_cannot_run_are_errors() {
-    let d = Dir::new();
-    let (w, x, y, q) = (
+/// Make an 8 x 256 matrix (k 2, L 8, T 64, 1mad) and one sample in `d`: the arguments of
+/// a `matvec` of them on the cpu backend into `y.safetensors`.
+fn small_cpu_matvec(d: &Dir) -> Vec<String> {
+    let (w, x, y) = (
         d.path("w.safetensors"),
         d.path("x.safetensors"),
         d.path("y.safetensors"),
-        d.path("q.safetensors"),
     );
     ok(&[
         "random",
@@ -1623,7 +1619,7 @@ fn thread_counts_rayon_cannot_run_are_errors() {
         s(&w),
     ]);
     ok(&["random-x", "--m", "1", "--cols", "256", "--out", s(&x)]);
-    let matvec = [
+    [
         "matvec",
         "--weights",
         s(&w),
@@ -1633,7 +1629,20 @@ fn thread_counts_rayon_cannot_run_are_errors() {
         s(&y),
         "--backend",
         "cpu",
-    ];
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// A thread count past the machine's (rayon would start every thread, stall for minutes,
+/// then abort) or not a number (rayon would quietly ignore it) is an error naming
+/// `RAYON_NUM_THREADS`, before any pool is built: the CPU backend's and the encoder's.
+#[test]
+fn thread_counts_rayon_cannot_run_are_errors() {
+    let d = Dir::new();
+    let (y, q) = (d.path("y.safetensors"), d.path("q.safetensors"));
+    let matvec = small_cpu_matvec(&d);
+    let matvec: Vec<&str> = matvec.iter().map(String::as_str).collect();
     let dense = d.path("dense.safetensors");
     write_raw(
         &dense,
@@ -1679,44 +1688,12 @@ fn thread_counts_rayon_cannot_run_are_errors() {
 fn compiler_variables_are_taken_as_written_or_refused() {
     use std::os::unix::ffi::OsStrExt;
     let d = Dir::new();
-    let (w, x, y) = (
-        d.path("w.safetensors"),
-        d.path("x.safetensors"),
-        d.path("y.safetensors"),
-    );
-    ok(&[
-        "random",
-        "--rows",
-        "8",
-        "--cols",
-        "256",
-        "--k",
-        "2",
-        "--l",
-        "8",
-        "--t",
-        "64",
-        "--code",
-        "1mad",
-        "--out",
-        s(&w),
-    ]);
-    ok(&["random-x", "--m", "1", "--cols", "256", "--out", s(&x)]);
-    let matvec = [
-        "matvec",
-        "--weights",
-        s(&w),
-        "--x",
-        s(&x),
-        "--out",
-        s(&y),
-        "--backend",
-        "cpu",
-    ];
+    let y = d.path("y.safetensors");
+    let matvec = small_cpu_matvec(&d);
     let not_text = std::ffi::OsStr::from_bytes(b"c\xff++");
     for var in ["CXX", "TRELLIS_CPU_CXXFLAGS"] {
         let o = Command::new(BIN)
-            .args(matvec)
+            .args(&matvec)
             .env(var, not_text)
             .env("TRELLIS_CACHE_DIR", d.path("cache"))
             .output()
@@ -1733,7 +1710,7 @@ fn compiler_variables_are_taken_as_written_or_refused() {
     let work = d.path("work");
     std::fs::create_dir(&work).unwrap();
     let o = Command::new(BIN)
-        .args(matvec)
+        .args(&matvec)
         .current_dir(&work)
         .env_remove("TRELLIS_CACHE_DIR")
         .env_remove("XDG_CACHE_HOME")

@@ -527,26 +527,26 @@ pub fn library<T>(
         e.contains("No space left on device") || e.contains("Disk quota exceeded")
     };
     let mut work = WorkDir::new(dir, stem)?;
-    let mut moved = false;
     let (src_tmp, lib_tmp, built) = loop {
         let (src_tmp, lib_tmp) = (
             work.path().join(format!("{stem}.cpp")),
             work.path().join(format!("{stem}.so")),
         );
+        // In the cache's directory still (a temp one, the fallback's or the move's, never is).
+        let in_cache = work.path().starts_with(dir);
         let built = match write_new(&src_tmp, src.as_bytes()) {
             Ok(()) => build(&src_tmp, &lib_tmp),
-            Err(e) if !moved && full(&e) => Err(e),
+            Err(e) if in_cache && full(&e) => Err(e),
             Err(e) => return Err(e),
         };
         match built {
-            Err(e) if !moved && full(&e) && work.path().starts_with(dir) => {
+            Err(e) if in_cache && full(&e) => {
                 eprintln!(
                     "warning: kernel cache: {}: no space left; building in the temp \
                      directory instead",
                     dir.display()
                 );
                 work = WorkDir::in_temp(stem)?;
-                moved = true;
             }
             built => break (src_tmp, lib_tmp, built),
         }
@@ -938,6 +938,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let builds = AtomicU64::new(0);
         let in_cache = |o: &Path| o.starts_with(tmp.path());
+        let failed = |kernel: &str, log: &str| Error::Compile {
+            kernel: kernel.into(),
+            backend: "test".into(),
+            log: log.into(),
+        };
         let got = library(
             tmp.path(),
             "t",
@@ -946,11 +951,10 @@ mod tests {
                 builds.fetch_add(1, Ordering::Relaxed);
                 if in_cache(o) {
                     // What the linker says on a full disk.
-                    return Err(Error::Compile {
-                        kernel: "t".into(),
-                        backend: "test".into(),
-                        log: "/usr/bin/ld: final link failed: No space left on device".into(),
-                    });
+                    return Err(failed(
+                        "t",
+                        "/usr/bin/ld: final link failed: No space left on device",
+                    ));
                 }
                 cxx(s, o)
             },
@@ -965,11 +969,7 @@ mod tests {
             SRC,
             |_, _| {
                 builds.fetch_add(1, Ordering::Relaxed);
-                Err(Error::Compile {
-                    kernel: "u".into(),
-                    backend: "test".into(),
-                    log: "error: expected ';'".into(),
-                })
+                Err(failed("u", "error: expected ';'"))
             },
             answer,
         )

@@ -185,9 +185,9 @@ impl Table {
             // leading `+`) and no leading zero, so one shape has one spelling (entries
             // are matched by it).
             let extent = |n: &str| -> Option<usize> {
-                let digits = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
-                let v: usize = digits.then(|| n.parse().ok()).flatten()?;
-                (v > 0 && v.to_string() == n).then_some(v)
+                n.parse::<usize>()
+                    .ok()
+                    .filter(|&v| v > 0 && v.to_string() == n)
             };
             let shape = e
                 .shape
