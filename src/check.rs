@@ -25,14 +25,24 @@ pub fn random_matrix_scaled(g: Geometry, scale: ScaleDType, seed: u64) -> Quanti
 }
 
 /// A random quantized matrix: uniform codes (every bit pattern is valid), f16 scales
-/// around 0.02, and a Gaussian table for `lut`.
+/// of magnitude around 0.02 and either sign (a scale's sign is the format's too: a kernel
+/// that drops it shows), and a Gaussian table for `lut`.
 pub fn random_matrix(g: Geometry, seed: u64) -> QuantizedMatrix {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // The signs from a stream of their own, so codes and magnitudes are as they were.
+    let mut signs = ChaCha8Rng::seed_from_u64(seed ^ 0x5191);
     let codes = (0..g.codes_shape().iter().product::<usize>())
         .map(|_| rng.random::<u32>())
         .collect();
     let scales = (0..g.rows)
-        .map(|_| half::f16::from_f32(rng.random_range(0.005f32..0.04)).to_f32())
+        .map(|_| {
+            let v = half::f16::from_f32(rng.random_range(0.005f32..0.04)).to_f32();
+            if signs.random::<bool>() {
+                -v
+            } else {
+                v
+            }
+        })
         .collect();
     let lut = (g.code == Code::Lut)
         .then(|| crate::encode::gaussian_lut(g.l, seed).expect("L of a valid geometry"));

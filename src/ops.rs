@@ -154,7 +154,7 @@ fn fallback_gate_up<B: Backend>(
         data: g
             .iter()
             .zip(&u)
-            .map(|(&g, &u)| x.dtype.round_f64(crate::reference::silu_f64(g) * u))
+            .map(|(&g, &u)| crate::reference::fast_mid(g, u, x.dtype))
             .collect(),
     })
 }
@@ -512,7 +512,9 @@ pub fn matvec_with<B: Backend>(
 }
 
 /// `mid = silu(G x) * (U x)` on `b` with the variant the tables choose for `tier`: x is
-/// `[M, C]` in its dtype T, any M; mid is `[M, R]` in T (SPEC 6's tail, `tail`).
+/// `[M, C]` in its dtype T, any M; mid is `[M, R]` in T (SPEC 6's tail, `tail`). Gate and
+/// up share rows and cols; a pair of two block sizes runs unfused (two `reduce` launches
+/// and the exact tail on the host), with the same bits in the exact tier.
 pub fn gate_up<B: Backend>(
     b: &B,
     gate: &QuantizedMatrix,
@@ -564,6 +566,10 @@ fn gate_up_launch<B: Backend>(
     choice: Choice,
 ) -> Result<Activations> {
     let (gate, up) = (&*gd.w, &*ud.w);
+    if gate.geometry.t != up.geometry.t {
+        crate::reference::check_pair(gate, up)?;
+        return gate_up_unfused(b, [gd, ud], x, choice);
+    }
     if let Choice::Tables(tier @ Tier::Fast) = choice {
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
@@ -585,6 +591,22 @@ fn gate_up_launch<B: Backend>(
     ud.check_weights_finite(x.dtype)?;
     let v = choice.exact::<GateUpFamily, B>(b, &p);
     gate_up_exact_launch([gd, ud], x, &p, v)
+}
+
+/// A pair of different block sizes T, which SPEC 6 allows and the fused kernels do not
+/// take (they read both code streams with one T): the two projections as [`matvec`]'s
+/// launches of `choice`, and SPEC 6's exact tail on the host. Exact: the fused kernels'
+/// bits (the exact tail also meets a native tail's tolerance). Fast: each projection
+/// within its SPEC 7 bound and rounded to T, which the fast `gate_up` bound allows for.
+fn gate_up_unfused<B: Backend>(
+    b: &B,
+    [gd, ud]: [&Uploaded<B>; 2],
+    x: &Activations,
+    choice: Choice,
+) -> Result<Activations> {
+    let g = matvec_launch(b, gd, x, choice)?;
+    let u = matvec_launch(b, ud, x, choice)?;
+    crate::reference::swiglu_tail(&g, &u)
 }
 
 /// One exact `gate_up` launch of variant `v` (checked to fit) on problem `p`.

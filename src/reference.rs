@@ -252,14 +252,51 @@ pub fn silu_f64(g: f64) -> f64 {
     g / (1.0 + (-g).exp())
 }
 
-/// Gate and up must share rows, cols and T; each has its own k, L, code, scales and table.
+/// SPEC 7's fast `mid` of real sums `g*` and `u*`: `silu(g*) u*` in f64, rounded to T
+/// once (its tail error is 0, within the fast `gate_up` bound for either tail).
+pub fn fast_mid(g: f64, u: f64, dtype: DType) -> f32 {
+    dtype.round_f64(silu_f64(g) * u)
+}
+
+/// A fast `reduce` by SPEC 7's own reference: `round_T(y*)`, the real sums
+/// ([`real_sums`]) rounded once. Within the bound for every output, where [`reduce`]
+/// (which rounds each weight to T first) is not: weights subnormal in T (a row scale of
+/// 2^-136 with bf16 x, say) lose more than the bound's 2^-8.
+pub fn reduce_fast(w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
+    let (y, _) = real_sums(w, x)?;
+    Ok(Activations {
+        dtype: x.dtype,
+        rows: x.rows,
+        cols: w.geometry.rows,
+        data: y.iter().map(|&v| x.dtype.round_f64(v)).collect(),
+    })
+}
+
+/// A fast `gate_up` by SPEC 7's own reference: [`fast_mid`] of the real sums.
+pub fn gate_up_fast(
+    gate: &QuantizedMatrix,
+    up: &QuantizedMatrix,
+    x: &Activations,
+) -> Result<Activations> {
+    check_pair(gate, up)?;
+    let ((g, _), (u, _)) = (real_sums(gate, x)?, real_sums(up, x)?);
+    Ok(Activations {
+        dtype: x.dtype,
+        rows: x.rows,
+        cols: gate.geometry.rows,
+        data: g
+            .iter()
+            .zip(&u)
+            .map(|(&g, &u)| fast_mid(g, u, x.dtype))
+            .collect(),
+    })
+}
+
+/// Gate and up must share rows and cols (SPEC 6); each has its own T, k, L, code, scales
+/// and table.
 pub fn check_pair(gate: &QuantizedMatrix, up: &QuantizedMatrix) -> Result<()> {
     let (g, u) = (&gate.geometry, &up.geometry);
-    for (field, a, b) in [
-        ("rows", g.rows, u.rows),
-        ("cols", g.cols, u.cols),
-        ("T", g.t, u.t),
-    ] {
+    for (field, a, b) in [("rows", g.rows, u.rows), ("cols", g.cols, u.cols)] {
         if a != b {
             return Err(Error::invalid(
                 format!("up.{field}"),

@@ -1486,3 +1486,69 @@ fn the_writer_names_what_it_cannot_write() {
     );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+/// SPEC 6 gives gate and up their own geometry but rows and cols: a pair of different
+/// block sizes T, which the fused kernels do not take (`GateUpProblem::of` says so, naming
+/// `up.T`), runs through the facade as two `reduce` launches and the exact tail: the
+/// reference's bits in the exact tier (a native tail within its tolerance, a `Resident`
+/// pair and an M past one launch the same), SPEC 7's bound in the fast tier.
+#[test]
+fn gate_up_of_two_block_sizes_runs_unfused() {
+    use trellis::check::{self, RealSums};
+    use trellis::families::gate_up::GateUpFamily;
+    let b = CpuBackend::new().unwrap();
+    let gate = random_matrix(
+        Geometry::new(40, 768, 256, 2, 12, Code::OneMad).unwrap(),
+        91,
+    );
+    let up = random_matrix(
+        Geometry::new(40, 768, 96, 3, 10, Code::ThreeInst).unwrap(),
+        92,
+    );
+    let x = random_x(DType::Bf16, 3, 768, 93);
+    let msg = GateUpFamily::problem_of(&gate, &up, &x, Tail::Exact)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("up.T = 96") && msg.contains("gate has 256"),
+        "{msg}"
+    );
+    let want = reference::gate_up(&gate, &up, &x).unwrap();
+    let got = ops::gate_up(&b, &gate, &up, &x, Tail::Exact, Tier::Exact).unwrap();
+    assert!(got.bits_eq(&want), "exact tier, unfused");
+    let (g, u) = (
+        reference::reduce(&gate, &x).unwrap(),
+        reference::reduce(&up, &x).unwrap(),
+    );
+    let native = ops::gate_up(&b, &gate, &up, &x, Tail::Native, Tier::Exact).unwrap();
+    check::native_gate_up(&native, &want, &g, &u).unwrap();
+    let (gr, ur) = (
+        ops::Resident::new(&b, &gate).unwrap(),
+        ops::Resident::new(&b, &up).unwrap(),
+    );
+    let x12 = random_x(DType::Bf16, 12, 768, 94);
+    let got = ops::gate_up_resident(&gr, &ur, &x12, Tail::Exact, Tier::Exact).unwrap();
+    assert!(
+        got.bits_eq(&reference::gate_up(&gate, &up, &x12).unwrap()),
+        "a resident pair, M = 12"
+    );
+    for (tier_x, what) in [(&x, "fast"), (&x12, "fast, resident")] {
+        let got = if what == "fast" {
+            ops::gate_up(&b, &gate, &up, tier_x, Tail::Exact, Tier::Fast).unwrap()
+        } else {
+            ops::gate_up_resident(&gr, &ur, tier_x, Tail::Exact, Tier::Fast).unwrap()
+        };
+        let sums = |w| RealSums::of(w, tier_x).unwrap();
+        check::fast_gate_up(&got, &sums(&gate), &sums(&up), false)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+    // Rows must still agree.
+    let short = random_matrix(
+        Geometry::new(39, 768, 96, 3, 10, Code::ThreeInst).unwrap(),
+        95,
+    );
+    let msg = ops::gate_up(&b, &gate, &short, &x, Tail::Exact, Tier::Exact)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("up.rows = 39"), "{msg}");
+}

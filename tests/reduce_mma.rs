@@ -1055,6 +1055,10 @@ fn fast_fallback_meets_spec7_where_exact_weights_are_subnormal() {
     assert_eq!(row % 2, 1, "{e}");
     let fast = ops::matvec(&b, &w, &x, Tier::Fast).unwrap();
     check::fast_reduce(&fast, &real).unwrap();
+    // The reference's fast tier (`trellis matvec --backend reference --tier fast`): SPEC
+    // 7's own reference, rounded once.
+    let by_reference = trellis::reference::reduce_fast(&w, &x).unwrap();
+    check::fast_reduce(&by_reference, &real).unwrap();
     // Every sample ran on the fallback (scales below 2^-60), whose bits these are.
     for m in 0..2 {
         assert_fallback_matvec(&fast, &w, &x, m);
@@ -1065,6 +1069,8 @@ fn fast_fallback_meets_spec7_where_exact_weights_are_subnormal() {
     );
     let fast = ops::gate_up(&b, &w, &u, &x, trellis::numerics::Tail::Exact, Tier::Fast).unwrap();
     check_fast_gate_up(&w, &u, &x, fast, "gate_up, subnormal exact weights");
+    let by_reference = trellis::reference::gate_up_fast(&w, &u, &x).unwrap();
+    check_fast_gate_up(&w, &u, &x, by_reference, "reference::gate_up_fast");
 }
 
 /// x rounded to f16 by the host (`MmaVariant::x_f16`) is what the kernels' own conversion

@@ -359,7 +359,37 @@ fn gate_up_matches_the_reference() {
         "--prefix",
         "up",
     ]);
-    for dtype in ["bf16", "f16", "f32"] {
+    // And an up matrix of its own block size T (SPEC 6 lets each matrix have its own;
+    // the fused kernels take one T, so the facade runs this pair unfused).
+    let u128 = d.path("u128.safetensors");
+    ok(&[
+        "random",
+        "--rows",
+        "24",
+        "--cols",
+        "768",
+        "--t",
+        "128",
+        "--k",
+        "3",
+        "--l",
+        "12",
+        "--code",
+        "3inst",
+        "--seed",
+        "3",
+        "--out",
+        s(&u128),
+        "--prefix",
+        "up",
+    ]);
+    for (dtype, u) in [
+        ("bf16", &u),
+        ("f16", &u),
+        ("f32", &u),
+        ("bf16", &u128),
+        ("f32", &u128),
+    ] {
         ok(&[
             "random-x",
             "--m",
@@ -377,7 +407,7 @@ fn gate_up_matches_the_reference() {
                 "--gate",
                 s(&g),
                 "--up",
-                s(&u),
+                s(u),
                 "--x",
                 s(&x),
                 "--out",
@@ -392,7 +422,7 @@ fn gate_up_matches_the_reference() {
         };
         gate_up(&["--tail", "exact"]);
         let gm = io::read_quantized(&g, "gate").unwrap();
-        let um = io::read_quantized(&u, "up").unwrap();
+        let um = io::read_quantized(u, "up").unwrap();
         let xs = read_bits(&x, "x");
         let want = reference::gate_up(&gm, &um, &xs).unwrap();
         assert_same_bits(&format!("gate-up {dtype}"), &read_bits(&mid, "mid"), &want);
@@ -404,6 +434,20 @@ fn gate_up_matches_the_reference() {
         );
         trellis::check::native_gate_up(&read_bits(&mid, "mid"), &want, &gp, &up)
             .unwrap_or_else(|e| panic!("gate-up --tail native {dtype}: {e}"));
+        if u == &u128 {
+            // The fast tier, on the cpu and the reference backend: SPEC 7's bound.
+            let sums = |m| trellis::check::RealSums::of(m, &xs).unwrap();
+            for backend in ["cpu", "reference"] {
+                gate_up(&["--tier", "fast", "--backend", backend]);
+                trellis::check::fast_gate_up(
+                    &read_bits(&mid, "mid"),
+                    &sums(&gm),
+                    &sums(&um),
+                    false,
+                )
+                .unwrap_or_else(|e| panic!("gate-up --tier fast {dtype} {backend}: {e}"));
+            }
+        }
     }
 }
 

@@ -116,7 +116,8 @@ impl XLayout for GateUp {
     }
 }
 
-/// A `gate_up` problem: the two matrices' geometry (same rows, cols, T), their scale
+/// A `gate_up` problem: the two matrices' geometry (same rows, cols and, for the fused
+/// kernels, T), their scale
 /// dtypes, the activation dtype, M and the tail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GateUpProblem {
@@ -171,6 +172,17 @@ impl GateUpProblem {
         max_m: u32,
     ) -> Result<Self> {
         crate::reference::check_pair(gate, up)?;
+        if gate.geometry.t != up.geometry.t {
+            return Err(Error::invalid(
+                "up.T",
+                up.geometry.t,
+                format!(
+                    "the fused gate_up kernels read both matrices with one T; gate has {} \
+                     (the facade, ops::gate_up, runs such a pair as two reduce launches)",
+                    gate.geometry.t
+                ),
+            ));
+        }
         crate::reference::check_activations(x, gate.geometry.cols)?;
         Ok(GateUpProblem {
             gate: gate.geometry,

@@ -32,8 +32,9 @@ k 1..8, L k+1..16, code uniform, rows 1..300 or one of 16/17/128/1024, C a multi
 T, M in 1..max-m except about 10% of cases which take max-m+1..max-m+4 (to cross a
 launch size at max-m; default max-m 16), activation dtype bf16/f16/f32, scale dtype
 f16/f32 with random magnitude and sign (some rows tiny, subnormal or zero), random f32
-lut tables (sometimes spanning 2^-24..2^24). Gate and up share rows, cols and T and
-draw their own k, L, code, scales dtype. Activations are Gaussian, with outliers up
+lut tables (sometimes spanning 2^-24..2^24). Gate and up share rows and cols (and in
+about 70% of gate/up cases T: SPEC 6 lets each have its own, so the rest draw up's T
+from the other multiples of 32 dividing C) and draw their own k, L, code, scales dtype. Activations are Gaussian, with outliers up
 to 2^15, per-sample scaling by 2^-20..2^10 and zero samples in some cases. Row scales
 are then reduced by powers of two until sum_c |w*(r,c) x[m,c]| <= 2^20 (bf16/f32) or
 2^15 (f16), and for f16 gate/up also |silu(g*) u*| <= 2^15, so every true result is
@@ -626,6 +627,7 @@ class Matrix:
 
 def gen_matrix(rng, R, C, T, dt):
     mt = Matrix()
+    mt.T = T
     mt.code = rng.choice(CODES)
     mt.k = rng.randint(1, 8)
     mt.L = rng.randint(mt.k + 1, 16)
@@ -754,9 +756,13 @@ def gen_case(seed, idx, size, max_m):
     lim = LIMIT[cs.dt]
     mats = [gen_matrix(rng, R, C, T, cs.dt)]
     if cs.gate_up:
-        mats.append(gen_matrix(rng, R, C, T, cs.dt))
+        Tu = T
+        others = [t for t in range(32, min(C, 1024) + 1, 32) if C % t == 0 and t != T]
+        if others and rng.random() < 0.3:
+            Tu = rng.choice(others)
+        mats.append(gen_matrix(rng, R, C, Tu, cs.dt))
     for mt in mats:
-        exact_sums(mt, R, C, T, X)
+        exact_sums(mt, R, C, mt.T, X)
         for r in range(R):
             need = max(max(mt.A[r]) / DEN, mt.maxv[r])
             mt.scales[r] = shrink_scale(mt.scales[r], need, lim, mt.sdt)
@@ -780,20 +786,20 @@ def describe(cs):
     parts = ["case=%d" % cs.idx, "dtype=%s" % cs.dt, "M=%d" % cs.M, "R=%d" % cs.R,
              "C=%d" % cs.C, "T=%d" % cs.T]
     for name, mt in zip(("gate" if cs.gate_up else "w", "up"), cs.mats):
-        parts.append("%s(code=%s k=%d L=%d scales=%s/%s%s%s)" % (
-            name, mt.code, mt.k, mt.L, mt.sdt, mt.smode, "+zero-rows" if mt.zero_rows else "",
+        parts.append("%s(code=%s k=%d L=%d%s scales=%s/%s%s%s)" % (
+            name, mt.code, mt.k, mt.L, "" if mt.T == cs.T else " T=%d" % mt.T, mt.sdt, mt.smode, "+zero-rows" if mt.zero_rows else "",
             " lut-wide" if mt.lutwide else ""))
     parts.append("x=[%s]" % ",".join(cs.xfeat))
     return " ".join(parts)
 
 
 def matrix_tensors(mt, prefix, cs):
-    t = [(prefix + ".codes", "U32", [cs.R, cs.C // cs.T, cs.T * mt.k // 32], mt.codes_raw),
+    t = [(prefix + ".codes", "U32", [cs.R, cs.C // mt.T, mt.T * mt.k // 32], mt.codes_raw),
          (prefix + ".scales", ST_DT[mt.sdt], [cs.R], encode(ST_DT[mt.sdt], mt.scales))]
     if mt.code == "lut":
         t.append((prefix + ".lut", "F32", [1 << mt.L], encode("F32", mt.table)))
     meta = {prefix + ".trellis": "code=%s;k=%d;L=%d;T=%d;rows=%d;cols=%d" % (
-        mt.code, mt.k, mt.L, cs.T, cs.R, cs.C)}
+        mt.code, mt.k, mt.L, mt.T, cs.R, cs.C)}
     return t, meta
 
 
