@@ -104,6 +104,41 @@ impl Error {
         }
     }
 
+    /// This error as one about the matrix `whose` (`gate`, `up`) of a pair: a field,
+    /// tensor or dtype it names is prefixed with `whose`; any other error is kept.
+    pub fn of(self, whose: &str) -> Self {
+        match self {
+            Error::Invalid {
+                field,
+                value,
+                reason,
+            } => Error::Invalid {
+                field: format!("{whose} {field}"),
+                value,
+                reason,
+            },
+            Error::Shape {
+                name,
+                actual,
+                expected,
+            } => Error::Shape {
+                name: format!("{whose} {name}"),
+                actual,
+                expected,
+            },
+            Error::DType {
+                name,
+                actual,
+                expected,
+            } => Error::DType {
+                name: format!("{whose} {name}"),
+                actual,
+                expected,
+            },
+            e => e,
+        }
+    }
+
     /// A backend-level problem.
     pub fn backend(backend: impl Into<String>, reason: impl ToString) -> Self {
         Error::Backend {

@@ -3,7 +3,9 @@
 //! SIMT families (`reduce`, `gate_up`: SPEC 5 bits, M up to 8 a launch), `fast` the
 //! matrix-unit families (`reduce_mma`, `gate_up_mma`: the SPEC 7 bound, M up to 16 a
 //! launch); a larger M runs as several launches, with the same bits and one copy of each
-//! matrix to the device. The tuning tables choose
+//! matrix to the device. A `gate_up` pair of two block sizes T (SPEC 6 allows it; the
+//! fused kernels take one) runs as two `matvec`s and the tail on the host. The tuning
+//! tables choose
 //! the variant ([`crate::tune::select_for`]), and the `_with` forms force one. Host data
 //! in, host data out (a [`Resident`] matrix stays on the device between calls); every
 //! input is validated before any kernel runs. The fast tier runs
@@ -242,8 +244,9 @@ pub fn gate_up_problem(
 ) -> Result<GateUpProblem> {
     let p = GateUpFamily::problem_of(gate, up, x, tail)?;
     check_finite(x)?;
-    gate.check_weights_finite(x.dtype)?;
-    up.check_weights_finite(x.dtype)?;
+    gate.check_weights_finite(x.dtype)
+        .map_err(|e| e.of("gate"))?;
+    up.check_weights_finite(x.dtype).map_err(|e| e.of("up"))?;
     Ok(p)
 }
 
@@ -251,7 +254,8 @@ pub fn gate_up_problem(
 /// tier, by name (for `trellis select` and reports): the fast tier of a family with a
 /// [`Family::FAST`](crate::family::Family::FAST) twin runs there (`reduce` on
 /// `reduce_mma`, `gate_up` and `gate_up_mixed` on `gate_up_mma`); every other name is its
-/// own family. [`matvec`] and [`gate_up`] dispatch the same way, typed.
+/// own family. [`matvec`] and [`gate_up`] dispatch the same way, typed (a `gate_up` pair
+/// of two block sizes T runs as two `matvec`s: `reduce`, or `reduce_mma` when fast).
 pub fn family_for(name: &str, tier: Tier) -> &str {
     use crate::family::{Family, FamilyVisitor};
     struct Fast<'a>(&'a str, Option<&'static str>);
@@ -513,8 +517,8 @@ pub fn matvec_with<B: Backend>(
 
 /// `mid = silu(G x) * (U x)` on `b` with the variant the tables choose for `tier`: x is
 /// `[M, C]` in its dtype T, any M; mid is `[M, R]` in T (SPEC 6's tail, `tail`). Gate and
-/// up share rows and cols; a pair of two block sizes runs unfused (two `reduce` launches
-/// and the exact tail on the host), with the same bits in the exact tier.
+/// up share rows and cols; a pair of two block sizes runs unfused (two [`matvec`]
+/// launches and the tail on the host), with the same bits in the exact tier.
 pub fn gate_up<B: Backend>(
     b: &B,
     gate: &QuantizedMatrix,
@@ -540,14 +544,19 @@ fn gate_up_uploaded<B: Backend>(
 ) -> Result<Activations> {
     let (b, gate, up) = (&*ws[0].b, &*ws[0].w, &*ws[1].w);
     let tier = choice.tier();
-    gate.geometry.validate()?;
-    up.geometry.validate()?;
+    // Each matrix checked whole (its scales and table too) and named, before any launch.
+    gate.validate().map_err(|e| e.of("gate"))?;
+    up.validate().map_err(|e| e.of("up"))?;
     if x.rows > max_samples(tier) as usize {
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
         if tier == Tier::Exact {
-            ws[0].check_weights_finite(x.dtype)?;
-            ws[1].check_weights_finite(x.dtype)?;
+            ws[0]
+                .check_weights_finite(x.dtype)
+                .map_err(|e| e.of("gate"))?;
+            ws[1]
+                .check_weights_finite(x.dtype)
+                .map_err(|e| e.of("up"))?;
         }
         let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
@@ -568,7 +577,12 @@ fn gate_up_launch<B: Backend>(
     let (gate, up) = (&*gd.w, &*ud.w);
     if gate.geometry.t != up.geometry.t {
         crate::reference::check_pair(gate, up)?;
-        return gate_up_unfused(b, [gd, ud], x, choice);
+        if choice.tier() == Tier::Exact {
+            check_finite(x)?;
+            gd.check_weights_finite(x.dtype).map_err(|e| e.of("gate"))?;
+            ud.check_weights_finite(x.dtype).map_err(|e| e.of("up"))?;
+        }
+        return gate_up_unfused(b, [gd, ud], x, tail, choice);
     }
     if let Choice::Tables(tier @ Tier::Fast) = choice {
         check_finite(x)?;
@@ -587,26 +601,49 @@ fn gate_up_launch<B: Backend>(
     }
     let p = GateUpFamily::problem_of(gate, up, x, tail)?;
     check_finite(x)?;
-    gd.check_weights_finite(x.dtype)?;
-    ud.check_weights_finite(x.dtype)?;
+    gd.check_weights_finite(x.dtype).map_err(|e| e.of("gate"))?;
+    ud.check_weights_finite(x.dtype).map_err(|e| e.of("up"))?;
     let v = choice.exact::<GateUpFamily, B>(b, &p);
     gate_up_exact_launch([gd, ud], x, &p, v)
 }
 
 /// A pair of different block sizes T, which SPEC 6 allows and the fused kernels do not
 /// take (they read both code streams with one T): the two projections as [`matvec`]'s
-/// launches of `choice`, and SPEC 6's exact tail on the host. Exact: the fused kernels'
-/// bits (the exact tail also meets a native tail's tolerance). Fast: each projection
-/// within its SPEC 7 bound and rounded to T, which the fast `gate_up` bound allows for.
+/// launches of `choice` (exact: `reduce`, a forced variant as given; fast:
+/// `reduce_mma`), and the tail on the host: SPEC 6's exact one (the fused kernels' bits),
+/// or the host's `exp` for `Tail::Native` (as the cpu backend's native tail). Fast: each
+/// projection within its SPEC 7 bound and rounded to T, as the fast `gate_up` bound
+/// allows.
 fn gate_up_unfused<B: Backend>(
     b: &B,
     [gd, ud]: [&Uploaded<B>; 2],
     x: &Activations,
+    tail: Tail,
     choice: Choice,
 ) -> Result<Activations> {
-    let g = matvec_launch(b, gd, x, choice)?;
-    let u = matvec_launch(b, ud, x, choice)?;
-    crate::reference::swiglu_tail(&g, &u)
+    // Named by matrix, and as a `reduce` (a forced gate_up variant may not fit one).
+    let unfused = |whose: &str| {
+        let name = format!("{whose} (a reduce: gate and up differ in T)");
+        move |e: Error| e.of(&name)
+    };
+    let g = matvec_launch(b, gd, x, choice).map_err(unfused("gate"))?;
+    let u = matvec_launch(b, ud, x, choice).map_err(unfused("up"))?;
+    match tail {
+        Tail::Exact => crate::reference::swiglu_tail(&g, &u),
+        Tail::Native => {
+            let t = x.dtype;
+            let native = |g: f32, u: f32| t.round(t.round(g * (1.0 / (1.0 + (-g).exp()))) * u);
+            Ok(Activations {
+                data: g
+                    .data
+                    .iter()
+                    .zip(&u.data)
+                    .map(|(&g, &u)| native(g, u))
+                    .collect(),
+                ..g
+            })
+        }
+    }
 }
 
 /// One exact `gate_up` launch of variant `v` (checked to fit) on problem `p`.

@@ -1520,8 +1520,37 @@ fn gate_up_of_two_block_sizes_runs_unfused() {
         reference::reduce(&gate, &x).unwrap(),
         reference::reduce(&up, &x).unwrap(),
     );
+    // The native tail runs on the host, with the host's exp (as the cpu backend's).
     let native = ops::gate_up(&b, &gate, &up, &x, Tail::Native, Tier::Exact).unwrap();
     check::native_gate_up(&native, &want, &g, &u).unwrap();
+    let host: Vec<f32> = (g.data.iter().zip(&u.data))
+        .map(|(&g, &u)| {
+            let t = DType::Bf16;
+            t.round(t.round(g * (1.0 / (1.0 + (-g).exp()))) * u)
+        })
+        .collect();
+    assert_eq!(native.data, host, "the native tail, on the host");
+    // A forced variant runs both projections as `reduce`s, and says so where it cannot.
+    let scalar = Variant {
+        scalar_words: true,
+        ..Variant::default()
+    };
+    let msg = ops::gate_up_with(&b, &gate, &up, &x, Tail::Exact, scalar)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("up (a reduce: gate and up differ in T) scalar_words"),
+        "{msg}"
+    );
+    // An up weight that overflows T is named as up's.
+    let mut big = up.clone();
+    big.scale_dtype = ScaleDType::F32;
+    big.scales[5] = 1.0e6;
+    let x16 = random_x(DType::F16, 1, 768, 96);
+    let msg = ops::gate_up(&b, &gate, &big, &x16, Tail::Exact, Tier::Exact)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.starts_with("invalid up weight w[5, "), "{msg}");
     let (gr, ur) = (
         ops::Resident::new(&b, &gate).unwrap(),
         ops::Resident::new(&b, &up).unwrap(),

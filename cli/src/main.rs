@@ -358,8 +358,9 @@ fn run_gate_up(
         if tier == Tier::Fast {
             return reference::gate_up_fast(gate, up, x);
         }
-        gate.check_weights_finite(x.dtype)?;
-        up.check_weights_finite(x.dtype)?;
+        gate.check_weights_finite(x.dtype)
+            .map_err(|e| e.of("gate"))?;
+        up.check_weights_finite(x.dtype).map_err(|e| e.of("up"))?;
         return reference::gate_up(gate, up, x);
     }
     AnyBackend::open(backend)?.gate_up(gate, up, x, tail, tier)

@@ -37,6 +37,8 @@ pub struct Case {
     /// presets a T of its own (SPEC 6 allows it; the facade runs such a pair unfused).
     pub up: Option<Geometry>,
     pub scale: ScaleDType,
+    /// The up projection's scale dtype, drawn on its own.
+    pub up_scale: ScaleDType,
     pub act: DType,
     pub m: usize,
     pub tier: Tier,
@@ -53,7 +55,7 @@ impl std::fmt::Display for Case {
             None => write!(f, "reduce {g}")?,
             Some(u) => write!(
                 f,
-                "gate_up {g} up{} k{} L{} {} tail {}",
+                "gate_up {g} up{} k{} L{} {} scales {} tail {}",
                 if u.t == g.t {
                     String::new()
                 } else {
@@ -62,6 +64,7 @@ impl std::fmt::Display for Case {
                 u.k,
                 u.l,
                 u.code,
+                self.up_scale,
                 self.tail
             )?,
         }
@@ -104,7 +107,7 @@ pub fn cases(n: usize, seed: u64, native_tail: bool) -> Vec<Case> {
             };
             let gate = Geometry::new(rows, cols, t, k, l, code).expect("in SPEC ranges");
             let up = rng.random_bool(0.4).then(|| {
-                let ku = (k + rng.random_range(0..=1u32)).min(8);
+                let ku = (k + rng.random_range(0..=2u32)).clamp(2, 9) - 1; // k - 1 ..= k + 1
                 let lu = rng.random_range(ku + 1..=16u32);
                 let cu = Code::ALL[rng.random_range(0..Code::ALL.len())];
                 let others: Vec<usize> = (1..=8)
@@ -123,7 +126,13 @@ pub fn cases(n: usize, seed: u64, native_tail: bool) -> Vec<Case> {
             } else {
                 Tier::Fast
             };
-            let m_max = if tier == Tier::Fast { 16 } else { 8 };
+            let launch = if tier == Tier::Fast { 16 } else { 8 };
+            // One case in ten past one launch (the facade's chunks).
+            let ms = if rng.random_bool(0.1) {
+                launch + 1..=launch + 4
+            } else {
+                1..=launch
+            };
             let tail = if tier == Tier::Fast && native_tail && rng.random_bool(0.3) {
                 Tail::Native
             } else {
@@ -134,8 +143,9 @@ pub fn cases(n: usize, seed: u64, native_tail: bool) -> Vec<Case> {
                 gate,
                 up,
                 scale: [ScaleDType::F16, ScaleDType::F32][rng.random_range(0..2)],
+                up_scale: [ScaleDType::F16, ScaleDType::F32][rng.random_range(0..2)],
                 act,
-                m: rng.random_range(1..=m_max),
+                m: rng.random_range(ms),
                 tier,
                 tail,
                 magnitudes: tier == Tier::Fast && act != DType::F16 && rng.random_bool(0.5),
@@ -172,7 +182,7 @@ pub fn run_case<B: Backend>(b: &B, c: &Case) -> Result<String, String> {
             check::fast_reduce(&y, &RealSums::of(&w, &x).map_err(e)?)
         }
         (Some(ug), tier) => {
-            let u = matrix(ug, c.scale, c.seed + 2);
+            let u = matrix(ug, c.up_scale, c.seed + 2);
             let mid = ops::gate_up(b, &w, &u, &x, c.tail, tier).map_err(e)?;
             if tier == Tier::Exact {
                 check::bits(&mid, &reference::gate_up(&w, &u, &x).map_err(e)?)
@@ -252,7 +262,7 @@ mod tests {
                 u.validate().unwrap();
                 assert_eq!((u.rows, u.cols), (c.gate.rows, c.gate.cols));
             }
-            assert!(c.m >= 1 && c.m <= if c.tier == Tier::Fast { 16 } else { 8 });
+            assert!(c.m >= 1 && c.m <= if c.tier == Tier::Fast { 20 } else { 12 });
             assert!(c.tail == Tail::Exact || c.tier == Tier::Fast);
             assert!(!c.magnitudes || (c.tier == Tier::Fast && c.act != DType::F16));
         }
@@ -266,6 +276,11 @@ mod tests {
         }
         assert!(a.iter().any(|c| c.gate.rows == 17408));
         assert!(a.iter().any(|c| c.m > 8));
+        assert!(a
+            .iter()
+            .any(|c| c.tier == Tier::Exact && c.m > 8 && c.up.is_some()));
+        assert!(a.iter().any(|c| c.up.is_some_and(|u| u.k < c.gate.k)));
+        assert!(a.iter().any(|c| c.up.is_some() && c.up_scale != c.scale));
         assert!(a.iter().any(|c| c.magnitudes));
         assert!(cases(50, 7, false).iter().all(|c| c.tail == Tail::Exact));
     }
