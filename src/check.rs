@@ -223,6 +223,18 @@ fn right_overflow(dtype: DType, got: f32, want: f64, slack: f64) -> bool {
         && (want.abs() >= edge || (want.abs() >= edge / 2.0 && want.abs() + slack >= edge))
 }
 
+/// Whether an f16 output is the largest f16 held at the edge, of `want`'s sign, where some
+/// value within `bound` of `want` lies below [`crate::numerics::F16_HOLD_BELOW`]: what
+/// the fast kernels write for an f32 result in `[65520, F16_HOLD_BELOW)`, right where
+/// `want` is past the edge by no more than the bound (a finite `want` inside the range is
+/// judged by the bound).
+fn held_at_f16_edge(dtype: DType, got: f32, want: f64, bound: f64) -> bool {
+    dtype == DType::F16
+        && got.abs() == 65504.0
+        && (got > 0.0) == (want > 0.0)
+        && want.abs() - bound < crate::numerics::F16_HOLD_BELOW as f64
+}
+
 /// The part of SPEC 7's bound relative to the result, `2^-8 + (C + 1) 2^-23`: how far
 /// a sum without cancellation may stray, relatively.
 fn relative_bound(cols: usize) -> f64 {
@@ -258,8 +270,16 @@ pub fn fast_reduce(got: &Activations, real: &RealSums) -> Result<String, String>
     let mut worst = 0f64;
     for (i, &y) in got.data.iter().enumerate() {
         let (want, bound) = (real.y[i], real.bound(got.dtype, i));
-        let slack = ulp(got.dtype, want) + relative_bound(real.cols) * want.abs();
-        if right_overflow(got.dtype, y, want, slack) {
+        // f16 sums take no slack at the edge: SPEC 7 keeps them finite up to f16's own
+        // range, and the fast kernels hold one just past it at the largest f16 instead
+        // ([`crate::numerics::F16_HOLD_BELOW`], [`held_at_f16_edge`]).
+        let slack = if got.dtype == DType::F16 {
+            0.0
+        } else {
+            ulp(got.dtype, want) + relative_bound(real.cols) * want.abs()
+        };
+        if right_overflow(got.dtype, y, want, slack) || held_at_f16_edge(got.dtype, y, want, bound)
+        {
             continue;
         }
         let err = (y as f64 - want).abs();
@@ -392,7 +412,7 @@ pub fn fast_gate_up(
         let slack = 2.0 * ulp(t, want)
             + (1.1 * (relative_bound(g.cols) + operand) + relative_bound(u.cols) + operand)
                 * want.abs();
-        if right_overflow(t, mid, want, slack) {
+        if right_overflow(t, mid, want, slack) || held_at_f16_edge(t, mid, want, bound) {
             continue;
         }
         let err = (mid as f64 - want).abs();
@@ -593,10 +613,21 @@ mod tests {
         };
         assert!(fast_reduce(&out(f32::INFINITY), &cancelling).is_err());
         assert!(fast_reduce(&out(1000.0), &cancelling).is_ok());
-        // At the edge (the top binade), a value within the bound that rounds to infinity:
-        // 65510's bound (about 290 here) reaches 65520.
-        assert!(fast_reduce(&out(f32::INFINITY), &real(65510.0)).is_ok());
+        // At f16's edge: 65510 is in range (it rounds to 65504), so no infinity, though
+        // its bound (about 290 here) reaches 65520; the fast kernels hold such a sum at
+        // 65504 (`F16_HOLD_BELOW`), which is right also past the edge where the bound
+        // reaches back below the hold's end, and not beyond.
+        assert!(fast_reduce(&out(f32::INFINITY), &real(65510.0)).is_err());
         assert!(fast_reduce(&out(65504.0), &real(65510.0)).is_ok());
+        assert!(fast_reduce(&out(65504.0), &real(65700.0)).is_ok());
+        assert!(fast_reduce(&out(f32::INFINITY), &real(65700.0)).is_ok());
+        assert!(fast_reduce(&out(-65504.0), &real(-65900.0)).is_ok());
+        assert!(fast_reduce(&out(65504.0), &real(-65700.0)).is_err());
+        assert!(fast_reduce(&out(65504.0), &real(1.2e5)).is_err());
+        // bf16 keeps the top binade's slack (SPEC 7 asks its sums finite up to 2^20).
+        let out_bf16 = |v: f32| Activations::from_f32(DType::Bf16, 1, 1, vec![v]).unwrap();
+        let top = f64::from(half::bf16::MAX) * (1.0 - 2f64.powi(-9));
+        assert!(fast_reduce(&out_bf16(f32::INFINITY), &real(top)).is_ok());
         // The top binade but the bound short of the edge: finite.
         assert!(fast_reduce(&out(f32::INFINITY), &real(40000.0)).is_err());
         // A NaN real sum passes nothing.

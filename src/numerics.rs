@@ -49,3 +49,10 @@ impl Tail {
 
 parse_by_name!(Tier, "tier", [Tier::Exact, Tier::Fast]);
 parse_by_name!(Tail, "tail", [Tail::Exact, Tail::Native]);
+
+/// The fast tier's hold at f16's edge: an f32 result in `[65520, F16_HOLD_BELOW)`, which
+/// rounds to infinity in f16 though it passes 65520 (the overflow threshold) by less
+/// than SPEC 7's relative bound (2^-8, the f16 operands' rounding), is written as
+/// 65504, the largest f16 (and likewise below zero): SPEC 7 keeps sums in f16's own
+/// range finite. Further out, infinity. `65520 (1 + 2^-8)`, rounded up to an integer.
+pub const F16_HOLD_BELOW: f32 = 65776.0;

@@ -5,6 +5,8 @@
 
 #[path = "common/contract.rs"]
 mod contract;
+#[path = "common/f16_edge.rs"]
+mod f16_edge;
 
 use trellis::backend::cuda::CudaBackend;
 use trellis::codegen::Rendered;
@@ -205,4 +207,10 @@ fn a_bound_kernel_runs_on_another_thread() {
         });
     }
     assert!(family::download(&b, &outs[0]).unwrap().bits_eq(&want[0]));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn the_fast_tier_holds_f16_sums_at_the_edge() {
+    f16_edge::holds_f16_sums_at_the_edge(&CudaBackend::new(0).unwrap());
 }

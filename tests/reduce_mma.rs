@@ -3,6 +3,9 @@
 //! SPEC 7 (v2) for random geometry, every code, every activation dtype, M in {1, 8, 16}
 //! and activations with outliers up to 2^15.
 
+#[path = "common/f16_edge.rs"]
+mod f16_edge;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use trellis::backend::metal_sim::{MetalSimBackend, Schedule};
@@ -1633,4 +1636,12 @@ fn fast_tier_takes_f16_activations_up_to_their_range() {
         let mid = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
         check_fast_gate_up(&w, &u, &x, mid, &format!("{code} f16"));
     }
+}
+
+/// f16 sums at the edge of f16's range stay finite in the fast tier, on the CPU and the
+/// Metal simulator (`common/f16_edge.rs`; the CUDA run is in `cuda_launch.rs`).
+#[test]
+fn fast_tier_holds_f16_sums_at_the_edge() {
+    f16_edge::holds_f16_sums_at_the_edge(&CpuBackend::new().expect("cpu backend"));
+    f16_edge::holds_f16_sums_at_the_edge(&MetalSimBackend::new().expect("metal-sim backend"));
 }

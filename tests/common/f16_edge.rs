@@ -1,0 +1,60 @@
+//! f16 sums at the edge of f16's range stay finite in the fast tier (SPEC 7: "f16
+//! activations: up to their own range"): a row whose real sum is 65500 (in range: it
+//! rounds to 65504) but whose f16 operands carry the f32 sum past 65520 is held at 65504
+//! (`numerics::F16_HOLD_BELOW`), in `reduce_mma`, in `gate_up_mma`'s g before its tail,
+//! and in a pair of two T (unfused); a sum past the hold is still infinity. Run on each
+//! backend by its own test file.
+
+use trellis::check::{self, RealSums};
+use trellis::kernel::Backend;
+use trellis::numerics::{Tail, Tier};
+use trellis::{ops, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
+
+/// 16 rows of 512 columns of one lut value at one f32 scale.
+fn constant(t: usize, value: f32, scale: f32) -> QuantizedMatrix {
+    let g = Geometry::new(16, 512, t, 1, 2, Code::Lut).unwrap();
+    let codes = vec![0x9e37_79b9; g.codes_shape().iter().product()];
+    QuantizedMatrix::new(
+        g,
+        codes,
+        vec![scale; 16],
+        ScaleDType::F32,
+        Some(vec![value; 4]),
+    )
+    .unwrap()
+}
+
+pub fn holds_f16_sums_at_the_edge<B: Backend>(b: &B) {
+    let name = b.name();
+    // 1.0044 takes the f16 operand 1.0048828: 512 of them at this scale sum to 65531.8.
+    let w = constant(256, 1.0044, 65500.0 / (512.0 * 1.0044));
+    let x = Activations::from_f32(DType::F16, 1, 512, vec![1.0; 512]).unwrap();
+    let real = RealSums::of(&w, &x).unwrap();
+    assert!(
+        real.y.iter().all(|&y| (y - 65500.0).abs() < 0.01),
+        "{:?}",
+        real.y
+    );
+    let y = ops::matvec(b, &w, &x, Tier::Fast).unwrap();
+    assert!(y.data.iter().all(|&v| v == 65504.0), "{name}: {:?}", y.data);
+    check::fast_reduce(&y, &real).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let past = constant(256, 1.0, 65900.0 / 512.0);
+    let y = ops::matvec(b, &past, &x, Tier::Fast).unwrap();
+    assert!(
+        y.data.iter().all(|v| v.is_infinite()),
+        "{name}: past the hold {:?}",
+        y.data
+    );
+    for t in [256, 128] {
+        let u = constant(t, 1.0, 0.5 / 512.0);
+        let mid = ops::gate_up(b, &w, &u, &x, Tail::Exact, Tier::Fast).unwrap();
+        // silu(65504) * 0.5, rounded to f16.
+        assert!(
+            mid.data.iter().all(|&v| v == 32752.0),
+            "{name} up T {t}: {:?}",
+            mid.data
+        );
+        let us = RealSums::of(&u, &x).unwrap();
+        check::fast_gate_up(&mid, &real, &us, false).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
