@@ -223,16 +223,17 @@ fn right_overflow(dtype: DType, got: f32, want: f64, slack: f64) -> bool {
         && (want.abs() >= edge || (want.abs() >= edge / 2.0 && want.abs() + slack >= edge))
 }
 
-/// Whether an f16 output is the largest f16 held at the edge, of `want`'s sign, where some
-/// value within `bound` of `want` lies below [`crate::numerics::F16_HOLD_BELOW`]: what
-/// the fast kernels write for an f32 result in `[65520, F16_HOLD_BELOW)`, right where
-/// `want` is past the edge by no more than the bound (a finite `want` inside the range is
-/// judged by the bound).
+/// Whether an f16 output is the largest f16 held at the edge ([`crate::numerics::f16_hold`]),
+/// of `want`'s sign, where some value within `bound` of `want` lies in the hold's window
+/// `[65520, F16_HOLD_BELOW)`: what the fast kernels write for an f32 result there. (A
+/// 65504 far from the edge is judged by the bound, as any finite output.)
 fn held_at_f16_edge(dtype: DType, got: f32, want: f64, bound: f64) -> bool {
+    let (lo, hi) = (want.abs() - bound, want.abs() + bound);
     dtype == DType::F16
         && got.abs() == 65504.0
         && (got > 0.0) == (want > 0.0)
-        && want.abs() - bound < crate::numerics::F16_HOLD_BELOW as f64
+        && hi >= overflow_threshold(DType::F16)
+        && lo < crate::numerics::F16_HOLD_BELOW as f64
 }
 
 /// The part of SPEC 7's bound relative to the result, `2^-8 + (C + 1) 2^-23`: how far
@@ -624,6 +625,10 @@ mod tests {
         assert!(fast_reduce(&out(-65504.0), &real(-65900.0)).is_ok());
         assert!(fast_reduce(&out(65504.0), &real(-65700.0)).is_err());
         assert!(fast_reduce(&out(65504.0), &real(1.2e5)).is_err());
+        // Nor far below the edge: a 65504 is then judged by the bound alone.
+        assert!(fast_reduce(&out(65504.0), &real(1.0)).is_err());
+        assert!(fast_reduce(&out(-65504.0), &real(-3.0)).is_err());
+        assert!(fast_gate_up(&out(65504.0), &real(1.0), &real(2.0), false).is_err());
         // bf16 keeps the top binade's slack (SPEC 7 asks its sums finite up to 2^20).
         let out_bf16 = |v: f32| Activations::from_f32(DType::Bf16, 1, 1, vec![v]).unwrap();
         let top = f64::from(half::bf16::MAX) * (1.0 - 2f64.powi(-9));

@@ -52,7 +52,24 @@ parse_by_name!(Tail, "tail", [Tail::Exact, Tail::Native]);
 
 /// The fast tier's hold at f16's edge: an f32 result in `[65520, F16_HOLD_BELOW)`, which
 /// rounds to infinity in f16 though it passes 65520 (the overflow threshold) by less
-/// than SPEC 7's relative bound (2^-8, the f16 operands' rounding), is written as
-/// 65504, the largest f16 (and likewise below zero): SPEC 7 keeps sums in f16's own
-/// range finite. Further out, infinity. `65520 (1 + 2^-8)`, rounded up to an integer.
+/// than SPEC 7's relative term 2^-8 (bf16's unit roundoff; the fast kernels' own error is
+/// about f16's, 2^-11, so the window covers it with room), is written as 65504, the
+/// largest f16 (and likewise below zero): SPEC 7 keeps sums in f16's own range finite.
+/// Further out, infinity. `65520 (1 + 2^-8)`, rounded up to an integer. The kernels'
+/// `f16_hold` (`templates/reduce_mma.kernel`) and [`f16_hold`] on the host.
 pub const F16_HOLD_BELOW: f32 = 65776.0;
+
+/// [`F16_HOLD_BELOW`] as a C literal, for the kernels' `f16_hold` (`templates/decode.inc`).
+pub fn f16_hold_below_c() -> String {
+    format!("{:.1}f", F16_HOLD_BELOW)
+}
+
+/// The hold ([`F16_HOLD_BELOW`]) of a result headed for f16: ±65504 where it lies in
+/// `[65520, F16_HOLD_BELOW)` (or the negative of it), else `v` itself.
+pub fn f16_hold(v: f64) -> f64 {
+    if (65520.0..F16_HOLD_BELOW as f64).contains(&v.abs()) {
+        65504f64.copysign(v)
+    } else {
+        v
+    }
+}

@@ -129,14 +129,20 @@ fn real_sums_on<B: Backend>(b: &B, w: &QuantizedMatrix, x: &Activations) -> Resu
         .collect())
 }
 
-/// The fallback's `y`: its real sums rounded to T once.
+/// The fallback's `y`: its real sums rounded to T once (f16 held at its edge as the fast
+/// kernels hold it, [`crate::numerics::f16_hold`]: the f32 sums may carry one in range
+/// past 65520).
 fn fallback_matvec<B: Backend>(b: &B, w: &QuantizedMatrix, x: &Activations) -> Result<Activations> {
     let y = real_sums_on(b, w, x)?;
+    let round = |v: f64| match x.dtype {
+        DType::F16 => x.dtype.round_f64(crate::numerics::f16_hold(v)),
+        t => t.round_f64(v),
+    };
     Ok(Activations {
         dtype: x.dtype,
         rows: x.rows,
         cols: w.geometry.rows,
-        data: y.iter().map(|&v| x.dtype.round_f64(v)).collect(),
+        data: y.iter().map(|&v| round(v)).collect(),
     })
 }
 

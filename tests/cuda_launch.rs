@@ -212,5 +212,7 @@ fn a_bound_kernel_runs_on_another_thread() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
 fn the_fast_tier_holds_f16_sums_at_the_edge() {
-    f16_edge::holds_f16_sums_at_the_edge(&CudaBackend::new(0).unwrap());
+    let b = CudaBackend::new(0).unwrap();
+    f16_edge::holds_f16_sums_at_the_edge(&b);
+    f16_edge::simt_fast_holds_f16_sums_at_the_edge(&b);
 }

@@ -1644,4 +1644,6 @@ fn fast_tier_takes_f16_activations_up_to_their_range() {
 fn fast_tier_holds_f16_sums_at_the_edge() {
     f16_edge::holds_f16_sums_at_the_edge(&CpuBackend::new().expect("cpu backend"));
     f16_edge::holds_f16_sums_at_the_edge(&MetalSimBackend::new().expect("metal-sim backend"));
+    f16_edge::simt_fast_holds_f16_sums_at_the_edge(&CpuBackend::new().expect("cpu backend"));
+    f16_edge::simt_fast_holds_f16_sums_at_the_edge(&MetalSimBackend::new().expect("sim"));
 }

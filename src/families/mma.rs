@@ -426,14 +426,10 @@ pub trait MmaLayout {
         "y"
     }
     /// f16 outputs just past f16's edge are held at its largest value
-    /// ([`crate::numerics::F16_HOLD_BELOW`]): the epilogue's `f16_hold`, written into f16
-    /// units only (every other unit stays as tuned).
+    /// ([`crate::numerics::F16_HOLD_BELOW`]): the epilogue's `f16_hold` (`decode.inc`),
+    /// written into f16 units only (every other unit stays as tuned).
     fn holds_f16_edge(&self) -> bool {
         self.act() == DType::F16
-    }
-    /// [`crate::numerics::F16_HOLD_BELOW`] as a C literal.
-    fn f16_hold_below(&self) -> String {
-        format!("{:.1}f", crate::numerics::F16_HOLD_BELOW)
     }
     /// `gate_up` only: also store `g` and `u` (each rounded to the activation dtype,
     /// before the tail) in outputs `gate_out` and `up_out`, so that a check sees what

@@ -521,6 +521,13 @@ pub trait XLayout {
     /// Columns of x.
     fn x_cols(&self) -> usize;
 
+    /// Fast f16 results past f16's edge are held at its largest value (`decode::f16_hold`,
+    /// [`crate::numerics::F16_HOLD_BELOW`]); written into fast f16 units only, so every
+    /// exact unit stays as tuned.
+    fn holds_f16_edge(&self) -> bool {
+        self.tuned().tier == Tier::Fast && self.act() == DType::F16
+    }
+
     /// Samples per grid slice.
     fn mb(&self) -> usize {
         match self.tuned().m_strategy {
