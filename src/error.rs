@@ -106,37 +106,14 @@ impl Error {
 
     /// This error as one about the matrix `whose` (`gate`, `up`) of a pair: a field,
     /// tensor or dtype it names is prefixed with `whose`; any other error is kept.
-    pub fn of(self, whose: &str) -> Self {
-        match self {
-            Error::Invalid {
-                field,
-                value,
-                reason,
-            } => Error::Invalid {
-                field: format!("{whose} {field}"),
-                value,
-                reason,
-            },
-            Error::Shape {
-                name,
-                actual,
-                expected,
-            } => Error::Shape {
-                name: format!("{whose} {name}"),
-                actual,
-                expected,
-            },
-            Error::DType {
-                name,
-                actual,
-                expected,
-            } => Error::DType {
-                name: format!("{whose} {name}"),
-                actual,
-                expected,
-            },
-            e => e,
+    pub fn of(mut self, whose: &str) -> Self {
+        if let Error::Invalid { field: name, .. }
+        | Error::Shape { name, .. }
+        | Error::DType { name, .. } = &mut self
+        {
+            *name = format!("{whose} {name}");
         }
+        self
     }
 
     /// A backend-level problem.

@@ -155,16 +155,7 @@ fn fallback_gate_up<B: Backend>(
     x: &Activations,
 ) -> Result<Activations> {
     let (g, u) = (real_sums_on(b, gate, x)?, real_sums_on(b, up, x)?);
-    Ok(Activations {
-        dtype: x.dtype,
-        rows: x.rows,
-        cols: gate.geometry.rows,
-        data: g
-            .iter()
-            .zip(&u)
-            .map(|(&g, &u)| crate::reference::fast_mid(g, u, x.dtype))
-            .collect(),
-    })
+    Ok(crate::reference::fast_mids(&g, &u, x, gate.geometry.rows))
 }
 
 /// `f` over `x` in chunks of at most `max` samples, their outputs stacked in sample order.
@@ -628,12 +619,10 @@ fn gate_up_unfused<B: Backend>(
     choice: Choice,
 ) -> Result<Activations> {
     // Named by matrix, and as a `reduce` (a forced gate_up variant may not fit one).
-    let unfused = |whose: &str| {
-        let name = format!("{whose} (a reduce: gate and up differ in T)");
-        move |e: Error| e.of(&name)
-    };
-    let g = matvec_launch(b, gd, x, choice).map_err(unfused("gate"))?;
-    let u = matvec_launch(b, ud, x, choice).map_err(unfused("up"))?;
+    let unfused =
+        |whose: &str, e: Error| e.of(&format!("{whose} (a reduce: gate and up differ in T)"));
+    let g = matvec_launch(b, gd, x, choice).map_err(|e| unfused("gate", e))?;
+    let u = matvec_launch(b, ud, x, choice).map_err(|e| unfused("up", e))?;
     match tail {
         Tail::Exact => crate::reference::swiglu_tail(&g, &u),
         Tail::Native => {

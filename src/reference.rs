@@ -252,10 +252,18 @@ pub fn silu_f64(g: f64) -> f64 {
     g / (1.0 + (-g).exp())
 }
 
-/// SPEC 7's fast `mid` of real sums `g*` and `u*`: `silu(g*) u*` in f64, rounded to T
+/// SPEC 7's fast `mid` of the real sums `g*` and `u*` (each `[M, rows]`, as
+/// [`real_sums`] gives them, for the samples of `x`): `silu(g*) u*` in f64, rounded to T
 /// once (its tail error is 0, within the fast `gate_up` bound for either tail).
-pub fn fast_mid(g: f64, u: f64, dtype: DType) -> f32 {
-    dtype.round_f64(silu_f64(g) * u)
+pub fn fast_mids(g: &[f64], u: &[f64], x: &Activations, rows: usize) -> Activations {
+    Activations {
+        dtype: x.dtype,
+        rows: x.rows,
+        cols: rows,
+        data: (g.iter().zip(u))
+            .map(|(&g, &u)| x.dtype.round_f64(silu_f64(g) * u))
+            .collect(),
+    }
 }
 
 /// A fast `reduce` by SPEC 7's own reference: `round_T(y*)`, the real sums
@@ -272,7 +280,7 @@ pub fn reduce_fast(w: &QuantizedMatrix, x: &Activations) -> Result<Activations> 
     })
 }
 
-/// A fast `gate_up` by SPEC 7's own reference: [`fast_mid`] of the real sums.
+/// A fast `gate_up` by SPEC 7's own reference: [`fast_mids`] of the real sums.
 pub fn gate_up_fast(
     gate: &QuantizedMatrix,
     up: &QuantizedMatrix,
@@ -280,16 +288,7 @@ pub fn gate_up_fast(
 ) -> Result<Activations> {
     check_pair(gate, up)?;
     let ((g, _), (u, _)) = (real_sums(gate, x)?, real_sums(up, x)?);
-    Ok(Activations {
-        dtype: x.dtype,
-        rows: x.rows,
-        cols: gate.geometry.rows,
-        data: g
-            .iter()
-            .zip(&u)
-            .map(|(&g, &u)| fast_mid(g, u, x.dtype))
-            .collect(),
-    })
+    Ok(fast_mids(&g, &u, x, gate.geometry.rows))
 }
 
 /// Gate and up must share rows and cols (SPEC 6); each has its own T, k, L, code, scales
