@@ -41,9 +41,18 @@ pub fn check_kl(k: u32, l: u32) -> Result<()> {
     Ok(())
 }
 
-/// Trellis states at `l` state bits, `2^L`.
+/// The most rows a matrix may have: kernels index rows in 32 bits, and a launch's last
+/// group may reach past the last row (by less than 2^31).
+pub const MAX_ROWS: usize = 1 << 31;
+
+/// Trellis states at `l` state bits, `2^L` (saturating: a kernel struct built by hand
+/// with an L out of range computes its table size before its validation names L).
 pub const fn states(l: u32) -> usize {
-    1usize << l
+    if l < usize::BITS {
+        1usize << l
+    } else {
+        usize::MAX
+    }
 }
 
 impl Geometry {
@@ -81,9 +90,11 @@ impl Geometry {
             ));
         }
         check_kl(self.k, self.l)?;
-        // Guard the u32 indexing every kernel uses: a column index within a row (`u * 32 + j`)
-        // and a word index within the codes tensor (in u128: the product of two usize
-        // fields read from a file must not wrap into a small, valid-looking size).
+        // Guard the u32 indexing every kernel uses: a column index within a row (`u * 32 +
+        // j`), a row index (a launch rounds the rows up to whole groups of at most 512
+        // rows, which must not wrap past 2^32 either) and a word index within the codes
+        // tensor (in u128: the product of two usize fields read from a file must not wrap
+        // into a small, valid-looking size).
         if self.cols > u32::MAX as usize {
             return Err(Error::invalid(
                 "cols",
@@ -101,6 +112,13 @@ impl Geometry {
                     "T * k must be below 2^32 bits a block (k = {}; kernels place a block's runs in 32 bits)",
                     self.k
                 ),
+            ));
+        }
+        if self.rows > MAX_ROWS {
+            return Err(Error::invalid(
+                "rows",
+                self.rows,
+                "must be at most 2^31 (kernels index rows in 32 bits, rounded up to whole groups)",
             ));
         }
         let elements = self.rows as u128 * self.cols as u128;
@@ -178,11 +196,11 @@ impl Geometry {
             // Decimal digits only (`parse` would also take a sign: `k=+2`).
             let num = |field: &str| -> Result<u64> {
                 let v = value.trim();
-                v.bytes()
-                    .all(|b| b.is_ascii_digit())
-                    .then(|| v.parse::<u64>().ok())
-                    .flatten()
-                    .ok_or_else(|| Error::invalid(field, value, "not a non-negative integer"))
+                if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(Error::invalid(field, value, "not a non-negative integer"));
+                }
+                v.parse::<u64>()
+                    .map_err(|_| Error::invalid(field, value, "out of range (past 2^64 - 1)"))
             };
             match key.trim() {
                 "code" => code = Some(value.trim().parse::<Code>()?),
@@ -247,14 +265,35 @@ mod tests {
             (1, 1usize << 62, "cols"),
             // 2^28 code words, but column indices past 32 bits.
             (1, 1usize << 33, "cols"),
-            (usize::MAX, 32, "2^32 - 1 words"),
-            (1usize << 32, 32, "2^32 - 1 words"),
+            (1usize << 30, 1usize << 10, "2^32 - 1 words"),
         ] {
             let err = Geometry::new(rows, cols, 32, 1, 2, Code::OneMad)
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(want) && err.contains("2^32"), "{err}");
         }
+        // Rows past 2^31: the CPU kernels' bound of a group's rows, (group + 1) * rows a
+        // group, wrapped to 0 at 2^32 - 2 rows and left the last rows unwritten (an
+        // audit's finding); such a matrix is refused by name, 2^31 rows validate.
+        for rows in [
+            usize::MAX,
+            1usize << 32,
+            (1usize << 32) - 2,
+            (1usize << 31) + 1,
+        ] {
+            let err = Geometry::new(rows, 32, 32, 1, 2, Code::OneMad)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("rows = {rows}")) && err.contains("2^31"),
+                "{err}"
+            );
+        }
+        Geometry::new(MAX_ROWS, 32, 32, 1, 2, Code::OneMad).unwrap();
+        // A hand-set L past usize's bits sizes its table without overflow (saturating);
+        // validation then names L.
+        assert_eq!(states(64), usize::MAX);
+        assert_eq!(states(16), 65536);
         // One block of 2^29 + 32 weights at k = 8 is 2^32 + 256 bits: its run offsets
         // wrapped in the kernels' 32 bits (a wrong result, found by an audit), so it is
         // refused by name; 2^29 - 32 weights at k = 8 (below 2^32 bits) still validates.
@@ -305,6 +344,10 @@ mod tests {
             ("code=1mad;k=x;L=12;T=256;rows=4;cols=256", "k = x"),
             ("code=1mad;k=+2;L=12;T=256;rows=4;cols=256", "k = +2"),
             ("code=1mad;k=2;L=12;T=-256;rows=4;cols=256", "T = -256"),
+            (
+                "code=1mad;k=2;L=12;T=256;rows=99999999999999999999999;cols=256",
+                "out of range",
+            ),
             ("code=1mad;k=3;L=12;T=256;rows=4;cols=256;q=1", "q"),
             ("garbage", "garbage"),
             (

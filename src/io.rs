@@ -1072,6 +1072,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// a device or a pipe with a file) that is not read-only. The existing file's
 /// permissions, which the new one takes.
 pub fn check_output(path: &Path) -> Result<Option<std::fs::Permissions>> {
+    // `out.st/` names a directory (its file name reads `out.st`, and the write failed
+    // only after the work); `.` and `..` name no file.
+    let trailing = path
+        .as_os_str()
+        .as_encoded_bytes()
+        .last()
+        .is_some_and(|&b| std::path::is_separator(b as char));
+    if trailing || path.file_name().is_none() {
+        return Err(Error::file(path, "names a directory, not a file"));
+    }
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

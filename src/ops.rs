@@ -798,6 +798,8 @@ pub fn expand<B: Backend>(
     act: DType,
     variant: Variant,
 ) -> Result<Activations> {
+    // The matrix's fields first (a hand-set one): the fit below sizes its table.
+    w.validate()?;
     let p = ExpandProblem {
         geometry: w.geometry,
         scale: w.scale_dtype,

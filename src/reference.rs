@@ -17,6 +17,7 @@ pub fn dequantize(w: &QuantizedMatrix, dtype: DType) -> Result<Vec<f32>> {
 }
 
 fn dequantize_into(w: &QuantizedMatrix, dtype: DType, out: &mut [f32]) -> Result<()> {
+    crate::error::check_threads_env()?; // before the first use builds rayon's pool
     let table = w.value_table()?;
     out.par_chunks_mut(w.geometry.cols)
         .enumerate()
@@ -217,6 +218,7 @@ pub fn real_sums(w: &QuantizedMatrix, x: &Activations) -> Result<(Vec<f64>, Vec<
     check_activations(x, w.geometry.cols)?;
     let (rows, cols) = (w.geometry.rows, w.geometry.cols);
     let table = w.value_table()?;
+    crate::error::check_threads_env()?;
     let mut out = filled(x.rows, rows, (0f64, 0f64), "real sums (M x rows)")?;
     // Row by row in parallel: each weight is decoded once for all M samples (the decode,
     // not the product, is the cost), into a buffer each worker keeps.

@@ -1398,6 +1398,20 @@ fn hand_set_fields_are_errors_not_panics_or_wrong_results() {
         e.contains("u = [1, 8] bf16") && e.contains("must match g: [2, 8] bf16"),
         "{e}"
     );
+    // A hand-set L far out of range through `expand` with a staged table: named as L
+    // (the table's size came first and overflowed: a panic in a debug build).
+    let shared = Variant {
+        repr: Representation::SharedTable,
+        ..Variant::default()
+    };
+    for l in [62, 64] {
+        let mut big = w.clone();
+        big.geometry.l = l;
+        let e = ops::expand(&cpu, &big, DType::Bf16, shared)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("L = {l}")), "{e}");
+    }
     // A hand-set geometry of no columns, at an M past one launch: named as such, not as M.
     let mut c0 = w.clone();
     c0.geometry.cols = 0;

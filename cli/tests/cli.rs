@@ -1609,9 +1609,22 @@ fn select_help_names_every_family() {
 #[test]
 fn an_unwritable_out_is_the_first_error() {
     let d = Dir::new();
-    let out = d.path("no-such-dir/o.safetensors");
-    let (o, missing) = (s(&out), d.path("missing.safetensors"));
+    let missing = d.path("missing.safetensors");
     let m = s(&missing);
+    // A missing directory, and a path that names a directory (`o.safetensors/`: its
+    // file name reads as a file's, and the write failed only after the work).
+    let no_dir = s(&d.path("no-such-dir/o.safetensors")).to_string();
+    let slash = format!("{}/", s(&d.path("o.safetensors")));
+    for (o, reason) in [
+        (no_dir.as_str(), "its directory does not exist"),
+        (slash.as_str(), "names a directory, not a file"),
+        (".", "names a directory, not a file"),
+    ] {
+        unwritable_out_first(o, m, reason);
+    }
+}
+
+fn unwritable_out_first(o: &str, m: &str, reason: &str) {
     for args in [
         vec![
             "random", "--rows", "4", "--cols", "256", "--k", "2", "--l", "12", "--code", "1mad",
@@ -1631,7 +1644,7 @@ fn an_unwritable_out_is_the_first_error() {
         assert_eq!(r.status.code(), Some(1), "{args:?}: {err}");
         assert_eq!(
             err.trim_end(),
-            format!("error: {o}: --out: its directory does not exist"),
+            format!("error: {o}: --out: {reason}"),
             "{args:?}"
         );
     }
@@ -1680,13 +1693,20 @@ fn small_cpu_matvec(d: &Dir) -> Vec<String> {
 
 /// A thread count past the machine's (rayon would start every thread, stall for minutes,
 /// then abort) or not a number (rayon would quietly ignore it) is an error naming
-/// `RAYON_NUM_THREADS`, before any pool is built: the CPU backend's and the encoder's.
+/// `RAYON_NUM_THREADS`, before any pool is built: the CPU backend's, the reference's,
+/// the Metal simulator's and the encoder's.
 #[test]
 fn thread_counts_rayon_cannot_run_are_errors() {
     let d = Dir::new();
     let (y, q) = (d.path("y.safetensors"), d.path("q.safetensors"));
     let matvec = small_cpu_matvec(&d);
     let matvec: Vec<&str> = matvec.iter().map(String::as_str).collect();
+    let on = |backend: &'static str| {
+        let mut a = matvec.clone();
+        *a.last_mut().unwrap() = backend;
+        a
+    };
+    let (reference, metal_sim) = (on("reference"), on("metal-sim"));
     let dense = d.path("dense.safetensors");
     write_raw(
         &dense,
@@ -1712,7 +1732,12 @@ fn thread_counts_rayon_cannot_run_are_errors() {
     ];
     for (value, reason) in [("100000", "at most"), ("lots", "thread count")] {
         let env = [("RAYON_NUM_THREADS", value)];
-        for (args, out) in [(&matvec[..], &y), (&quantize[..], &q)] {
+        for (args, out) in [
+            (&matvec[..], &y),
+            (&reference[..], &y),
+            (&metal_sim[..], &y),
+            (&quantize[..], &q),
+        ] {
             fails_env(args, &env, out, &["RAYON_NUM_THREADS", value, reason]);
         }
     }

@@ -1262,6 +1262,8 @@ fn cli_select_corrupted_table_warns_and_defaults() {
             "a repeated entry",
             format!("{good}\n{}", &good[good.find("[[entry]]").unwrap()..]),
         ),
+        // One long line that is no TOML: quoted clipped, not whole.
+        ("one long line", format!("{good}\n{}", "x".repeat(200_000))),
     ];
     for (what, text) in cases {
         assert_ne!(text, good, "{what}");
@@ -1277,6 +1279,7 @@ fn cli_select_corrupted_table_warns_and_defaults() {
             .collect();
         assert_eq!(ours.len(), 1, "{what}: {err}");
         assert!(ours[0].starts_with("warning: "), "{what}: {err}");
+        assert!(ours[0].len() < 2000, "{what}: {} characters", ours[0].len());
         assert!(
             err.lines().all(|l| l.starts_with("warning: ")),
             "{what}: {err}"

@@ -239,6 +239,8 @@ impl MetalSimBackend {
     /// an error naming it when it cannot be created or another user could write it),
     /// running the schedule `$TRELLIS_METAL_SIM_SCHEDULE` names ([`Schedule::of_env`]).
     pub fn new() -> Result<Self> {
+        // Its pool reads RAYON_NUM_THREADS as the cpu backend's does: checked the same way.
+        crate::error::check_threads_env()?;
         let schedule = Schedule::of_env()?;
         let compiler = HostCxx::from_env(&["TRELLIS_METAL_SIM_CXX", "CXX"])?;
         let cache_dir = cache::dir("metal-sim")?;

@@ -408,7 +408,7 @@ impl Proj {
     }
     /// Bytes of the value table as f32, in threadgroup memory where a kernel stages it.
     pub fn table_bytes(&self) -> usize {
-        4 * self.states()
+        self.states().saturating_mul(4)
     }
     /// Length of the table argument a kernel in representation `repr` reads: the value
     /// table, or a one-element placeholder when it reads none.

@@ -526,7 +526,14 @@ fn verify_candidate<F: Family, B: Backend>(
 /// past that is the supervisor's to kill.
 pub fn timing_allowance(o: &TuneOptions, launch: Duration) -> Duration {
     let round = (o.min_reps * o.batch + 3) as u32;
-    o.warm_up + o.time_cap + launch * round + o.candidate_timeout
+    // Saturating: the options are the caller's (a timeout of u64::MAX seconds overflowed).
+    [
+        o.time_cap,
+        launch.saturating_mul(round),
+        o.candidate_timeout,
+    ]
+    .into_iter()
+    .fold(o.warm_up, Duration::saturating_add)
 }
 
 /// Time a verified candidate: outputs allocated and arguments bound per copy before
@@ -1189,6 +1196,12 @@ mod tests {
             timing_allowance(&o, launch),
             fixed + launch * (o.min_reps * o.batch + 3) as u32
         );
+        // A timeout of any length is an allowance, not an overflow.
+        let forever = TuneOptions {
+            candidate_timeout: Duration::MAX,
+            ..o
+        };
+        assert_eq!(timing_allowance(&forever, launch), Duration::MAX);
     }
 
     #[test]

@@ -152,16 +152,22 @@ pub struct Table {
     pub entries: Vec<Entry>,
 }
 
+/// The most characters of a table's source line an error quotes.
+const MAX_QUOTED: usize = 160;
+
 impl Table {
     /// Parse and validate the header and every entry's key (winners are checked
     /// against their family when the table is added to a [`super::Selector`]).
     pub fn parse(text: &str) -> Result<Self> {
         let mut t: Table = toml::from_str(text).map_err(|e| {
-            Error::invalid(
-                "tuning table",
-                "toml",
-                e.to_string().trim().replace('\n', " "),
-            )
+            // One line, and the quoted source clipped: a table of one long line was
+            // echoed whole into every warning that names it.
+            let clip = |l: &str| match l.char_indices().nth(MAX_QUOTED) {
+                Some((i, _)) => format!("{}...", &l[..i]),
+                None => l.to_string(),
+            };
+            let msg: Vec<String> = e.to_string().trim().lines().map(clip).collect();
+            Error::invalid("tuning table", "toml", msg.join(" "))
         })?;
         t.device.dialect()?;
         if t.device.id.trim().is_empty() {

@@ -99,13 +99,21 @@ fn parse_duration(field: &str, s: &str) -> Result<Duration> {
     let bad = || Error::invalid(field, s, "expected a number with s, m or h (e.g. 90s, 10m)");
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?);
     let n: u64 = n.parse().map_err(|_| bad())?;
-    match unit {
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(bad),
-        "h" => n.checked_mul(3600).map(Duration::from_secs).ok_or_else(bad),
-        _ => Err(bad()),
+    let secs = match unit {
+        "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
+        _ => return Err(bad()),
+    };
+    match secs {
+        Some(secs) if secs <= MAX_DURATION_S => Ok(Duration::from_secs(secs)),
+        _ => Err(Error::invalid(field, s, "must be at most 8760h (a year)")),
     }
 }
+
+/// The longest `--budget` or `--candidate-timeout`: a year, far past any run, and far
+/// from the clock arithmetic's limits.
+const MAX_DURATION_S: u64 = 8760 * 3600;
 
 /// `RxC` as (rows, cols).
 pub(crate) fn rxc(s: &str) -> Option<(usize, usize)> {

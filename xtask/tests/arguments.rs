@@ -201,3 +201,32 @@ fn tune_m_is_checked_against_the_tier() {
         text(&o.stdout)
     );
 }
+
+#[test]
+fn tune_durations_are_bounded() {
+    // A timeout of u64::MAX seconds overflowed the harness's clock arithmetic (a panic,
+    // then every candidate blamed for a crash); past a year it is refused by name.
+    for (flag, value) in [
+        ("--candidate-timeout", "18446744073709551615s"),
+        ("--budget", "8761h"),
+        ("--budget", "99999999999999999999s"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("t.toml");
+        let out = out.to_str().unwrap();
+        refused(
+            &[
+                "tune",
+                "--backend",
+                "cpu",
+                flag,
+                value,
+                "--plan",
+                "--out",
+                out,
+            ],
+            1,
+            &[&flag[2..], value],
+        );
+    }
+}
