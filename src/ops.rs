@@ -497,7 +497,7 @@ fn reduce_launch<B: Backend>(
     family::fits::<ReduceFamily>(p, v, &b.limits())?;
     let d = ReduceDevice {
         w: wd.get()?,
-        x: DeviceActivations::upload(b, x)?,
+        x: DeviceActivations::upload_for(b, x, &v)?,
     };
     family::run::<ReduceFamily, B>(b, p, v, &d).map(first)
 }
@@ -653,7 +653,7 @@ fn gate_up_exact_launch<B: Backend>(
     let d = GateUpDevice {
         gate: gd.get()?,
         up: ud.get()?,
-        x: DeviceActivations::upload(b, x)?,
+        x: DeviceActivations::upload_for(b, x, &v)?,
     };
     family::run::<GateUpFamily, B>(b, p, v, &d).map(first)
 }
@@ -704,6 +704,11 @@ impl<'a, B: Backend> Resident<'a, B> {
     /// `y = W x` in `tier`, as [`matvec`] gives it.
     pub fn matvec(&self, x: &Activations, tier: Tier) -> Result<Activations> {
         matvec_uploaded(self.w.clone(), x, Choice::Tables(tier))
+    }
+
+    /// `y = W x`, exact, with a forced variant, as [`matvec_with`] gives it.
+    pub fn matvec_with(&self, x: &Activations, variant: Variant) -> Result<Activations> {
+        matvec_uploaded(self.w.clone(), x, Choice::Exact(variant))
     }
 
     /// `mid = silu(G x) * (U x)` with this matrix as G and `up` as U, in `tier`, as

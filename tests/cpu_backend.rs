@@ -1036,11 +1036,13 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
     }
 }
 
-/// The CPU backend, counting the code words it is given to upload.
+/// The CPU backend, counting the code words it is given to upload (`codes`), and every
+/// tensor (`all`).
 struct CountingUploads<'b> {
     cpu: &'b CpuBackend,
     codes_shape: Vec<usize>,
     codes: std::cell::Cell<usize>,
+    all: std::cell::Cell<usize>,
 }
 
 impl<'b> CountingUploads<'b> {
@@ -1050,6 +1052,7 @@ impl<'b> CountingUploads<'b> {
             cpu,
             codes_shape: g.codes_shape().to_vec(),
             codes: Default::default(),
+            all: Default::default(),
         }
     }
 }
@@ -1074,6 +1077,7 @@ impl Backend for CountingUploads<'_> {
         if e == Elem::U32 && shape == self.codes_shape {
             self.codes.set(self.codes.get() + 1);
         }
+        self.all.set(self.all.get() + 1);
         self.cpu.upload(e, shape, bytes)
     }
     fn download(&self, t: &Self::Tensor) -> trellis::Result<Vec<u8>> {
@@ -1229,11 +1233,7 @@ fn a_resident_matrix_is_uploaded_once_for_many_calls() {
     }
     assert_eq!(b.codes.get(), 2, "code uploads after 12 calls");
     // Gate and up resident on two backends: an error naming `up`.
-    let other = CountingUploads {
-        cpu: &cpu,
-        codes_shape: Vec::new(),
-        codes: Default::default(),
-    };
+    let other = CountingUploads::new(&cpu, &Geometry::new(1, 32, 32, 1, 2, Code::OneMad).unwrap());
     let ru2 = ops::Resident::new(&other, &u).unwrap();
     let x = random_x(DType::Bf16, 1, 512, 100);
     let e = ops::gate_up_resident(&rw, &ru2, &x, Tail::Exact, Tier::Exact)
@@ -1594,4 +1594,44 @@ fn gate_up_of_two_block_sizes_runs_unfused() {
         .unwrap_err()
         .to_string();
     assert!(msg.contains("up.rows = 39"), "{msg}");
+}
+
+/// A resident matrix's exact launch uploads x once, in the layout its variant reads: the
+/// lane-interleaved copy only for a variant that reads it (every call made and uploaded
+/// it where the columns allowed, a host pass and a second copy a call).
+#[test]
+fn an_exact_launch_uploads_x_once_in_its_variants_layout() {
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(24, 2048, 256, 2, 12, Code::OneMad).unwrap();
+    let b = CountingUploads::new(&cpu, &g);
+    let (w, u) = (random_matrix(g, 131), random_matrix(g, 132));
+    let x = random_x(DType::Bf16, 2, 2048, 133);
+    let plain = Variant {
+        x_stage: XStage::Registers,
+        rows_per_group: 2,
+        rows_per_simd: 2,
+        ..Variant::default()
+    };
+    let interleaved = Variant {
+        interleaved_x: true,
+        ..plain
+    };
+    let (rw, ru) = (
+        ops::Resident::new(&b, &w).unwrap(),
+        ops::Resident::new(&b, &u).unwrap(),
+    );
+    let want = reference::reduce(&w, &x).unwrap();
+    for (v, uploads) in [(plain, 1), (interleaved, 2)] {
+        b.all.set(0);
+        let y = rw.matvec_with(&x, v).unwrap();
+        assert_eq!(b.all.get(), uploads, "{v}");
+        assert!(y.bits_eq(&want), "{v}");
+    }
+    // The table's choice (the default on this machine's cpu), resident pairs too.
+    b.all.set(0);
+    let y = rw.matvec(&x, Tier::Exact).unwrap();
+    assert!(y.bits_eq(&want));
+    let mid = ops::gate_up_resident(&rw, &ru, &x, Tail::Exact, Tier::Exact).unwrap();
+    assert!(mid.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()));
+    assert_eq!(b.all.get(), 2, "x once for matvec, once for gate_up");
 }

@@ -168,8 +168,23 @@ impl<B: Backend> DeviceActivations<B> {
                 .transpose()?,
         })
     }
+    /// Upload `x` for one launch of variant `v` (the facade's): the lane-interleaved copy
+    /// only where `v` reads it, where [`DeviceActivations::upload`] makes it for every
+    /// variant a tuner may try (a host pass and a second copy to the device each call).
+    /// Crate-private: launched with another variant, an interleaved one would find no
+    /// copy of its layout.
+    pub(crate) fn upload_for(b: &B, x: &Activations, v: &Variant) -> Result<Self> {
+        if v.interleaved_x {
+            return Self::upload(b, x);
+        }
+        Ok(DeviceActivations {
+            x: upload_activations(b, x)?,
+            interleaved: None,
+        })
+    }
     /// The layout variant `v` reads. An interleaved variant validates only where the
-    /// columns have the interleaved copy (`simt::check_common`).
+    /// columns have the interleaved copy (`simt::check_common`), which
+    /// [`DeviceActivations::upload`] then makes.
     pub fn for_variant(&self, v: &Variant) -> &B::Tensor {
         match (&self.interleaved, v.interleaved_x) {
             (Some(xi), true) => xi,
