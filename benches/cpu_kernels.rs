@@ -2,7 +2,8 @@
 //! tuned variant from the selector, and the built-in default), for `reduce` and
 //! `gate_up` on one MLP-like shape. Throughput is in weights per second. Kernels are
 //! bound before timing (outputs allocated, arguments checked), so an iteration is the
-//! launch alone.
+//! launch alone. Also the selector's answer at the shipped H200 table (host time every
+//! facade call spends before its launch: 48 us before the forty-eighth session, 3 after).
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
@@ -13,7 +14,7 @@ use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::family::{self, Family};
 use trellis::kernel::{Backend, KernelSpec};
 use trellis::numerics::{Tail, Tier};
-use trellis::tune::select_for;
+use trellis::tune::{select_for, Selector};
 use trellis::{reference, Code, DType, Geometry, ScaleDType};
 
 /// Time variant `v` of problem `p`: everything prepared, the timed loop only launches.
@@ -82,5 +83,33 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// One choice of the shipped H200 table for the goal key, in each tier (as
+/// `ops::matvec` makes one a call on that GPU).
+fn selection(c: &mut Criterion) {
+    let s = Selector::shipped();
+    let g = Geometry::new(17408, 5120, 256, 3, 12, Code::OneMad).unwrap();
+    let p = ReduceProblem {
+        geometry: g,
+        scale: ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+    };
+    let mut group = c.benchmark_group("selector");
+    group.bench_function("nvidia-h200/reduce/exact", |bn| {
+        bn.iter(|| s.select::<ReduceFamily>("cuda", "nvidia-h200", black_box(&p), Tier::Exact))
+    });
+    group.bench_function("nvidia-h200/reduce_mma/fast", |bn| {
+        bn.iter(|| {
+            s.select::<trellis::families::reduce_mma::ReduceMmaFamily>(
+                "cuda",
+                "nvidia-h200",
+                black_box(&p),
+                Tier::Fast,
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, selection);
 criterion_main!(benches);
