@@ -61,6 +61,66 @@ impl DType {
         }
     }
 
+    /// `round_T` of every value (f16's through the host's vector conversions where it has
+    /// them, `half`'s slice API: the facade rounds each call's x to f16 for the fast
+    /// tier).
+    pub fn round_all(self, values: &[f32]) -> Vec<f32> {
+        use half::slice::HalfFloatSliceExt;
+        match self {
+            DType::F32 => values.to_vec(),
+            DType::Bf16 => values.iter().map(|&v| self.round(v)).collect(),
+            DType::F16 => {
+                let mut out = vec![0.0f32; values.len()];
+                let mut h = [f16::ZERO; 256];
+                for (src, dst) in values.chunks(256).zip(out.chunks_mut(256)) {
+                    let h = &mut h[..src.len()];
+                    h.convert_from_f32_slice(src);
+                    h.convert_to_f32_slice(dst);
+                }
+                out
+            }
+        }
+    }
+
+    /// The index of the first of `values` that is not one of the dtype's ([`Self::holds`]),
+    /// checked a block at a time so the check vectorizes (the facade checks each call's
+    /// x; a value at a time took longer than the rest of the call's host work).
+    pub fn first_foreign(self, values: &[f32]) -> Option<usize> {
+        const BLOCK: usize = 256;
+        let block_holds = |c: &[f32]| match self {
+            DType::F32 => true,
+            DType::Bf16 => c
+                .iter()
+                .fold(true, |a, &v| a & (v.is_nan() | (v.to_bits() & 0xFFFF == 0))),
+            DType::F16 => {
+                let r = self.round_all(c);
+                c.iter().zip(&r).fold(true, |a, (v, r)| {
+                    a & (v.is_nan() | (v.to_bits() == r.to_bits()))
+                })
+            }
+        };
+        let b = values.chunks(BLOCK).position(|c| !block_holds(c))?;
+        let start = b * BLOCK;
+        values[start..]
+            .iter()
+            .position(|&v| !self.holds(v))
+            .map(|i| start + i)
+    }
+
+    /// Whether `v` is one of the dtype's values (`round(v)` is `v`), a NaN counting as the
+    /// dtype's NaN. bf16's values are the f32s whose low 16 bits are zero: a test of bits,
+    /// where `round` rounds in software (every facade call checks x this way, several
+    /// thousand values).
+    #[inline]
+    pub fn holds(self, v: f32) -> bool {
+        v.is_nan()
+            || match self {
+                DType::Bf16 => v.to_bits() & 0xFFFF == 0,
+                DType::F16 => f16::from_f32(v).to_f32().to_bits() == v.to_bits(),
+                DType::F32 => true,
+            }
+    }
+
     /// `round_T` of an f64, nearest-even in one rounding (subnormals of T included; past
     /// T's largest finite value, infinity), returned as the (exact) f32 value. For results
     /// computed in f64, where rounding to f32 first could round twice.
@@ -98,11 +158,41 @@ impl DType {
         Ok(out)
     }
 
+    // Written a block of fixed-size chunks at a time, so the loops vectorize: the facade
+    // encodes each call's x and decodes its y (thousands of values; a value at a time
+    // was most of a call's host work).
     fn encode_into(self, values: &[f32], out: &mut Vec<u8>) {
+        use half::slice::HalfFloatSliceExt;
+        let start = out.len();
+        out.resize(start + values.len() * self.size(), 0);
+        let dst = &mut out[start..];
         match self {
-            DType::Bf16 => out.extend(values.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes())),
-            DType::F16 => out.extend(values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes())),
-            DType::F32 => out.extend(values.iter().flat_map(|&v| v.to_le_bytes())),
+            // A bf16 value (what callers pass) is its f32's top half; others round.
+            DType::Bf16 => {
+                for (o, &v) in dst.as_chunks_mut::<2>().0.iter_mut().zip(values) {
+                    let b = v.to_bits();
+                    *o = if b & 0xFFFF == 0 && !v.is_nan() {
+                        ((b >> 16) as u16).to_le_bytes()
+                    } else {
+                        bf16::from_f32(v).to_le_bytes()
+                    };
+                }
+            }
+            DType::F16 => {
+                let mut h = [f16::ZERO; 256];
+                for (src, o) in values.chunks(256).zip(dst.chunks_mut(512)) {
+                    let h = &mut h[..src.len()];
+                    h.convert_from_f32_slice(src);
+                    for (o, v) in o.as_chunks_mut::<2>().0.iter_mut().zip(h.iter()) {
+                        *o = v.to_le_bytes();
+                    }
+                }
+            }
+            DType::F32 => {
+                for (o, v) in dst.as_chunks_mut::<4>().0.iter_mut().zip(values) {
+                    *o = v.to_le_bytes();
+                }
+            }
         }
     }
 
@@ -123,21 +213,36 @@ impl DType {
 
     fn decode_into(self, bytes: &[u8], out: &mut Vec<f32>) {
         match self {
-            DType::Bf16 => out.extend(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-            ),
-            DType::F16 => out.extend(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()),
-            ),
-            DType::F32 => out.extend(
-                bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            ),
+            // bf16's bits are the f32's top half: a shift a value (a NaN made quiet, as
+            // `half` does), where `half`'s conversion is a call a value.
+            DType::Bf16 => {
+                let start = out.len();
+                out.resize(start + bytes.len() / 2, 0.0);
+                let (pairs, _) = bytes.as_chunks::<2>();
+                for (o, &b) in out[start..].iter_mut().zip(pairs) {
+                    let h = u16::from_le_bytes(b);
+                    let h = h | (u16::from(h & 0x7FFF > 0x7F80) << 6);
+                    *o = f32::from_bits(u32::from(h) << 16);
+                }
+            }
+            DType::F16 => {
+                use half::slice::HalfFloatSliceExt;
+                let start = out.len();
+                out.resize(start + bytes.len() / 2, 0.0);
+                let mut h = [f16::ZERO; 256];
+                let (pairs, _) = bytes.as_chunks::<2>();
+                for (src, o) in pairs.chunks(256).zip(out[start..].chunks_mut(256)) {
+                    let h = &mut h[..src.len()];
+                    for (h, &b) in h.iter_mut().zip(src) {
+                        *h = f16::from_le_bytes(b);
+                    }
+                    h.convert_to_f32_slice(o);
+                }
+            }
+            DType::F32 => {
+                let (words, _) = bytes.as_chunks::<4>();
+                out.extend(words.iter().map(|&b| f32::from_le_bytes(b)));
+            }
         }
     }
 }
@@ -193,6 +298,81 @@ impl std::fmt::Display for ScaleDType {
 #[cfg(test)]
 mod tests {
     use super::DType;
+
+    /// `holds` is `round(v) == v` (NaN aside), and decoding bf16 by its bits is half's
+    /// conversion, over every bf16 bit pattern and f32s around them.
+    #[test]
+    fn holds_and_decode_agree_with_rounding() {
+        for hi in 0..=u16::MAX {
+            let b = u32::from(hi) << 16;
+            for bits in [b, b | 1, b | 0x8000, b | 0xFFFF] {
+                let v = f32::from_bits(bits);
+                for dt in DType::ALL {
+                    let want = v.is_nan() || dt.round(v).to_bits() == v.to_bits();
+                    assert_eq!(dt.holds(v), want, "{dt:?} {bits:#010x}");
+                }
+            }
+            let got = DType::Bf16.decode(&hi.to_le_bytes())[0];
+            assert_eq!(got.to_bits(), half::bf16::from_bits(hi).to_f32().to_bits());
+            let got = DType::F16.decode(&hi.to_le_bytes())[0];
+            assert_eq!(got.to_bits(), half::f16::from_bits(hi).to_f32().to_bits());
+        }
+        // first_foreign finds the first value holds refuses, wherever it sits.
+        for dt in [DType::Bf16, DType::F16] {
+            let mut v = vec![1.0f32; 1000];
+            assert_eq!(dt.first_foreign(&v), None);
+            for at in [0, 255, 256, 999] {
+                // A NaN beside it (held: NaN is the finiteness checks' to name).
+                v[at ^ 1] = f32::NAN;
+                v[at] = 1.0 + 2f32.powi(-20);
+                assert_eq!(dt.first_foreign(&v), Some(at), "{dt:?} {at}");
+                v[at] = 1.0;
+                v[at ^ 1] = 1.0;
+            }
+        }
+        // encode is half's conversion, value by value, for every dtype.
+        let values: Vec<f32> = (0..70_000u32)
+            .map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761)))
+            .collect();
+        for dt in DType::ALL {
+            let bytes = dt.encode(&values);
+            let want: Vec<u8> = match dt {
+                DType::Bf16 => values
+                    .iter()
+                    .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                    .collect(),
+                DType::F16 => values
+                    .iter()
+                    .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                    .collect(),
+                DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            };
+            assert_eq!(bytes, want, "{dt:?}");
+            // And decode gives the rounded values back, a long slice at once.
+            for (v, d) in values.iter().zip(dt.decode(&bytes)) {
+                let r = dt.round(*v);
+                assert!(
+                    r.to_bits() == d.to_bits() || (r.is_nan() && d.is_nan()),
+                    "{dt:?} {v:e}"
+                );
+            }
+        }
+        // round_all is round, value by value (f16 through the vector conversions).
+        let values: Vec<f32> = (0..70_000u32)
+            .map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761)))
+            .chain([65519.0, 65520.0, -65520.0, 6.0e-8, f32::INFINITY, f32::NAN])
+            .collect();
+        for dt in DType::ALL {
+            let all = dt.round_all(&values);
+            for (v, r) in values.iter().zip(&all) {
+                let want = dt.round(*v);
+                assert!(
+                    r.to_bits() == want.to_bits() || (r.is_nan() && want.is_nan()),
+                    "{dt:?} {v:e}: {r:e} against {want:e}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn round_f64_rounds_once() {

@@ -998,7 +998,7 @@ impl Writer {
         let name = name.into();
         // Its fields are public: a value that is none of its dtype's would be rounded
         // silently (an infinity or a NaN, as an output may hold, is written as it is).
-        let foreign = |v: &f32| !v.is_nan() && a.dtype.round(*v).to_bits() != v.to_bits();
+        let foreign = |v: &f32| !a.dtype.holds(*v);
         if let Some(i) = a.data.iter().position(foreign) {
             self.error.get_or_insert(Error::invalid(
                 format!(

@@ -227,9 +227,11 @@ impl Activations {
                 expected: vec![rows, cols],
             });
         }
+        let rounded = dtype.round_all(&data);
         if let Some(i) = data
             .iter()
-            .position(|&v| v.is_finite() && !dtype.round(v).is_finite())
+            .zip(&rounded)
+            .position(|(v, r)| v.is_finite() && !r.is_finite())
         {
             return Err(Error::invalid(
                 format!("x[{}, {}]", i / cols, i % cols),
@@ -241,7 +243,7 @@ impl Activations {
             dtype,
             rows,
             cols,
-            data: data.into_iter().map(|v| dtype.round(v)).collect(),
+            data: rounded,
         })
     }
 

@@ -473,7 +473,7 @@ fn matvec_launch<B: Backend>(
         let fast = || {
             let d = ReduceMmaDevice {
                 w: wd.get()?,
-                ops: Prescaled::upload(b, x, &[w])?,
+                ops: Prescaled::upload_for(b, x, &[w], &v)?,
             };
             family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first)
         };
@@ -590,7 +590,7 @@ fn gate_up_launch<B: Backend>(
             let d = GateUpMmaDevice {
                 gate: gd.get()?,
                 up: ud.get()?,
-                ops: Prescaled::upload(b, x, &[gate, up])?,
+                ops: Prescaled::upload_for(b, x, &[gate, up], &v)?,
             };
             family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first)
         };

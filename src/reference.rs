@@ -70,11 +70,7 @@ pub fn check_activations(x: &Activations, cols: usize) -> Result<()> {
     }
     // Each value must be one of its dtype's: the kernels read the stored bits, the
     // reference these values (NaN is the finiteness checks' to name).
-    if let Some(i) = x
-        .data
-        .iter()
-        .position(|&v| !v.is_nan() && x.dtype.round(v).to_bits() != v.to_bits())
-    {
+    if let Some(i) = x.dtype.first_foreign(&x.data) {
         return Err(Error::invalid(
             format!("x[{}, {}]", i / x.cols, i % x.cols),
             x.data[i],

@@ -1600,7 +1600,7 @@ fn gate_up_of_two_block_sizes_runs_unfused() {
 /// lane-interleaved copy only for a variant that reads it (every call made and uploaded
 /// it where the columns allowed, a host pass and a second copy a call).
 #[test]
-fn an_exact_launch_uploads_x_once_in_its_variants_layout() {
+fn a_launch_uploads_x_once_in_the_form_its_variant_reads() {
     let cpu = CpuBackend::new().unwrap();
     let g = Geometry::new(24, 2048, 256, 2, 12, Code::OneMad).unwrap();
     let b = CountingUploads::new(&cpu, &g);
@@ -1634,4 +1634,11 @@ fn an_exact_launch_uploads_x_once_in_its_variants_layout() {
     let mid = ops::gate_up_resident(&rw, &ru, &x, Tail::Exact, Tier::Exact).unwrap();
     assert!(mid.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()));
     assert_eq!(b.all.get(), 2, "x once for matvec, once for gate_up");
+    // The fast tier: x in the one form its variant reads (an f16 copy for an `x_f16`
+    // variant, else x) and the factors the host took out of x.
+    b.all.set(0);
+    let y = rw.matvec(&x, Tier::Fast).unwrap();
+    assert_eq!(b.all.get(), 2, "fast: x and its factors");
+    let bound = trellis::check::fast_reduce(&y, &trellis::check::RealSums::of(&w, &x).unwrap());
+    assert!(bound.is_ok(), "{bound:?}");
 }

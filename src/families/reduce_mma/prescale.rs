@@ -64,7 +64,8 @@ pub(crate) fn pow2(e: i32) -> f32 {
 /// exponent leaves the epilogue), the facade runs on its fallback, the exact kernels at
 /// f32 with unit row scales ([`beyond_f16_operands`]).
 pub struct Prescaled<B: Backend> {
-    /// x with `2^-e_n` taken out of each sample n.
+    /// x with `2^-e_n` taken out of each sample n (made for one `x_f16` variant,
+    /// [`Prescaled::upload_for`]: its f16 copy).
     pub x: B::Tensor,
     /// The same rounded to f16 ([`MmaVariant::x_f16`]; bf16 and f32 activations only: a
     /// copy of M x C values, small beside the weights).
@@ -77,8 +78,32 @@ pub struct Prescaled<B: Backend> {
 }
 
 impl<B: Backend> Prescaled<B> {
-    /// Prepare and upload x and the tables of `ws` (the projections, in order).
+    /// Prepare and upload x and the tables of `ws` (the projections, in order), x in
+    /// both forms (as prescaled, and its f16 copy), for any variant.
     pub fn upload(b: &B, x: &Activations, ws: &[&QuantizedMatrix]) -> Result<Self> {
+        Self::prepare(b, x, ws, None)
+    }
+
+    /// [`Prescaled::upload`] for one launch of variant `v` (the facade's): only the x
+    /// that `v` reads, in `x` (for an `x_f16` variant the f16 copy, `x_f16` then
+    /// `None`), where `upload` copies both each call. Crate-private: another variant
+    /// would be given the other element type, which the launch's checks refuse.
+    pub(crate) fn upload_for(
+        b: &B,
+        x: &Activations,
+        ws: &[&QuantizedMatrix],
+        v: &MmaVariant,
+    ) -> Result<Self> {
+        Self::prepare(b, x, ws, Some(v.x_f16))
+    }
+
+    /// `only_f16`: `None` uploads both forms of x, `Some(f16)` the one form.
+    fn prepare(
+        b: &B,
+        x: &Activations,
+        ws: &[&QuantizedMatrix],
+        only_f16: Option<bool>,
+    ) -> Result<Self> {
         // Its fields are public: sized from them only once they agree.
         crate::reference::check_activations(x, x.cols)?;
         let mut xs = x.clone();
@@ -111,13 +136,18 @@ impl<B: Backend> Prescaled<B> {
             }
         }
         let bytes: Vec<u8> = unscale.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let x_up = upload_activations(b, &xs)?;
         // The f16 copy takes the prescaled values themselves (rounded by `from_f32`).
-        let x_f16 = if x.dtype == DType::F16 {
-            None
-        } else {
-            let h = Activations::from_f32(DType::F16, xs.rows, xs.cols, xs.data)?;
-            Some(upload_activations(b, &h)?)
+        let to_f16 = |xs: Activations| {
+            upload_activations(
+                b,
+                &Activations::from_f32(DType::F16, xs.rows, xs.cols, xs.data)?,
+            )
+        };
+        let (x_up, x_f16) = match only_f16 {
+            Some(true) if x.dtype != DType::F16 => (to_f16(xs)?, None),
+            Some(_) => (upload_activations(b, &xs)?, None),
+            None if x.dtype == DType::F16 => (upload_activations(b, &xs)?, None),
+            None => (upload_activations(b, &xs)?, Some(to_f16(xs)?)),
         };
         Ok(Prescaled {
             x: x_up,
@@ -300,5 +330,55 @@ impl OperandFacts {
             table,
             ..facts(false)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Prescaled;
+    use crate::backend::CpuBackend;
+    use crate::families::mma::MmaVariant;
+    use crate::families::reduce_mma::{ReduceMmaDevice, ReduceMmaFamily};
+    use crate::families::DeviceMatrix;
+    use crate::family::{self, Family};
+    use crate::numerics::Tier;
+    use crate::{check, Code, DType, Geometry};
+    use std::sync::Arc;
+
+    /// The facade's upload holds the one form of x its variant reads, and the same device
+    /// data launched with a variant that reads the other form is refused (x's element
+    /// type), not run on the wrong form.
+    #[test]
+    fn upload_for_gives_a_variant_its_form_of_x_and_no_other() {
+        let cpu = CpuBackend::new().unwrap();
+        let g = Geometry::new(16, 512, 256, 2, 12, Code::OneMad).unwrap();
+        let w = check::random_matrix(g, 1);
+        let x = check::random_activations(DType::Bf16, 2, 512, 2);
+        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+        let real = check::RealSums::of(&w, &x).unwrap();
+        let dm = Arc::new(DeviceMatrix::upload(&cpu, &w).unwrap());
+        let plain = MmaVariant {
+            x_f16: false,
+            ..ReduceMmaFamily::default_variant(&p, Tier::Fast)
+        };
+        let f16 = MmaVariant {
+            x_f16: true,
+            ..plain
+        };
+        assert!(Prescaled::upload(&cpu, &x, &[&w]).unwrap().x_f16.is_some());
+        for (v, other) in [(plain, f16), (f16, plain)] {
+            let d = ReduceMmaDevice {
+                w: dm.clone(),
+                ops: Prescaled::upload_for(&cpu, &x, &[&w], &v).unwrap(),
+            };
+            assert!(d.ops.x_f16.is_none(), "{v}");
+            let y = family::run::<ReduceMmaFamily, _>(&cpu, &p, v, &d).unwrap();
+            check::fast_reduce(&y[0], &real).unwrap();
+            let e = family::run::<ReduceMmaFamily, _>(&cpu, &p, other, &d).unwrap_err();
+            assert!(
+                e.to_string().contains("reduce_mma.x") && e.to_string().contains("dtype"),
+                "{other}: {e}"
+            );
+        }
     }
 }

@@ -1,0 +1,112 @@
+//! What a facade call costs beside its kernel: `Resident::matvec` (x checked and copied
+//! to the device, the variant chosen, the launch, y copied back) against the same kernel
+//! bound once and launched alone (then synchronized), in each tier, on the backend
+//! `TRELLIS_BENCH_BACKEND` names (default `cpu`; `cuda` on a GPU). The shape is the
+//! issues' goal key (17408 x 5120, k 3, M 1) on a GPU and 1024 x 4096 on the CPU.
+//!
+//! `cargo bench --bench facade`; on the device, the bench binary built here with
+//! `cargo bench --bench facade --no-run` and run there with `--bench`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
+use trellis::backend::{AnyBackend, Backend, BackendVisitor};
+use trellis::families::reduce::{ReduceFamily, ReduceProblem};
+use trellis::families::reduce_mma::ReduceMmaFamily;
+use trellis::family::{self, Family};
+use trellis::kernel::{Elem, KernelSpec, TensorSpec};
+use trellis::numerics::Tier;
+use trellis::tune::select_for;
+use trellis::{ops, Code, DType, Geometry, ScaleDType};
+
+/// The bound kernel of family `F`'s chosen variant at `p`, launched and synchronized.
+fn bench_kernel<F: Family<Problem = ReduceProblem>, B: Backend>(
+    c: &mut Criterion,
+    name: &str,
+    b: &B,
+    p: &ReduceProblem,
+    tier: Tier,
+) {
+    let v = select_for::<F, B>(b, p, tier).variant;
+    let host = F::random_host(p, 1).expect("random data");
+    let dev = F::upload(b, p, &host).expect("upload");
+    let k = F::kernel(p, v);
+    let launch = k.launch_request().expect("valid");
+    let compiled = b.compile(&launch).expect("compiles");
+    let mut outs = family::alloc_outputs(b, &k).expect("outputs");
+    let inputs = F::inputs(&dev, &v);
+    let mut refs: Vec<_> = outs.iter_mut().collect();
+    let mut bound = b
+        .bind(&compiled, &launch, &inputs, &mut refs)
+        .expect("binds");
+    c.bench_function(name, |bn| {
+        bn.iter(|| {
+            b.run(black_box(&mut bound)).unwrap();
+            b.synchronize().unwrap();
+        })
+    });
+}
+
+struct Facade<'c>(&'c mut Criterion);
+
+impl BackendVisitor for Facade<'_> {
+    type Out = ();
+    fn visit<B: Backend>(self, b: &B) {
+        let (rows, cols) = if b.name() == "cpu" {
+            (1024, 4096)
+        } else {
+            (17408, 5120)
+        };
+        let g = Geometry::new(rows, cols, 256, 3, 12, Code::OneMad).unwrap();
+        let w = trellis::check::random_matrix(g, 1);
+        let x = trellis::check::random_activations(DType::Bf16, 1, cols, 2);
+        let p = ReduceProblem {
+            geometry: g,
+            scale: ScaleDType::F16,
+            act: DType::Bf16,
+            m: 1,
+        };
+        let r = ops::Resident::new(b, &w).expect("resident");
+        let c = self.0;
+        let at = format!("{}/{rows}x{cols}", b.name());
+        // A call's own steps on the backend: x to the device, y allocated and brought back.
+        let xb = x.to_bytes();
+        c.bench_function(&format!("{at}/parts/upload-x"), |bn| {
+            bn.iter(|| b.upload(Elem::Bf16, &[1, cols], black_box(&xb)).unwrap())
+        });
+        let y_spec = TensorSpec {
+            name: "y",
+            elem: Elem::Bf16,
+            shape: vec![1, rows],
+        };
+        c.bench_function(&format!("{at}/parts/alloc-y"), |bn| {
+            bn.iter(|| b.alloc(black_box(&y_spec)).unwrap())
+        });
+        let y = b.alloc(&y_spec).unwrap();
+        c.bench_function(&format!("{at}/parts/download-y"), |bn| {
+            bn.iter(|| b.download(black_box(&y)).unwrap())
+        });
+        for tier in [Tier::Exact, Tier::Fast] {
+            c.bench_function(&format!("{at}/{tier}/resident-matvec"), |bn| {
+                bn.iter(|| r.matvec(black_box(&x), tier).unwrap())
+            });
+            let kernel = format!("{at}/{tier}/kernel");
+            match tier {
+                Tier::Exact => bench_kernel::<ReduceFamily, B>(c, &kernel, b, &p, tier),
+                Tier::Fast => bench_kernel::<ReduceMmaFamily, B>(c, &kernel, b, &p, tier),
+            }
+        }
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let name = std::env::var("TRELLIS_BENCH_BACKEND").unwrap_or_else(|_| "cpu".into());
+    let b = AnyBackend::open(&name).expect("backend");
+    b.visit(Facade(c));
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20);
+    targets = bench
+}
+criterion_main!(benches);
