@@ -64,8 +64,8 @@ pub(crate) fn pow2(e: i32) -> f32 {
 /// exponent leaves the epilogue), the facade runs on its fallback, the exact kernels at
 /// f32 with unit row scales ([`beyond_f16_operands`]).
 pub struct Prescaled<B: Backend> {
-    /// x with `2^-e_n` taken out of each sample n (made for one `x_f16` variant,
-    /// [`Prescaled::upload_for`]: its f16 copy).
+    /// x with `2^-e_n` taken out of each sample n (made by the facade for one `x_f16`
+    /// variant: its f16 copy).
     pub x: B::Tensor,
     /// The same rounded to f16 ([`MmaVariant::x_f16`]; bf16 and f32 activations only: a
     /// copy of M x C values, small beside the weights).
