@@ -31,7 +31,7 @@ fn bench_family<F: Family>(
     let launch = k.launch_request().expect("valid");
     let compiled = b.compile(&launch).expect("compiles");
     let mut outs = family::alloc_outputs(b, &k).expect("outputs");
-    let inputs = F::inputs(&dev, &v);
+    let inputs = F::inputs(&dev, &v).expect("inputs");
     let mut refs: Vec<_> = outs.iter_mut().collect();
     let mut bound = b
         .bind(&compiled, &launch, &inputs, &mut refs)

@@ -33,7 +33,7 @@ fn bench_kernel<F: Family<Problem = ReduceProblem>, B: Backend>(
     let launch = k.launch_request().expect("valid");
     let compiled = b.compile(&launch).expect("compiles");
     let mut outs = family::alloc_outputs(b, &k).expect("outputs");
-    let inputs = F::inputs(&dev, &v);
+    let inputs = F::inputs(&dev, &v).expect("inputs");
     let mut refs: Vec<_> = outs.iter_mut().collect();
     let mut bound = b
         .bind(&compiled, &launch, &inputs, &mut refs)
@@ -51,10 +51,10 @@ struct Facade<'c>(&'c mut Criterion);
 impl BackendVisitor for Facade<'_> {
     type Out = ();
     fn visit<B: Backend>(self, b: &B) {
-        let (rows, cols) = if b.name() == "cpu" {
-            (1024, 4096)
-        } else {
+        let (rows, cols) = if trellis::backend::runs_on_gpu(b.name()) {
             (17408, 5120)
+        } else {
+            (1024, 4096)
         };
         let g = Geometry::new(rows, cols, 256, 3, 12, Code::OneMad).unwrap();
         let w = trellis::check::random_matrix(g, 1);

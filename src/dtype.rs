@@ -14,6 +14,17 @@ pub enum DType {
     F32,
 }
 
+/// Values a block for the slice conversions and checks below: large enough to
+/// vectorize, small enough for a stack buffer.
+const BLOCK: usize = 256;
+
+/// Whether `v` is one of bf16's values (or a NaN of it): bf16 is f32's top half, so its
+/// values are the f32s whose low 16 bits are zero.
+#[inline]
+fn bf16_holds(v: f32) -> bool {
+    v.to_bits() & 0xFFFF == 0
+}
+
 impl DType {
     /// Every activation dtype.
     pub const ALL: [DType; 3] = [DType::Bf16, DType::F16, DType::F32];
@@ -61,23 +72,31 @@ impl DType {
         }
     }
 
-    /// `round_T` of every value (f16's through the host's vector conversions where it has
-    /// them, `half`'s slice API: the facade rounds each call's x to f16 for the fast
-    /// tier).
-    pub fn round_all(self, values: &[f32]) -> Vec<f32> {
+    /// `round_T` of every value in place (f16's through the host's vector conversions
+    /// where it has them, `half`'s slice API: the facade rounds each call's x to f16 for
+    /// the fast tier). Stops at the first finite value that rounds to infinity and gives
+    /// its index and value (the slice then rounded only up to its block).
+    pub fn round_in_place(self, values: &mut [f32]) -> Option<(usize, f32)> {
         use half::slice::HalfFloatSliceExt;
+        let overflow =
+            |i: usize, v: f32, r: f32| (v.is_finite() && !r.is_finite()).then_some((i, v));
         match self {
-            DType::F32 => values.to_vec(),
-            DType::Bf16 => values.iter().map(|&v| self.round(v)).collect(),
+            DType::F32 => None,
+            DType::Bf16 => values.iter_mut().enumerate().find_map(|(i, v)| {
+                let r = self.round(*v);
+                let o = overflow(i, *v, r);
+                *v = r;
+                o
+            }),
             DType::F16 => {
-                let mut out = vec![0.0f32; values.len()];
-                let mut h = [f16::ZERO; 256];
-                for (src, dst) in values.chunks(256).zip(out.chunks_mut(256)) {
-                    let h = &mut h[..src.len()];
-                    h.convert_from_f32_slice(src);
-                    h.convert_to_f32_slice(dst);
-                }
-                out
+                let (mut h, mut was) = ([f16::ZERO; BLOCK], [0f32; BLOCK]);
+                values.chunks_mut(BLOCK).enumerate().find_map(|(b, c)| {
+                    let (h, was) = (&mut h[..c.len()], &mut was[..c.len()]);
+                    was.copy_from_slice(c);
+                    h.convert_from_f32_slice(c);
+                    h.convert_to_f32_slice(c);
+                    (0..c.len()).find_map(|i| overflow(b * BLOCK + i, was[i], c[i]))
+                })
             }
         }
     }
@@ -86,15 +105,17 @@ impl DType {
     /// checked a block at a time so the check vectorizes (the facade checks each call's
     /// x; a value at a time took longer than the rest of the call's host work).
     pub fn first_foreign(self, values: &[f32]) -> Option<usize> {
-        const BLOCK: usize = 256;
-        let block_holds = |c: &[f32]| match self {
+        let mut rounded = [0f32; BLOCK];
+        let mut block_holds = |c: &[f32]| match self {
             DType::F32 => true,
             DType::Bf16 => c
                 .iter()
-                .fold(true, |a, &v| a & (v.is_nan() | (v.to_bits() & 0xFFFF == 0))),
+                .fold(true, |a, &v| a & (v.is_nan() | bf16_holds(v))),
             DType::F16 => {
-                let r = self.round_all(c);
-                c.iter().zip(&r).fold(true, |a, (v, r)| {
+                let r = &mut rounded[..c.len()];
+                r.copy_from_slice(c);
+                self.round_in_place(r);
+                c.iter().zip(r.iter()).fold(true, |a, (v, r)| {
                     a & (v.is_nan() | (v.to_bits() == r.to_bits()))
                 })
             }
@@ -115,8 +136,8 @@ impl DType {
     pub fn holds(self, v: f32) -> bool {
         v.is_nan()
             || match self {
-                DType::Bf16 => v.to_bits() & 0xFFFF == 0,
-                DType::F16 => f16::from_f32(v).to_f32().to_bits() == v.to_bits(),
+                DType::Bf16 => bf16_holds(v),
+                DType::F16 => self.round(v).to_bits() == v.to_bits(),
                 DType::F32 => true,
             }
     }
@@ -171,7 +192,7 @@ impl DType {
             DType::Bf16 => {
                 for (o, &v) in dst.as_chunks_mut::<2>().0.iter_mut().zip(values) {
                     let b = v.to_bits();
-                    *o = if b & 0xFFFF == 0 && !v.is_nan() {
+                    *o = if bf16_holds(v) && !v.is_nan() {
                         ((b >> 16) as u16).to_le_bytes()
                     } else {
                         bf16::from_f32(v).to_le_bytes()
@@ -357,19 +378,36 @@ mod tests {
                 );
             }
         }
-        // round_all is round, value by value (f16 through the vector conversions).
+        // round_in_place is round, value by value (f16 through the vector conversions),
+        // over the values that do not overflow the dtype; and it names the first finite
+        // value that does (its index and value), wherever it sits in its block.
         let values: Vec<f32> = (0..70_000u32)
             .map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761)))
-            .chain([65519.0, 65520.0, -65520.0, 6.0e-8, f32::INFINITY, f32::NAN])
+            .chain([65519.0, 65504.0, -65519.0, 6.0e-8, f32::INFINITY, f32::NAN])
             .collect();
         for dt in DType::ALL {
-            let all = dt.round_all(&values);
-            for (v, r) in values.iter().zip(&all) {
+            let fits: Vec<f32> = values
+                .iter()
+                .copied()
+                .filter(|v| !v.is_finite() || dt.round(*v).is_finite())
+                .collect();
+            let mut all = fits.clone();
+            assert_eq!(dt.round_in_place(&mut all), None, "{dt:?}");
+            for (v, r) in fits.iter().zip(&all) {
                 let want = dt.round(*v);
                 assert!(
                     r.to_bits() == want.to_bits() || (r.is_nan() && want.is_nan()),
                     "{dt:?} {v:e}: {r:e} against {want:e}"
                 );
+            }
+            if dt == DType::F32 {
+                continue;
+            }
+            let big = if dt == DType::F16 { 65520.0 } else { f32::MAX };
+            for at in [0, 300, 999] {
+                let mut v = fits[..1000].to_vec();
+                v[at] = -big;
+                assert_eq!(dt.round_in_place(&mut v), Some((at, -big)), "{dt:?} {at}");
             }
         }
     }

@@ -100,8 +100,12 @@ pub trait Family: 'static {
 
     /// Upload the host data.
     fn upload<B: Backend>(b: &B, p: &Self::Problem, host: &Self::Host) -> Result<Self::Device<B>>;
-    /// The kernel's inputs, in declaration order, for a variant.
-    fn inputs<'d, B: Backend>(d: &'d Self::Device<B>, v: &Self::Variant) -> Vec<&'d B::Tensor>;
+    /// The kernel's inputs, in declaration order, for a variant; an error where the
+    /// device data lacks a form the variant reads (data uploaded for another variant).
+    fn inputs<'d, B: Backend>(
+        d: &'d Self::Device<B>,
+        v: &Self::Variant,
+    ) -> Result<Vec<&'d B::Tensor>>;
     /// Bytes a launch must move at least (for the bandwidth column of reports).
     fn bytes(p: &Self::Problem) -> usize;
     /// The problem a command line describes (`trellis select`); families that cannot be
@@ -194,7 +198,7 @@ pub fn launch_into<F: Family, B: Backend>(
 ) -> Result<()> {
     let k = F::kernel(p, v);
     let launch = k.launch_request()?;
-    let inputs = F::inputs(d, &v);
+    let inputs = F::inputs(d, &v)?;
     let mut outs: Vec<&mut B::Tensor> = outputs.iter_mut().collect();
     b.launch_into(&launch, &inputs, &mut outs)
 }

@@ -1072,13 +1072,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// a device or a pipe with a file) that is not read-only. The existing file's
 /// permissions, which the new one takes.
 pub fn check_output(path: &Path) -> Result<Option<std::fs::Permissions>> {
-    // `out.st/` names a directory (its file name reads `out.st`, and the write failed
-    // only after the work); `.` and `..` name no file.
-    let trailing = path
-        .as_os_str()
-        .as_encoded_bytes()
-        .last()
-        .is_some_and(|&b| std::path::is_separator(b as char));
+    // `out.st/` and `out.st/.` name a directory (their file name reads `out.st`, and
+    // the write failed only after the work); `.` and `..` name no file.
+    let text = path.as_os_str().as_encoded_bytes();
+    let sep = |b: &u8| std::path::is_separator(*b as char);
+    let trailing = text.last().is_some_and(sep)
+        || (text.ends_with(b".") && (text.len() == 1 || sep(&text[text.len() - 2])));
     if trailing || path.file_name().is_none() {
         return Err(Error::file(path, "names a directory, not a file"));
     }

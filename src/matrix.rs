@@ -227,15 +227,11 @@ impl Activations {
                 expected: vec![rows, cols],
             });
         }
-        let rounded = dtype.round_all(&data);
-        if let Some(i) = data
-            .iter()
-            .zip(&rounded)
-            .position(|(v, r)| v.is_finite() && !r.is_finite())
-        {
+        let mut data = data;
+        if let Some((i, v)) = dtype.round_in_place(&mut data) {
             return Err(Error::invalid(
                 format!("x[{}, {}]", i / cols, i % cols),
-                data[i],
+                v,
                 format!("overflows {dtype}"),
             ));
         }
@@ -243,7 +239,7 @@ impl Activations {
             dtype,
             rows,
             cols,
-            data: rounded,
+            data,
         })
     }
 

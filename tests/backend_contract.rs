@@ -46,7 +46,7 @@ fn a_bound_kernel_outlives_its_backend_and_compiled_handle() {
     let k = ReduceMmaFamily::kernel(&p, v);
     let launch = k.launch_request().unwrap();
     let mut outs = family::alloc_outputs(&keep, &k).unwrap();
-    let inputs = ReduceMmaFamily::inputs(&dev, &v);
+    let inputs = ReduceMmaFamily::inputs(&dev, &v).unwrap();
     {
         let mut refs: Vec<_> = outs.iter_mut().collect();
         let mut bound = {

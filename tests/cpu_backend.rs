@@ -1596,9 +1596,11 @@ fn gate_up_of_two_block_sizes_runs_unfused() {
     assert!(msg.contains("up.rows = 39"), "{msg}");
 }
 
-/// A resident matrix's exact launch uploads x once, in the layout its variant reads: the
-/// lane-interleaved copy only for a variant that reads it (every call made and uploaded
-/// it where the columns allowed, a host pass and a second copy a call).
+/// A resident matrix's launch uploads x once, in the form its variant reads: exact, the
+/// lane-interleaved copy or x (every call made and uploaded both where the columns
+/// allowed, a host pass and a second copy a call); fast, x or its f16 copy, with the
+/// factors the host took out of it. Device data made for one layout and launched with a
+/// variant of the other is an error.
 #[test]
 fn a_launch_uploads_x_once_in_the_form_its_variant_reads() {
     let cpu = CpuBackend::new().unwrap();
@@ -1621,11 +1623,36 @@ fn a_launch_uploads_x_once_in_the_form_its_variant_reads() {
         ops::Resident::new(&b, &u).unwrap(),
     );
     let want = reference::reduce(&w, &x).unwrap();
-    for (v, uploads) in [(plain, 1), (interleaved, 2)] {
+    for v in [plain, interleaved] {
         b.all.set(0);
         let y = rw.matvec_with(&x, v).unwrap();
-        assert_eq!(b.all.get(), uploads, "{v}");
+        assert_eq!(b.all.get(), 1, "{v}");
         assert!(y.bits_eq(&want), "{v}");
+    }
+    // Activations uploaded for one layout, launched with a variant that reads the
+    // other: an error naming the field (both layouts have one shape and dtype, so no
+    // tensor check would see it), not a sum over the wrong layout.
+    let p = ops::reduce_problem(&w, &x).unwrap();
+    let dm = std::sync::Arc::new(trellis::families::DeviceMatrix::upload(&cpu, &w).unwrap());
+    for (made_for, launched) in [(plain, interleaved), (interleaved, plain)] {
+        let d = trellis::families::reduce::ReduceDevice {
+            w: dm.clone(),
+            x: trellis::families::DeviceActivations::upload_for(&cpu, &x, &made_for).unwrap(),
+        };
+        let y = trellis::family::run::<trellis::families::reduce::ReduceFamily, _>(
+            &cpu, &p, made_for, &d,
+        )
+        .unwrap();
+        assert!(y[0].bits_eq(&want), "{made_for}");
+        let e = trellis::family::run::<trellis::families::reduce::ReduceFamily, _>(
+            &cpu, &p, launched, &d,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("interleaved_x") && e.contains("uploaded without"),
+            "{e}"
+        );
     }
     // The table's choice (the default on this machine's cpu), resident pairs too.
     b.all.set(0);

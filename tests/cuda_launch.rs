@@ -194,7 +194,7 @@ fn a_bound_kernel_runs_on_another_thread() {
     let compiled = b.compile(&launch).unwrap();
     let mut outs = family::alloc_outputs(&b, &k).unwrap();
     {
-        let inputs = ReduceMmaFamily::inputs(&dev, &v);
+        let inputs = ReduceMmaFamily::inputs(&dev, &v).unwrap();
         let mut refs: Vec<_> = outs.iter_mut().collect();
         let mut bound = b.bind(&compiled, &launch, &inputs, &mut refs).unwrap();
         std::thread::scope(|s| {

@@ -61,7 +61,7 @@ fn check_parts<B: Backend>(b: &B, per: usize) -> usize {
             let outs = b
                 .launch(
                     &k.launch_request().unwrap(),
-                    &GateUpMmaFamily::inputs(&dev, &v),
+                    &GateUpMmaFamily::inputs(&dev, &v).unwrap(),
                 )
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let got: Vec<_> = outs

@@ -1615,9 +1615,11 @@ fn an_unwritable_out_is_the_first_error() {
     // file name reads as a file's, and the write failed only after the work).
     let no_dir = s(&d.path("no-such-dir/o.safetensors")).to_string();
     let slash = format!("{}/", s(&d.path("o.safetensors")));
+    let dot = format!("{}/.", s(&d.path("o.safetensors")));
     for (o, reason) in [
         (no_dir.as_str(), "its directory does not exist"),
         (slash.as_str(), "names a directory, not a file"),
+        (dot.as_str(), "names a directory, not a file"),
         (".", "names a directory, not a file"),
     ] {
         unwritable_out_first(o, m, reason);

@@ -209,8 +209,8 @@ impl Family for ExpandFamily {
     ) -> Result<DeviceMatrix<B>> {
         DeviceMatrix::upload(b, w)
     }
-    fn inputs<'d, B: Backend>(d: &'d DeviceMatrix<B>, v: &Variant) -> Vec<&'d B::Tensor> {
-        vec![&d.codes, &d.scales, d.table(v.repr)]
+    fn inputs<'d, B: Backend>(d: &'d DeviceMatrix<B>, v: &Variant) -> Result<Vec<&'d B::Tensor>> {
+        Ok(vec![&d.codes, &d.scales, d.table(v.repr)])
     }
     fn bytes(p: &ExpandProblem) -> usize {
         let g = &p.geometry;

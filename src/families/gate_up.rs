@@ -520,16 +520,16 @@ impl Family for GateUpFamily {
     fn upload<B: Backend>(b: &B, _p: &GateUpProblem, h: &GateUpHost) -> Result<GateUpDevice<B>> {
         GateUpDevice::upload(b, &h.gate, &h.up, &h.x)
     }
-    fn inputs<'d, B: Backend>(d: &'d GateUpDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
-        vec![
-            d.x.for_variant(v),
+    fn inputs<'d, B: Backend>(d: &'d GateUpDevice<B>, v: &Variant) -> Result<Vec<&'d B::Tensor>> {
+        Ok(vec![
+            d.x.for_variant(v)?,
             &d.gate.codes,
             d.gate.row_scales(d.x.elem(), v.repr),
             d.gate.table(v.repr),
             &d.up.codes,
             d.up.row_scales(d.x.elem(), v.repr),
             d.up.table(v.repr),
-        ]
+        ])
     }
     fn problem(s: &ProblemSpec) -> Result<GateUpProblem> {
         GateUpProblem::from_spec(s, MAX_M)

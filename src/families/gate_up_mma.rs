@@ -388,8 +388,11 @@ impl Family for GateUpMmaFamily {
     ) -> Result<GateUpMmaDevice<B>> {
         GateUpMmaDevice::upload(b, &h.gate, &h.up, &h.x)
     }
-    fn inputs<'d, B: Backend>(d: &'d GateUpMmaDevice<B>, v: &MmaVariant) -> Vec<&'d B::Tensor> {
-        vec![
+    fn inputs<'d, B: Backend>(
+        d: &'d GateUpMmaDevice<B>,
+        v: &MmaVariant,
+    ) -> Result<Vec<&'d B::Tensor>> {
+        Ok(vec![
             d.ops.x_for(v),
             &d.gate.codes,
             &d.gate.scales,
@@ -398,7 +401,7 @@ impl Family for GateUpMmaFamily {
             &d.up.scales,
             d.ops.table(1, &d.up),
             &d.ops.unscale,
-        ]
+        ])
     }
     fn problem(s: &ProblemSpec) -> Result<GateUpMmaProblem> {
         GateUpMmaProblem::from_spec(s, MAX_M_MMA)

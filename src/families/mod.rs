@@ -21,7 +21,7 @@ use crate::error::Result;
 use crate::families::simt::{Proj, Representation, RowScales, Variant};
 use crate::family::{Family, FamilyVisitor};
 use crate::geometry::Geometry;
-use crate::kernel::{Backend, DeviceTensor as _, Elem};
+use crate::kernel::{Backend, Elem};
 use crate::matrix::{Activations, QuantizedMatrix};
 
 /// Visit every registered family. Adding a family is its module, its template, and
@@ -153,47 +153,62 @@ pub fn upload_activations<B: Backend>(b: &B, x: &Activations) -> Result<B::Tenso
 /// lane-interleaved ([`Activations::lane_interleaved`], for [`Variant::interleaved_x`];
 /// a copy of M x C values, small beside the weights).
 pub struct DeviceActivations<B: Backend> {
-    x: B::Tensor,
+    /// x as it is (absent where uploaded for an interleaved variant alone).
+    x: Option<B::Tensor>,
     interleaved: Option<B::Tensor>,
+    elem: Elem,
 }
 
 impl<B: Backend> DeviceActivations<B> {
     /// Upload `x` in both layouts (the interleaved one where `cols` allows it).
     pub fn upload(b: &B, x: &Activations) -> Result<Self> {
         Ok(DeviceActivations {
-            x: upload_activations(b, x)?,
+            x: Some(upload_activations(b, x)?),
             interleaved: x
                 .lane_interleaved()
                 .map(|xi| upload_activations(b, &xi))
                 .transpose()?,
+            elem: x.dtype.into(),
         })
     }
-    /// Upload `x` for one launch of variant `v` (the facade's): the lane-interleaved copy
-    /// only where `v` reads it, where [`DeviceActivations::upload`] makes it for every
-    /// variant a tuner may try (a host pass and a second copy to the device each call).
-    /// Crate-private: launched with another variant, an interleaved one would find no
-    /// copy of its layout.
-    pub(crate) fn upload_for(b: &B, x: &Activations, v: &Variant) -> Result<Self> {
-        if v.interleaved_x {
-            return Self::upload(b, x);
-        }
+    /// Upload `x` for one launch of variant `v` (the facade's) in the one layout `v`
+    /// reads, where [`DeviceActivations::upload`] makes both for every variant a tuner
+    /// may try (a host pass and a second copy to the device each call).
+    pub fn upload_for(b: &B, x: &Activations, v: &Variant) -> Result<Self> {
+        let interleaved = match v.interleaved_x {
+            true => x.lane_interleaved(),
+            false => None,
+        };
         Ok(DeviceActivations {
-            x: upload_activations(b, x)?,
-            interleaved: None,
+            x: match interleaved {
+                Some(_) => None,
+                None => Some(upload_activations(b, x)?),
+            },
+            interleaved: interleaved
+                .map(|xi| upload_activations(b, &xi))
+                .transpose()?,
+            elem: x.dtype.into(),
         })
     }
-    /// The layout variant `v` reads. An interleaved variant validates only where the
-    /// columns have the interleaved copy (`simt::check_common`), which
-    /// [`DeviceActivations::upload`] then makes.
-    pub fn for_variant(&self, v: &Variant) -> &B::Tensor {
-        match (&self.interleaved, v.interleaved_x) {
-            (Some(xi), true) => xi,
-            _ => &self.x,
-        }
+    /// The layout variant `v` reads; an error naming `interleaved_x` where that layout
+    /// was not uploaded (an interleaved variant validates only where the columns allow
+    /// the interleaved copy, `simt::check_common`, which `upload` then makes).
+    pub fn for_variant(&self, v: &Variant) -> Result<&B::Tensor> {
+        let (t, layout) = match v.interleaved_x {
+            true => (&self.interleaved, "their lane-interleaved copy"),
+            false => (&self.x, "x as it is"),
+        };
+        t.as_ref().ok_or_else(|| {
+            crate::Error::invalid(
+                "interleaved_x",
+                v.interleaved_x,
+                format!("these activations were uploaded without {layout}"),
+            )
+        })
     }
     /// The activations' element type.
     pub fn elem(&self) -> Elem {
-        self.x.elem()
+        self.elem
     }
 }
 

@@ -389,13 +389,13 @@ impl Family for ReduceFamily {
     fn upload<B: Backend>(b: &B, _p: &ReduceProblem, host: &ReduceHost) -> Result<ReduceDevice<B>> {
         ReduceDevice::upload(b, &host.w, &host.x)
     }
-    fn inputs<'d, B: Backend>(d: &'d ReduceDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
-        vec![
-            d.x.for_variant(v),
+    fn inputs<'d, B: Backend>(d: &'d ReduceDevice<B>, v: &Variant) -> Result<Vec<&'d B::Tensor>> {
+        Ok(vec![
+            d.x.for_variant(v)?,
             &d.w.codes,
             d.w.row_scales(d.x.elem(), v.repr),
             d.w.table(v.repr),
-        ]
+        ])
     }
     fn problem(s: &ProblemSpec) -> Result<ReduceProblem> {
         ReduceProblem::from_spec(s, MAX_M)

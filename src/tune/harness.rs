@@ -525,7 +525,8 @@ fn verify_candidate<F: Family, B: Backend>(
 /// that pace), plus `candidate_timeout` for one launch that runs long. A launch hung
 /// past that is the supervisor's to kill.
 pub fn timing_allowance(o: &TuneOptions, launch: Duration) -> Duration {
-    let round = (o.min_reps * o.batch + 3) as u32;
+    let round =
+        u32::try_from(o.min_reps.saturating_mul(o.batch).saturating_add(3)).unwrap_or(u32::MAX);
     // Saturating: the options are the caller's (a timeout of u64::MAX seconds overflowed).
     [
         o.time_cap,
@@ -558,7 +559,7 @@ fn time_candidate<F: Family, B: Backend>(
         outs.iter_mut().map(|o| o.iter_mut().collect()).collect();
     let mut bound = Vec::with_capacity(refs.len());
     for (d, out) in inst.devices.iter().zip(refs.iter_mut()) {
-        bound.push(b.bind(&compiled, &launch, &F::inputs(d, &v), out)?);
+        bound.push(b.bind(&compiled, &launch, &F::inputs(d, &v)?, out)?);
     }
     measure(b, o, bound.len(), cutoff, |i| b.run(&mut bound[i]))
 }

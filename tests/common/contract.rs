@@ -63,7 +63,7 @@ pub fn zeroed_when_bound<B: Backend>(b: &B) {
             b.upload(s.elem, &s.shape, &bytes).unwrap()
         })
         .collect();
-    let inputs = ReduceMmaFamily::inputs(&dev, &v);
+    let inputs = ReduceMmaFamily::inputs(&dev, &v).unwrap();
     let mut refs: Vec<_> = outs.iter_mut().collect();
     b.launch_into(&launch, &inputs, &mut refs).unwrap();
     let got = family::download(b, &outs[0]).unwrap();
@@ -92,7 +92,7 @@ pub fn binds_only_its_own<B: Backend>(b: &B) {
     let compiled_other = b.compile(&other.launch_request().unwrap()).unwrap();
     let mut outs = family::alloc_outputs(b, &k).unwrap();
     let mut refs: Vec<_> = outs.iter_mut().collect();
-    let inputs = ReduceMmaFamily::inputs(&dev, &v);
+    let inputs = ReduceMmaFamily::inputs(&dev, &v).unwrap();
     let e = b
         .bind(&compiled_other, &launch, &inputs, &mut refs)
         .err()
@@ -122,8 +122,12 @@ pub fn empty_grid_runs_nothing<B: Backend>(b: &B) {
             b.alloc(&launch.outputs[1]).unwrap(),
         ];
         let mut refs: Vec<_> = out.iter_mut().collect();
-        b.launch_into(&launch, &ReduceMmaFamily::inputs(&dev, &v), &mut refs)
-            .unwrap();
+        b.launch_into(
+            &launch,
+            &ReduceMmaFamily::inputs(&dev, &v).unwrap(),
+            &mut refs,
+        )
+        .unwrap();
         assert_eq!(
             b.download(&out[0]).unwrap(),
             before,

@@ -98,7 +98,12 @@ pub struct TuneArgs {
 fn parse_duration(field: &str, s: &str) -> Result<Duration> {
     let bad = || Error::invalid(field, s, "expected a number with s, m or h (e.g. 90s, 10m)");
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?);
-    let n: u64 = n.parse().map_err(|_| bad())?;
+    // Digits past u64 are a number past the limit, not a malformed one.
+    let n: u64 = match n.parse() {
+        Ok(n) => n,
+        Err(_) if !n.is_empty() => u64::MAX,
+        Err(_) => return Err(bad()),
+    };
     let secs = match unit {
         "s" => Some(n),
         "m" => n.checked_mul(60),

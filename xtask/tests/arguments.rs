@@ -226,7 +226,7 @@ fn tune_durations_are_bounded() {
                 out,
             ],
             1,
-            &[&flag[2..], value],
+            &[&flag[2..], value, "at most 8760h"],
         );
     }
 }

@@ -178,8 +178,8 @@ pub mod family {
                 s: b.upload(Elem::F32, &[p.rows], &DType::F32.encode(&h.s))?,
             })
         }
-        fn inputs<'d, B: Backend>(d: &'d Device<B>, _v: &Variant) -> Vec<&'d B::Tensor> {
-            vec![&d.x, &d.s]
+        fn inputs<'d, B: Backend>(d: &'d Device<B>, _v: &Variant) -> Result<Vec<&'d B::Tensor>> {
+            Ok(vec![&d.x, &d.s])
         }
         fn bytes(p: &Problem) -> usize {
             2 * p.rows * p.cols * p.act.size() + 4 * p.rows

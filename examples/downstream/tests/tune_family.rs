@@ -217,13 +217,13 @@ impl<const D: u8> Family for Planted<D> {
             )?,
         })
     }
-    fn inputs<'d, B: Backend>(d: &'d PlantedDevice<B>, v: &Variant) -> Vec<&'d B::Tensor> {
+    fn inputs<'d, B: Backend>(d: &'d PlantedDevice<B>, v: &Variant) -> Result<Vec<&'d B::Tensor>> {
         let s = if D == WRONG_OUTPUT && v.rows_per_group == 2 {
             &d.doubled
         } else {
             &d.inner.s
         };
-        vec![&d.inner.x, s]
+        Ok(vec![&d.inner.x, s])
     }
     fn bytes(p: &Problem) -> usize {
         ScaleRowsFamily::bytes(p)

@@ -245,14 +245,17 @@ impl Family for ReduceMmaFamily {
     ) -> Result<ReduceMmaDevice<B>> {
         ReduceMmaDevice::upload(b, &host.w, &host.x)
     }
-    fn inputs<'d, B: Backend>(d: &'d ReduceMmaDevice<B>, v: &MmaVariant) -> Vec<&'d B::Tensor> {
-        vec![
+    fn inputs<'d, B: Backend>(
+        d: &'d ReduceMmaDevice<B>,
+        v: &MmaVariant,
+    ) -> Result<Vec<&'d B::Tensor>> {
+        Ok(vec![
             d.ops.x_for(v),
             &d.w.codes,
             &d.w.scales,
             d.ops.table(0, &d.w),
             &d.ops.unscale,
-        ]
+        ])
     }
     fn problem(s: &ProblemSpec) -> Result<ReduceMmaProblem> {
         ReduceMmaProblem::from_spec(s, MAX_M_MMA)

@@ -157,8 +157,10 @@ impl<B: Backend> Prescaled<B> {
         })
     }
 
-    /// The x argument of variant `v`. An `x_f16` variant validates only where the f16
-    /// copy exists (bf16 and f32 activations).
+    /// The x argument of variant `v`: the f16 copy where `v` reads one and there is one
+    /// (an `x_f16` variant validates only for bf16 and f32 activations), else `x` (which
+    /// the facade's upload makes the f16 copy itself; the launch's checks of x's dtype
+    /// refuse a variant given the other form).
     pub fn x_for(&self, v: &MmaVariant) -> &B::Tensor {
         match (&self.x_f16, v.x_f16) {
             (Some(h), true) => h,
