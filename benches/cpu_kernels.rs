@@ -5,14 +5,15 @@
 //! launch alone. Also the selector's answer at the shipped H200 table (host time every
 //! facade call spends before its launch: 48 us before the forty-eighth session, 3 after).
 
+mod common;
+
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use std::hint::black_box;
 use trellis::backend::CpuBackend;
 use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
-use trellis::family::{self, Family};
-use trellis::kernel::{Backend, KernelSpec};
+use trellis::family::Family;
 use trellis::numerics::{Tail, Tier};
 use trellis::tune::{select_for, Selector};
 use trellis::{reference, Code, DType, Geometry, ScaleDType};
@@ -25,18 +26,9 @@ fn bench_family<F: Family>(
     p: &F::Problem,
     v: F::Variant,
 ) {
-    let host = F::random_host(p, 1).expect("random data");
-    let dev = F::upload(b, p, &host).expect("upload");
-    let k = F::kernel(p, v);
-    let launch = k.launch_request().expect("valid");
-    let compiled = b.compile(&launch).expect("compiles");
-    let mut outs = family::alloc_outputs(b, &k).expect("outputs");
-    let inputs = F::inputs(&dev, &v).expect("inputs");
-    let mut refs: Vec<_> = outs.iter_mut().collect();
-    let mut bound = b
-        .bind(&compiled, &launch, &inputs, &mut refs)
-        .expect("binds");
-    group.bench_function(name, |bn| bn.iter(|| b.run(black_box(&mut bound)).unwrap()));
+    common::with_bound_kernel::<F, _>(b, p, v, |launch| {
+        group.bench_function(name, |bn| bn.iter(&mut *launch));
+    });
 }
 
 fn bench(c: &mut Criterion) {

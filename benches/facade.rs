@@ -7,13 +7,15 @@
 //! `cargo bench --bench facade`; on the device, the bench binary built here with
 //! `cargo bench --bench facade --no-run` and run there with `--bench`.
 
+mod common;
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
 use trellis::backend::{AnyBackend, Backend, BackendVisitor};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::ReduceMmaFamily;
-use trellis::family::{self, Family};
-use trellis::kernel::{Elem, KernelSpec, TensorSpec};
+use trellis::family::Family;
+use trellis::kernel::{Elem, TensorSpec};
 use trellis::numerics::Tier;
 use trellis::tune::select_for;
 use trellis::{ops, Code, DType, Geometry, ScaleDType};
@@ -27,22 +29,8 @@ fn bench_kernel<F: Family<Problem = ReduceProblem>, B: Backend>(
     tier: Tier,
 ) {
     let v = select_for::<F, B>(b, p, tier).variant;
-    let host = F::random_host(p, 1).expect("random data");
-    let dev = F::upload(b, p, &host).expect("upload");
-    let k = F::kernel(p, v);
-    let launch = k.launch_request().expect("valid");
-    let compiled = b.compile(&launch).expect("compiles");
-    let mut outs = family::alloc_outputs(b, &k).expect("outputs");
-    let inputs = F::inputs(&dev, &v).expect("inputs");
-    let mut refs: Vec<_> = outs.iter_mut().collect();
-    let mut bound = b
-        .bind(&compiled, &launch, &inputs, &mut refs)
-        .expect("binds");
-    c.bench_function(name, |bn| {
-        bn.iter(|| {
-            b.run(black_box(&mut bound)).unwrap();
-            b.synchronize().unwrap();
-        })
+    common::with_bound_kernel::<F, B>(b, p, v, |launch| {
+        c.bench_function(name, |bn| bn.iter(&mut *launch));
     });
 }
 

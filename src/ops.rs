@@ -364,6 +364,12 @@ impl<'a, B: Backend> Uploaded<'a, B> {
         Ok(())
     }
 
+    /// [`Self::check_weights_finite`] of a gate/up pair, each named.
+    fn check_pair_finite([gate, up]: [&Self; 2], dtype: DType) -> Result<()> {
+        gate.check_weights_finite(dtype).map_err(|e| e.of("gate"))?;
+        up.check_weights_finite(dtype).map_err(|e| e.of("up"))
+    }
+
     /// The upload, made now if no launch made it yet. (Two threads of a [`Resident`]
     /// need not race here: `Resident`s upload when they are made.)
     fn get(&self) -> Result<Arc<DeviceMatrix<B>>> {
@@ -548,12 +554,7 @@ fn gate_up_uploaded<B: Backend>(
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;
         if tier == Tier::Exact {
-            ws[0]
-                .check_weights_finite(x.dtype)
-                .map_err(|e| e.of("gate"))?;
-            ws[1]
-                .check_weights_finite(x.dtype)
-                .map_err(|e| e.of("up"))?;
+            Uploaded::check_pair_finite([&ws[0], &ws[1]], x.dtype)?;
         }
         let (cols, rows) = (gate.geometry.cols, gate.geometry.rows);
         return in_chunks(x, cols, rows, max_samples(tier), |xs| {
@@ -576,8 +577,7 @@ fn gate_up_launch<B: Backend>(
         crate::reference::check_pair(gate, up)?;
         if choice.tier() == Tier::Exact {
             check_finite(x)?;
-            gd.check_weights_finite(x.dtype).map_err(|e| e.of("gate"))?;
-            ud.check_weights_finite(x.dtype).map_err(|e| e.of("up"))?;
+            Uploaded::check_pair_finite([gd, ud], x.dtype)?;
         }
         return gate_up_unfused(b, [gd, ud], x, tail, choice);
     }
@@ -598,8 +598,7 @@ fn gate_up_launch<B: Backend>(
     }
     let p = GateUpFamily::problem_of(gate, up, x, tail)?;
     check_finite(x)?;
-    gd.check_weights_finite(x.dtype).map_err(|e| e.of("gate"))?;
-    ud.check_weights_finite(x.dtype).map_err(|e| e.of("up"))?;
+    Uploaded::check_pair_finite([gd, ud], x.dtype)?;
     let v = choice.exact::<GateUpFamily, B>(b, &p);
     gate_up_exact_launch([gd, ud], x, &p, v)
 }

@@ -8,14 +8,9 @@
 . prototypes/device.sh
 C=/tmp/checks; mkdir -p $C
 gpu_tests $C 150 cuda_launch cuda_threads gate_up_parts
-timeout 150 $D/xtask verify --backend cuda --quick --vectors .vectors --out $C/verify.txt > /dev/null 2> $C/verify_err.txt
-echo "verify rc=$? $(since)"; tail -1 $C/verify.txt
-timeout 150 $D/xtask verify --backend cuda --random ${N_RANDOM:-100} --seed ${SEED:-20261448} \
-  --out $C/random.txt > /dev/null 2> $C/random_err.txt
-echo "random rc=$? $(since)"; tail -1 $C/random.txt; grep -m5 failed: $C/random.txt
-timeout 120 python3 tests/independent/spec_check.py random --bin $D/trellis --backend cuda \
-  --tier both --n ${N_CHECK:-24} --seed 48 --workdir /tmp/sc > $C/spec_check.txt 2>&1
-echo "spec_check rc=$? $(since)"; grep -E "FAIL|cases" $C/spec_check.txt | tail -6
+verify_quick $C
+verify_random $C ${N_RANDOM:-100} ${SEED:-20261448}
+spec_check $C ${N_CHECK:-24} 48 120
 tar czf "$OUT/checks.tgz" -C /tmp checks
 for i in 1 2 3; do
   LEFT=$(( ${CALL_S:-560} - ($(date +%s) - T0) ))

@@ -70,7 +70,8 @@ pub struct CudaBackend {
     /// Page-locked memory that downloads of up to [`STAGED_BYTES`] go through (made at
     /// the first): a copy from the device into pageable memory took about 24 us for a
     /// facade call's y (35 KB), 11.7 through this (on an H100).
-    staging: Mutex<Option<PinnedHostSlice<u8>>>,
+    /// `None` inside where the driver had none to give (made once either way).
+    staging: std::sync::OnceLock<Option<Mutex<PinnedHostSlice<u8>>>>,
 }
 
 /// The largest download that goes through [`CudaBackend`]'s page-locked staging.
@@ -244,7 +245,7 @@ impl CudaBackend {
                 nvrtc: nvrtc_version()?,
             }),
             kernels: Mutex::new(HashMap::new()),
-            staging: Mutex::new(None),
+            staging: std::sync::OnceLock::new(),
         })
     }
 
@@ -511,15 +512,17 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok(v);
         }
-        let mut staging = self
-            .staging
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if n <= STAGED_BYTES && staging.is_none() {
-            *staging = self.staging_buffer();
-        }
-        match staging.as_mut().filter(|_| n <= STAGED_BYTES) {
-            Some(pinned) => {
+        let staging = (n <= STAGED_BYTES)
+            .then(|| {
+                self.staging
+                    .get_or_init(|| self.staging_buffer().map(Mutex::new))
+            })
+            .and_then(Option::as_ref);
+        match staging {
+            Some(staging) => {
+                let mut pinned = staging
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let ptr = pinned.as_mut_ptr().map_err(driver_err)?;
                 // SAFETY: n is within the buffer's STAGED_BYTES (zeroed when made), and
                 // the lock keeps every other use out until the stream has finished this
