@@ -1,6 +1,7 @@
 //! What a facade call costs beside its kernel: `Resident::matvec` (x checked and copied
-//! to the device, the variant chosen, the launch, y copied back) against the same kernel
-//! bound once and launched alone (then synchronized), in each tier, on the backend
+//! to the device, the variant chosen, the launch, y copied back) and, exact,
+//! `Resident::matvec_device` (x and y stay on the device) against the same kernel bound
+//! once and launched alone (then synchronized), in each tier, on the backend
 //! `TRELLIS_BENCH_BACKEND` names (default `cpu`; `cuda` on a GPU). The shape is the
 //! issues' goal key (17408 x 5120, k 3, M 1) on a GPU and 1024 x 4096 on the CPU.
 //!
@@ -13,7 +14,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
 use trellis::backend::{AnyBackend, Backend, BackendVisitor};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
-use trellis::families::reduce_mma::ReduceMmaFamily;
+use trellis::families::reduce_mma::{Prescaled, ReduceMmaFamily};
 use trellis::family::Family;
 use trellis::kernel::{Elem, TensorSpec};
 use trellis::numerics::Tier;
@@ -61,6 +62,15 @@ impl BackendVisitor for Facade<'_> {
         c.bench_function(&format!("{at}/parts/upload-x"), |bn| {
             bn.iter(|| b.upload(Elem::Bf16, &[1, cols], black_box(&xb)).unwrap())
         });
+        // The fast tier's per-sample powers: a tiny upload, so the driver's round trip.
+        let unscale = [0u8; 8];
+        c.bench_function(&format!("{at}/parts/upload-tiny"), |bn| {
+            bn.iter(|| b.upload(Elem::F32, &[2], black_box(&unscale)).unwrap())
+        });
+        // The fast tier's x prepared (prescaled, in both forms) and uploaded with its powers.
+        c.bench_function(&format!("{at}/parts/prescale-upload"), |bn| {
+            bn.iter(|| Prescaled::upload(b, black_box(&x), &[&w]).unwrap())
+        });
         let y_spec = TensorSpec {
             name: "y",
             elem: Elem::Bf16,
@@ -72,6 +82,16 @@ impl BackendVisitor for Facade<'_> {
         let y = b.alloc(&y_spec).unwrap();
         c.bench_function(&format!("{at}/parts/download-y"), |bn| {
             bn.iter(|| b.download(black_box(&y)).unwrap())
+        });
+        // The exact tier on activations already on the device, y left there: the launch
+        // (and its output's allocation) beside the kernel alone.
+        let xd = ops::DeviceActivations::upload(b, &x).unwrap();
+        c.bench_function(&format!("{at}/exact/resident-matvec-device"), |bn| {
+            bn.iter(|| {
+                let y = r.matvec_device(black_box(&xd), Tier::Exact).unwrap();
+                b.synchronize().unwrap();
+                y
+            })
         });
         for tier in [Tier::Exact, Tier::Fast] {
             c.bench_function(&format!("{at}/{tier}/resident-matvec"), |bn| {

@@ -7,7 +7,7 @@
 //! and `bench`) works through this trait; `crate::families` registers this crate's families.
 
 use crate::error::{Error, Result};
-use crate::kernel::{Backend, DeviceTensor, Elem, KernelSpec, Limits};
+use crate::kernel::{Backend, DeviceTensor, KernelSpec, Limits};
 use crate::key::{Bucket, TuneKey};
 use crate::matrix::Activations;
 use crate::numerics::Tier;
@@ -165,18 +165,7 @@ pub fn alloc_outputs<B: Backend, K: KernelSpec>(b: &B, k: &K) -> Result<Vec<B::T
 /// Download float outputs as `[rows, cols]` activations (rows: the first dimension).
 pub fn download<B: Backend>(b: &B, t: &B::Tensor) -> Result<Activations> {
     let shape = t.shape();
-    let dtype = match t.elem() {
-        Elem::F32 => DType::F32,
-        Elem::F16 => DType::F16,
-        Elem::Bf16 => DType::Bf16,
-        Elem::U32 => {
-            return Err(Error::invalid(
-                "output dtype",
-                "u32",
-                "only float outputs are checked",
-            ))
-        }
-    };
+    let dtype = DType::try_from(t.elem()).map_err(|e| e.of("output"))?;
     let rows = shape.first().copied().unwrap_or(1);
     let cols = shape.iter().skip(1).product::<usize>();
     let bytes = b.download(t)?;

@@ -26,7 +26,6 @@ use crate::families::reduce_mma::{
     ReduceMmaFamily,
 };
 use crate::families::simt::MAX_M;
-use crate::families::DeviceActivations;
 use crate::family;
 use crate::kernel::Backend;
 use crate::matrix::{Activations, QuantizedMatrix};
@@ -37,7 +36,7 @@ use std::sync::{Arc, OnceLock};
 
 /// The SIMT families' variant, which the `_with` forms take.
 pub use crate::families::simt::Variant;
-pub use crate::families::{upload_activations, DeviceMatrix};
+pub use crate::families::{upload_activations, DeviceActivations, DeviceMatrix};
 
 /// Activations must be finite: a NaN or infinity would silently poison every output
 /// it touches.
@@ -271,7 +270,7 @@ pub fn family_for(name: &str, tier: Tier) -> &str {
     fast.1.unwrap_or(name)
 }
 
-fn first(mut outs: Vec<Activations>) -> Activations {
+fn first<T>(mut outs: Vec<T>) -> T {
     outs.swap_remove(0)
 }
 
@@ -710,6 +709,84 @@ impl<'a, B: Backend> Resident<'a, B> {
         matvec_uploaded(self.w.clone(), x, Choice::Exact(variant))
     }
 
+    /// `y = W x` on activations already on the device (uploaded once with
+    /// [`DeviceActivations::upload`], or a previous kernel's output through
+    /// [`DeviceActivations::from_tensor`]), y left there: `[M, R]` in x's dtype, with the
+    /// bits [`Resident::matvec`] gives, and no copy between host and device. M is one
+    /// launch's (1..=8) and the tier is exact: the fast tier's per-sample prescale and its
+    /// operand check read x on the host. The host does not read x either: a NaN or
+    /// infinity in x makes NaN outputs, as IEEE arithmetic does (the host facade refuses
+    /// them). A table winner that reads x lane-interleaved runs as its twin that reads x
+    /// as it is where `x` has no interleaved copy (the same bits: the layout only moves x
+    /// in memory).
+    pub fn matvec_device(
+        &self,
+        x: &DeviceActivations<B>,
+        tier: Tier,
+    ) -> Result<DeviceActivations<B>> {
+        let (b, w) = (&*self.w.b, &*self.w.w);
+        let m = device_samples(x, w.geometry.cols, tier)?;
+        self.w.check_weights_finite(x.dtype())?;
+        let p = ReduceProblem {
+            geometry: w.geometry,
+            scale: w.scale_dtype,
+            act: x.dtype(),
+            m,
+        };
+        let v = Choice::Tables(tier).exact::<ReduceFamily, B>(b, &p);
+        let d = ReduceDevice {
+            w: self.w.get()?,
+            x: x.clone(),
+        };
+        launch_on_device::<ReduceFamily, B>(b, &p, device_variant(v, x), &d)
+    }
+
+    /// `mid = silu(G x) * (U x)` with this matrix as G and `up` as U on activations
+    /// already on the device, mid left there, as [`Resident::matvec_device`] does for
+    /// `matvec`: the bits [`Resident::gate_up`] gives, exact, M 1..=8. The pair must share
+    /// T (one fused launch; a pair of two T takes host activations: its tail runs on the
+    /// host).
+    pub fn gate_up_device(
+        &self,
+        up: &Resident<'_, B>,
+        x: &DeviceActivations<B>,
+        tail: Tail,
+        tier: Tier,
+    ) -> Result<DeviceActivations<B>> {
+        same_backend(self, up)?;
+        let (b, gate, upm) = (&*self.w.b, &*self.w.w, &*up.w.w);
+        crate::reference::check_pair(gate, upm)?;
+        if gate.geometry.t != upm.geometry.t {
+            return Err(Error::invalid(
+                "up.T",
+                upm.geometry.t,
+                format!(
+                    "activations on the device take a fused pair, one T (gate has {}); a \
+                     pair of two T takes host activations (`gate_up`)",
+                    gate.geometry.t
+                ),
+            ));
+        }
+        let m = device_samples(x, gate.geometry.cols, tier)?;
+        Uploaded::check_pair_finite([&self.w, &up.w], x.dtype())?;
+        let p = GateUpProblem {
+            gate: gate.geometry,
+            up: upm.geometry,
+            gate_scale: gate.scale_dtype,
+            up_scale: upm.scale_dtype,
+            act: x.dtype(),
+            m,
+            tail,
+        };
+        let v = Choice::Tables(tier).exact::<GateUpFamily, B>(b, &p);
+        let d = GateUpDevice {
+            gate: self.w.get()?,
+            up: up.w.get()?,
+            x: x.clone(),
+        };
+        launch_on_device::<GateUpFamily, B>(b, &p, device_variant(v, x), &d)
+    }
+
     /// `mid = silu(G x) * (U x)` with this matrix as G and `up` as U, in `tier`, as
     /// [`gate_up`] gives it ([`gate_up_resident`]).
     pub fn gate_up(
@@ -731,6 +808,76 @@ impl<B: Backend + 'static> Resident<'static, B> {
     }
 }
 
+/// On-device activations' M, checked to be one exact launch's (`1..=MAX_M`), once `tier`
+/// (exact only) and their columns (`cols`, the matrix's) are.
+fn device_samples<B: Backend>(x: &DeviceActivations<B>, cols: usize, tier: Tier) -> Result<u32> {
+    if tier != Tier::Exact {
+        return Err(Error::invalid(
+            "tier",
+            tier,
+            "activations on the device run the exact tier only: the fast tier's per-sample \
+             prescale and operand check read x on the host (`matvec` and `gate_up` take \
+             host activations)",
+        ));
+    }
+    if x.cols() != cols {
+        return Err(Error::invalid(
+            "activations x columns",
+            x.cols(),
+            format!("must be the matrix's columns, {cols}"),
+        ));
+    }
+    u32::try_from(x.samples())
+        .ok()
+        .filter(|m| (1..=MAX_M).contains(m))
+        .ok_or_else(|| {
+            Error::invalid(
+                "M",
+                x.samples(),
+                format!("activations on the device take 1..={MAX_M} samples a call (one launch)"),
+            )
+        })
+}
+
+/// Variant `v` for activations on the device: an interleaved one as its twin that reads x
+/// as it is where `x` has no interleaved copy (the same bits).
+fn device_variant<B: Backend>(v: Variant, x: &DeviceActivations<B>) -> Variant {
+    Variant {
+        interleaved_x: v.interleaved_x && x.has_interleaved(),
+        ..v
+    }
+}
+
+/// One launch of variant `v` (checked to fit) into a fresh output left on the device.
+fn launch_on_device<F: family::Family<Variant = Variant>, B: Backend>(
+    b: &B,
+    p: &F::Problem,
+    v: Variant,
+    d: &F::Device<B>,
+) -> Result<DeviceActivations<B>> {
+    family::fits::<F>(p, v, &b.limits())?;
+    let k = F::kernel(p, v);
+    let mut outs = family::alloc_outputs(b, &k)?;
+    family::launch_into::<F, B>(b, p, v, d, &mut outs)?;
+    DeviceActivations::from_tensor(first(outs))
+}
+
+/// An error naming up's backend where `gate` and `up` are resident on two.
+fn same_backend<B: Backend>(gate: &Resident<B>, up: &Resident<B>) -> Result<()> {
+    if std::ptr::eq(&*gate.w.b, &*up.w.b) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "up's backend",
+        format!("{} {}", up.w.b.name(), up.w.b.device_id()),
+        format!(
+            "is not the gate's ({} {}): both must be resident on one backend",
+            gate.w.b.name(),
+            gate.w.b.device_id()
+        ),
+    ))
+}
+
 /// `mid = silu(G x) * (U x)` of two resident matrices in `tier`, as [`gate_up`] gives it;
 /// both must be resident on the same backend.
 pub fn gate_up_resident<B: Backend>(
@@ -740,17 +887,7 @@ pub fn gate_up_resident<B: Backend>(
     tail: Tail,
     tier: Tier,
 ) -> Result<Activations> {
-    if !std::ptr::eq(&*gate.w.b, &*up.w.b) {
-        return Err(Error::invalid(
-            "up's backend",
-            format!("{} {}", up.w.b.name(), up.w.b.device_id()),
-            format!(
-                "is not the gate's ({} {}): both must be resident on one backend",
-                gate.w.b.name(),
-                gate.w.b.device_id()
-            ),
-        ));
-    }
+    same_backend(gate, up)?;
     gate_up_uploaded(
         [gate.w.clone(), up.w.clone()],
         x,

@@ -1245,6 +1245,110 @@ fn a_resident_matrix_is_uploaded_once_for_many_calls() {
     );
 }
 
+/// Activations on the device (uploaded once, or a previous call's output) run the exact
+/// tier with no copy between host and device: `matvec_device` and `gate_up_device` give
+/// the host facade's bits, chain layer to layer, and upload nothing a call; the one-layout
+/// uploads work too, and what they cannot take is an error naming the field.
+#[test]
+fn device_activations_run_the_exact_tier_without_copies() {
+    use trellis::ops::DeviceActivations;
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(32, 1024, 256, 3, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 111), random_matrix(g, 112));
+    let b = CountingUploads::new(&cpu, &g);
+    let (rw, ru) = (
+        ops::Resident::new(&b, &w).unwrap(),
+        ops::Resident::new(&b, &u).unwrap(),
+    );
+    for (dtype, m, seed) in [
+        (DType::Bf16, 1, 113),
+        (DType::F16, 3, 114),
+        (DType::F32, 8, 115),
+    ] {
+        let x = random_x(dtype, m, 1024, seed);
+        // Both layouts, and x as it is alone: an interleaved winner runs its plain twin.
+        for xd in [
+            DeviceActivations::upload(&b, &x).unwrap(),
+            DeviceActivations::from_tensor(ops::upload_activations(&b, &x).unwrap()).unwrap(),
+        ] {
+            b.all.set(0);
+            let y = rw.matvec_device(&xd, Tier::Exact).unwrap();
+            let mid = rw
+                .gate_up_device(&ru, &xd, Tail::Exact, Tier::Exact)
+                .unwrap();
+            assert_eq!(b.all.get(), 0, "uploads in two device calls");
+            assert_eq!((y.samples(), y.cols(), y.dtype()), (m, 32, dtype));
+            let want = rw.matvec(&x, Tier::Exact).unwrap();
+            assert!(y.download(&b).unwrap().bits_eq(&want), "{dtype} M {m}");
+            assert!(y
+                .download(&b)
+                .unwrap()
+                .bits_eq(&reference::reduce(&w, &x).unwrap()));
+            let want = ops::gate_up(&cpu, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
+            assert!(mid.download(&b).unwrap().bits_eq(&want), "{dtype} M {m}");
+            // y is the next layer's x, still on the device.
+            let down = random_matrix(Geometry::new(40, 32, 32, 2, 12, Code::OneMad).unwrap(), 116);
+            let rd = ops::Resident::new(&b, &down).unwrap();
+            let z = rd.matvec_device(&y, Tier::Exact).unwrap();
+            let want = reference::reduce(&down, &reference::reduce(&w, &x).unwrap()).unwrap();
+            assert!(
+                z.download(&b).unwrap().bits_eq(&want),
+                "chained, {dtype} M {m}"
+            );
+        }
+    }
+    // What the device path cannot take, each named.
+    let x = random_x(DType::Bf16, 2, 1024, 117);
+    let xd = DeviceActivations::upload(&b, &x).unwrap();
+    let err = |r: trellis::Result<DeviceActivations<_>>| r.err().unwrap().to_string();
+    let e = err(rw.matvec_device(&xd, Tier::Fast));
+    assert!(e.contains("tier") && e.contains("exact tier only"), "{e}");
+    let nine = DeviceActivations::upload(&b, &random_x(DType::Bf16, 9, 1024, 118)).unwrap();
+    let e = err(rw.matvec_device(&nine, Tier::Exact));
+    assert!(
+        e.contains("M") && e.contains("9") && e.contains("1..=8"),
+        "{e}"
+    );
+    let narrow = DeviceActivations::upload(&b, &random_x(DType::Bf16, 1, 512, 119)).unwrap();
+    let e = err(rw.matvec_device(&narrow, Tier::Exact));
+    assert!(
+        e.contains("activations x columns") && e.contains("1024"),
+        "{e}"
+    );
+    let g32 = Geometry::new(32, 1024, 32, 3, 12, Code::OneMad).unwrap();
+    let up32 = random_matrix(g32, 120);
+    let u32t = ops::Resident::new(&b, &up32).unwrap();
+    let e = err(rw.gate_up_device(&u32t, &xd, Tail::Exact, Tier::Exact));
+    assert!(e.contains("up.T") && e.contains("fused pair"), "{e}");
+    let words = b.upload(Elem::U32, &[2, 1024], &[0; 8192]).unwrap();
+    let e = DeviceActivations::<CountingUploads>::from_tensor(words)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("activations x dtype") && e.contains("u32"),
+        "{e}"
+    );
+    let flat = b.upload(Elem::F32, &[1024], &[0; 4096]).unwrap();
+    let e = DeviceActivations::<CountingUploads>::from_tensor(flat)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("activations x shape") && e.contains("[M, C]"),
+        "{e}"
+    );
+    // Uploaded for an interleaved variant alone: x as it is cannot be read back.
+    let v = Variant {
+        interleaved_x: true,
+        ..Variant::default()
+    };
+    let only = DeviceActivations::upload_for(&b, &x, &v).unwrap();
+    assert!(only.has_interleaved());
+    let e = only.download(&b).err().unwrap().to_string();
+    assert!(e.contains("interleaved_x"), "{e}");
+}
+
 /// Resident matrices serve calls from several threads at once (a server's workers share
 /// one model's), each with the plain call's bits; they can live in a struct beside the
 /// matrices' other users.

@@ -159,6 +159,55 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
     assert!(resident_mid.bits_eq(&mf));
 }
 
+/// Activations on the device run the exact tier with the host facade's bits and chain
+/// layer to layer without copies: at a key whose H200 winner reads x lane-interleaved
+/// (4096 x 14336, k 2, M 2), with x uploaded in both layouts and as it is alone (the
+/// winner's plain twin), then y as the next layer's x; and the fused `gate_up`.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn device_activations_chain_without_copies() {
+    use trellis::check::{random_activations, random_matrix};
+    use trellis::numerics::{Tail, Tier};
+    use trellis::ops::{upload_activations, DeviceActivations, Resident};
+    use trellis::{reference, Code, DType, Geometry};
+    let b = CudaBackend::new(0).unwrap();
+    let g = Geometry::new(4096, 14336, 256, 2, 12, Code::OneMad).unwrap();
+    let gd = Geometry::new(256, 4096, 256, 3, 12, Code::OneMad).unwrap();
+    let (w, u, down) = (
+        random_matrix(g, 51),
+        random_matrix(g, 52),
+        random_matrix(gd, 53),
+    );
+    let (rw, ru, rd) = (
+        Resident::new(&b, &w).unwrap(),
+        Resident::new(&b, &u).unwrap(),
+        Resident::new(&b, &down).unwrap(),
+    );
+    let x = random_activations(DType::Bf16, 2, 14336, 54);
+    let y_want = reference::reduce(&w, &x).unwrap();
+    let z_want = reference::reduce(&down, &y_want).unwrap();
+    let mid_want = reference::gate_up(&w, &u, &x).unwrap();
+    for (layouts, xd) in [
+        ("both layouts", DeviceActivations::upload(&b, &x).unwrap()),
+        (
+            "x as it is",
+            DeviceActivations::from_tensor(upload_activations(&b, &x).unwrap()).unwrap(),
+        ),
+    ] {
+        let y = rw.matvec_device(&xd, Tier::Exact).unwrap();
+        let z = rd.matvec_device(&y, Tier::Exact).unwrap();
+        let mid = rw
+            .gate_up_device(&ru, &xd, Tail::Exact, Tier::Exact)
+            .unwrap();
+        assert!(y.download(&b).unwrap().bits_eq(&y_want), "y, {layouts}");
+        assert!(z.download(&b).unwrap().bits_eq(&z_want), "z, {layouts}");
+        assert!(
+            mid.download(&b).unwrap().bits_eq(&mid_want),
+            "mid, {layouts}"
+        );
+    }
+}
+
 /// The backend contract (`common/contract.rs`) on CUDA: outputs a kernel needs zeroed are
 /// zeroed when bound (on the stream, before its launches), a compiled kernel binds only
 /// to its own launch, every empty grid axis runs nothing, dynamic shared memory is part

@@ -71,6 +71,23 @@ impl From<crate::DType> for Elem {
     }
 }
 
+/// The activation dtype a float element type holds; `u32` (code words) holds none.
+impl TryFrom<Elem> for crate::DType {
+    type Error = Error;
+    fn try_from(e: Elem) -> Result<Self> {
+        match e {
+            Elem::Bf16 => Ok(crate::DType::Bf16),
+            Elem::F16 => Ok(crate::DType::F16),
+            Elem::F32 => Ok(crate::DType::F32),
+            Elem::U32 => Err(Error::invalid(
+                "dtype",
+                e,
+                "activations are f32, f16 or bf16",
+            )),
+        }
+    }
+}
+
 impl From<crate::ScaleDType> for Elem {
     fn from(d: crate::ScaleDType) -> Self {
         match d {

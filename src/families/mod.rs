@@ -21,8 +21,10 @@ use crate::error::Result;
 use crate::families::simt::{Proj, Representation, RowScales, Variant};
 use crate::family::{Family, FamilyVisitor};
 use crate::geometry::Geometry;
+use crate::kernel::DeviceTensor;
 use crate::kernel::{Backend, Elem};
 use crate::matrix::{Activations, QuantizedMatrix};
+use std::sync::Arc;
 
 /// Visit every registered family. Adding a family is its module, its template, and
 /// one line here.
@@ -149,27 +151,35 @@ pub fn upload_activations<B: Backend>(b: &B, x: &Activations) -> Result<B::Tenso
     b.upload(x.dtype.into(), &[x.rows, x.cols], &bytes)
 }
 
-/// Activations uploaded for the SIMT families: as they are and, where the columns allow,
-/// lane-interleaved ([`Activations::lane_interleaved`], for [`Variant::interleaved_x`];
-/// a copy of M x C values, small beside the weights).
+/// Activations on the device for the SIMT families, `[M, C]`: as they are and, where the
+/// columns allow, lane-interleaved ([`Activations::lane_interleaved`], for
+/// [`Variant::interleaved_x`]; a copy of M x C values, small beside the weights). Uploaded
+/// from the host, or made on the device ([`DeviceActivations::from_tensor`]: a previous
+/// kernel's output, which [`crate::ops::Resident::matvec_device`] returns). Cloning
+/// shares the tensors.
 pub struct DeviceActivations<B: Backend> {
     /// x as it is (absent where uploaded for an interleaved variant alone).
-    x: Option<B::Tensor>,
-    interleaved: Option<B::Tensor>,
-    elem: Elem,
+    x: Option<Arc<B::Tensor>>,
+    interleaved: Option<Arc<B::Tensor>>,
+    dtype: DType,
+    /// `[M, C]`.
+    shape: [usize; 2],
+}
+
+impl<B: Backend> Clone for DeviceActivations<B> {
+    fn clone(&self) -> Self {
+        DeviceActivations {
+            x: self.x.clone(),
+            interleaved: self.interleaved.clone(),
+            ..*self
+        }
+    }
 }
 
 impl<B: Backend> DeviceActivations<B> {
     /// Upload `x` in both layouts (the interleaved one where `cols` allows it).
     pub fn upload(b: &B, x: &Activations) -> Result<Self> {
-        Ok(DeviceActivations {
-            x: Some(upload_activations(b, x)?),
-            interleaved: x
-                .lane_interleaved()
-                .map(|xi| upload_activations(b, &xi))
-                .transpose()?,
-            elem: x.dtype.into(),
-        })
+        Self::upload_layouts(b, x, true, x.lane_interleaved())
     }
     /// Upload `x` for one launch of variant `v` (the facade's) in the one layout `v`
     /// reads, where [`DeviceActivations::upload`] makes both for every variant a tuner
@@ -179,15 +189,41 @@ impl<B: Backend> DeviceActivations<B> {
             true => x.lane_interleaved(),
             false => None,
         };
+        Self::upload_layouts(b, x, interleaved.is_none(), interleaved)
+    }
+    fn upload_layouts(
+        b: &B,
+        x: &Activations,
+        plain: bool,
+        interleaved: Option<Activations>,
+    ) -> Result<Self> {
+        let up = |x: &Activations| upload_activations(b, x).map(Arc::new);
         Ok(DeviceActivations {
-            x: match interleaved {
-                Some(_) => None,
-                None => Some(upload_activations(b, x)?),
-            },
-            interleaved: interleaved
-                .map(|xi| upload_activations(b, &xi))
-                .transpose()?,
-            elem: x.dtype.into(),
+            x: plain.then(|| up(x)).transpose()?,
+            interleaved: interleaved.map(|xi| up(&xi)).transpose()?,
+            dtype: x.dtype,
+            shape: [x.rows, x.cols],
+        })
+    }
+    /// Activations made on the device: `x` is `[M, C]` of a float element type, laid out
+    /// as x is (row-major, sample by sample).
+    pub fn from_tensor(x: B::Tensor) -> Result<Self> {
+        let dtype = DType::try_from(x.elem()).map_err(|e| e.of("activations x"))?;
+        let shape = match x.shape()[..] {
+            [m, c] => [m, c],
+            ref s => {
+                return Err(crate::Error::invalid(
+                    "activations x shape",
+                    format!("{s:?}"),
+                    "must be [M, C]",
+                ))
+            }
+        };
+        Ok(DeviceActivations {
+            x: Some(Arc::new(x)),
+            interleaved: None,
+            dtype,
+            shape,
         })
     }
     /// The layout variant `v` reads; an error naming `interleaved_x` where that layout
@@ -198,7 +234,7 @@ impl<B: Backend> DeviceActivations<B> {
             true => (&self.interleaved, "their lane-interleaved copy"),
             false => (&self.x, "x as it is"),
         };
-        t.as_ref().ok_or_else(|| {
+        t.as_deref().ok_or_else(|| {
             crate::Error::invalid(
                 "interleaved_x",
                 v.interleaved_x,
@@ -206,9 +242,34 @@ impl<B: Backend> DeviceActivations<B> {
             )
         })
     }
+    /// Whether the lane-interleaved copy is here (an `interleaved_x` variant reads it).
+    pub fn has_interleaved(&self) -> bool {
+        self.interleaved.is_some()
+    }
     /// The activations' element type.
     pub fn elem(&self) -> Elem {
-        self.elem
+        self.dtype.into()
+    }
+    /// Their dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// M, the samples.
+    pub fn samples(&self) -> usize {
+        self.shape[0]
+    }
+    /// C, the columns.
+    pub fn cols(&self) -> usize {
+        self.shape[1]
+    }
+    /// Copy x back to the host (synchronizing with the backend's queued work), as it is:
+    /// an error naming `interleaved_x` where only the interleaved copy was uploaded.
+    pub fn download(&self, b: &B) -> Result<Activations> {
+        let plain = Variant {
+            interleaved_x: false,
+            ..Variant::default()
+        };
+        crate::family::download(b, self.for_variant(&plain)?)
     }
 }
 
