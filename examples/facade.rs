@@ -1,6 +1,7 @@
 //! The facade end to end on the CPU backend (the embedded default; no GPU needed):
 //! encode a dense matrix, write and read it back, run `matvec` in both tiers, `gate_up`,
-//! matrices kept resident for many calls, and a backend chosen by name at run time.
+//! matrices kept resident for many calls (on host activations and on activations kept on
+//! the device), and a backend chosen by name at run time.
 //!
 //! `cargo run --release --example facade` (`cargo test` runs it too).
 
@@ -73,6 +74,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             mid
         );
     }
+
+    // Activations on the device: uploaded once (or a previous kernel's output), the
+    // exact tier's results left there for the next layer, read back when wanted.
+    let xd = ops::DeviceActivations::upload(&b, &x)?;
+    let yd = rg.matvec_device(&xd, Tier::Exact)?;
+    assert_eq!(yd.download(&b)?, y);
+    let midd = rg.gate_up_device(&ru, &xd, Tail::Exact, Tier::Exact)?;
+    assert_eq!(midd.download(&b)?, mid);
 
     // A backend chosen by name at run time (from a command line, say): the facade's calls
     // are `AnyBackend`'s methods, and resident matrices are made inside a visit, whose
