@@ -11,7 +11,18 @@ use rand_chacha::ChaCha8Rng;
 /// scales values f16 cannot hold, of either sign (so a kernel that narrows f32 scales, or
 /// loses their sign, shows).
 pub fn random_matrix_scaled(g: Geometry, scale: ScaleDType, seed: u64) -> QuantizedMatrix {
-    let mut w = random_matrix(g, seed);
+    try_random_matrix_scaled(g, scale, seed).expect("room for a random matrix")
+}
+
+/// [`random_matrix_scaled`] with its codes and scales reserved first: a matrix the host
+/// has no room for (a tuner's `--shape` of a valid but huge geometry) is an error naming
+/// it, not an allocation abort.
+pub fn try_random_matrix_scaled(
+    g: Geometry,
+    scale: ScaleDType,
+    seed: u64,
+) -> crate::Result<QuantizedMatrix> {
+    let mut w = try_random_matrix(g, seed)?;
     if scale == ScaleDType::F32 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5ca1e);
         for s in &mut w.scales {
@@ -21,32 +32,45 @@ pub fn random_matrix_scaled(g: Geometry, scale: ScaleDType, seed: u64) -> Quanti
         }
     }
     w.scale_dtype = scale;
-    w
+    Ok(w)
 }
 
 /// A random quantized matrix: uniform codes (every bit pattern is valid), f16 scales
 /// of magnitude around 0.02 and either sign (a scale's sign is the format's too: a kernel
 /// that drops it shows), and a Gaussian table for `lut`.
 pub fn random_matrix(g: Geometry, seed: u64) -> QuantizedMatrix {
+    try_random_matrix(g, seed).expect("room for a random matrix")
+}
+
+fn try_random_matrix(g: Geometry, seed: u64) -> crate::Result<QuantizedMatrix> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     // The signs from a stream of their own, so codes and magnitudes are as they were.
     let mut signs = ChaCha8Rng::seed_from_u64(seed ^ 0x5191);
-    let codes = (0..g.codes_shape().iter().product::<usize>())
-        .map(|_| rng.random::<u32>())
-        .collect();
-    let scales = (0..g.rows)
-        .map(|_| {
+    let words = g.codes_shape().iter().product::<usize>();
+    let what = format!("a random {}x{} matrix", g.rows, g.cols);
+    let codes = crate::error::collect_reserved(
+        words,
+        (0..words).map(|_| rng.random::<u32>()),
+        "codes",
+        format!("{words} words ({what})"),
+    )?;
+    let scales = crate::error::collect_reserved(
+        g.rows,
+        (0..g.rows).map(|_| {
             let v = half::f16::from_f32(rng.random_range(0.005f32..0.04)).to_f32();
             if signs.random::<bool>() {
                 -v
             } else {
                 v
             }
-        })
-        .collect();
+        }),
+        "scales",
+        format!("{} rows ({what})", g.rows),
+    )?;
     let lut = (g.code == Code::Lut)
-        .then(|| crate::encode::gaussian_lut(g.l, seed).expect("L of a valid geometry"));
-    QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, lut).expect("valid random matrix")
+        .then(|| crate::encode::gaussian_lut(g.l, seed))
+        .transpose()?;
+    QuantizedMatrix::new(g, codes, scales, ScaleDType::F16, lut)
 }
 
 /// Random activations in `dtype`, roughly unit scale.

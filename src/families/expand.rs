@@ -181,7 +181,7 @@ impl Family for ExpandFamily {
             .collect()
     }
     fn random_host(p: &ExpandProblem, seed: u64) -> Result<QuantizedMatrix> {
-        let w = check::random_matrix_scaled(p.geometry, p.scale, seed);
+        let w = check::try_random_matrix_scaled(p.geometry, p.scale, seed)?;
         Ok(w)
     }
     fn expected(p: &ExpandProblem, w: &QuantizedMatrix) -> Result<Activations> {

@@ -477,8 +477,8 @@ impl Family for GateUpFamily {
         out
     }
     fn random_host(p: &GateUpProblem, seed: u64) -> Result<GateUpHost> {
-        let gate = check::random_matrix_scaled(p.gate, p.gate_scale, seed);
-        let up = check::random_matrix_scaled(p.up, p.up_scale, seed + 1);
+        let gate = check::try_random_matrix_scaled(p.gate, p.gate_scale, seed)?;
+        let up = check::try_random_matrix_scaled(p.up, p.up_scale, seed + 1)?;
         let x = check::random_activations(p.act, p.m as usize, p.gate.cols, seed + 2);
         Ok(GateUpHost { gate, up, x })
     }

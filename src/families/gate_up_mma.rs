@@ -360,8 +360,8 @@ impl Family for GateUpMmaFamily {
         out
     }
     fn random_host(p: &GateUpMmaProblem, seed: u64) -> Result<GateUpMmaHost> {
-        let gate = check::random_matrix_scaled(p.gate, p.gate_scale, seed);
-        let up = check::random_matrix_scaled(p.up, p.up_scale, seed + 1);
+        let gate = check::try_random_matrix_scaled(p.gate, p.gate_scale, seed)?;
+        let up = check::try_random_matrix_scaled(p.up, p.up_scale, seed + 1)?;
         let x = check::random_activations_with_outliers(p.act, p.m as usize, p.gate.cols, seed + 2);
         Ok(GateUpMmaHost { gate, up, x })
     }

@@ -362,7 +362,7 @@ impl Family for ReduceFamily {
             .collect()
     }
     fn random_host(p: &ReduceProblem, seed: u64) -> Result<ReduceHost> {
-        let w = check::random_matrix_scaled(p.geometry, p.scale, seed);
+        let w = check::try_random_matrix_scaled(p.geometry, p.scale, seed)?;
         let x =
             check::random_activations_with_outliers(p.act, p.m as usize, p.geometry.cols, seed + 2);
         Ok(ReduceHost { w, x })

@@ -282,3 +282,42 @@ fn the_worker_stops_when_its_supervisor_is_killed() {
     let left: Vec<_> = std::fs::read_dir(&temp).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A valid shape whose random matrix the host has no room for (here: 4 GB of code words
+/// under a 3 GB address-space limit) fails that problem by name, not the process with an
+/// allocation abort, and the run ends with the error that says so.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_matrix_the_host_cannot_hold_fails_its_problem_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.toml");
+    let o = Command::new("sh")
+        .args(["-c", "ulimit -v 3000000 && exec \"$@\"", "sh"])
+        .arg(env!("CARGO_BIN_EXE_xtask"))
+        .args(["tune", "--backend", "cpu", "--family", "reduce"])
+        .args([
+            "--shape",
+            "131072x32768",
+            "--m",
+            "1",
+            "--k",
+            "8",
+            "--l",
+            "12",
+        ])
+        .args(["--code", "1mad", "--budget", "5m", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    for needle in [
+        "not tuned: invalid codes = 1073741824 words (a random 131072x32768 matrix)",
+        "cannot allocate",
+        "1 of 1 keys: failed to tune",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!out.exists(), "a table of nothing measured was written");
+}

@@ -218,7 +218,7 @@ impl Family for ReduceMmaFamily {
         out
     }
     fn random_host(p: &ReduceMmaProblem, seed: u64) -> Result<ReduceMmaHost> {
-        let w = check::random_matrix_scaled(p.geometry, p.scale, seed);
+        let w = check::try_random_matrix_scaled(p.geometry, p.scale, seed)?;
         let x =
             check::random_activations_with_outliers(p.act, p.m as usize, p.geometry.cols, seed + 2);
         Ok(ReduceMmaHost { w, x })
