@@ -1273,10 +1273,9 @@ fn device_activations_run_the_exact_tier_without_copies() {
         ] {
             b.all.set(0);
             let y = rw.matvec_device(&xd, Tier::Exact).unwrap();
-            let mid = rw
-                .gate_up_device(&ru, &xd, Tail::Exact, Tier::Exact)
-                .unwrap();
-            assert_eq!(b.all.get(), 0, "uploads in two device calls");
+            let mids = [Tail::Exact, Tail::Native]
+                .map(|tail| rw.gate_up_device(&ru, &xd, tail, Tier::Exact).unwrap());
+            assert_eq!(b.all.get(), 0, "uploads in three device calls");
             assert_eq!((y.samples(), y.cols(), y.dtype()), (m, 32, dtype));
             let want = rw.matvec(&x, Tier::Exact).unwrap();
             assert!(y.download(&b).unwrap().bits_eq(&want), "{dtype} M {m}");
@@ -1284,8 +1283,13 @@ fn device_activations_run_the_exact_tier_without_copies() {
                 .download(&b)
                 .unwrap()
                 .bits_eq(&reference::reduce(&w, &x).unwrap()));
-            let want = ops::gate_up(&cpu, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
-            assert!(mid.download(&b).unwrap().bits_eq(&want), "{dtype} M {m}");
+            for (mid, tail) in mids.iter().zip([Tail::Exact, Tail::Native]) {
+                let want = ops::gate_up(&cpu, &w, &u, &x, tail, Tier::Exact).unwrap();
+                assert!(
+                    mid.download(&b).unwrap().bits_eq(&want),
+                    "{tail:?}, {dtype} M {m}"
+                );
+            }
             // y is the next layer's x, still on the device.
             let down = random_matrix(Geometry::new(40, 32, 32, 2, 12, Code::OneMad).unwrap(), 116);
             let rd = ops::Resident::new(&b, &down).unwrap();
