@@ -5,10 +5,12 @@
 //! launch); a larger M runs as several launches, with the same bits and one copy of each
 //! matrix to the device. A `gate_up` pair of two block sizes T (SPEC 6 allows it; the
 //! fused kernels take one) runs as two `matvec`s and the tail on the host. The tuning
-//! tables choose
-//! the variant ([`crate::tune::select_for`]), and the `_with` forms force one. Host data
-//! in, host data out (a [`Resident`] matrix stays on the device between calls); every
-//! input is validated before any kernel runs. The fast tier runs
+//! tables choose the variant ([`crate::tune::select_for`]), and the `_with` forms force
+//! one. Host data in, host data out (a [`Resident`] matrix stays on the device between
+//! calls); every input is validated before any kernel runs. A resident matrix also runs
+//! the exact tier on activations kept on the device ([`Resident::matvec_device`],
+//! [`Resident::gate_up_device`]: one launch, M up to 8, y left there; the host checks
+//! their shape and dtype, not their values). The fast tier runs
 //! the rare sample its f16 operands cannot hold (values spanning more than 2^28 where a
 //! row weights only the tiny ones, magnitudes near the ends of f32's range:
 //! [`crate::families::reduce_mma::beyond_f16_operands`]) on the exact kernels instead, at
@@ -715,24 +717,19 @@ impl<'a, B: Backend> Resident<'a, B> {
     /// bits [`Resident::matvec`] gives, and no copy between host and device. M is one
     /// launch's (1..=8) and the tier is exact: the fast tier's per-sample prescale and its
     /// operand check read x on the host. The host does not read x either: a NaN or
-    /// infinity in x makes NaN outputs, as IEEE arithmetic does (the host facade refuses
-    /// them). A table winner that reads x lane-interleaved runs as its twin that reads x
-    /// as it is where `x` has no interleaved copy (the same bits: the layout only moves x
-    /// in memory).
+    /// infinity in x makes non-finite outputs, as IEEE arithmetic does (the host facade
+    /// refuses them). Where `x` lacks the layout the table's winner reads (x as it is, or
+    /// its lane-interleaved copy), the winner's twin that reads the other runs (the same
+    /// bits: the layout only moves x in memory).
     pub fn matvec_device(
         &self,
         x: &DeviceActivations<B>,
         tier: Tier,
     ) -> Result<DeviceActivations<B>> {
         let (b, w) = (&*self.w.b, &*self.w.w);
-        let m = device_samples(x, w.geometry.cols, tier)?;
+        check_device_x(x, w.geometry.cols, tier)?;
+        let p = ReduceProblem::of_samples(w, x.dtype(), x.samples(), MAX_M)?;
         self.w.check_weights_finite(x.dtype())?;
-        let p = ReduceProblem {
-            geometry: w.geometry,
-            scale: w.scale_dtype,
-            act: x.dtype(),
-            m,
-        };
         let v = Choice::Tables(tier).exact::<ReduceFamily, B>(b, &p);
         let d = ReduceDevice {
             w: self.w.get()?,
@@ -755,29 +752,9 @@ impl<'a, B: Backend> Resident<'a, B> {
     ) -> Result<DeviceActivations<B>> {
         same_backend(self, up)?;
         let (b, gate, upm) = (&*self.w.b, &*self.w.w, &*up.w.w);
-        crate::reference::check_pair(gate, upm)?;
-        if gate.geometry.t != upm.geometry.t {
-            return Err(Error::invalid(
-                "up.T",
-                upm.geometry.t,
-                format!(
-                    "activations on the device take a fused pair, one T (gate has {}); a \
-                     pair of two T takes host activations (`gate_up`)",
-                    gate.geometry.t
-                ),
-            ));
-        }
-        let m = device_samples(x, gate.geometry.cols, tier)?;
+        check_device_x(x, gate.geometry.cols, tier)?;
+        let p = GateUpProblem::of_samples(gate, upm, x.dtype(), x.samples(), tail, MAX_M)?;
         Uploaded::check_pair_finite([&self.w, &up.w], x.dtype())?;
-        let p = GateUpProblem {
-            gate: gate.geometry,
-            up: upm.geometry,
-            gate_scale: gate.scale_dtype,
-            up_scale: upm.scale_dtype,
-            act: x.dtype(),
-            m,
-            tail,
-        };
         let v = Choice::Tables(tier).exact::<GateUpFamily, B>(b, &p);
         let d = GateUpDevice {
             gate: self.w.get()?,
@@ -808,9 +785,9 @@ impl<B: Backend + 'static> Resident<'static, B> {
     }
 }
 
-/// On-device activations' M, checked to be one exact launch's (`1..=MAX_M`), once `tier`
-/// (exact only) and their columns (`cols`, the matrix's) are.
-fn device_samples<B: Backend>(x: &DeviceActivations<B>, cols: usize, tier: Tier) -> Result<u32> {
+/// Activations on the device, checked for a device call of `tier` (the exact tier only)
+/// on a matrix of `cols` columns; M is the problem's to check (one launch's).
+fn check_device_x<B: Backend>(x: &DeviceActivations<B>, cols: usize, tier: Tier) -> Result<()> {
     if tier != Tier::Exact {
         return Err(Error::invalid(
             "tier",
@@ -820,32 +797,18 @@ fn device_samples<B: Backend>(x: &DeviceActivations<B>, cols: usize, tier: Tier)
              host activations)",
         ));
     }
-    if x.cols() != cols {
-        return Err(Error::invalid(
-            "activations x columns",
-            x.cols(),
-            format!("must be the matrix's columns, {cols}"),
-        ));
-    }
-    u32::try_from(x.samples())
-        .ok()
-        .filter(|m| (1..=MAX_M).contains(m))
-        .ok_or_else(|| {
-            Error::invalid(
-                "M",
-                x.samples(),
-                format!("activations on the device take 1..={MAX_M} samples a call (one launch)"),
-            )
-        })
+    crate::reference::check_x_shape([x.samples(), x.cols()], cols)
 }
 
-/// Variant `v` for activations on the device: an interleaved one as its twin that reads x
-/// as it is where `x` has no interleaved copy (the same bits).
+/// Variant `v` for activations on the device: where `x` lacks the layout `v` reads
+/// (x as it is, or its lane-interleaved copy), `v`'s twin that reads the other (the same
+/// bits: the layout only moves x in memory; the launch checks that the twin fits).
 fn device_variant<B: Backend>(v: Variant, x: &DeviceActivations<B>) -> Variant {
-    Variant {
-        interleaved_x: v.interleaved_x && x.has_interleaved(),
-        ..v
-    }
+    let interleaved_x = match v.interleaved_x {
+        true => x.has_interleaved(),
+        false => !x.has_plain(),
+    };
+    Variant { interleaved_x, ..v }
 }
 
 /// One launch of variant `v` (checked to fit) into a fresh output left on the device.

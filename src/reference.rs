@@ -41,25 +41,33 @@ fn filled<T: Clone>(a: usize, b: usize, fill: T, what: &str) -> Result<Vec<T>> {
     Ok(v)
 }
 
-/// Check that `x` fits a matrix with `cols` input features.
-pub fn check_activations(x: &Activations, cols: usize) -> Result<()> {
-    if x.cols != cols && x.rows == cols {
+/// x's shape `[M, C]` against the matrix's `cols`: C must be them (an x that looks
+/// transposed is named as such) and M at least 1. Host activations
+/// ([`check_activations`]) and those on a device share it.
+pub fn check_x_shape([rows, x_cols]: [usize; 2], cols: usize) -> Result<()> {
+    if x_cols != cols && rows == cols {
         return Err(Error::invalid(
             "x shape",
-            format!("[{}, {}]", x.rows, x.cols),
+            format!("[{rows}, {x_cols}]"),
             format!("x is [M, C] with C = {cols}, the matrix's cols: this one looks transposed"),
         ));
     }
-    if x.cols != cols {
+    if x_cols != cols {
         return Err(Error::Shape {
             name: "x".into(),
-            actual: vec![x.rows, x.cols],
-            expected: vec![x.rows, cols],
+            actual: vec![rows, x_cols],
+            expected: vec![rows, cols],
         });
     }
-    if x.rows == 0 {
+    if rows == 0 {
         return Err(Error::invalid("M", 0, "x must have at least one row"));
     }
+    Ok(())
+}
+
+/// Check that `x` fits a matrix with `cols` input features.
+pub fn check_activations(x: &Activations, cols: usize) -> Result<()> {
+    check_x_shape([x.rows, x.cols], cols)?;
     // Its fields are public: the data must hold exactly M x C values.
     if x.rows.checked_mul(x.cols) != Some(x.data.len()) {
         return Err(Error::Shape {

@@ -1043,6 +1043,9 @@ struct CountingUploads<'b> {
     codes_shape: Vec<usize>,
     codes: std::cell::Cell<usize>,
     all: std::cell::Cell<usize>,
+    /// The backend name and device id it gives instead of the CPU's (so the selector
+    /// reads that device's tables).
+    posing_as: Option<(&'static str, &'static str)>,
 }
 
 impl<'b> CountingUploads<'b> {
@@ -1053,6 +1056,7 @@ impl<'b> CountingUploads<'b> {
             codes_shape: g.codes_shape().to_vec(),
             codes: Default::default(),
             all: Default::default(),
+            posing_as: None,
         }
     }
 }
@@ -1062,13 +1066,14 @@ impl Backend for CountingUploads<'_> {
     type Compiled = <CpuBackend as Backend>::Compiled;
     type Bound<'a> = <CpuBackend as Backend>::Bound<'a>;
     fn name(&self) -> &'static str {
-        self.cpu.name()
+        self.posing_as.map_or(self.cpu.name(), |(name, _)| name)
     }
     fn dialect(&self) -> Dialect {
         self.cpu.dialect()
     }
     fn device_id(&self) -> String {
-        self.cpu.device_id()
+        self.posing_as
+            .map_or(self.cpu.device_id(), |(_, id)| id.into())
     }
     fn alloc(&self, spec: &trellis::kernel::TensorSpec) -> trellis::Result<Self::Tensor> {
         self.cpu.alloc(spec)
@@ -1266,10 +1271,16 @@ fn device_activations_run_the_exact_tier_without_copies() {
         (DType::F32, 8, 115),
     ] {
         let x = random_x(dtype, m, 1024, seed);
-        // Both layouts, and x as it is alone: an interleaved winner runs its plain twin.
+        // Both layouts, x as it is alone, and its interleaved copy alone (the plain winner
+        // here, the built-in default, then runs its interleaved twin).
+        let interleaved = Variant {
+            interleaved_x: true,
+            ..Variant::default()
+        };
         for xd in [
             DeviceActivations::upload(&b, &x).unwrap(),
             DeviceActivations::from_tensor(ops::upload_activations(&b, &x).unwrap()).unwrap(),
+            DeviceActivations::upload_for(&b, &x, &interleaved).unwrap(),
         ] {
             b.all.set(0);
             let y = rw.matvec_device(&xd, Tier::Exact).unwrap();
@@ -1301,6 +1312,32 @@ fn device_activations_run_the_exact_tier_without_copies() {
             );
         }
     }
+    // A table winner that reads x lane-interleaved (the H200's at 64 x 14336, k 2, M 2,
+    // chosen for a CPU backend posing as that device) runs as itself on both layouts and
+    // as its plain twin on x as it is alone: the same bits.
+    let g2 = Geometry::new(64, 14336, 256, 2, 12, Code::OneMad).unwrap();
+    let posing = CountingUploads {
+        posing_as: Some(("cuda", "nvidia-h200")),
+        ..CountingUploads::new(&cpu, &g2)
+    };
+    let w2 = random_matrix(g2, 121);
+    let p = trellis::families::reduce::ReduceProblem::of_samples(&w2, DType::Bf16, 2, 8).unwrap();
+    let chosen = trellis::tune::select_for::<trellis::families::reduce::ReduceFamily, _>(
+        &posing,
+        &p,
+        Tier::Exact,
+    );
+    assert!(chosen.variant.interleaved_x, "{}", chosen.variant);
+    let r2 = ops::Resident::new(&posing, &w2).unwrap();
+    let x2 = random_x(DType::Bf16, 2, 14336, 122);
+    let want = reference::reduce(&w2, &x2).unwrap();
+    for xd in [
+        DeviceActivations::upload(&posing, &x2).unwrap(),
+        DeviceActivations::from_tensor(ops::upload_activations(&posing, &x2).unwrap()).unwrap(),
+    ] {
+        let y = r2.matvec_device(&xd, Tier::Exact).unwrap();
+        assert!(y.download(&posing).unwrap().bits_eq(&want));
+    }
     // What the device path cannot take, each named.
     let x = random_x(DType::Bf16, 2, 1024, 117);
     let xd = DeviceActivations::upload(&b, &x).unwrap();
@@ -1316,14 +1353,47 @@ fn device_activations_run_the_exact_tier_without_copies() {
     let narrow = DeviceActivations::upload(&b, &random_x(DType::Bf16, 1, 512, 119)).unwrap();
     let e = err(rw.matvec_device(&narrow, Tier::Exact));
     assert!(
-        e.contains("activations x columns") && e.contains("1024"),
+        e.contains("tensor `x` has shape [1, 512], expected [1, 1024]"),
         "{e}"
     );
+    let none = DeviceActivations::from_tensor(
+        b.alloc(&trellis::kernel::TensorSpec {
+            name: "x",
+            elem: Elem::Bf16,
+            shape: vec![0, 1024],
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let e = err(rw.matvec_device(&none, Tier::Exact));
+    assert!(e.contains("M = 0"), "{e}");
     let g32 = Geometry::new(32, 1024, 32, 3, 12, Code::OneMad).unwrap();
     let up32 = random_matrix(g32, 120);
     let u32t = ops::Resident::new(&b, &up32).unwrap();
     let e = err(rw.gate_up_device(&u32t, &xd, Tail::Exact, Tier::Exact));
-    assert!(e.contains("up.T") && e.contains("fused pair"), "{e}");
+    assert!(e.contains("up.T") && e.contains("one T"), "{e}");
+    // Gate and up resident on two backends.
+    let other = CountingUploads::new(&cpu, &g);
+    let u_elsewhere = ops::Resident::new(&other, &u).unwrap();
+    let e = err(rw.gate_up_device(&u_elsewhere, &xd, Tail::Exact, Tier::Exact));
+    assert!(e.contains("up's backend"), "{e}");
+    // Weights past T's range: refused as the host facade refuses them.
+    let gl = Geometry::new(2, 1024, 256, 2, 6, Code::Lut).unwrap();
+    let mut lut = vec![1.0f32; 64];
+    lut[63] = 1e38; // state 63: all ones
+    let n = gl.codes_shape().iter().product::<usize>();
+    let big = QuantizedMatrix::new(
+        gl,
+        vec![u32::MAX; n],
+        vec![1.0; 2],
+        ScaleDType::F32,
+        Some(lut),
+    )
+    .unwrap();
+    let rbig = ops::Resident::new(&b, &big).unwrap();
+    let xh = DeviceActivations::upload(&b, &random_x(DType::F16, 1, 1024, 123)).unwrap();
+    let e = err(rbig.matvec_device(&xh, Tier::Exact));
+    assert!(e.contains("w[0, 0]") && e.contains("overflows f16"), "{e}");
     let words = b.upload(Elem::U32, &[2, 1024], &[0; 8192]).unwrap();
     let e = DeviceActivations::<CountingUploads>::from_tensor(words)
         .err()

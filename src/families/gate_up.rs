@@ -171,26 +171,27 @@ impl GateUpProblem {
         tail: Tail,
         max_m: u32,
     ) -> Result<Self> {
-        crate::reference::check_pair(gate, up)?;
-        if gate.geometry.t != up.geometry.t {
-            return Err(Error::invalid(
-                "up.T",
-                up.geometry.t,
-                format!(
-                    "the fused gate_up kernels read both matrices with one T; gate has {} \
-                     (the facade, ops::gate_up, runs such a pair as two reduce launches)",
-                    gate.geometry.t
-                ),
-            ));
-        }
         crate::reference::check_activations(x, gate.geometry.cols)?;
+        Self::of_samples(gate, up, x.dtype, x.rows, tail, max_m)
+    }
+    /// The problem of a gate/up pair and `rows` samples of `act` whose shape the caller
+    /// checked (activations on a device: [`crate::reference::check_x_shape`]).
+    pub fn of_samples(
+        gate: &QuantizedMatrix,
+        up: &QuantizedMatrix,
+        act: DType,
+        rows: usize,
+        tail: Tail,
+        max_m: u32,
+    ) -> Result<Self> {
+        check_fused_pair(gate, up)?;
         Ok(GateUpProblem {
             gate: gate.geometry,
             up: up.geometry,
             gate_scale: gate.scale_dtype,
             up_scale: up.scale_dtype,
-            act: x.dtype,
-            m: super::samples_of(x, max_m)?,
+            act,
+            m: super::samples_of(rows, max_m)?,
             tail,
         })
     }
@@ -317,6 +318,24 @@ impl GateUpExpected {
     pub fn real(&self, h: &GateUpHost) -> std::result::Result<&[RealSums; 2], String> {
         self.real.get([&h.gate, &h.up], &h.x)
     }
+}
+
+/// Gate and up as one fused launch takes them: [`crate::reference::check_pair`], and one
+/// T (the kernels read both code streams with it).
+fn check_fused_pair(gate: &QuantizedMatrix, up: &QuantizedMatrix) -> Result<()> {
+    crate::reference::check_pair(gate, up)?;
+    if gate.geometry.t != up.geometry.t {
+        return Err(Error::invalid(
+            "up.T",
+            up.geometry.t,
+            format!(
+                "the fused gate_up kernels read both matrices with one T; gate has {} \
+                 (ops::gate_up runs such a pair on host activations, as two reduce launches)",
+                gate.geometry.t
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Uploaded `gate_up` data.

@@ -242,6 +242,10 @@ impl<B: Backend> DeviceActivations<B> {
             )
         })
     }
+    /// Whether x as it is is here (a variant without `interleaved_x` reads it).
+    pub fn has_plain(&self) -> bool {
+        self.x.is_some()
+    }
     /// Whether the lane-interleaved copy is here (an `interleaved_x` variant reads it).
     pub fn has_interleaved(&self) -> bool {
         self.interleaved.is_some()
@@ -273,12 +277,12 @@ impl<B: Backend> DeviceActivations<B> {
     }
 }
 
-/// M of host activations `x` (its rows), which must be in `1..=max` (the family's limit).
-pub(crate) fn samples_of(x: &Activations, max: u32) -> Result<u32> {
-    u32::try_from(x.rows)
+/// M of activations of `rows` rows, which must be in `1..=max` (the family's limit).
+pub(crate) fn samples_of(rows: usize, max: u32) -> Result<u32> {
+    u32::try_from(rows)
         .ok()
         .filter(|m| (1..=max).contains(m))
-        .ok_or_else(|| crate::Error::invalid("M", x.rows, format!("x must have 1..={max} rows")))
+        .ok_or_else(|| crate::Error::invalid("M", rows, format!("x must have 1..={max} rows")))
 }
 
 fn check_m(m: u32, max: u32) -> Result<()> {

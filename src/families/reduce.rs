@@ -167,11 +167,16 @@ impl ReduceProblem {
     /// for a family taking M up to `max_m`.
     pub fn of(w: &QuantizedMatrix, x: &Activations, max_m: u32) -> Result<Self> {
         crate::reference::check_activations(x, w.geometry.cols)?;
+        Self::of_samples(w, x.dtype, x.rows, max_m)
+    }
+    /// The problem of a matrix and `rows` samples of `act` whose shape the caller checked
+    /// (activations on a device: [`crate::reference::check_x_shape`]).
+    pub fn of_samples(w: &QuantizedMatrix, act: DType, rows: usize, max_m: u32) -> Result<Self> {
         Ok(ReduceProblem {
             geometry: w.geometry,
             scale: w.scale_dtype,
-            act: x.dtype,
-            m: super::samples_of(x, max_m)?,
+            act,
+            m: super::samples_of(rows, max_m)?,
         })
     }
     /// The problem flags describe (`trellis select`), for a family taking M up to `max_m`.

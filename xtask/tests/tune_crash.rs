@@ -307,6 +307,8 @@ fn a_matrix_the_host_cannot_hold_fails_its_problem_by_name() {
         ])
         .args(["--code", "1mad", "--budget", "5m", "--out"])
         .arg(&out)
+        // Two threads: each of rayon's thread stacks counts against the limit too.
+        .env("RAYON_NUM_THREADS", "2")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
