@@ -806,7 +806,7 @@ fn check_device_x<B: Backend>(x: &DeviceActivations<B>, cols: usize, tier: Tier)
 fn device_variant<B: Backend>(v: Variant, x: &DeviceActivations<B>) -> Variant {
     let interleaved_x = match v.interleaved_x {
         true => x.has_interleaved(),
-        false => !x.has_plain(),
+        false => x.tensor().is_none(),
     };
     Variant { interleaved_x, ..v }
 }

@@ -2,7 +2,7 @@
 
 use trellis::backend::CpuBackend;
 use trellis::families::simt::{MStrategy, Representation, Variant, XStage};
-use trellis::kernel::{Backend, Dialect, Elem};
+use trellis::kernel::{Backend, DeviceTensor, Dialect, Elem};
 use trellis::numerics::{Tail, Tier};
 use trellis::{ops, reference, Activations, Code, DType, Geometry, QuantizedMatrix, ScaleDType};
 
@@ -1288,6 +1288,8 @@ fn device_activations_run_the_exact_tier_without_copies() {
                 .map(|tail| rw.gate_up_device(&ru, &xd, tail, Tier::Exact).unwrap());
             assert_eq!(b.all.get(), 0, "uploads in three device calls");
             assert_eq!((y.samples(), y.cols(), y.dtype()), (m, 32, dtype));
+            let t = y.tensor().unwrap();
+            assert_eq!((t.shape(), t.elem()), (vec![m, 32], dtype.into()));
             let want = rw.matvec(&x, Tier::Exact).unwrap();
             assert!(y.download(&b).unwrap().bits_eq(&want), "{dtype} M {m}");
             assert!(y
@@ -1418,7 +1420,7 @@ fn device_activations_run_the_exact_tier_without_copies() {
         ..Variant::default()
     };
     let only = DeviceActivations::upload_for(&b, &x, &v).unwrap();
-    assert!(only.has_interleaved());
+    assert!(only.has_interleaved() && only.tensor().is_none());
     let e = only.download(&b).err().unwrap().to_string();
     assert!(e.contains("interleaved_x"), "{e}");
 }

@@ -242,9 +242,10 @@ impl<B: Backend> DeviceActivations<B> {
             )
         })
     }
-    /// Whether x as it is is here (a variant without `interleaved_x` reads it).
-    pub fn has_plain(&self) -> bool {
-        self.x.is_some()
+    /// x as it is, `[M, C]` (absent where only the interleaved copy was uploaded): to
+    /// hand a kernel of one's own (a residual add, a norm) what a family left here.
+    pub fn tensor(&self) -> Option<&B::Tensor> {
+        self.x.as_deref()
     }
     /// Whether the lane-interleaved copy is here (an `interleaved_x` variant reads it).
     pub fn has_interleaved(&self) -> bool {
