@@ -726,16 +726,40 @@ impl<'a, B: Backend> Resident<'a, B> {
         x: &DeviceActivations<B>,
         tier: Tier,
     ) -> Result<DeviceActivations<B>> {
+        let (p, v, d) = self.reduce_on_device(x, tier)?;
+        fresh_output::<ReduceFamily, B>(&self.w.b, &p, v, &d)
+    }
+
+    /// [`Resident::matvec_device`] into `y`, a `[M, R]` tensor of x's element type made
+    /// once (`Backend::alloc`) and reused: no allocation a call. Every element of y is
+    /// written; a y of another shape or type is an error naming it.
+    pub fn matvec_device_into(
+        &self,
+        x: &DeviceActivations<B>,
+        y: &mut B::Tensor,
+        tier: Tier,
+    ) -> Result<()> {
+        let (p, v, d) = self.reduce_on_device(x, tier)?;
+        family::launch_into::<ReduceFamily, B>(&self.w.b, &p, v, &d, std::slice::from_mut(y))
+    }
+
+    /// The problem, variant (checked to fit) and device data of a `matvec` on `x`.
+    fn reduce_on_device(
+        &self,
+        x: &DeviceActivations<B>,
+        tier: Tier,
+    ) -> Result<(ReduceProblem, Variant, ReduceDevice<B>)> {
         let (b, w) = (&*self.w.b, &*self.w.w);
         check_device_x(x, w.geometry.cols, tier)?;
         let p = ReduceProblem::of_samples(w, x.dtype(), x.samples(), MAX_M)?;
         self.w.check_weights_finite(x.dtype())?;
-        let v = Choice::Tables(tier).exact::<ReduceFamily, B>(b, &p);
+        let v = device_variant(Choice::Tables(tier).exact::<ReduceFamily, B>(b, &p), x);
+        family::fits::<ReduceFamily>(&p, v, &b.limits())?;
         let d = ReduceDevice {
             w: self.w.get()?,
             x: x.clone(),
         };
-        launch_on_device::<ReduceFamily, B>(b, &p, device_variant(v, x), &d)
+        Ok((p, v, d))
     }
 
     /// `mid = silu(G x) * (U x)` with this matrix as G and `up` as U on activations
@@ -750,18 +774,45 @@ impl<'a, B: Backend> Resident<'a, B> {
         tail: Tail,
         tier: Tier,
     ) -> Result<DeviceActivations<B>> {
+        let (p, v, d) = self.gate_up_on_device(up, x, tail, tier)?;
+        fresh_output::<GateUpFamily, B>(&self.w.b, &p, v, &d)
+    }
+
+    /// [`Resident::gate_up_device`] into `mid`, a `[M, R]` tensor of x's element type
+    /// made once and reused, as [`Resident::matvec_device_into`] writes y.
+    pub fn gate_up_device_into(
+        &self,
+        up: &Resident<'_, B>,
+        x: &DeviceActivations<B>,
+        mid: &mut B::Tensor,
+        tail: Tail,
+        tier: Tier,
+    ) -> Result<()> {
+        let (p, v, d) = self.gate_up_on_device(up, x, tail, tier)?;
+        family::launch_into::<GateUpFamily, B>(&self.w.b, &p, v, &d, std::slice::from_mut(mid))
+    }
+
+    /// The problem, variant (checked to fit) and device data of a `gate_up` on `x`.
+    fn gate_up_on_device(
+        &self,
+        up: &Resident<'_, B>,
+        x: &DeviceActivations<B>,
+        tail: Tail,
+        tier: Tier,
+    ) -> Result<(GateUpProblem, Variant, GateUpDevice<B>)> {
         same_backend(self, up)?;
         let (b, gate, upm) = (&*self.w.b, &*self.w.w, &*up.w.w);
         check_device_x(x, gate.geometry.cols, tier)?;
         let p = GateUpProblem::of_samples(gate, upm, x.dtype(), x.samples(), tail, MAX_M)?;
         Uploaded::check_pair_finite([&self.w, &up.w], x.dtype())?;
-        let v = Choice::Tables(tier).exact::<GateUpFamily, B>(b, &p);
+        let v = device_variant(Choice::Tables(tier).exact::<GateUpFamily, B>(b, &p), x);
+        family::fits::<GateUpFamily>(&p, v, &b.limits())?;
         let d = GateUpDevice {
             gate: self.w.get()?,
             up: up.w.get()?,
             x: x.clone(),
         };
-        launch_on_device::<GateUpFamily, B>(b, &p, device_variant(v, x), &d)
+        Ok((p, v, d))
     }
 
     /// `mid = silu(G x) * (U x)` with this matrix as G and `up` as U, in `tier`, as
@@ -811,14 +862,13 @@ fn device_variant<B: Backend>(v: Variant, x: &DeviceActivations<B>) -> Variant {
     Variant { interleaved_x, ..v }
 }
 
-/// One launch of variant `v` (checked to fit) into a fresh output left on the device.
-fn launch_on_device<F: family::Family<Variant = Variant>, B: Backend>(
+/// One launch of variant `v` into a fresh output left on the device.
+fn fresh_output<F: family::Family, B: Backend>(
     b: &B,
     p: &F::Problem,
-    v: Variant,
+    v: F::Variant,
     d: &F::Device<B>,
 ) -> Result<DeviceActivations<B>> {
-    family::fits::<F>(p, v, &b.limits())?;
     let k = F::kernel(p, v);
     let mut outs = family::alloc_outputs(b, &k)?;
     family::launch_into::<F, B>(b, p, v, d, &mut outs)?;

@@ -1314,6 +1314,48 @@ fn device_activations_run_the_exact_tier_without_copies() {
             );
         }
     }
+    // Into outputs made once: one y and one mid serve calls on two x with each one's
+    // bits; an output of another shape or type is named.
+    let spec = |elem, m| trellis::kernel::TensorSpec {
+        name: "y",
+        elem,
+        shape: vec![m, 32],
+    };
+    let (mut y, mut mid) = (
+        b.alloc(&spec(Elem::Bf16, 2)).unwrap(),
+        b.alloc(&spec(Elem::Bf16, 2)).unwrap(),
+    );
+    for seed in [124, 125] {
+        let x = random_x(DType::Bf16, 2, 1024, seed);
+        let xd = DeviceActivations::upload(&b, &x).unwrap();
+        b.all.set(0);
+        rw.matvec_device_into(&xd, &mut y, Tier::Exact).unwrap();
+        rw.gate_up_device_into(&ru, &xd, &mut mid, Tail::Exact, Tier::Exact)
+            .unwrap();
+        assert_eq!(b.all.get(), 0, "uploads in two calls into outputs");
+        let got = trellis::family::download(&b, &y).unwrap();
+        assert!(
+            got.bits_eq(&reference::reduce(&w, &x).unwrap()),
+            "seed {seed}"
+        );
+        let got = trellis::family::download(&b, &mid).unwrap();
+        assert!(
+            got.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()),
+            "seed {seed}"
+        );
+    }
+    let xd = DeviceActivations::upload(&b, &random_x(DType::Bf16, 2, 1024, 126)).unwrap();
+    for (elem, m, needle) in [
+        (Elem::Bf16, 3, "has shape [3, 32], expected [2, 32]"),
+        (Elem::F32, 2, "has dtype f32, expected bf16"),
+    ] {
+        let mut wrong = b.alloc(&spec(elem, m)).unwrap();
+        let e = rw
+            .matvec_device_into(&xd, &mut wrong, Tier::Exact)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{e}");
+    }
     // A table winner that reads x lane-interleaved (the H200's at 64 x 14336, k 2, M 2,
     // chosen for a CPU backend posing as that device) runs as itself on both layouts and
     // as its plain twin on x as it is alone: the same bits.

@@ -162,7 +162,8 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
 /// Activations on the device run the exact tier with the host facade's bits and chain
 /// layer to layer without copies: at a key whose H200 winner reads x lane-interleaved
 /// (4096 x 14336, k 2, M 2), with x uploaded in both layouts and as it is alone (the
-/// winner's plain twin), then y as the next layer's x; and the fused `gate_up`.
+/// winner's plain twin), then y as the next layer's x; and the fused `gate_up`; and both
+/// into outputs made once.
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
 fn device_activations_chain_without_copies() {
@@ -205,6 +206,20 @@ fn device_activations_chain_without_copies() {
             mid.download(&b).unwrap().bits_eq(&mid_want),
             "mid, {layouts}"
         );
+        // Into outputs made once.
+        let spec = TensorSpec {
+            name: "y",
+            elem: Elem::Bf16,
+            shape: vec![2, 4096],
+        };
+        let (mut y, mut mid) = (b.alloc(&spec).unwrap(), b.alloc(&spec).unwrap());
+        rw.matvec_device_into(&xd, &mut y, Tier::Exact).unwrap();
+        rw.gate_up_device_into(&ru, &xd, &mut mid, Tail::Exact, Tier::Exact)
+            .unwrap();
+        let got = trellis::family::download(&b, &y).unwrap();
+        assert!(got.bits_eq(&y_want), "y into, {layouts}");
+        let got = trellis::family::download(&b, &mid).unwrap();
+        assert!(got.bits_eq(&mid_want), "mid into, {layouts}");
     }
 }
 
