@@ -25,6 +25,20 @@ fn bf16_holds(v: f32) -> bool {
     v.to_bits() & 0xFFFF == 0
 }
 
+/// `round_bf16(v)` on the bits, as `half` rounds (nearest even; a NaN kept, made quiet),
+/// with no branch a compiler cannot turn into a select: a block of these vectorizes,
+/// where `half`'s conversion goes a value at a time (`DType::round_in_place`).
+#[inline]
+fn bf16_round_bits(b: u32) -> u32 {
+    let nan = (b & 0x7FFF_FFFF) > 0x7F80_0000;
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) & 0xFFFF_0000;
+    if nan {
+        (b & 0xFFFF_0000) | 0x0040_0000
+    } else {
+        rounded
+    }
+}
+
 impl DType {
     /// Every activation dtype.
     pub const ALL: [DType; 3] = [DType::Bf16, DType::F16, DType::F32];
@@ -72,33 +86,41 @@ impl DType {
         }
     }
 
-    /// `round_T` of every value in place (f16's through the host's vector conversions
-    /// where it has them, `half`'s slice API: the facade rounds each call's x to f16 for
-    /// the fast tier). Stops at the first finite value that rounds to infinity and gives
-    /// its index and value (the slice then rounded only up to its block).
+    /// `round_T` of every value in place, a block at a time so it vectorizes (f16's
+    /// through the host's vector conversions where it has them, `half`'s slice API; bf16's
+    /// on the bits: the facade rounds each call's x). Stops at the first finite value that
+    /// rounds to infinity and gives its index and value (the slice then rounded only up to
+    /// its block).
     pub fn round_in_place(self, values: &mut [f32]) -> Option<(usize, f32)> {
         use half::slice::HalfFloatSliceExt;
-        let overflow =
-            |i: usize, v: f32, r: f32| (v.is_finite() && !r.is_finite()).then_some((i, v));
-        match self {
-            DType::F32 => None,
-            DType::Bf16 => values.iter_mut().enumerate().find_map(|(i, v)| {
-                let r = self.round(*v);
-                let o = overflow(i, *v, r);
-                *v = r;
-                o
-            }),
-            DType::F16 => {
-                let (mut h, mut was) = ([f16::ZERO; BLOCK], [0f32; BLOCK]);
-                values.chunks_mut(BLOCK).enumerate().find_map(|(b, c)| {
-                    let (h, was) = (&mut h[..c.len()], &mut was[..c.len()]);
-                    was.copy_from_slice(c);
-                    h.convert_from_f32_slice(c);
-                    h.convert_to_f32_slice(c);
-                    (0..c.len()).find_map(|i| overflow(b * BLOCK + i, was[i], c[i]))
-                })
-            }
+        if self == DType::F32 {
+            return None;
         }
+        let (mut h, mut was) = ([f16::ZERO; BLOCK], [0f32; BLOCK]);
+        values.chunks_mut(BLOCK).enumerate().find_map(|(b, c)| {
+            let was = &mut was[..c.len()];
+            was.copy_from_slice(c);
+            if self == DType::F16 {
+                let h = &mut h[..c.len()];
+                h.convert_from_f32_slice(c);
+                h.convert_to_f32_slice(c);
+            } else {
+                c.iter_mut()
+                    .for_each(|v| *v = f32::from_bits(bf16_round_bits(v.to_bits())));
+            }
+            let overflow = |v: &f32, r: &f32| v.is_finite() & !r.is_finite();
+            // Any overflow in the block, without an early exit (so it vectorizes); then
+            // where.
+            let any = was
+                .iter()
+                .zip(c.iter())
+                .fold(false, |a, (v, r)| a | overflow(v, r));
+            any.then(|| {
+                let i = was.iter().zip(c.iter()).position(|(v, r)| overflow(v, r))?;
+                Some((b * BLOCK + i, was[i]))
+            })
+            .flatten()
+        })
     }
 
     /// The index of the first of `values` that is not one of the dtype's ([`Self::holds`]),
