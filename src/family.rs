@@ -192,6 +192,22 @@ pub fn launch_into<F: Family, B: Backend>(
     b.launch_into(&launch, &inputs, &mut outs)
 }
 
+/// Run variant `v` into fresh outputs, left on the device.
+pub fn launch<F: Family, B: Backend>(
+    b: &B,
+    p: &F::Problem,
+    v: F::Variant,
+    d: &F::Device<B>,
+) -> Result<Vec<B::Tensor>> {
+    // Checked first: a forced variant outside its ranges (0 rows per group, say) is an
+    // error naming the field before its launch shape is computed.
+    let kernel = F::kernel(p, v);
+    kernel.validate()?;
+    let mut outs = alloc_outputs(b, &kernel)?;
+    launch_into::<F, B>(b, p, v, d, &mut outs)?;
+    Ok(outs)
+}
+
 /// Run variant `v` and download its outputs.
 pub fn run<F: Family, B: Backend>(
     b: &B,
@@ -199,12 +215,7 @@ pub fn run<F: Family, B: Backend>(
     v: F::Variant,
     d: &F::Device<B>,
 ) -> Result<Vec<Activations>> {
-    // Checked first: a forced variant outside its ranges (0 rows per group, say) is an
-    // error naming the field before its launch shape is computed.
-    let kernel = F::kernel(p, v);
-    kernel.validate()?;
-    let mut outs = alloc_outputs(b, &kernel)?;
-    launch_into::<F, B>(b, p, v, d, &mut outs)?;
+    let outs = launch::<F, B>(b, p, v, d)?;
     outs.iter().map(|t| download(b, t)).collect()
 }
 

@@ -727,7 +727,9 @@ impl<'a, B: Backend> Resident<'a, B> {
         tier: Tier,
     ) -> Result<DeviceActivations<B>> {
         let (p, v, d) = self.reduce_on_device(x, tier)?;
-        fresh_output::<ReduceFamily, B>(&self.w.b, &p, v, &d)
+        DeviceActivations::from_tensor(first(family::launch::<ReduceFamily, B>(
+            &self.w.b, &p, v, &d,
+        )?))
     }
 
     /// [`Resident::matvec_device`] into `y`, a `[M, R]` tensor of x's element type made
@@ -775,7 +777,9 @@ impl<'a, B: Backend> Resident<'a, B> {
         tier: Tier,
     ) -> Result<DeviceActivations<B>> {
         let (p, v, d) = self.gate_up_on_device(up, x, tail, tier)?;
-        fresh_output::<GateUpFamily, B>(&self.w.b, &p, v, &d)
+        DeviceActivations::from_tensor(first(family::launch::<GateUpFamily, B>(
+            &self.w.b, &p, v, &d,
+        )?))
     }
 
     /// [`Resident::gate_up_device`] into `mid`, a `[M, R]` tensor of x's element type
@@ -860,19 +864,6 @@ fn device_variant<B: Backend>(v: Variant, x: &DeviceActivations<B>) -> Variant {
         false => x.tensor().is_none(),
     };
     Variant { interleaved_x, ..v }
-}
-
-/// One launch of variant `v` into a fresh output left on the device.
-fn fresh_output<F: family::Family, B: Backend>(
-    b: &B,
-    p: &F::Problem,
-    v: F::Variant,
-    d: &F::Device<B>,
-) -> Result<DeviceActivations<B>> {
-    let k = F::kernel(p, v);
-    let mut outs = family::alloc_outputs(b, &k)?;
-    family::launch_into::<F, B>(b, p, v, d, &mut outs)?;
-    DeviceActivations::from_tensor(first(outs))
 }
 
 /// An error naming up's backend where `gate` and `up` are resident on two.
