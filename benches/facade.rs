@@ -71,6 +71,10 @@ impl BackendVisitor for Facade<'_> {
         c.bench_function(&format!("{at}/parts/prescale-upload"), |bn| {
             bn.iter(|| Prescaled::upload(b, black_box(&x), &[&w]).unwrap())
         });
+        // The variant's choice from the tables (memoized after the first).
+        c.bench_function(&format!("{at}/parts/select"), |bn| {
+            bn.iter(|| select_for::<ReduceFamily, B>(b, black_box(&p), Tier::Exact))
+        });
         let y_spec = TensorSpec {
             name: "y",
             elem: Elem::Bf16,

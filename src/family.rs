@@ -32,8 +32,17 @@ pub trait Family: 'static {
     /// (`Sync`: the tuner compiles the next problem's candidates on another thread.)
     type Problem: Clone + PartialEq + fmt::Debug + fmt::Display + Sync;
     /// The tunable part: same results (within a tier), different speed. Tables store it
-    /// as a TOML table through serde.
-    type Variant: Copy + Eq + Hash + fmt::Debug + fmt::Display + Serialize + DeserializeOwned;
+    /// as a TOML table through serde. (`Send + Sync`: the selector memoizes its choices
+    /// for every thread.)
+    type Variant: Copy
+        + Eq
+        + Hash
+        + fmt::Debug
+        + fmt::Display
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync;
     /// The declared kernel (`#[trellis::kernel]`).
     type Kernel: KernelSpec;
     /// Host data of one instance (matrices, activations).

@@ -310,3 +310,55 @@ fn an_edited_winner_that_fits_is_the_one_chosen() {
         s.variant
     );
 }
+
+/// The selector memoizes its choices; a table added later is still read: the choice
+/// made before it is not kept, and the memoized choice is the one the tables give.
+#[test]
+fn a_table_added_after_a_choice_is_read() {
+    use trellis::families::reduce::ReduceProblem;
+    let g = Geometry::new(17408, 5120, 256, 3, 12, Code::OneMad).unwrap();
+    let p = ReduceProblem {
+        geometry: g,
+        scale: trellis::ScaleDType::F16,
+        act: DType::Bf16,
+        m: 1,
+    };
+    let mut s = Selector::empty();
+    let before = s.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact);
+    assert!(
+        matches!(before.source, Source::Default { .. }),
+        "{before:?}"
+    );
+    assert_eq!(
+        s.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact),
+        before
+    );
+    let (_, text) = Selector::embedded()
+        .iter()
+        .find(|(name, _)| *name == "nvidia-h200.toml")
+        .expect("the H200 table is embedded");
+    s.add_text("nvidia-h200.toml", text);
+    let after = s.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact);
+    assert!(matches!(after.source, Source::Table { .. }), "{after:?}");
+    assert_ne!(after.variant, before.variant);
+    // Memoized, and a clone (which starts its own memo) chooses the same.
+    assert_eq!(
+        s.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact),
+        after
+    );
+    let clone = s.clone();
+    assert_eq!(
+        clone.select::<ReduceFamily>("cuda", "nvidia-h200", &p, Tier::Exact),
+        after
+    );
+    // Another device, tier or problem is its own choice.
+    let fast = s.select::<trellis::families::reduce_mma::ReduceMmaFamily>(
+        "cuda",
+        "nvidia-h200",
+        &p,
+        Tier::Fast,
+    );
+    assert!(matches!(fast.source, Source::Table { .. }), "{fast:?}");
+    let other = s.select::<ReduceFamily>("cuda", "amd-mi300", &p, Tier::Exact);
+    assert!(matches!(other.source, Source::Default { .. }), "{other:?}");
+}

@@ -9,7 +9,8 @@ use crate::kernel::{
 };
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PinnedHostSlice,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    PinnedHostSlice,
 };
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
@@ -60,22 +61,54 @@ impl DeviceTensor for CudaTensor {
     }
 }
 
-/// One CUDA device and a stream on it.
+/// One CUDA device and a stream on it. Every tensor of the backend is made, used and
+/// freed on that one stream ([`CudaBackend::stream`]), which orders them, so cudarc's
+/// per-buffer events (two made and destroyed a buffer, for ordering across streams) are
+/// off: a caller that uses its tensors on a stream of its own orders it by hand.
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: CudaDeviceInfo,
     cubins: Arc<Cubins>,
     kernels: Mutex<HashMap<KernelId, CudaFunction>>,
-    /// Page-locked memory that downloads of up to [`STAGED_BYTES`] go through (made at
-    /// the first): a copy from the device into pageable memory took about 24 us for a
-    /// facade call's y (35 KB), 11.7 through this (on an H100).
+    /// Page-locked memory that uploads and downloads of up to [`STAGED_BYTES`] go
+    /// through (made at the first): a copy from the device into pageable memory took
+    /// about 24 us for a facade call's y (35 KB), 11.7 through this (on an H100).
     /// `None` inside where the driver had none to give (made once either way).
-    staging: std::sync::OnceLock<Option<Mutex<PinnedHostSlice<u8>>>>,
+    staging: std::sync::OnceLock<Option<Mutex<Staging>>>,
 }
 
-/// The largest download that goes through [`CudaBackend`]'s page-locked staging.
+/// The largest upload or download that goes through [`CudaBackend`]'s page-locked
+/// staging.
 const STAGED_BYTES: usize = 1 << 20;
+
+/// [`CudaBackend`]'s page-locked staging: [`STAGED_BYTES`] and an upload's zeroed slack.
+struct Staging {
+    pinned: PinnedHostSlice<u8>,
+    /// Recorded after each upload's copy out of `pinned`, which runs after the host
+    /// returns: the next use of `pinned` waits for it. (A download waits for its own
+    /// copy, the stream's, before it lets go.)
+    copied: CudaEvent,
+}
+
+impl Staging {
+    /// The first `n` bytes, once the last upload's copy out of them is done.
+    fn bytes(&mut self, n: usize) -> Result<&mut [u8]> {
+        self.copied.synchronize().map_err(driver_err)?;
+        let ptr = self.pinned.as_mut_ptr().map_err(driver_err)?;
+        if n > self.pinned.len() {
+            return Err(Error::invalid(
+                "staged bytes",
+                n,
+                format!("the staging holds {}", self.pinned.len()),
+            ));
+        }
+        // SAFETY: within the allocation (zeroed when made), and no copy reads or writes
+        // it now: the last upload's copy is done (above), and a download holds the lock
+        // until its own copy is.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, n) })
+    }
+}
 
 /// NVRTC for one architecture with the CUBIN cache on disk: needs no device, so it also
 /// serves [`CudaAhead`] on another thread.
@@ -216,6 +249,9 @@ impl CudaBackend {
             backend: "cuda".into(),
             reason: format!("cannot open device {ordinal}: {e:?}"),
         })?;
+        // SAFETY: every buffer of this backend is made, used and dropped on `stream`
+        // alone, whose order is all the ordering they need (see `CudaBackend`).
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let name = ctx.name().map_err(driver_err)?;
         let cc = ctx.compute_capability().map_err(driver_err)?;
@@ -361,15 +397,28 @@ impl CudaBackend {
             .map_err(|e| failed("function", e))
     }
 
-    /// The page-locked staging for downloads, zeroed (a slice over memory never written
-    /// would be undefined behaviour), or `None` where the driver has none to give (the
-    /// downloads then go through pageable memory, as before it).
-    fn staging_buffer(&self) -> Option<PinnedHostSlice<u8>> {
-        // Not write-combined (flags 0): the host reads it back.
-        // SAFETY: zeroed (through cudarc's own slice of it) before anything reads it.
-        let mut p = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(STAGED_BYTES, 0) }.ok()?;
-        p.as_mut_slice().ok()?.fill(0);
-        Some(p)
+    /// The page-locked staging for a copy of `n` bytes (made at the first), or `None`
+    /// past its size or where the driver has none to give (the copies then go through
+    /// pageable memory, as before it).
+    fn staging(&self, n: usize) -> Option<&Mutex<Staging>> {
+        if n > STAGED_BYTES + super::READ_SLACK_BYTES {
+            return None;
+        }
+        self.staging
+            .get_or_init(|| {
+                // Not write-combined (flags 0): the host reads it back.
+                // SAFETY: zeroed (through cudarc's own slice of it) before anything
+                // reads it (a slice over memory never written would be undefined).
+                let mut pinned = unsafe {
+                    self.ctx
+                        .alloc_pinned_with_flags::<u8>(STAGED_BYTES + super::READ_SLACK_BYTES, 0)
+                }
+                .ok()?;
+                pinned.as_mut_slice().ok()?.fill(0);
+                let copied = self.ctx.new_event(None).ok()?;
+                Some(Mutex::new(Staging { pinned, copied }))
+            })
+            .as_ref()
     }
 
     fn check_device(&self, t: &CudaTensor, name: &str) -> Result<()> {
@@ -486,16 +535,38 @@ impl Backend for CudaBackend {
                 format!("{elem} tensor of shape {shape:?} needs {want}"),
             ));
         }
-        // Zeroed slack past the elements (`READ_SLACK_BYTES`), then the elements.
-        let mut buf = self
-            .stream
-            .alloc_zeros::<u8>(bytes.len().saturating_add(super::READ_SLACK_BYTES))
-            .map_err(driver_err)?;
-        if !bytes.is_empty() {
-            self.stream
-                .memcpy_htod(bytes, &mut buf)
-                .map_err(driver_err)?;
-        }
+        // The elements, then zeroed slack past them (`READ_SLACK_BYTES`).
+        let total = bytes.len().saturating_add(super::READ_SLACK_BYTES);
+        let buf = match self.staging(total) {
+            // One copy from page-locked memory, the slack zeroed there: the pageable
+            // path's zeroing and its synchronous copy each cost a driver round trip.
+            Some(staging) => {
+                let mut staging = staging
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // SAFETY: every byte is written by the copy below before any use.
+                let mut buf = unsafe { self.stream.alloc::<u8>(total) }.map_err(driver_err)?;
+                let host = staging.bytes(total)?;
+                let (elements, slack) = host.split_at_mut(bytes.len());
+                elements.copy_from_slice(bytes);
+                slack.fill(0);
+                self.stream
+                    .memcpy_htod(&*host, &mut buf)
+                    .map_err(driver_err)?;
+                // The copy runs after this returns: the next use of the staging waits.
+                staging.copied.record(&self.stream).map_err(driver_err)?;
+                buf
+            }
+            None => {
+                let mut buf = self.stream.alloc_zeros::<u8>(total).map_err(driver_err)?;
+                if !bytes.is_empty() {
+                    self.stream
+                        .memcpy_htod(bytes, &mut buf)
+                        .map_err(driver_err)?;
+                }
+                buf
+            }
+        };
         Ok(CudaTensor {
             elem,
             shape: shape.to_vec(),
@@ -512,27 +583,19 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok(v);
         }
-        let staging = (n <= STAGED_BYTES)
-            .then(|| {
-                self.staging
-                    .get_or_init(|| self.staging_buffer().map(Mutex::new))
-            })
-            .and_then(Option::as_ref);
-        match staging {
+        match self.staging(n) {
             Some(staging) => {
-                let mut pinned = staging
+                let mut staging = staging
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let ptr = pinned.as_mut_ptr().map_err(driver_err)?;
-                // SAFETY: n is within the buffer's STAGED_BYTES (zeroed when made), and
-                // the lock keeps every other use out until the stream has finished this
-                // copy. (cudarc copies a whole host slice: the pinned slice itself would
-                // ask for all of it.)
-                let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
+                let dst = staging.bytes(n)?;
+                // (cudarc copies a whole host slice: the pinned slice itself would ask
+                // for all of it.)
                 self.stream
                     .memcpy_dtoh(&t.buf.slice(0..n), dst)
                     .map_err(driver_err)?;
-                // A copy into page-locked memory is asynchronous: wait for it.
+                // A copy into page-locked memory is asynchronous: wait for it (with the
+                // lock held, so no other use of the staging starts before).
                 self.stream.synchronize().map_err(driver_err)?;
                 v.copy_from_slice(dst);
             }

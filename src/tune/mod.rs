@@ -106,6 +106,36 @@ pub struct Selector {
     tables: Vec<(String, Table)>,
     /// Tables that were ignored, and why (printed by the CLI, never fatal).
     pub warnings: Vec<String>,
+    /// Selections made over these tables, emptied when a table is added.
+    memo: Memo,
+}
+
+/// Selections made before, by family, backend, device, tier and problem (its `Debug`
+/// form: everything a selection reads of it). A selection scans the tables' entries and
+/// names its source (about 4 us over the H200 table's thousand entries), a facade call's
+/// fixed cost on the host; a memoized one about half a microsecond. Bounded: emptied
+/// when full (a tuner's sweep of shapes).
+#[derive(Default)]
+struct Memo(std::sync::Mutex<std::collections::HashMap<MemoKey, MemoValue>>);
+
+type MemoKey = (std::any::TypeId, String, String, Tier, String);
+type MemoValue = Box<dyn std::any::Any + Send + Sync>;
+
+impl Memo {
+    const MAX: usize = 4096;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<MemoKey, MemoValue>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A clone's tables are the same, but it may add others: it starts its own memo.
+impl Clone for Memo {
+    fn clone(&self) -> Self {
+        Memo::default()
+    }
 }
 
 /// Hash of everything family `F` compiles on `dialect`: the complete units (prelude,
@@ -349,6 +379,7 @@ impl Selector {
         Selector {
             tables: Vec::new(),
             warnings: Vec::new(),
+            memo: Memo::default(),
         }
     }
 
@@ -406,6 +437,7 @@ impl Selector {
     /// tuned over part of the space keeps the rest of the shipped choices.
     pub fn add_table(&mut self, name: &str, table: Table) {
         self.tables.push((name.to_string(), table));
+        self.memo.lock().clear();
     }
 
     /// The tables of `device` of `backend`, latest added first.
@@ -446,6 +478,35 @@ impl Selector {
     /// (or, where none is larger, the nearest smaller), the device's own tables first,
     /// then its members'; else the default.
     pub fn select<F: Family>(
+        &self,
+        backend: &str,
+        device: &str,
+        p: &F::Problem,
+        tier: Tier,
+    ) -> Selection<F::Variant> {
+        let id = (
+            std::any::TypeId::of::<F>(),
+            backend.to_string(),
+            device.to_string(),
+            tier,
+            format!("{p:?}"),
+        );
+        if let Some(s) = self.memo.lock().get(&id) {
+            if let Some(s) = s.downcast_ref::<Selection<F::Variant>>() {
+                return s.clone();
+            }
+        }
+        let s = self.select_from_tables::<F>(backend, device, p, tier);
+        let mut memo = self.memo.lock();
+        if memo.len() >= Memo::MAX {
+            memo.clear();
+        }
+        memo.insert(id, Box::new(s.clone()));
+        s
+    }
+
+    /// [`Selector::select`] made from the tables, not memoized.
+    fn select_from_tables<F: Family>(
         &self,
         backend: &str,
         device: &str,
