@@ -97,6 +97,14 @@ impl BackendVisitor for Facade<'_> {
                 y
             })
         });
+        // The fast tier on the device: x prescaled there, its flags read back.
+        c.bench_function(&format!("{at}/fast/resident-matvec-device"), |bn| {
+            bn.iter(|| {
+                let y = r.matvec_device(black_box(&xd), Tier::Fast).unwrap();
+                b.synchronize().unwrap();
+                y
+            })
+        });
         // The same into an output made once (no allocation a call).
         let mut y_out = b.alloc(&y_spec).unwrap();
         c.bench_function(&format!("{at}/exact/resident-matvec-device-into"), |bn| {

@@ -24,12 +24,12 @@ use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
 use crate::families::mma::MAX_M_MMA;
 use crate::families::reduce::{ReduceDevice, ReduceFamily, ReduceProblem};
 use crate::families::reduce_mma::{
-    beyond_f16_operands_of, operand_exponent, pow2, OperandFacts, Prescaled, ReduceMmaDevice,
-    ReduceMmaFamily,
+    beyond_f16_operands_of, operand_exponent, pow2, OperandFacts, Prescale, Prescaled,
+    ReduceMmaDevice, ReduceMmaFamily, TablePowers,
 };
 use crate::families::simt::MAX_M;
 use crate::family;
-use crate::kernel::Backend;
+use crate::kernel::{Backend, Elem, KernelSpec};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::{DType, ScaleDType};
@@ -290,6 +290,16 @@ struct Uploaded<'a, B: Backend> {
     finite_in: Arc<AtomicU8>,
     /// What the fast tier's operand check reads of the matrix, made on first need.
     facts: Arc<OnceLock<OperandFacts>>,
+    /// The fast tier's table and power on the device, for its device path (first need).
+    fast_tables: Arc<OnceLock<Arc<FastTables<B>>>>,
+}
+
+/// What the fast tier's device path reads of one matrix alone, uploaded once: its
+/// prescaled value table (code `lut`) and the table's power of two, the `powers` input
+/// of [`Prescale`].
+struct FastTables<B: Backend> {
+    table: Option<Arc<B::Tensor>>,
+    powers: B::Tensor,
 }
 
 impl<B: Backend> Clone for Uploaded<'_, B> {
@@ -300,6 +310,7 @@ impl<B: Backend> Clone for Uploaded<'_, B> {
             dev: self.dev.clone(),
             finite_in: self.finite_in.clone(),
             facts: self.facts.clone(),
+            fast_tables: self.fast_tables.clone(),
         }
     }
 }
@@ -341,7 +352,22 @@ impl<'a, B: Backend> Uploaded<'a, B> {
             dev: Default::default(),
             finite_in: Default::default(),
             facts: Default::default(),
+            fast_tables: Default::default(),
         }
+    }
+
+    /// [`FastTables`] of the matrix, uploaded once while this (or a clone) lives.
+    fn fast_tables(&self) -> Result<Arc<FastTables<B>>> {
+        if let Some(t) = self.fast_tables.get() {
+            return Ok(t.clone());
+        }
+        let TablePowers { mut tables, powers } = TablePowers::upload(&*self.b, &[&self.w])?;
+        let bytes: Vec<u8> = powers.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t = Arc::new(FastTables {
+            table: tables.pop().flatten(),
+            powers: self.b.upload(Elem::F32, &[powers.len()], &bytes)?,
+        });
+        Ok(self.fast_tables.get_or_init(|| t).clone())
     }
 
     /// [`OperandFacts::of`] the matrix, once while this (or a clone) lives.
@@ -715,17 +741,31 @@ impl<'a, B: Backend> Resident<'a, B> {
     /// [`DeviceActivations::upload`], or a previous kernel's output through
     /// [`DeviceActivations::from_tensor`]), y left there: `[M, R]` in x's dtype, with the
     /// bits [`Resident::matvec`] gives, and no copy between host and device. M is one
-    /// launch's (1..=8) and the tier is exact: the fast tier's per-sample prescale and its
-    /// operand check read x on the host. The host does not read x either: a NaN or
-    /// infinity in x makes non-finite outputs, as IEEE arithmetic does (the host facade
-    /// refuses them). Where `x` lacks the layout the table's winner reads (x as it is, or
-    /// its lane-interleaved copy), the winner's twin that reads the other runs (the same
+    /// launch's (exact 1..=8, fast 1..=16). The host does not read x: a NaN in x makes
+    /// non-finite outputs, as IEEE arithmetic does (the host facade refuses them).
+    ///
+    /// Exact: where `x` lacks the layout the table's winner reads (x as it is, or its
+    /// lane-interleaved copy), the winner's twin that reads the other runs (the same
     /// bits: the layout only moves x in memory).
+    ///
+    /// Fast: a kernel prescales x on the device as the host facade does
+    /// ([`Prescale`]). With f16 operands (the tables' usual choice) and bf16 or f32
+    /// activations it also flags the samples the host's operand check must read (a
+    /// value below 2^-28 of its sample's largest, or a largest below 2^-113), and the
+    /// call waits for those flags (a small copy back, before the matrix kernel starts):
+    /// a flagged sample brings x to the host, and where the check holds a sample the
+    /// whole call runs as [`Resident::matvec`] on it, y uploaded (so an infinity in x is
+    /// refused by name there). bf16 operands and f16 activations need no flags and
+    /// leave the call asynchronous. x uploaded for an interleaved variant alone (no
+    /// plain copy) runs through the host as well.
     pub fn matvec_device(
         &self,
         x: &DeviceActivations<B>,
         tier: Tier,
     ) -> Result<DeviceActivations<B>> {
+        if tier == Tier::Fast {
+            return self.matvec_device_fast(x);
+        }
         let (p, v, d) = self.reduce_on_device(x, tier)?;
         DeviceActivations::from_tensor(first(family::launch::<ReduceFamily, B>(
             &self.w.b, &p, v, &d,
@@ -734,7 +774,8 @@ impl<'a, B: Backend> Resident<'a, B> {
 
     /// [`Resident::matvec_device`] into `y`, a `[M, R]` tensor of x's element type made
     /// once (`Backend::alloc`) and reused: no allocation a call. Every element of y is
-    /// written; a y of another shape or type is an error naming it.
+    /// written; a y of another shape or type is an error naming it. Exact tier only (the
+    /// fast tier's held samples would be computed on the host).
     pub fn matvec_device_into(
         &self,
         x: &DeviceActivations<B>,
@@ -743,6 +784,54 @@ impl<'a, B: Backend> Resident<'a, B> {
     ) -> Result<()> {
         let (p, v, d) = self.reduce_on_device(x, tier)?;
         family::launch_into::<ReduceFamily, B>(&self.w.b, &p, v, &d, std::slice::from_mut(y))
+    }
+
+    /// The fast tier of [`Resident::matvec_device`].
+    fn matvec_device_fast(&self, x: &DeviceActivations<B>) -> Result<DeviceActivations<B>> {
+        let (b, w) = (&*self.w.b, &*self.w.w);
+        crate::reference::check_x_shape([x.samples(), x.cols()], w.geometry.cols)?;
+        let p = ReduceProblem::of_samples(w, x.dtype(), x.samples(), MAX_M_MMA)?;
+        let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, Tier::Fast).variant;
+        family::fits::<ReduceMmaFamily>(&p, v, &b.limits())?;
+        let flagged = v.operands.is_f16() && x.dtype() != DType::F16;
+        // Where the operand check may hold samples whatever x is, or x has no plain
+        // copy: the host facade's path, x and y copied.
+        let on_host = || -> Result<DeviceActivations<B>> {
+            DeviceActivations::upload(b, &self.matvec(&x.download(b)?, Tier::Fast)?)
+        };
+        let Some(plain) = x.tensor() else {
+            return on_host();
+        };
+        if flagged && self.w.operand_facts()?.every_sample() {
+            return on_host();
+        }
+        let tables = self.w.fast_tables()?;
+        let k = Prescale::for_variant(p.m, w.geometry.cols, x.dtype(), 1, &v);
+        k.validate()?;
+        let mut outs = family::alloc_outputs(b, &k)?;
+        {
+            let mut refs: Vec<&mut B::Tensor> = outs.iter_mut().collect();
+            b.launch_into(&k.launch_request()?, &[plain, &tables.powers], &mut refs)?;
+        }
+        let [xs, unscale, flags]: [B::Tensor; 3] = outs.try_into().map_err(|o: Vec<_>| {
+            Error::invalid("prescale outputs", o.len(), "the kernel declares three")
+        })?;
+        if flagged && b.download(&flags)?.iter().any(|&f| f != 0) {
+            let xh = x.download(b)?;
+            if !held_samples(&xh, &[&self.w], true)?.is_empty() {
+                return DeviceActivations::upload(b, &self.matvec(&xh, Tier::Fast)?);
+            }
+        }
+        let d = ReduceMmaDevice {
+            w: self.w.get()?,
+            ops: Prescaled {
+                x: xs,
+                x_f16: None,
+                unscale,
+                tables: vec![tables.table.clone()],
+            },
+        };
+        DeviceActivations::from_tensor(first(family::launch::<ReduceMmaFamily, B>(b, &p, v, &d)?))
     }
 
     /// The problem, variant (checked to fit) and device data of a `matvec` on `x`.
@@ -840,16 +929,16 @@ impl<B: Backend + 'static> Resident<'static, B> {
     }
 }
 
-/// Activations on the device, checked for a device call of `tier` (the exact tier only)
+/// Activations on the device, checked for an exact device call of `tier` (the exact tier only)
 /// on a matrix of `cols` columns; M is the problem's to check (one launch's).
 fn check_device_x<B: Backend>(x: &DeviceActivations<B>, cols: usize, tier: Tier) -> Result<()> {
     if tier != Tier::Exact {
         return Err(Error::invalid(
             "tier",
             tier,
-            "activations on the device run the exact tier only: the fast tier's per-sample \
-             prescale and operand check read x on the host (`matvec` and `gate_up` take \
-             host activations)",
+            "this call on activations on the device runs the exact tier only: the fast \
+             tier's device path is `Resident::matvec_device` (a held sample is computed on \
+             the host, which an output made once or a fused pair's launch cannot take in)",
         ));
     }
     crate::reference::check_x_shape([x.samples(), x.cols()], cols)

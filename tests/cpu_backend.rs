@@ -1386,8 +1386,6 @@ fn device_activations_run_the_exact_tier_without_copies() {
     let x = random_x(DType::Bf16, 2, 1024, 117);
     let xd = DeviceActivations::upload(&b, &x).unwrap();
     let err = |r: trellis::Result<DeviceActivations<_>>| r.err().unwrap().to_string();
-    let e = err(rw.matvec_device(&xd, Tier::Fast));
-    assert!(e.contains("tier") && e.contains("exact tier only"), "{e}");
     let nine = DeviceActivations::upload(&b, &random_x(DType::Bf16, 9, 1024, 118)).unwrap();
     let e = err(rw.matvec_device(&nine, Tier::Exact));
     assert!(
@@ -1465,6 +1463,212 @@ fn device_activations_run_the_exact_tier_without_copies() {
     assert!(only.has_interleaved() && only.tensor().is_none());
     let e = only.download(&b).err().unwrap().to_string();
     assert!(e.contains("interleaved_x"), "{e}");
+}
+
+/// The fast tier on activations on the device: a kernel prescales x as the host does
+/// (`Prescale`: the same bits as `Prescaled`, subnormal samples included), and
+/// `matvec_device` gives `Resident::matvec`'s bits with no upload a call; a sample the
+/// host's operand check must read is flagged, brought to the host, and run there where
+/// it is held. What the fast device path cannot take is named.
+#[test]
+fn device_activations_run_the_fast_tier() {
+    use trellis::families::reduce_mma::{Prescale, Prescaled};
+    use trellis::kernel::KernelSpec;
+    use trellis::ops::DeviceActivations;
+    let cpu = CpuBackend::new().unwrap();
+    // The prescale kernel beside the host's, per dtype and output type: x with one
+    // ordinary sample, one with a value below 2^-28 of its largest, one whose largest
+    // is below 2^-113 (subnormal-adjacent), one of zeros and one past 2^14.
+    let cols = 64;
+    for dtype in [DType::Bf16, DType::F16, DType::F32] {
+        let mut data = Vec::new();
+        for (n, scale) in [
+            (0, 1.0f32),
+            (1, 1.0),
+            (2, 2f32.powi(-120)),
+            (3, 0.0),
+            (4, 3e4),
+        ] {
+            for c in 0..cols {
+                let v = ((c * 37 + n * 11) % 29) as f32 / 7.0 - 2.0;
+                data.push(if n == 1 && c == 5 {
+                    2f32.powi(-40)
+                } else {
+                    v * scale
+                });
+            }
+        }
+        let x = Activations::from_f32(dtype, 5, cols, data).unwrap();
+        let w = trellis::check::random_matrix(
+            Geometry::new(32, cols, 32, 2, 12, Code::OneMad).unwrap(),
+            131,
+        );
+        let host = Prescaled::upload(&cpu, &x, &[&w]).unwrap();
+        let xd = ops::upload_activations(&cpu, &x).unwrap();
+        let powers = cpu.upload(Elem::F32, &[1], &1.0f32.to_le_bytes()).unwrap();
+        for out in [dtype, DType::F16] {
+            let k = Prescale {
+                m: 5,
+                cols,
+                projections: 1,
+                act: dtype,
+                out,
+            };
+            let mut outs = trellis::family::alloc_outputs(&cpu, &k).unwrap();
+            let mut refs: Vec<_> = outs.iter_mut().collect();
+            cpu.launch_into(&k.launch_request().unwrap(), &[&xd, &powers], &mut refs)
+                .unwrap();
+            let want = match (out == dtype, &host.x_f16) {
+                (true, _) | (false, None) => &host.x,
+                (false, Some(h)) => h,
+            };
+            assert_eq!(
+                cpu.download(&outs[0]).unwrap(),
+                cpu.download(want).unwrap(),
+                "{dtype} -> {out}"
+            );
+            assert_eq!(
+                cpu.download(&outs[1]).unwrap(),
+                cpu.download(&host.unscale).unwrap()
+            );
+            let flags: Vec<u8> = cpu.download(&outs[2]).unwrap();
+            let flagged: Vec<bool> = flags.chunks(4).map(|f| f != [0; 4]).collect();
+            let want = match dtype {
+                DType::F16 => vec![false; 5],
+                _ => vec![false, true, true, false, false],
+            };
+            assert_eq!(flagged, want, "{dtype} -> {out}");
+        }
+    }
+    // The facade's fast tier on the device: the host facade's bits, no upload a call.
+    for (code, l) in [(Code::OneMad, 12), (Code::Lut, 6)] {
+        let g = Geometry::new(48, 1024, 256, 3, l, code).unwrap();
+        let w = random_matrix(g, 132);
+        let b = CountingUploads::new(&cpu, &g);
+        let rw = ops::Resident::new(&b, &w).unwrap();
+        for (dtype, m, seed) in [
+            (DType::Bf16, 1, 133),
+            (DType::F16, 5, 134),
+            (DType::F32, 16, 135),
+        ] {
+            let x = random_x(dtype, m, 1024, seed);
+            let xd = DeviceActivations::upload(&b, &x).unwrap();
+            rw.matvec_device(&xd, Tier::Fast).unwrap(); // the matrix's table and power, once
+            b.all.set(0);
+            let y = rw.matvec_device(&xd, Tier::Fast).unwrap();
+            assert_eq!(
+                b.all.get(),
+                0,
+                "uploads in a fast device call, {code:?} {dtype} M {m}"
+            );
+            assert_eq!((y.samples(), y.cols(), y.dtype()), (m, 48, dtype));
+            let want = rw.matvec(&x, Tier::Fast).unwrap();
+            assert!(
+                y.download(&b).unwrap().bits_eq(&want),
+                "{code:?} {dtype} M {m}"
+            );
+        }
+    }
+    // The H200's winners (chosen for a CPU backend posing as that device) take x in f16
+    // (`x_f16`): the prescale writes that copy, with the host's rounding.
+    let g = Geometry::new(48, 1024, 256, 3, 12, Code::OneMad).unwrap();
+    let w = random_matrix(g, 142);
+    let posing = CountingUploads {
+        posing_as: Some(("cuda", "nvidia-h200")),
+        ..CountingUploads::new(&cpu, &g)
+    };
+    let rw = ops::Resident::new(&posing, &w).unwrap();
+    for (dtype, m, seed) in [
+        (DType::Bf16, 1, 143),
+        (DType::F32, 3, 144),
+        (DType::Bf16, 16, 145),
+    ] {
+        let p = trellis::families::reduce::ReduceProblem::of_samples(&w, dtype, m, 16).unwrap();
+        let chosen = trellis::tune::select_for::<trellis::families::reduce_mma::ReduceMmaFamily, _>(
+            &posing,
+            &p,
+            Tier::Fast,
+        );
+        assert_eq!(
+            chosen.variant.x_f16,
+            dtype == DType::Bf16,
+            "{dtype} M {m}: {}",
+            chosen.variant
+        );
+        let x = random_x(dtype, m, 1024, seed);
+        let y = rw.matvec_device(&DeviceActivations::upload(&posing, &x).unwrap(), Tier::Fast);
+        let want = rw.matvec(&x, Tier::Fast).unwrap();
+        assert!(
+            y.unwrap().download(&posing).unwrap().bits_eq(&want),
+            "{dtype} M {m}"
+        );
+    }
+    let g = Geometry::new(64, 1024, 256, 3, 12, Code::OneMad).unwrap();
+    let w = random_matrix(g, 136);
+    let b = CountingUploads::new(&cpu, &g);
+    let rw = ops::Resident::new(&b, &w).unwrap();
+    // A sample with a tiny value (flagged, read on the host, not held: the device runs
+    // it) and one whose largest is below 2^-113 (held: the call runs on the host).
+    for (held, dtype) in [
+        (false, DType::Bf16),
+        (true, DType::Bf16),
+        (true, DType::F32),
+    ] {
+        let mut x = random_x(dtype, 3, 1024, 137);
+        if held {
+            x.data[1024..2048]
+                .iter_mut()
+                .for_each(|v| *v *= 2f32.powi(-120));
+        } else {
+            x.data[1024 + 7] = 2f32.powi(-60);
+        }
+        let x = Activations::from_f32(dtype, 3, 1024, x.data).unwrap();
+        let xd = DeviceActivations::upload(&b, &x).unwrap();
+        rw.matvec_device(&xd, Tier::Fast).unwrap();
+        b.all.set(0);
+        let y = rw.matvec_device(&xd, Tier::Fast).unwrap();
+        // Held: y comes up from the host (both its layouts).
+        assert_eq!(b.all.get() > 0, held, "uploads, held {held} {dtype}");
+        let want = rw.matvec(&x, Tier::Fast).unwrap();
+        assert!(
+            y.download(&b).unwrap().bits_eq(&want),
+            "held {held} {dtype}"
+        );
+    }
+    // A chain: the fast tier's y is the next layer's x.
+    let x = random_x(DType::Bf16, 2, 1024, 138);
+    let xd = DeviceActivations::upload(&b, &x).unwrap();
+    let down = random_matrix(Geometry::new(40, 64, 32, 2, 12, Code::OneMad).unwrap(), 139);
+    let rd = ops::Resident::new(&b, &down).unwrap();
+    let z = rd
+        .matvec_device(&rw.matvec_device(&xd, Tier::Fast).unwrap(), Tier::Fast)
+        .unwrap();
+    let want = rd
+        .matvec(&rw.matvec(&x, Tier::Fast).unwrap(), Tier::Fast)
+        .unwrap();
+    assert!(z.download(&b).unwrap().bits_eq(&want));
+    // Refused, each named: M past one fast launch, the fast tier into an output made
+    // once and in a fused pair.
+    let err = |r: trellis::Result<DeviceActivations<_>>| r.err().unwrap().to_string();
+    let seventeen = DeviceActivations::upload(&b, &random_x(DType::Bf16, 17, 1024, 140)).unwrap();
+    let e = err(rw.matvec_device(&seventeen, Tier::Fast));
+    assert!(e.contains("17") && e.contains("1..=16"), "{e}");
+    let mut y = b
+        .alloc(&trellis::kernel::TensorSpec {
+            name: "y",
+            elem: Elem::Bf16,
+            shape: vec![2, 64],
+        })
+        .unwrap();
+    let e = rw
+        .matvec_device_into(&xd, &mut y, Tier::Fast)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tier") && e.contains("exact tier only"), "{e}");
+    let u = random_matrix(g, 141);
+    let ru = ops::Resident::new(&b, &u).unwrap();
+    let e = err(rw.gate_up_device(&ru, &xd, Tail::Exact, Tier::Fast));
+    assert!(e.contains("tier") && e.contains("exact tier only"), "{e}");
 }
 
 /// Resident matrices serve calls from several threads at once (a server's workers share

@@ -223,6 +223,57 @@ fn device_activations_chain_without_copies() {
     }
 }
 
+/// The fast tier on activations on the device, on the tables' winners (x taken in f16
+/// by the kernel: `x_f16`): `matvec_device` gives `Resident::matvec`'s bits at M 1, 4 and
+/// 16, bf16 and f32, chained a layer on; a sample with a tiny value (flagged, read on
+/// the host, run on the device) and one below 2^-113 (held: run on the host) too.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn device_activations_run_the_fast_tier() {
+    use trellis::check::{random_activations, random_matrix};
+    use trellis::numerics::Tier;
+    use trellis::ops::{DeviceActivations, Resident};
+    use trellis::{Activations, Code, DType, Geometry};
+    let b = CudaBackend::new(0).unwrap();
+    let g = Geometry::new(4096, 14336, 256, 2, 12, Code::OneMad).unwrap();
+    let gd = Geometry::new(256, 4096, 256, 3, 12, Code::OneMad).unwrap();
+    let (w, down) = (random_matrix(g, 61), random_matrix(gd, 62));
+    let (rw, rd) = (
+        Resident::new(&b, &w).unwrap(),
+        Resident::new(&b, &down).unwrap(),
+    );
+    for (dtype, m, seed) in [
+        (DType::Bf16, 1, 63),
+        (DType::F32, 4, 64),
+        (DType::Bf16, 16, 65),
+    ] {
+        let x = random_activations(dtype, m, 14336, seed);
+        let xd = DeviceActivations::upload(&b, &x).unwrap();
+        let y = rw.matvec_device(&xd, Tier::Fast).unwrap();
+        let z = rd.matvec_device(&y, Tier::Fast).unwrap();
+        let y_want = rw.matvec(&x, Tier::Fast).unwrap();
+        let z_want = rd.matvec(&y_want, Tier::Fast).unwrap();
+        assert!(y.download(&b).unwrap().bits_eq(&y_want), "y, {dtype} M {m}");
+        assert!(z.download(&b).unwrap().bits_eq(&z_want), "z, {dtype} M {m}");
+    }
+    for held in [false, true] {
+        let mut data = random_activations(DType::Bf16, 3, 14336, 66).data;
+        if held {
+            data[14336..28672]
+                .iter_mut()
+                .for_each(|v| *v *= 2f32.powi(-120));
+        } else {
+            data[14336 + 9] = 2f32.powi(-60);
+        }
+        let x = Activations::from_f32(DType::Bf16, 3, 14336, data).unwrap();
+        let y = rw
+            .matvec_device(&DeviceActivations::upload(&b, &x).unwrap(), Tier::Fast)
+            .unwrap();
+        let want = rw.matvec(&x, Tier::Fast).unwrap();
+        assert!(y.download(&b).unwrap().bits_eq(&want), "held {held}");
+    }
+}
+
 /// The backend contract (`common/contract.rs`) on CUDA: outputs a kernel needs zeroed are
 /// zeroed when bound (on the stream, before its launches), a compiled kernel binds only
 /// to its own launch, every empty grid axis runs nothing, dynamic shared memory is part

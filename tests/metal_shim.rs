@@ -190,6 +190,15 @@ fn every_metal_specialization_compiles_against_the_shim() {
     }
     let mut c = Collect(Vec::new());
     trellis::families::for_each(&mut c);
+    // The fast tier's prescale of x on the device (no family: it has nothing to tune).
+    for k in trellis::families::reduce_mma::Prescale::catalog() {
+        c.0.push(Kernel {
+            source: k.unit(Dialect::Metal).expect("prescale renders for Metal"),
+            symbol: k.id().unique_symbol(),
+            tier: Tier::Exact,
+            constant_inputs: vec!["powers"],
+        });
+    }
     let kernels = c.0;
     assert!(
         !kernels.is_empty(),

@@ -38,6 +38,15 @@ pub fn render(out: &Path, quick: bool) -> Result<usize> {
             error: None,
         };
         trellis::families::for_each(&mut w);
+        // The fast tier's prescale of x on the device (no family: nothing to tune).
+        for k in trellis::families::reduce_mma::Prescale::catalog() {
+            w.write(
+                &k,
+                "prescale",
+                &format!("m={} cols={} {} -> {}", k.m, k.cols, k.act, k.out),
+                "",
+            );
+        }
         if let Some(e) = w.error {
             return Err(e);
         }
@@ -58,6 +67,35 @@ struct Writer<'a> {
     error: Option<Error>,
 }
 
+impl Writer<'_> {
+    /// Write `k`'s unit and its index row (once per symbol).
+    fn write<K: KernelSpec>(&mut self, k: &K, family: &str, problem: &str, variant: &str) {
+        if self.error.is_some() {
+            return;
+        }
+        // Code-word twins share a symbol (`KernelId`): name the files apart.
+        let symbol = k.id().unique_symbol();
+        if !self.seen.insert(symbol.clone()) {
+            return;
+        }
+        let name = format!("{symbol}.{}", self.dialect.extension());
+        let path = self.dir.join(&name);
+        let written = k
+            .unit(self.dialect)
+            .and_then(|text| std::fs::write(&path, text).map_err(|e| Error::file(&path, e)));
+        if let Err(e) = written {
+            self.error = Some(e);
+            return;
+        }
+        let _ = writeln!(
+            self.index,
+            "| {}/{name} | {family} | {symbol} | {problem} | {variant} |",
+            self.dialect.name(),
+        );
+        self.count += 1;
+    }
+}
+
 impl FamilyVisitor for Writer<'_> {
     fn visit<F: Family>(&mut self) {
         let limits = trellis::backend::nominal_limits(self.dialect.name());
@@ -67,27 +105,7 @@ impl FamilyVisitor for Writer<'_> {
                     return;
                 }
                 let k = F::kernel(&p, v);
-                // Code-word twins share a symbol (`KernelId`): name the files apart.
-                let symbol = k.id().unique_symbol();
-                if !self.seen.insert(symbol.clone()) {
-                    continue;
-                }
-                let name = format!("{symbol}.{}", self.dialect.extension());
-                let path = self.dir.join(&name);
-                let written = k.unit(self.dialect).and_then(|text| {
-                    std::fs::write(&path, text).map_err(|e| Error::file(&path, e))
-                });
-                if let Err(e) = written {
-                    self.error = Some(e);
-                    return;
-                }
-                let _ = writeln!(
-                    self.index,
-                    "| {}/{name} | {} | {symbol} | {p} | {v} |",
-                    self.dialect.name(),
-                    F::label(&p),
-                );
-                self.count += 1;
+                self.write(&k, F::label(&p), &p.to_string(), &v.to_string());
             }
         }
     }

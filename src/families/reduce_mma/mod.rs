@@ -21,10 +21,11 @@ mod prescale;
 mod space;
 
 use crate::families::mma::{MmaLayout, MmaProj, MmaVariant, MAX_M_MMA};
-pub(crate) use prescale::pow2;
 pub use prescale::{
-    beyond_f16_operands, beyond_f16_operands_of, operand_exponent, OperandFacts, Prescaled,
+    beyond_f16_operands, beyond_f16_operands_of, operand_exponent, OperandFacts, Prescale,
+    Prescaled,
 };
+pub(crate) use prescale::{pow2, TablePowers};
 pub use space::{
     add_batched_stage_twins, add_early_words_twins, add_paired_twins, opt_in_where_needed,
     with_host_f16_x,

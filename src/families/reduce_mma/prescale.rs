@@ -3,12 +3,12 @@
 
 use crate::codes::Code;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::families::mma::MmaVariant;
 use crate::families::{upload_activations, DeviceMatrix};
-use crate::kernel::Backend;
-use crate::kernel::Elem;
+use crate::kernel::{Backend, Dialect, Elem, Grid};
 use crate::matrix::{Activations, QuantizedMatrix};
+use std::sync::Arc;
 
 /// The exponent `e` a set of magnitudes gives up to the operands: the largest of them
 /// times `2^-e` lies in `[2^13, 2^14)`, well inside f16's range (|v| < 65520, and a
@@ -73,8 +73,9 @@ pub struct Prescaled<B: Backend> {
     /// f32 `[M + projections]`: `2^e_n` per sample, then `2^e_p` per projection.
     pub unscale: B::Tensor,
     /// Per projection: its value table with `2^-e_p` taken out (code `lut`); `None`
-    /// where the kernel takes the matrix's own table argument.
-    pub tables: Vec<Option<B::Tensor>>,
+    /// where the kernel takes the matrix's own table argument. (Shared: a resident
+    /// matrix's device path makes them once.)
+    pub tables: Vec<Option<Arc<B::Tensor>>>,
 }
 
 impl<B: Backend> Prescaled<B> {
@@ -118,23 +119,8 @@ impl<B: Backend> Prescaled<B> {
             row.iter_mut().for_each(|v| *v *= down);
             unscale.push(pow2(e));
         }
-        let mut tables = Vec::with_capacity(ws.len());
-        for w in ws {
-            match &w.lut {
-                Some(lut) if w.geometry.code == Code::Lut => {
-                    let e = operand_exponent(lut);
-                    let down = pow2(-e);
-                    let bytes: Vec<u8> =
-                        lut.iter().flat_map(|v| (v * down).to_le_bytes()).collect();
-                    tables.push(Some(b.upload(Elem::F32, &[lut.len()], &bytes)?));
-                    unscale.push(pow2(e));
-                }
-                _ => {
-                    tables.push(None);
-                    unscale.push(1.0);
-                }
-            }
-        }
+        let TablePowers { tables, powers } = TablePowers::upload(b, ws)?;
+        unscale.extend(powers);
         let bytes: Vec<u8> = unscale.iter().flat_map(|v| v.to_le_bytes()).collect();
         // The f16 copy takes the prescaled values themselves (rounded by `from_f32`).
         let to_f16 = |xs: Activations| {
@@ -174,6 +160,154 @@ impl<B: Backend> Prescaled<B> {
             Some(Some(t)) => t,
             _ => w.table(crate::families::simt::Representation::Inline),
         }
+    }
+}
+
+/// Each projection's value table with a power of two `2^-e_p` taken out (code `lut`;
+/// `None` for the other codes, whose kernels take the matrix's own table argument), and
+/// `2^e_p` (1 where none is taken out): what [`Prescaled`] reads of the matrices alone,
+/// made once for a resident matrix's device path.
+pub(crate) struct TablePowers<B: Backend> {
+    pub tables: Vec<Option<Arc<B::Tensor>>>,
+    pub powers: Vec<f32>,
+}
+
+impl<B: Backend> TablePowers<B> {
+    /// The tables of `ws` uploaded to `b`, and their powers.
+    pub(crate) fn upload(b: &B, ws: &[&QuantizedMatrix]) -> Result<Self> {
+        let mut tables = Vec::with_capacity(ws.len());
+        let mut powers = Vec::with_capacity(ws.len());
+        for w in ws {
+            match &w.lut {
+                Some(lut) if w.geometry.code == Code::Lut => {
+                    let e = operand_exponent(lut);
+                    let down = pow2(-e);
+                    let bytes: Vec<u8> =
+                        lut.iter().flat_map(|v| (v * down).to_le_bytes()).collect();
+                    tables.push(Some(Arc::new(b.upload(Elem::F32, &[lut.len()], &bytes)?)));
+                    powers.push(pow2(e));
+                }
+                _ => {
+                    tables.push(None);
+                    powers.push(1.0);
+                }
+            }
+        }
+        Ok(TablePowers { tables, powers })
+    }
+}
+
+/// [`Prescaled`]'s x made on the device from activations already there
+/// (`templates/prescale.kernel`), one threadgroup a sample, with the host's bits: x with
+/// each sample's power of two taken out (as [`operand_exponent`] finds it) in the type
+/// the variant reads, `unscale` (the samples' powers, then the projections' from
+/// `powers`), and a flag a sample where [`beyond_f16_operands_of`] must read it on the
+/// host (a tiny value, or a clamped exponent; never for f16 activations).
+#[crate::kernel(
+    name = "prescale",
+    template = "prescale.kernel",
+    grid = Grid { groups: [self.m, 1, 1], threads: Self::THREADS },
+    validate = self.check(),
+    shared = Self::THREADS as usize * 8,
+    inputs(x: act[self.m, self.cols], powers: f32[self.projections]),
+    outputs(
+        xs: out[self.m, self.cols],
+        unscale: f32[self.m as usize + self.projections],
+        flags: u32[self.m],
+    ),
+)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Prescale {
+    /// Samples M.
+    pub m: u32,
+    /// Columns C of x.
+    pub cols: usize,
+    /// Projections whose powers follow the samples' in `unscale`.
+    pub projections: usize,
+    /// The activations' dtype.
+    pub act: DType,
+    /// The dtype of the prescaled x: f16 for an `x_f16` variant, else `act`.
+    pub out: DType,
+}
+
+impl Prescale {
+    const THREADS: u32 = 256;
+
+    /// The prescale of `m` samples of `cols` columns in `act` for variant `v` of a
+    /// kernel of `projections` projections.
+    pub fn for_variant(
+        m: u32,
+        cols: usize,
+        act: DType,
+        projections: usize,
+        v: &MmaVariant,
+    ) -> Self {
+        let out = if v.x_f16 && act != DType::F16 {
+            DType::F16
+        } else {
+            act
+        };
+        Prescale {
+            m,
+            cols,
+            projections,
+            act,
+            out,
+        }
+    }
+
+    /// One specialization of each activation dtype and output type (3 samples, 1024
+    /// columns, two projections): what `cargo xtask render` and the Metal shim check
+    /// compile beside the families' catalogs.
+    pub fn catalog() -> Vec<Prescale> {
+        let mut ks = Vec::new();
+        for act in DType::ALL {
+            for out in [act, DType::F16] {
+                let k = Prescale {
+                    m: 3,
+                    cols: 1024,
+                    projections: 2,
+                    act,
+                    out,
+                };
+                if !ks.contains(&k) {
+                    ks.push(k);
+                }
+            }
+        }
+        ks
+    }
+
+    fn check(&self) -> Result<()> {
+        if u32::try_from(self.cols).is_err() {
+            return Err(Error::invalid(
+                "prescale cols",
+                self.cols,
+                "must fit in 32 bits (the template indexes it with `uint`)",
+            ));
+        }
+        if self.out != self.act && self.out != DType::F16 {
+            return Err(Error::invalid(
+                "prescale out",
+                self.out,
+                format!("must be f16 or the activations' {}", self.act),
+            ));
+        }
+        Ok(())
+    }
+    // Template helpers.
+    fn act_c(&self, d: &Dialect) -> &'static str {
+        Elem::from(self.act).c_type(*d)
+    }
+    fn out_c(&self, d: &Dialect) -> &'static str {
+        Elem::from(self.out).c_type(*d)
+    }
+    fn threads(&self) -> u32 {
+        Self::THREADS
+    }
+    /// f16 activations keep their values.
+    fn scaled(&self) -> bool {
+        self.act != DType::F16
     }
 }
 
@@ -298,6 +432,11 @@ pub struct OperandFacts {
 }
 
 impl OperandFacts {
+    /// Whether every sample is beyond f16 operands for this matrix, whatever x is.
+    pub fn every_sample(&self) -> bool {
+        self.every_sample
+    }
+
     /// The facts of `w` (validated first).
     pub fn of(w: &QuantizedMatrix) -> Result<Self> {
         w.validate()?;
