@@ -3,7 +3,8 @@
 # page-locked staging (the slack zeroed there, one asynchronous copy) and cudarc's
 # per-buffer events off, and the selector's memo: the GPU tests and the CUDA verify
 # (every input through the new upload), then the facade bench of the build before
-# (`facade-old`, 7fb09f5) and after, on the same machine.
+# (`facade-old`, 7fb09f5) and after, on the same machine; the fast tier on the device
+# (prescale kernel) in cuda_launch and the facade bench.
 # Carry [".device", ".vectors"].
 . prototypes/device.sh
 C=/tmp/checks; mkdir -p $C
