@@ -82,6 +82,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert!(yd.download(&b)?.bits_eq(&y));
     let midd = rg.gate_up_device(&ru, &xd, Tail::Exact, Tier::Exact)?;
     assert!(midd.download(&b)?.bits_eq(&mid));
+    // The fast tier too: x prescaled on the device, the host facade's bits.
+    let yf = rg.matvec_device(&xd, Tier::Fast)?;
+    assert!(yf.download(&b)?.bits_eq(&rg.matvec(&x, Tier::Fast)?));
 
     // A backend chosen by name at run time (from a command line, say): the facade's calls
     // are `AnyBackend`'s methods, and resident matrices are made inside a visit, whose

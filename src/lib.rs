@@ -7,8 +7,8 @@
 //!   [`ops::expand`]) on a backend you open once and keep (it holds the compiled
 //!   kernels): [`backend::CpuBackend`], or any by name with [`backend::AnyBackend::open`]
 //!   (whose `matvec` and `gate_up` run the facade on the backend it holds). An
-//!   [`ops::Resident`] matrix stays on the device for any number of calls, and runs the
-//!   exact tier on activations kept there too ([`ops::Resident::matvec_device`]).
+//!   [`ops::Resident`] matrix stays on the device for any number of calls, and runs on
+//!   activations kept there too ([`ops::Resident::matvec_device`]).
 //!   The [`Tier`] picks the families: `Exact` (SPEC 5 bits) or `Fast` (the SPEC 7 bound,
 //!   on matrix units); the tuning tables pick the variant ([`tune::Selector`]). Files are
 //!   read and written by [`io`]; matrices are made by [`encode`]. `examples/facade.rs`

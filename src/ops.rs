@@ -8,9 +8,9 @@
 //! tables choose the variant ([`crate::tune::select_for`]), and the `_with` forms force
 //! one. Host data in, host data out (a [`Resident`] matrix stays on the device between
 //! calls); every input is validated before any kernel runs. A resident matrix also runs
-//! the exact tier on activations kept on the device ([`Resident::matvec_device`],
-//! [`Resident::gate_up_device`]: one launch, M up to 8, y left there; the host checks
-//! their shape and dtype, not their values). The fast tier runs
+//! on activations kept on the device ([`Resident::matvec_device`] in both tiers,
+//! [`Resident::gate_up_device`] exact: one launch, y left there; the host checks their
+//! shape and dtype, not their values). The fast tier runs
 //! the rare sample its f16 operands cannot hold (values spanning more than 2^28 where a
 //! row weights only the tiny ones, magnitudes near the ends of f32's range:
 //! [`crate::families::reduce_mma::beyond_f16_operands`]) on the exact kernels instead, at
