@@ -29,7 +29,8 @@ pub trait Family: 'static {
     const FAST: Option<&'static str> = None;
 
     /// Everything that fixes a launch except the tunable variant.
-    /// (`Sync`: the tuner compiles the next problem's candidates on another thread.)
+    /// (`Sync`: the tuner compiles the next problem's candidates on another thread.
+    /// `Debug` shows every field: the selector memoizes its choices by it.)
     type Problem: Clone + PartialEq + fmt::Debug + fmt::Display + Sync;
     /// The tunable part: same results (within a tier), different speed. Tables store it
     /// as a TOML table through serde. (`Send + Sync`: the selector memoizes its choices

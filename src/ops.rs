@@ -741,8 +741,9 @@ impl<'a, B: Backend> Resident<'a, B> {
     /// [`DeviceActivations::upload`], or a previous kernel's output through
     /// [`DeviceActivations::from_tensor`]), y left there: `[M, R]` in x's dtype, with the
     /// bits [`Resident::matvec`] gives, and no copy between host and device. M is one
-    /// launch's (exact 1..=8, fast 1..=16). The host does not read x: a NaN in x makes
-    /// non-finite outputs, as IEEE arithmetic does (the host facade refuses them).
+    /// launch's (exact 1..=8, fast 1..=16). The host does not check x's values: a NaN or
+    /// an infinity in x makes non-finite outputs, as IEEE arithmetic does (the host
+    /// facade refuses them; so does a fast call that reads x on the host, below).
     ///
     /// Exact: where `x` lacks the layout the table's winner reads (x as it is, or its
     /// lane-interleaved copy), the winner's twin that reads the other runs (the same
@@ -753,11 +754,13 @@ impl<'a, B: Backend> Resident<'a, B> {
     /// activations it also flags the samples the host's operand check must read (a
     /// value below 2^-28 of its sample's largest, or a largest below 2^-113), and the
     /// call waits for those flags (a small copy back, before the matrix kernel starts):
-    /// a flagged sample brings x to the host, and where the check holds a sample the
-    /// whole call runs as [`Resident::matvec`] on it, y uploaded (so an infinity in x is
-    /// refused by name there). bf16 operands and f16 activations need no flags and
-    /// leave the call asynchronous. x uploaded for an interleaved variant alone (no
-    /// plain copy) runs through the host as well.
+    /// a flagged sample brings x to the host (its values checked finite there, as the
+    /// host facade checks them), and where the check holds a sample the whole call runs
+    /// as [`Resident::matvec`] on it, y uploaded. bf16 operands and f16 activations need
+    /// no flags and leave the call asynchronous. A matrix whose every sample the f16
+    /// operands cannot serve (a lut table spanning more than 2^28, row scales below
+    /// 2^-60, products near f32's ends), and x uploaded for an interleaved variant alone
+    /// (no plain copy), run through the host as well.
     pub fn matvec_device(
         &self,
         x: &DeviceActivations<B>,
@@ -793,18 +796,19 @@ impl<'a, B: Backend> Resident<'a, B> {
         let p = ReduceProblem::of_samples(w, x.dtype(), x.samples(), MAX_M_MMA)?;
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, Tier::Fast).variant;
         family::fits::<ReduceMmaFamily>(&p, v, &b.limits())?;
-        let flagged = v.operands.is_f16() && x.dtype() != DType::F16;
-        // Where the operand check may hold samples whatever x is, or x has no plain
-        // copy: the host facade's path, x and y copied.
+        // Where the operand check holds every sample whatever x is (f16 x too), or x
+        // has no plain copy: the host facade's path, x and y copied.
         let on_host = || -> Result<DeviceActivations<B>> {
             DeviceActivations::upload(b, &self.matvec(&x.download(b)?, Tier::Fast)?)
         };
         let Some(plain) = x.tensor() else {
             return on_host();
         };
-        if flagged && self.w.operand_facts()?.every_sample() {
+        if v.operands.is_f16() && self.w.operand_facts()?.every_sample() {
             return on_host();
         }
+        // Otherwise only bf16 and f32 samples may be held (f16 ones fit f16 operands).
+        let flagged = v.operands.is_f16() && x.dtype() != DType::F16;
         let tables = self.w.fast_tables()?;
         let k = Prescale::for_variant(p.m, w.geometry.cols, x.dtype(), 1, &v);
         k.validate()?;
@@ -818,6 +822,9 @@ impl<'a, B: Backend> Resident<'a, B> {
         })?;
         if flagged && b.download(&flags)?.iter().any(|&f| f != 0) {
             let xh = x.download(b)?;
+            // Read on the host: checked as the host facade checks it (an infinity
+            // flags its sample: every finite value is tiny beside it).
+            check_finite(&xh)?;
             if !held_samples(&xh, &[&self.w], true)?.is_empty() {
                 return DeviceActivations::upload(b, &self.matvec(&xh, Tier::Fast)?);
             }

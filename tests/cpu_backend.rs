@@ -1647,6 +1647,39 @@ fn device_activations_run_the_fast_tier() {
         .matvec(&rw.matvec(&x, Tier::Fast).unwrap(), Tier::Fast)
         .unwrap();
     assert!(z.download(&b).unwrap().bits_eq(&want));
+    // A matrix whose every sample f16 operands cannot serve (a row scale below 2^-60):
+    // f16 x too runs on the host, as the host facade runs it.
+    let gt = Geometry::new(128, 4096, 256, 3, 12, Code::OneMad).unwrap();
+    let wt = random_matrix(gt, 148);
+    let mut scales = wt.scales.clone();
+    scales[3] = 2f32.powi(-61);
+    let tiny_scale = QuantizedMatrix::new(gt, wt.codes, scales, ScaleDType::F32, None).unwrap();
+    let rt = ops::Resident::new(&b, &tiny_scale).unwrap();
+    for dtype in [DType::F16, DType::Bf16] {
+        let x = random_x(dtype, 16, 4096, 146);
+        let y = rt.matvec_device(&DeviceActivations::upload(&b, &x).unwrap(), Tier::Fast);
+        let want = rt.matvec(&x, Tier::Fast).unwrap();
+        assert!(y.unwrap().download(&b).unwrap().bits_eq(&want), "{dtype}");
+    }
+    // Values not finite: a NaN (no flag) gives non-finite outputs, as the exact tier's
+    // device path does; an infinity flags its sample, whose x the host reads and refuses.
+    let mut data = random_x(DType::Bf16, 2, 1024, 147).data;
+    data[1024 + 3] = f32::NAN;
+    let x = Activations::from_f32(DType::Bf16, 2, 1024, data.clone()).unwrap();
+    let y = rw
+        .matvec_device(&DeviceActivations::upload(&b, &x).unwrap(), Tier::Fast)
+        .unwrap()
+        .download(&b)
+        .unwrap();
+    assert!(y.row(0).iter().all(|v| v.is_finite()) && y.row(1).iter().any(|v| v.is_nan()));
+    data[1024 + 3] = f32::INFINITY;
+    let x = Activations::from_f32(DType::Bf16, 2, 1024, data).unwrap();
+    let e = rw
+        .matvec_device(&DeviceActivations::upload(&b, &x).unwrap(), Tier::Fast)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("x[1, 3]") && e.contains("finite"), "{e}");
     // Refused, each named: M past one fast launch, the fast tier into an output made
     // once and in a fused pair.
     let err = |r: trellis::Result<DeviceActivations<_>>| r.err().unwrap().to_string();

@@ -11,8 +11,8 @@ C=/tmp/checks; mkdir -p $C
 gpu_tests $C 150 cuda_launch cuda_threads gate_up_parts
 verify_quick $C
 verify_random $C 40 20261450
-for b in facade-old facade facade-old facade; do
-  TRELLIS_BENCH_BACKEND=cuda timeout 150 $D/$b --bench --warm-up-time 1 --measurement-time 3 > $C/$b-bench.txt 2>&1
+for b in facade-old facade; do
+  TRELLIS_BENCH_BACKEND=cuda timeout 150 $D/$b --bench --warm-up-time 1 --measurement-time 2 > $C/$b-bench.txt 2>&1
   echo "$b rc=$? $(since)"; grep -E "^cuda|time:" $C/$b-bench.txt
   cp $C/$b-bench.txt $C/$b-bench-$(date +%s).txt
 done

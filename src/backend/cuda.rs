@@ -61,28 +61,33 @@ impl DeviceTensor for CudaTensor {
     }
 }
 
-/// One CUDA device and a stream on it. Every tensor of the backend is made, used and
-/// freed on that one stream ([`CudaBackend::stream`]), which orders them, so cudarc's
-/// per-buffer events (two made and destroyed a buffer, for ordering across streams) are
-/// off: a caller that uses its tensors on a stream of its own orders it by hand.
+/// One CUDA device and a stream on it.
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: CudaDeviceInfo,
     cubins: Arc<Cubins>,
     kernels: Mutex<HashMap<KernelId, CudaFunction>>,
-    /// Page-locked memory that uploads and downloads of up to [`STAGED_BYTES`] go
-    /// through (made at the first): a copy from the device into pageable memory took
-    /// about 24 us for a facade call's y (35 KB), 11.7 through this (on an H100).
-    /// `None` inside where the driver had none to give (made once either way).
-    staging: std::sync::OnceLock<Option<Mutex<Staging>>>,
+    /// Page-locked slots that uploads and downloads of up to [`STAGED_BYTES`] go
+    /// through, taken in turn (each made at its first use): a copy from the device into
+    /// pageable memory took about 24 us for a facade call's y (35 KB), 11.7 through
+    /// this (on an H100). `None` inside where the driver had none to give.
+    staging: Box<[std::sync::OnceLock<Option<Mutex<Staging>>>; STAGING_SLOTS]>,
+    /// The slot the next staged copy takes.
+    next_slot: std::sync::atomic::AtomicUsize,
 }
 
 /// The largest upload or download that goes through [`CudaBackend`]'s page-locked
 /// staging.
 const STAGED_BYTES: usize = 1 << 20;
 
-/// [`CudaBackend`]'s page-locked staging: [`STAGED_BYTES`] and an upload's zeroed slack.
+/// Staging slots: an upload's copy runs after the host returns, in stream order (behind
+/// the kernels queued before it), and its slot waits for it before its next use; with
+/// several, a call's uploads (x, the fast tier's powers) do not wait on each other.
+const STAGING_SLOTS: usize = 4;
+
+/// One slot of [`CudaBackend`]'s page-locked staging: [`STAGED_BYTES`] and an upload's
+/// zeroed slack.
 struct Staging {
     pinned: PinnedHostSlice<u8>,
     /// Recorded after each upload's copy out of `pinned`, which runs after the host
@@ -107,6 +112,14 @@ impl Staging {
         // it now: the last upload's copy is done (above), and a download holds the lock
         // until its own copy is.
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr, n) })
+    }
+}
+
+impl Drop for Staging {
+    /// The page-locked memory is freed only once the last upload's copy out of it is
+    /// done (cudarc's own event for it is never recorded here).
+    fn drop(&mut self) {
+        let _ = self.copied.synchronize();
     }
 }
 
@@ -249,9 +262,6 @@ impl CudaBackend {
             backend: "cuda".into(),
             reason: format!("cannot open device {ordinal}: {e:?}"),
         })?;
-        // SAFETY: every buffer of this backend is made, used and dropped on `stream`
-        // alone, whose order is all the ordering they need (see `CudaBackend`).
-        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let name = ctx.name().map_err(driver_err)?;
         let cc = ctx.compute_capability().map_err(driver_err)?;
@@ -281,7 +291,8 @@ impl CudaBackend {
                 nvrtc: nvrtc_version()?,
             }),
             kernels: Mutex::new(HashMap::new()),
-            staging: std::sync::OnceLock::new(),
+            staging: Default::default(),
+            next_slot: Default::default(),
         })
     }
 
@@ -397,14 +408,19 @@ impl CudaBackend {
             .map_err(|e| failed("function", e))
     }
 
-    /// The page-locked staging for a copy of `n` bytes (made at the first), or `None`
+    /// A page-locked staging slot for a copy of `n` bytes (the next in turn, made at its
+    /// first use), or `None`
     /// past its size or where the driver has none to give (the copies then go through
     /// pageable memory, as before it).
     fn staging(&self, n: usize) -> Option<&Mutex<Staging>> {
         if n > STAGED_BYTES + super::READ_SLACK_BYTES {
             return None;
         }
-        self.staging
+        let slot = self
+            .next_slot
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            % STAGING_SLOTS;
+        self.staging[slot]
             .get_or_init(|| {
                 // Not write-combined (flags 0): the host reads it back.
                 // SAFETY: zeroed (through cudarc's own slice of it) before anything

@@ -111,12 +111,12 @@ pub struct Selector {
 }
 
 /// Selections made before, by family, backend, device, tier and problem (its `Debug`
-/// form: everything a selection reads of it). A selection scans the tables' entries and
+/// form, which must show everything a selection reads of it: [`Family::Problem`]). A selection scans the tables' entries and
 /// names its source (about 4 us over the H200 table's thousand entries), a facade call's
 /// fixed cost on the host; a memoized one about half a microsecond. Bounded: emptied
 /// when full (a tuner's sweep of shapes).
 #[derive(Default)]
-struct Memo(std::sync::Mutex<std::collections::HashMap<MemoKey, MemoValue>>);
+struct Memo(std::sync::RwLock<std::collections::HashMap<MemoKey, MemoValue>>);
 
 type MemoKey = (std::any::TypeId, String, String, Tier, String);
 type MemoValue = Box<dyn std::any::Any + Send + Sync>;
@@ -124,10 +124,31 @@ type MemoValue = Box<dyn std::any::Any + Send + Sync>;
 impl Memo {
     const MAX: usize = 4096;
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<MemoKey, MemoValue>> {
+    /// The memoized selection of `id`, if any (threads read at once).
+    fn get<V: Clone + 'static>(&self, id: &MemoKey) -> Option<Selection<V>> {
+        let memo = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        memo.get(id)?.downcast_ref::<Selection<V>>().cloned()
+    }
+
+    fn insert<V: Send + Sync + 'static>(&self, id: MemoKey, s: Selection<V>) {
+        let mut memo = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if memo.len() >= Memo::MAX {
+            memo.clear();
+        }
+        memo.insert(id, Box::new(s));
+    }
+
+    fn clear(&self) {
         self.0
-            .lock()
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 }
 
@@ -437,7 +458,7 @@ impl Selector {
     /// tuned over part of the space keeps the rest of the shipped choices.
     pub fn add_table(&mut self, name: &str, table: Table) {
         self.tables.push((name.to_string(), table));
-        self.memo.lock().clear();
+        self.memo.clear();
     }
 
     /// The tables of `device` of `backend`, latest added first.
@@ -491,17 +512,11 @@ impl Selector {
             tier,
             format!("{p:?}"),
         );
-        if let Some(s) = self.memo.lock().get(&id) {
-            if let Some(s) = s.downcast_ref::<Selection<F::Variant>>() {
-                return s.clone();
-            }
+        if let Some(s) = self.memo.get::<F::Variant>(&id) {
+            return s;
         }
         let s = self.select_from_tables::<F>(backend, device, p, tier);
-        let mut memo = self.memo.lock();
-        if memo.len() >= Memo::MAX {
-            memo.clear();
-        }
-        memo.insert(id, Box::new(s.clone()));
+        self.memo.insert(id, s.clone());
         s
     }
 
