@@ -292,6 +292,11 @@ struct Uploaded<'a, B: Backend> {
     facts: Arc<OnceLock<OperandFacts>>,
     /// The fast tier's table and power on the device, for its device path (first need).
     fast_tables: Arc<OnceLock<Arc<FastTables<B>>>>,
+    /// The fast device path's last prescale and its outputs (x prescaled, `unscale`,
+    /// the flags), reused by the next call of that shape: three allocations a call
+    /// saved. The calls run in stream order, so a call's prescale writes them after the
+    /// last call's kernel has read them; the lock keeps two threads' calls apart.
+    prescaled: Arc<std::sync::Mutex<Option<(Prescale, [B::Tensor; 3])>>>,
 }
 
 /// What the fast tier's device path reads of one matrix alone, uploaded once: its
@@ -311,6 +316,7 @@ impl<B: Backend> Clone for Uploaded<'_, B> {
             finite_in: self.finite_in.clone(),
             facts: self.facts.clone(),
             fast_tables: self.fast_tables.clone(),
+            prescaled: self.prescaled.clone(),
         }
     }
 }
@@ -353,6 +359,7 @@ impl<'a, B: Backend> Uploaded<'a, B> {
             finite_in: Default::default(),
             facts: Default::default(),
             fast_tables: Default::default(),
+            prescaled: Default::default(),
         }
     }
 
@@ -812,23 +819,32 @@ impl<'a, B: Backend> Resident<'a, B> {
         let tables = self.w.fast_tables()?;
         let k = Prescale::for_variant(p.m, w.geometry.cols, x.dtype(), 1, &v);
         k.validate()?;
-        let mut outs = family::alloc_outputs(b, &k)?;
+        let mut scratch = self
+            .w
+            .prescaled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut outs = match scratch.take() {
+            Some((last, outs)) if last == k => outs,
+            _ => family::alloc_outputs(b, &k)?.try_into().map_err(|o: Vec<_>| {
+                Error::invalid("prescale outputs", o.len(), "the kernel declares three")
+            })?,
+        };
         {
             let mut refs: Vec<&mut B::Tensor> = outs.iter_mut().collect();
             b.launch_into(&k.launch_request()?, &[plain, &tables.powers], &mut refs)?;
         }
-        let [xs, unscale, flags]: [B::Tensor; 3] = outs.try_into().map_err(|o: Vec<_>| {
-            Error::invalid("prescale outputs", o.len(), "the kernel declares three")
-        })?;
-        if flagged && b.download(&flags)?.iter().any(|&f| f != 0) {
+        if flagged && b.download(&outs[2])?.iter().any(|&f| f != 0) {
             let xh = x.download(b)?;
             // Read on the host: checked as the host facade checks it (an infinity
             // flags its sample: every finite value is tiny beside it).
             check_finite(&xh)?;
             if !held_samples(&xh, &[&self.w], true)?.is_empty() {
+                *scratch = Some((k, outs));
                 return DeviceActivations::upload(b, &self.matvec(&xh, Tier::Fast)?);
             }
         }
+        let [xs, unscale, flags] = outs;
         let d = ReduceMmaDevice {
             w: self.w.get()?,
             ops: Prescaled {
@@ -838,7 +854,10 @@ impl<'a, B: Backend> Resident<'a, B> {
                 tables: vec![tables.table.clone()],
             },
         };
-        DeviceActivations::from_tensor(first(family::launch::<ReduceMmaFamily, B>(b, &p, v, &d)?))
+        let y = family::launch::<ReduceMmaFamily, B>(b, &p, v, &d)?;
+        let Prescaled { x: xs, unscale, .. } = d.ops;
+        *scratch = Some((k, [xs, unscale, flags]));
+        DeviceActivations::from_tensor(first(y))
     }
 
     /// The problem, variant (checked to fit) and device data of a `matvec` on `x`.

@@ -9,8 +9,7 @@ use crate::kernel::{
 };
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
-    PinnedHostSlice,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PinnedHostSlice,
 };
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
@@ -68,60 +67,18 @@ pub struct CudaBackend {
     info: CudaDeviceInfo,
     cubins: Arc<Cubins>,
     kernels: Mutex<HashMap<KernelId, CudaFunction>>,
-    /// Page-locked slots that uploads and downloads of up to [`STAGED_BYTES`] go
-    /// through, taken in turn (each made at its first use): a copy from the device into
-    /// pageable memory took about 24 us for a facade call's y (35 KB), 11.7 through
-    /// this (on an H100). `None` inside where the driver had none to give.
-    staging: Box<[std::sync::OnceLock<Option<Mutex<Staging>>>; STAGING_SLOTS]>,
-    /// The slot the next staged copy takes.
-    next_slot: std::sync::atomic::AtomicUsize,
+    /// Page-locked memory that downloads of up to [`STAGED_BYTES`] go through (made at
+    /// the first): a copy from the device into pageable memory took about 24 us for a
+    /// facade call's y (35 KB), 11.7 through this (on an H100). Uploads do not: through
+    /// page-locked slots (the slack zeroed there, an event before a slot's reuse) x's
+    /// upload took 12.1 us against 8.4 for the pageable copy (an H100, fiftieth session:
+    /// two event calls more than the zeroing they save).
+    /// `None` inside where the driver had none to give (made once either way).
+    staging: std::sync::OnceLock<Option<Mutex<PinnedHostSlice<u8>>>>,
 }
 
-/// The largest upload or download that goes through [`CudaBackend`]'s page-locked
-/// staging.
+/// The largest download that goes through [`CudaBackend`]'s page-locked staging.
 const STAGED_BYTES: usize = 1 << 20;
-
-/// Staging slots: an upload's copy runs after the host returns, in stream order (behind
-/// the kernels queued before it), and its slot waits for it before its next use; with
-/// several, a call's uploads (x, the fast tier's powers) do not wait on each other.
-const STAGING_SLOTS: usize = 4;
-
-/// One slot of [`CudaBackend`]'s page-locked staging: [`STAGED_BYTES`] and an upload's
-/// zeroed slack.
-struct Staging {
-    pinned: PinnedHostSlice<u8>,
-    /// Recorded after each upload's copy out of `pinned`, which runs after the host
-    /// returns: the next use of `pinned` waits for it. (A download waits for its own
-    /// copy, the stream's, before it lets go.)
-    copied: CudaEvent,
-}
-
-impl Staging {
-    /// The first `n` bytes, once the last upload's copy out of them is done.
-    fn bytes(&mut self, n: usize) -> Result<&mut [u8]> {
-        self.copied.synchronize().map_err(driver_err)?;
-        let ptr = self.pinned.as_mut_ptr().map_err(driver_err)?;
-        if n > self.pinned.len() {
-            return Err(Error::invalid(
-                "staged bytes",
-                n,
-                format!("the staging holds {}", self.pinned.len()),
-            ));
-        }
-        // SAFETY: within the allocation (zeroed when made), and no copy reads or writes
-        // it now: the last upload's copy is done (above), and a download holds the lock
-        // until its own copy is.
-        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, n) })
-    }
-}
-
-impl Drop for Staging {
-    /// The page-locked memory is freed only once the last upload's copy out of it is
-    /// done (cudarc's own event for it is never recorded here).
-    fn drop(&mut self) {
-        let _ = self.copied.synchronize();
-    }
-}
 
 /// NVRTC for one architecture with the CUBIN cache on disk: needs no device, so it also
 /// serves [`CudaAhead`] on another thread.
@@ -291,8 +248,7 @@ impl CudaBackend {
                 nvrtc: nvrtc_version()?,
             }),
             kernels: Mutex::new(HashMap::new()),
-            staging: Default::default(),
-            next_slot: Default::default(),
+            staging: std::sync::OnceLock::new(),
         })
     }
 
@@ -408,33 +364,15 @@ impl CudaBackend {
             .map_err(|e| failed("function", e))
     }
 
-    /// A page-locked staging slot for a copy of `n` bytes (the next in turn, made at its
-    /// first use), or `None`
-    /// past its size or where the driver has none to give (the copies then go through
-    /// pageable memory, as before it).
-    fn staging(&self, n: usize) -> Option<&Mutex<Staging>> {
-        if n > STAGED_BYTES + super::READ_SLACK_BYTES {
-            return None;
-        }
-        let slot = self
-            .next_slot
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            % STAGING_SLOTS;
-        self.staging[slot]
-            .get_or_init(|| {
-                // Not write-combined (flags 0): the host reads it back.
-                // SAFETY: zeroed (through cudarc's own slice of it) before anything
-                // reads it (a slice over memory never written would be undefined).
-                let mut pinned = unsafe {
-                    self.ctx
-                        .alloc_pinned_with_flags::<u8>(STAGED_BYTES + super::READ_SLACK_BYTES, 0)
-                }
-                .ok()?;
-                pinned.as_mut_slice().ok()?.fill(0);
-                let copied = self.ctx.new_event(None).ok()?;
-                Some(Mutex::new(Staging { pinned, copied }))
-            })
-            .as_ref()
+    /// The page-locked staging for downloads, zeroed (a slice over memory never written
+    /// would be undefined behaviour), or `None` where the driver has none to give (the
+    /// downloads then go through pageable memory, as before it).
+    fn staging_buffer(&self) -> Option<PinnedHostSlice<u8>> {
+        // Not write-combined (flags 0): the host reads it back.
+        // SAFETY: zeroed (through cudarc's own slice of it) before anything reads it.
+        let mut p = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(STAGED_BYTES, 0) }.ok()?;
+        p.as_mut_slice().ok()?.fill(0);
+        Some(p)
     }
 
     fn check_device(&self, t: &CudaTensor, name: &str) -> Result<()> {
@@ -551,38 +489,16 @@ impl Backend for CudaBackend {
                 format!("{elem} tensor of shape {shape:?} needs {want}"),
             ));
         }
-        // The elements, then zeroed slack past them (`READ_SLACK_BYTES`).
-        let total = bytes.len().saturating_add(super::READ_SLACK_BYTES);
-        let buf = match self.staging(total) {
-            // One copy from page-locked memory, the slack zeroed there: the pageable
-            // path's zeroing and its synchronous copy each cost a driver round trip.
-            Some(staging) => {
-                let mut staging = staging
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                // SAFETY: every byte is written by the copy below before any use.
-                let mut buf = unsafe { self.stream.alloc::<u8>(total) }.map_err(driver_err)?;
-                let host = staging.bytes(total)?;
-                let (elements, slack) = host.split_at_mut(bytes.len());
-                elements.copy_from_slice(bytes);
-                slack.fill(0);
-                self.stream
-                    .memcpy_htod(&*host, &mut buf)
-                    .map_err(driver_err)?;
-                // The copy runs after this returns: the next use of the staging waits.
-                staging.copied.record(&self.stream).map_err(driver_err)?;
-                buf
-            }
-            None => {
-                let mut buf = self.stream.alloc_zeros::<u8>(total).map_err(driver_err)?;
-                if !bytes.is_empty() {
-                    self.stream
-                        .memcpy_htod(bytes, &mut buf)
-                        .map_err(driver_err)?;
-                }
-                buf
-            }
-        };
+        // Zeroed slack past the elements (`READ_SLACK_BYTES`), then the elements.
+        let mut buf = self
+            .stream
+            .alloc_zeros::<u8>(bytes.len().saturating_add(super::READ_SLACK_BYTES))
+            .map_err(driver_err)?;
+        if !bytes.is_empty() {
+            self.stream
+                .memcpy_htod(bytes, &mut buf)
+                .map_err(driver_err)?;
+        }
         Ok(CudaTensor {
             elem,
             shape: shape.to_vec(),
@@ -599,19 +515,27 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok(v);
         }
-        match self.staging(n) {
+        let staging = (n <= STAGED_BYTES)
+            .then(|| {
+                self.staging
+                    .get_or_init(|| self.staging_buffer().map(Mutex::new))
+            })
+            .and_then(Option::as_ref);
+        match staging {
             Some(staging) => {
-                let mut staging = staging
+                let mut pinned = staging
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let dst = staging.bytes(n)?;
-                // (cudarc copies a whole host slice: the pinned slice itself would ask
-                // for all of it.)
+                let ptr = pinned.as_mut_ptr().map_err(driver_err)?;
+                // SAFETY: n is within the buffer's STAGED_BYTES (zeroed when made), and
+                // the lock keeps every other use out until the stream has finished this
+                // copy. (cudarc copies a whole host slice: the pinned slice itself would
+                // ask for all of it.)
+                let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
                 self.stream
                     .memcpy_dtoh(&t.buf.slice(0..n), dst)
                     .map_err(driver_err)?;
-                // A copy into page-locked memory is asynchronous: wait for it (with the
-                // lock held, so no other use of the staging starts before).
+                // A copy into page-locked memory is asynchronous: wait for it.
                 self.stream.synchronize().map_err(driver_err)?;
                 v.copy_from_slice(dst);
             }
