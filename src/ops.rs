@@ -296,8 +296,11 @@ struct Uploaded<'a, B: Backend> {
     /// the flags), reused by the next call of that shape: three allocations a call
     /// saved. The calls run in stream order, so a call's prescale writes them after the
     /// last call's kernel has read them; the lock keeps two threads' calls apart.
-    prescaled: Arc<std::sync::Mutex<Option<(Prescale, [B::Tensor; 3])>>>,
+    prescaled: Arc<std::sync::Mutex<Option<PrescaleOutputs<B>>>>,
 }
+
+/// A prescale and its outputs: x prescaled, `unscale`, the flags.
+type PrescaleOutputs<B> = (Prescale, [<B as Backend>::Tensor; 3]);
 
 /// What the fast tier's device path reads of one matrix alone, uploaded once: its
 /// prescaled value table (code `lut`) and the table's power of two, the `powers` input
@@ -826,9 +829,11 @@ impl<'a, B: Backend> Resident<'a, B> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut outs = match scratch.take() {
             Some((last, outs)) if last == k => outs,
-            _ => family::alloc_outputs(b, &k)?.try_into().map_err(|o: Vec<_>| {
-                Error::invalid("prescale outputs", o.len(), "the kernel declares three")
-            })?,
+            _ => family::alloc_outputs(b, &k)?
+                .try_into()
+                .map_err(|o: Vec<_>| {
+                    Error::invalid("prescale outputs", o.len(), "the kernel declares three")
+                })?,
         };
         {
             let mut refs: Vec<&mut B::Tensor> = outs.iter_mut().collect();
