@@ -292,15 +292,20 @@ struct Uploaded<'a, B: Backend> {
     facts: Arc<OnceLock<OperandFacts>>,
     /// The fast tier's table and power on the device, for its device path (first need).
     fast_tables: Arc<OnceLock<Arc<FastTables<B>>>>,
-    /// The fast device path's last prescale and its outputs (x prescaled, `unscale`,
-    /// the flags), reused by the next call of that shape: three allocations a call
-    /// saved. The calls run in stream order, so a call's prescale writes them after the
-    /// last call's kernel has read them; the lock keeps two threads' calls apart.
-    prescaled: Arc<std::sync::Mutex<Option<PrescaleOutputs<B>>>>,
+    /// The fast device path's last call's scratch, reused by the next call of that
+    /// prescale and variant: four allocations a call saved. The calls run in stream
+    /// order, so a call writes them after the last call's kernels have read them; the
+    /// lock keeps two threads' calls apart.
+    scratch: Arc<std::sync::Mutex<Option<FastScratch<B>>>>,
 }
 
-/// A prescale and its outputs: x prescaled, `unscale`, the flags.
-type PrescaleOutputs<B> = (Prescale, [<B as Backend>::Tensor; 3]);
+/// The fast device path's scratch for a prescale and a variant: the prescale's outputs
+/// (x prescaled, `unscale`, the flags) and the matrix kernel's split-K partials (`ws`).
+type FastScratch<B> = (
+    Prescale,
+    crate::families::mma::MmaVariant,
+    [<B as Backend>::Tensor; 4],
+);
 
 /// What the fast tier's device path reads of one matrix alone, uploaded once: its
 /// prescaled value table (code `lut`) and the table's power of two, the `powers` input
@@ -319,7 +324,7 @@ impl<B: Backend> Clone for Uploaded<'_, B> {
             finite_in: self.finite_in.clone(),
             facts: self.facts.clone(),
             fast_tables: self.fast_tables.clone(),
-            prescaled: self.prescaled.clone(),
+            scratch: self.scratch.clone(),
         }
     }
 }
@@ -362,7 +367,7 @@ impl<'a, B: Backend> Uploaded<'a, B> {
             finite_in: Default::default(),
             facts: Default::default(),
             fast_tables: Default::default(),
-            prescaled: Default::default(),
+            scratch: Default::default(),
         }
     }
 
@@ -824,17 +829,24 @@ impl<'a, B: Backend> Resident<'a, B> {
         k.validate()?;
         let mut scratch = self
             .w
-            .prescaled
+            .scratch
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut outs = match scratch.take() {
-            Some((last, outs)) if last == k => outs,
-            _ => family::alloc_outputs(b, &k)?
-                .try_into()
-                .map_err(|o: Vec<_>| {
-                    Error::invalid("prescale outputs", o.len(), "the kernel declares three")
-                })?,
+        let kernel = <ReduceMmaFamily as family::Family>::kernel(&p, v);
+        kernel.validate()?;
+        let [xs, unscale, flags, ws] = match scratch.take() {
+            Some((last, lv, outs)) if last == k && lv == v => outs,
+            _ => {
+                let [xs, unscale, flags]: [B::Tensor; 3] = family::alloc_outputs(b, &k)?
+                    .try_into()
+                    .map_err(|o: Vec<_>| {
+                        Error::invalid("prescale outputs", o.len(), "the kernel declares three")
+                    })?;
+                let ws = b.alloc(&kernel.outputs()[1])?;
+                [xs, unscale, flags, ws]
+            }
         };
+        let mut outs = [xs, unscale, flags];
         {
             let mut refs: Vec<&mut B::Tensor> = outs.iter_mut().collect();
             b.launch_into(&k.launch_request()?, &[plain, &tables.powers], &mut refs)?;
@@ -845,7 +857,8 @@ impl<'a, B: Backend> Resident<'a, B> {
             // flags its sample: every finite value is tiny beside it).
             check_finite(&xh)?;
             if !held_samples(&xh, &[&self.w], true)?.is_empty() {
-                *scratch = Some((k, outs));
+                let [xs, unscale, flags] = outs;
+                *scratch = Some((k, v, [xs, unscale, flags, ws]));
                 return DeviceActivations::upload(b, &self.matvec(&xh, Tier::Fast)?);
             }
         }
@@ -859,10 +872,14 @@ impl<'a, B: Backend> Resident<'a, B> {
                 tables: vec![tables.table.clone()],
             },
         };
-        let y = family::launch::<ReduceMmaFamily, B>(b, &p, v, &d)?;
+        // y fresh (the caller keeps it), ws the scratch's (zeroed when bound, where the
+        // kernel needs it zeroed).
+        let mut ys = [b.alloc(&kernel.outputs()[0])?, ws];
+        family::launch_into::<ReduceMmaFamily, B>(b, &p, v, &d, &mut ys)?;
+        let [y, ws] = ys;
         let Prescaled { x: xs, unscale, .. } = d.ops;
-        *scratch = Some((k, [xs, unscale, flags]));
-        DeviceActivations::from_tensor(first(y))
+        *scratch = Some((k, v, [xs, unscale, flags, ws]));
+        DeviceActivations::from_tensor(y)
     }
 
     /// The problem, variant (checked to fit) and device data of a `matvec` on `x`.
