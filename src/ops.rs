@@ -8,9 +8,9 @@
 //! tables choose the variant ([`crate::tune::select_for`]), and the `_with` forms force
 //! one. Host data in, host data out (a [`Resident`] matrix stays on the device between
 //! calls); every input is validated before any kernel runs. A resident matrix also runs
-//! on activations kept on the device ([`Resident::matvec_device`] in both tiers,
-//! [`Resident::gate_up_device`] exact: one launch, y left there; the host checks their
-//! shape and dtype, not their values). The fast tier runs
+//! on activations kept on the device ([`Resident::matvec_device`],
+//! [`Resident::gate_up_device`], both tiers; the `_into` forms exact: one launch, y left
+//! there; the host checks their shape and dtype, not their values). The fast tier runs
 //! the rare sample its f16 operands cannot hold (values spanning more than 2^28 where a
 //! row weights only the tiny ones, magnitudes near the ends of f32's range:
 //! [`crate::families::reduce_mma::beyond_f16_operands`]) on the exact kernels instead, at
@@ -312,6 +312,8 @@ type FastScratch<B> = (
 /// of [`Prescale`].
 struct FastTables<B: Backend> {
     table: Option<Arc<B::Tensor>>,
+    /// The power alone (a pair's prescale takes both of theirs).
+    power: f32,
     powers: B::Tensor,
 }
 
@@ -380,6 +382,7 @@ impl<'a, B: Backend> Uploaded<'a, B> {
         let bytes: Vec<u8> = powers.iter().flat_map(|v| v.to_le_bytes()).collect();
         let t = Arc::new(FastTables {
             table: tables.pop().flatten(),
+            power: powers.first().copied().unwrap_or(1.0),
             powers: self.b.upload(Elem::F32, &[powers.len()], &bytes)?,
         });
         Ok(self.fast_tables.get_or_init(|| t).clone())
@@ -822,8 +825,6 @@ impl<'a, B: Backend> Resident<'a, B> {
         if v.operands.is_f16() && self.w.operand_facts()?.every_sample() {
             return on_host();
         }
-        // Otherwise only bf16 and f32 samples may be held (f16 ones fit f16 operands).
-        let flagged = v.operands.is_f16() && x.dtype() != DType::F16;
         let tables = self.w.fast_tables()?;
         let k = Prescale::for_variant(p.m, w.geometry.cols, x.dtype(), 1, &v);
         k.validate()?;
@@ -847,22 +848,12 @@ impl<'a, B: Backend> Resident<'a, B> {
             }
         };
         let mut outs = [xs, unscale, flags];
-        {
-            let mut refs: Vec<&mut B::Tensor> = outs.iter_mut().collect();
-            b.launch_into(&k.launch_request()?, &[plain, &tables.powers], &mut refs)?;
-        }
-        if flagged && b.download(&outs[2])?.iter().any(|&f| f != 0) {
-            let xh = x.download(b)?;
-            // Read on the host: checked as the host facade checks it (an infinity
-            // flags its sample: every finite value is tiny beside it).
-            check_finite(&xh)?;
-            if !held_samples(&xh, &[&self.w], true)?.is_empty() {
-                let [xs, unscale, flags] = outs;
-                *scratch = Some((k, v, [xs, unscale, flags, ws]));
-                return DeviceActivations::upload(b, &self.matvec(&xh, Tier::Fast)?);
-            }
-        }
+        let held = prescale_on_device(b, &[&self.w], x, plain, &k, &tables.powers, &v, &mut outs);
         let [xs, unscale, flags] = outs;
+        if let Some(xh) = held? {
+            *scratch = Some((k, v, [xs, unscale, flags, ws]));
+            return DeviceActivations::upload(b, &self.matvec(&xh, Tier::Fast)?);
+        }
         let d = ReduceMmaDevice {
             w: self.w.get()?,
             ops: Prescaled {
@@ -903,9 +894,10 @@ impl<'a, B: Backend> Resident<'a, B> {
 
     /// `mid = silu(G x) * (U x)` with this matrix as G and `up` as U on activations
     /// already on the device, mid left there, as [`Resident::matvec_device`] does for
-    /// `matvec`: the bits [`Resident::gate_up`] gives, exact, M 1..=8. The pair must share
-    /// T (one fused launch; a pair of two T takes host activations: its tail runs on the
-    /// host).
+    /// `matvec`: the bits [`Resident::gate_up`] gives, in either tier (M as one launch's:
+    /// exact 1..=8, fast 1..=16; the fast tier prescales x and reads flags back as
+    /// `matvec_device` does). The pair must share T (one fused launch; a pair of two T
+    /// takes host activations: its tail runs on the host).
     pub fn gate_up_device(
         &self,
         up: &Resident<'_, B>,
@@ -913,6 +905,9 @@ impl<'a, B: Backend> Resident<'a, B> {
         tail: Tail,
         tier: Tier,
     ) -> Result<DeviceActivations<B>> {
+        if tier == Tier::Fast {
+            return self.gate_up_device_fast(up, x, tail);
+        }
         let (p, v, d) = self.gate_up_on_device(up, x, tail, tier)?;
         DeviceActivations::from_tensor(first(family::launch::<GateUpFamily, B>(
             &self.w.b, &p, v, &d,
@@ -931,6 +926,63 @@ impl<'a, B: Backend> Resident<'a, B> {
     ) -> Result<()> {
         let (p, v, d) = self.gate_up_on_device(up, x, tail, tier)?;
         family::launch_into::<GateUpFamily, B>(&self.w.b, &p, v, &d, std::slice::from_mut(mid))
+    }
+
+    /// The fast tier of [`Resident::gate_up_device`]: [`Resident::matvec_device`]'s for
+    /// a fused pair (the prescale takes both tables' powers; its buffers are made each
+    /// call).
+    fn gate_up_device_fast(
+        &self,
+        up: &Resident<'_, B>,
+        x: &DeviceActivations<B>,
+        tail: Tail,
+    ) -> Result<DeviceActivations<B>> {
+        same_backend(self, up)?;
+        let (b, gate, upm) = (&*self.w.b, &*self.w.w, &*up.w.w);
+        crate::reference::check_x_shape([x.samples(), x.cols()], gate.geometry.cols)?;
+        let p = GateUpProblem::of_samples(gate, upm, x.dtype(), x.samples(), tail, MAX_M_MMA)?;
+        let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, Tier::Fast).variant;
+        family::fits::<GateUpMmaFamily>(&p, v, &b.limits())?;
+        let on_host = |xh: &Activations| {
+            DeviceActivations::upload(b, &self.gate_up(up, xh, tail, Tier::Fast)?)
+        };
+        let Some(plain) = x.tensor() else {
+            return on_host(&x.download(b)?);
+        };
+        let every = |w: &Uploaded<B>| w.operand_facts().map(|f| f.every_sample());
+        if v.operands.is_f16() && (every(&self.w)? || every(&up.w)?) {
+            return on_host(&x.download(b)?);
+        }
+        let (gt, ut) = (self.w.fast_tables()?, up.w.fast_tables()?);
+        let bytes: Vec<u8> = [gt.power, ut.power]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let powers = b.upload(Elem::F32, &[2], &bytes)?;
+        let k = Prescale::for_variant(p.m, gate.geometry.cols, x.dtype(), 2, &v);
+        k.validate()?;
+        let mut outs: [B::Tensor; 3] =
+            family::alloc_outputs(b, &k)?
+                .try_into()
+                .map_err(|o: Vec<_>| {
+                    Error::invalid("prescale outputs", o.len(), "the kernel declares three")
+                })?;
+        let pair = [&self.w, &up.w];
+        if let Some(xh) = prescale_on_device(b, &pair, x, plain, &k, &powers, &v, &mut outs)? {
+            return on_host(&xh);
+        }
+        let [xs, unscale, _] = outs;
+        let d = GateUpMmaDevice {
+            gate: self.w.get()?,
+            up: up.w.get()?,
+            ops: Prescaled {
+                x: xs,
+                x_f16: None,
+                unscale,
+                tables: vec![gt.table.clone(), ut.table.clone()],
+            },
+        };
+        DeviceActivations::from_tensor(first(family::launch::<GateUpMmaFamily, B>(b, &p, v, &d)?))
     }
 
     /// The problem, variant (checked to fit) and device data of a `gate_up` on `x`.
@@ -977,6 +1029,41 @@ impl<B: Backend + 'static> Resident<'static, B> {
     }
 }
 
+/// The fast tier's prescale of `x` (its plain tensor `plain`) on the device into `outs`
+/// (x prescaled, `unscale`, the flags) for variant `v` of a kernel over `ws` (its
+/// projections in order; `powers` their tables' powers on the device). `Some(x)`, read
+/// back to the host and checked finite there, where the host's operand check holds a
+/// flagged sample: the call then runs on the host. Only bf16 and f32 samples can be
+/// held with f16 operands (f16 ones fit them; bf16 operands hold any), so only those
+/// read the flags back.
+#[allow(clippy::too_many_arguments)]
+fn prescale_on_device<B: Backend>(
+    b: &B,
+    ws: &[&Uploaded<B>],
+    x: &DeviceActivations<B>,
+    plain: &B::Tensor,
+    k: &Prescale,
+    powers: &B::Tensor,
+    v: &crate::families::mma::MmaVariant,
+    outs: &mut [B::Tensor; 3],
+) -> Result<Option<Activations>> {
+    {
+        let mut refs: Vec<&mut B::Tensor> = outs.iter_mut().collect();
+        b.launch_into(&k.launch_request()?, &[plain, powers], &mut refs)?;
+    }
+    if !v.operands.is_f16() || x.dtype() == DType::F16 {
+        return Ok(None);
+    }
+    if b.download(&outs[2])?.iter().all(|&f| f == 0) {
+        return Ok(None);
+    }
+    let xh = x.download(b)?;
+    // Read on the host: checked as the host facade checks it (an infinity flags its
+    // sample: every finite value is tiny beside it).
+    check_finite(&xh)?;
+    Ok((!held_samples(&xh, ws, true)?.is_empty()).then_some(xh))
+}
+
 /// Activations on the device, checked for an exact device call of `tier` (the exact tier only)
 /// on a matrix of `cols` columns; M is the problem's to check (one launch's).
 fn check_device_x<B: Backend>(x: &DeviceActivations<B>, cols: usize, tier: Tier) -> Result<()> {
@@ -985,8 +1072,9 @@ fn check_device_x<B: Backend>(x: &DeviceActivations<B>, cols: usize, tier: Tier)
             "tier",
             tier,
             "this call on activations on the device runs the exact tier only: the fast \
-             tier's device path is `Resident::matvec_device` (a held sample is computed on \
-             the host, which an output made once or a fused pair's launch cannot take in)",
+             tier's device paths are `Resident::matvec_device` and `gate_up_device`, which \
+             make their outputs (a held sample is computed on the host, which an output \
+             made once cannot take in)",
         ));
     }
     crate::reference::check_x_shape([x.samples(), x.cols()], cols)

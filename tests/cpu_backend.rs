@@ -1567,6 +1567,18 @@ fn device_activations_run_the_fast_tier() {
                 y.download(&b).unwrap().bits_eq(&want),
                 "{code:?} {dtype} M {m}"
             );
+            // A fused gate/up pair (up of another k: the mixed-k kernel), both tails.
+            let gu = Geometry::new(48, 1024, 256, 2, l, code).unwrap();
+            let u = random_matrix(gu, seed + 50);
+            let ru = ops::Resident::new(&b, &u).unwrap();
+            for tail in [Tail::Exact, Tail::Native] {
+                let mid = rw.gate_up_device(&ru, &xd, tail, Tier::Fast).unwrap();
+                let want = rw.gate_up(&ru, &x, tail, Tier::Fast).unwrap();
+                assert!(
+                    mid.download(&b).unwrap().bits_eq(&want),
+                    "gate_up {tail:?} {code:?} {dtype} M {m}"
+                );
+            }
         }
     }
     // The H200's winners (chosen for a CPU backend posing as that device) take x in f16
@@ -1703,8 +1715,43 @@ fn device_activations_run_the_fast_tier() {
     assert!(e.contains("tier") && e.contains("exact tier only"), "{e}");
     let u = random_matrix(g, 141);
     let ru = ops::Resident::new(&b, &u).unwrap();
-    let e = err(rw.gate_up_device(&ru, &xd, Tail::Exact, Tier::Fast));
+    let mut mid = b
+        .alloc(&trellis::kernel::TensorSpec {
+            name: "mid",
+            elem: Elem::Bf16,
+            shape: vec![2, 64],
+        })
+        .unwrap();
+    let e = rw
+        .gate_up_device_into(&ru, &xd, &mut mid, Tail::Exact, Tier::Fast)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("tier") && e.contains("exact tier only"), "{e}");
+    // A flagged sample and a held one through the fused pair too.
+    for held in [false, true] {
+        let mut data = random_x(DType::Bf16, 3, 1024, 149).data;
+        if held {
+            data[1024..2048]
+                .iter_mut()
+                .for_each(|v| *v *= 2f32.powi(-120));
+        } else {
+            data[1024 + 7] = 2f32.powi(-60);
+        }
+        let x = Activations::from_f32(DType::Bf16, 3, 1024, data).unwrap();
+        let mid = rw
+            .gate_up_device(
+                &ru,
+                &DeviceActivations::upload(&b, &x).unwrap(),
+                Tail::Exact,
+                Tier::Fast,
+            )
+            .unwrap();
+        let want = rw.gate_up(&ru, &x, Tail::Exact, Tier::Fast).unwrap();
+        assert!(
+            mid.download(&b).unwrap().bits_eq(&want),
+            "gate_up held {held}"
+        );
+    }
 }
 
 /// Resident matrices serve calls from several threads at once (a server's workers share

@@ -224,8 +224,8 @@ fn device_activations_chain_without_copies() {
 }
 
 /// The fast tier on activations on the device, on the tables' winners (x taken in f16
-/// by the kernel: `x_f16`): `matvec_device` gives `Resident::matvec`'s bits at M 1, 4 and
-/// 16, bf16 and f32, chained a layer on; a sample with a tiny value (flagged, read on
+/// by the kernel: `x_f16`): `matvec_device` and `gate_up_device` give the host facade's
+/// bits at M 1, 4 and 16, bf16 and f32, chained a layer on; a sample with a tiny value (flagged, read on
 /// the host, run on the device) and one below 2^-113 (held: run on the host) too.
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
@@ -237,10 +237,15 @@ fn device_activations_run_the_fast_tier() {
     let b = CudaBackend::new(0).unwrap();
     let g = Geometry::new(4096, 14336, 256, 2, 12, Code::OneMad).unwrap();
     let gd = Geometry::new(256, 4096, 256, 3, 12, Code::OneMad).unwrap();
-    let (w, down) = (random_matrix(g, 61), random_matrix(gd, 62));
-    let (rw, rd) = (
+    let (w, down, u) = (
+        random_matrix(g, 61),
+        random_matrix(gd, 62),
+        random_matrix(g, 67),
+    );
+    let (rw, rd, ru) = (
         Resident::new(&b, &w).unwrap(),
         Resident::new(&b, &down).unwrap(),
+        Resident::new(&b, &u).unwrap(),
     );
     for (dtype, m, seed) in [
         (DType::Bf16, 1, 63),
@@ -257,6 +262,16 @@ fn device_activations_run_the_fast_tier() {
         let z_want = rd.matvec(&y_want, Tier::Fast).unwrap();
         assert!(y.download(&b).unwrap().bits_eq(&y_want), "y, {dtype} M {m}");
         assert!(z.download(&b).unwrap().bits_eq(&z_want), "z, {dtype} M {m}");
+        let mid = rw
+            .gate_up_device(&ru, &xd, trellis::numerics::Tail::Exact, Tier::Fast)
+            .unwrap();
+        let mid_want = rw
+            .gate_up(&ru, &x, trellis::numerics::Tail::Exact, Tier::Fast)
+            .unwrap();
+        assert!(
+            mid.download(&b).unwrap().bits_eq(&mid_want),
+            "mid, {dtype} M {m}"
+        );
     }
     for held in [false, true] {
         let mut data = random_activations(DType::Bf16, 3, 14336, 66).data;
