@@ -9,8 +9,10 @@
 //! one. Host data in, host data out (a [`Resident`] matrix stays on the device between
 //! calls); every input is validated before any kernel runs. A resident matrix also runs
 //! on activations kept on the device ([`Resident::matvec_device`],
-//! [`Resident::gate_up_device`], both tiers; the `_into` forms exact: one launch, y left
-//! there; the host checks their shape and dtype, not their values). The fast tier runs
+//! [`Resident::gate_up_device`], both tiers; the `_into` forms exact), y left there: the
+//! exact tier in one launch, the fast tier after a prescale kernel whose per-sample flags
+//! it reads back where the host must check a sample (then reading that x). The host
+//! checks shape and dtype there, not the values. The fast tier runs
 //! the rare sample its f16 operands cannot hold (values spanning more than 2^28 where a
 //! row weights only the tiny ones, magnitudes near the ends of f32's range:
 //! [`crate::families::reduce_mma::beyond_f16_operands`]) on the exact kernels instead, at
@@ -293,10 +295,14 @@ struct Uploaded<'a, B: Backend> {
     /// The fast tier's table and power on the device, for its device path (first need).
     fast_tables: Arc<OnceLock<Arc<FastTables<B>>>>,
     /// The fast device path's last call's scratch, reused by the next call of that
-    /// prescale and variant: four allocations a call saved. The calls run in stream
-    /// order, so a call writes them after the last call's kernels have read them; the
-    /// lock keeps two threads' calls apart.
+    /// prescale and variant: four allocations a call saved on CUDA and the CPU (Metal's
+    /// launches return fresh arrays, so there it saves nothing). The calls run in
+    /// stream order, so a call writes them after the last call's kernels have read
+    /// them; the lock keeps two threads' calls apart (and serializes them on the host).
     scratch: Arc<std::sync::Mutex<Option<FastScratch<B>>>>,
+    /// The fused pair's prescale powers (this matrix's as gate, then up's) on the
+    /// device, by value: uploaded again only for an up of another power.
+    pair_powers: Arc<std::sync::Mutex<Option<([f32; 2], Arc<B::Tensor>)>>>,
 }
 
 /// The fast device path's scratch for a prescale and a variant: the prescale's outputs
@@ -327,6 +333,7 @@ impl<B: Backend> Clone for Uploaded<'_, B> {
             facts: self.facts.clone(),
             fast_tables: self.fast_tables.clone(),
             scratch: self.scratch.clone(),
+            pair_powers: self.pair_powers.clone(),
         }
     }
 }
@@ -370,7 +377,26 @@ impl<'a, B: Backend> Uploaded<'a, B> {
             facts: Default::default(),
             fast_tables: Default::default(),
             scratch: Default::default(),
+            pair_powers: Default::default(),
         }
+    }
+
+    /// `powers` (a fused pair's, gate's then up's) on the device: the last pair's
+    /// upload where they are the same (bits), else a new one.
+    fn pair_powers(&self, powers: [f32; 2]) -> Result<Arc<B::Tensor>> {
+        let mut last = self
+            .pair_powers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((p, t)) = &*last {
+            if p.map(f32::to_bits) == powers.map(f32::to_bits) {
+                return Ok(t.clone());
+            }
+        }
+        let bytes: Vec<u8> = powers.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t = Arc::new(self.b.upload(Elem::F32, &[2], &bytes)?);
+        *last = Some((powers, t.clone()));
+        Ok(t)
     }
 
     /// [`FastTables`] of the matrix, uploaded once while this (or a clone) lives.
@@ -895,9 +921,10 @@ impl<'a, B: Backend> Resident<'a, B> {
     /// `mid = silu(G x) * (U x)` with this matrix as G and `up` as U on activations
     /// already on the device, mid left there, as [`Resident::matvec_device`] does for
     /// `matvec`: the bits [`Resident::gate_up`] gives, in either tier (M as one launch's:
-    /// exact 1..=8, fast 1..=16; the fast tier prescales x and reads flags back as
-    /// `matvec_device` does). The pair must share T (one fused launch; a pair of two T
-    /// takes host activations: its tail runs on the host).
+    /// exact 1..=8, fast 1..=16; the fast tier prescales x, reads flags back and treats
+    /// NaN, infinity and held samples as `matvec_device` does). The pair must share T
+    /// (one fused matrix kernel; a pair of two T takes host activations: its tail runs
+    /// on the host).
     pub fn gate_up_device(
         &self,
         up: &Resident<'_, B>,
@@ -954,11 +981,7 @@ impl<'a, B: Backend> Resident<'a, B> {
             return on_host(&x.download(b)?);
         }
         let (gt, ut) = (self.w.fast_tables()?, up.w.fast_tables()?);
-        let bytes: Vec<u8> = [gt.power, ut.power]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let powers = b.upload(Elem::F32, &[2], &bytes)?;
+        let powers = self.w.pair_powers([gt.power, ut.power])?;
         let k = Prescale::for_variant(p.m, gate.geometry.cols, x.dtype(), 2, &v);
         k.validate()?;
         let mut outs: [B::Tensor; 3] =
@@ -1030,8 +1053,8 @@ impl<B: Backend + 'static> Resident<'static, B> {
 }
 
 /// The fast tier's prescale of `x` (its plain tensor `plain`) on the device into `outs`
-/// (x prescaled, `unscale`, the flags) for variant `v` of a kernel over `ws` (its
-/// projections in order; `powers` their tables' powers on the device). `Some(x)`, read
+/// (x prescaled, `unscale`, the flags) for variant `v` of a kernel over `projections`
+/// (in order; `powers` their tables' powers on the device). `Some(x)`, read
 /// back to the host and checked finite there, where the host's operand check holds a
 /// flagged sample: the call then runs on the host. Only bf16 and f32 samples can be
 /// held with f16 operands (f16 ones fit them; bf16 operands hold any), so only those
@@ -1039,7 +1062,7 @@ impl<B: Backend + 'static> Resident<'static, B> {
 #[allow(clippy::too_many_arguments)]
 fn prescale_on_device<B: Backend>(
     b: &B,
-    ws: &[&Uploaded<B>],
+    projections: &[&Uploaded<B>],
     x: &DeviceActivations<B>,
     plain: &B::Tensor,
     k: &Prescale,
@@ -1061,7 +1084,7 @@ fn prescale_on_device<B: Backend>(
     // Read on the host: checked as the host facade checks it (an infinity flags its
     // sample: every finite value is tiny beside it).
     check_finite(&xh)?;
-    Ok((!held_samples(&xh, ws, true)?.is_empty()).then_some(xh))
+    Ok((!held_samples(&xh, projections, true)?.is_empty()).then_some(xh))
 }
 
 /// Activations on the device, checked for an exact device call of `tier` (the exact tier only)

@@ -1568,8 +1568,12 @@ fn device_activations_run_the_fast_tier() {
                 "{code:?} {dtype} M {m}"
             );
             // A fused gate/up pair (up of another k: the mixed-k kernel), both tails.
+            // Up's table 2^20 smaller than gate's (lut): the powers go in their order.
             let gu = Geometry::new(48, 1024, 256, 2, l, code).unwrap();
-            let u = random_matrix(gu, seed + 50);
+            let mut u = random_matrix(gu, seed + 50);
+            if let Some(lut) = &mut u.lut {
+                lut.iter_mut().for_each(|v| *v *= 2f32.powi(-20));
+            }
             let ru = ops::Resident::new(&b, &u).unwrap();
             for tail in [Tail::Exact, Tail::Native] {
                 let mid = rw.gate_up_device(&ru, &xd, tail, Tier::Fast).unwrap();
@@ -1607,16 +1611,24 @@ fn device_activations_run_the_fast_tier() {
             "{dtype} M {m}: {}",
             chosen.variant
         );
-        let x = random_x(dtype, m, 1024, seed);
-        let xd = DeviceActivations::upload(&posing, &x).unwrap();
-        // Twice: the second call reuses the first's scratch (split-K partials included).
-        rw.matvec_device(&xd, Tier::Fast).unwrap();
-        let y = rw.matvec_device(&xd, Tier::Fast);
-        let want = rw.matvec(&x, Tier::Fast).unwrap();
-        assert!(
-            y.unwrap().download(&posing).unwrap().bits_eq(&want),
-            "{dtype} M {m}"
+        // M 16's winner splits the columns (split-K partials in the scratch).
+        assert_eq!(chosen.variant.k_split > 1, m == 16, "{}", chosen.variant);
+        // Two x of one shape back to back: the second call reuses the first's scratch,
+        // and the first's y keeps its bits.
+        let (x, x2) = (
+            random_x(dtype, m, 1024, seed),
+            random_x(dtype, m, 1024, seed + 9),
         );
+        let (xd, xd2) = (
+            DeviceActivations::upload(&posing, &x).unwrap(),
+            DeviceActivations::upload(&posing, &x2).unwrap(),
+        );
+        let y = rw.matvec_device(&xd, Tier::Fast).unwrap();
+        let y2 = rw.matvec_device(&xd2, Tier::Fast).unwrap();
+        for (y, x) in [(y, &x), (y2, &x2)] {
+            let want = rw.matvec(x, Tier::Fast).unwrap();
+            assert!(y.download(&posing).unwrap().bits_eq(&want), "{dtype} M {m}");
+        }
     }
     let g = Geometry::new(64, 1024, 256, 3, 12, Code::OneMad).unwrap();
     let w = random_matrix(g, 136);
@@ -1675,6 +1687,21 @@ fn device_activations_run_the_fast_tier() {
         let y = rt.matvec_device(&DeviceActivations::upload(&b, &x).unwrap(), Tier::Fast);
         let want = rt.matvec(&x, Tier::Fast).unwrap();
         assert!(y.unwrap().download(&b).unwrap().bits_eq(&want), "{dtype}");
+    }
+    // The same matrix in a fused pair, as gate and as up.
+    let plain = random_matrix(gt, 150);
+    let rp = ops::Resident::new(&b, &plain).unwrap();
+    let x = random_x(DType::F16, 16, 4096, 151);
+    let xd = DeviceActivations::upload(&b, &x).unwrap();
+    for (gate, up) in [(&rt, &rp), (&rp, &rt)] {
+        let mid = gate
+            .gate_up_device(up, &xd, Tail::Exact, Tier::Fast)
+            .unwrap();
+        let want = gate.gate_up(up, &x, Tail::Exact, Tier::Fast).unwrap();
+        assert!(
+            mid.download(&b).unwrap().bits_eq(&want),
+            "a tiny scale in a pair"
+        );
     }
     // Values not finite: a NaN (no flag) gives non-finite outputs, as the exact tier's
     // device path does; an infinity flags its sample, whose x the host reads and refuses.
@@ -1738,14 +1765,15 @@ fn device_activations_run_the_fast_tier() {
             data[1024 + 7] = 2f32.powi(-60);
         }
         let x = Activations::from_f32(DType::Bf16, 3, 1024, data).unwrap();
-        let mid = rw
-            .gate_up_device(
-                &ru,
-                &DeviceActivations::upload(&b, &x).unwrap(),
-                Tail::Exact,
-                Tier::Fast,
-            )
+        let xd = DeviceActivations::upload(&b, &x).unwrap();
+        rw.gate_up_device(&ru, &xd, Tail::Exact, Tier::Fast)
             .unwrap();
+        b.all.set(0);
+        let mid = rw
+            .gate_up_device(&ru, &xd, Tail::Exact, Tier::Fast)
+            .unwrap();
+        // Held: mid comes up from the host; else nothing is uploaded.
+        assert_eq!(b.all.get() > 0, held, "gate_up uploads, held {held}");
         let want = rw.gate_up(&ru, &x, Tail::Exact, Tier::Fast).unwrap();
         assert!(
             mid.download(&b).unwrap().bits_eq(&want),

@@ -254,9 +254,18 @@ fn device_activations_run_the_fast_tier() {
     ] {
         let x = random_activations(dtype, m, 14336, seed);
         let xd = DeviceActivations::upload(&b, &x).unwrap();
-        // Twice: the second call reuses the first's scratch.
-        rw.matvec_device(&xd, Tier::Fast).unwrap();
+        // After a call on another x of this shape, whose y keeps its bits: this call
+        // reuses its scratch, in stream order.
+        let x0 = random_activations(dtype, m, 14336, seed + 10);
+        let y0 = rw
+            .matvec_device(&DeviceActivations::upload(&b, &x0).unwrap(), Tier::Fast)
+            .unwrap();
         let y = rw.matvec_device(&xd, Tier::Fast).unwrap();
+        let y0_want = rw.matvec(&x0, Tier::Fast).unwrap();
+        assert!(
+            y0.download(&b).unwrap().bits_eq(&y0_want),
+            "y0, {dtype} M {m}"
+        );
         let z = rd.matvec_device(&y, Tier::Fast).unwrap();
         let y_want = rw.matvec(&x, Tier::Fast).unwrap();
         let z_want = rd.matvec(&y_want, Tier::Fast).unwrap();
