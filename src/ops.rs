@@ -302,8 +302,11 @@ struct Uploaded<'a, B: Backend> {
     scratch: Arc<std::sync::Mutex<Option<FastScratch<B>>>>,
     /// The fused pair's prescale powers (this matrix's as gate, then up's) on the
     /// device, by value: uploaded again only for an up of another power.
-    pair_powers: Arc<std::sync::Mutex<Option<([f32; 2], Arc<B::Tensor>)>>>,
+    pair_powers: Arc<std::sync::Mutex<Option<PairPowers<B>>>>,
 }
+
+/// A fused pair's prescale powers, and their upload.
+type PairPowers<B> = ([f32; 2], Arc<<B as Backend>::Tensor>);
 
 /// The fast device path's scratch for a prescale and a variant: the prescale's outputs
 /// (x prescaled, `unscale`, the flags) and the matrix kernel's split-K partials (`ws`).
