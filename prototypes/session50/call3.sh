@@ -1,5 +1,6 @@
 #!/bin/bash
-# The fiftieth session's third device call: the fast tier's gate_up_device (026780e):
+# The fiftieth session's third and fourth device calls: the fast tier's gate_up_device
+# (026780e; then 4f4b960, two x back to back on one scratch):
 # the GPU tests of cuda_launch (the fast device test now runs the fused pair) and
 # cuda_threads. Carry [".device"].
 . prototypes/device.sh

@@ -1,3 +1,7 @@
+//! Every `Prescale::catalog()` unit compiled by NVRTC for sm_90 without a GPU (fiftieth
+//! session): copy into `examples/` and run with
+//! `LD_LIBRARY_PATH=target/nvrtc/nvidia/cu13/lib cargo run --release --example nvrtc_prescale`
+//! (NVRTC installed as `docs/backends.md` says).
 use trellis::backend::cuda::{compile_offline, offline_ready};
 use trellis::kernel::{Dialect, KernelSpec};
 fn main() {

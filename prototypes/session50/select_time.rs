@@ -1,3 +1,5 @@
+//! The selector's cost a call, memoized and not (fiftieth session): copy into
+//! `examples/` and `cargo run --release --example select_time`.
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::ReduceMmaFamily;
 use trellis::numerics::Tier;
