@@ -855,25 +855,20 @@ impl<'a, B: Backend> Resident<'a, B> {
             return on_host();
         }
         let tables = self.w.fast_tables()?;
-        let k = Prescale::for_variant(p.m, w.geometry.cols, x.dtype(), 1, &v);
+        let kernel = <ReduceMmaFamily as family::Family>::kernel(&p, v);
+        kernel.validate()?;
+        let k = Prescale::of(&kernel)?;
         k.validate()?;
         let mut scratch = self
             .w
             .scratch
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let kernel = <ReduceMmaFamily as family::Family>::kernel(&p, v);
-        kernel.validate()?;
         let [xs, unscale, flags, ws] = match scratch.take() {
             Some((last, lv, outs)) if last == k && lv == v => outs,
             _ => {
-                let [xs, unscale, flags]: [B::Tensor; 3] = family::alloc_outputs(b, &k)?
-                    .try_into()
-                    .map_err(|o: Vec<_>| {
-                        Error::invalid("prescale outputs", o.len(), "the kernel declares three")
-                    })?;
-                let ws = b.alloc(&kernel.outputs()[1])?;
-                [xs, unscale, flags, ws]
+                let [xs, unscale, flags] = prescale_outputs(b, &k)?;
+                [xs, unscale, flags, b.alloc(&kernel.outputs()[1])?]
             }
         };
         let mut outs = [xs, unscale, flags];
@@ -985,14 +980,9 @@ impl<'a, B: Backend> Resident<'a, B> {
         }
         let (gt, ut) = (self.w.fast_tables()?, up.w.fast_tables()?);
         let powers = self.w.pair_powers([gt.power, ut.power])?;
-        let k = Prescale::for_variant(p.m, gate.geometry.cols, x.dtype(), 2, &v);
+        let k = Prescale::of(&<GateUpMmaFamily as family::Family>::kernel(&p, v))?;
         k.validate()?;
-        let mut outs: [B::Tensor; 3] =
-            family::alloc_outputs(b, &k)?
-                .try_into()
-                .map_err(|o: Vec<_>| {
-                    Error::invalid("prescale outputs", o.len(), "the kernel declares three")
-                })?;
+        let mut outs = prescale_outputs(b, &k)?;
         let pair = [&self.w, &up.w];
         if let Some(xh) = prescale_on_device(b, &pair, x, plain, &k, &powers, &v, &mut outs)? {
             return on_host(&xh);
@@ -1053,6 +1043,15 @@ impl<B: Backend + 'static> Resident<'static, B> {
     pub fn shared(b: Arc<B>, w: Arc<QuantizedMatrix>) -> Result<Self> {
         Resident::upload(Uploaded::held(Held::Shared(b), Held::Shared(w)))
     }
+}
+
+/// Fresh outputs of prescale `k`: x prescaled, `unscale`, the flags.
+fn prescale_outputs<B: Backend>(b: &B, k: &Prescale) -> Result<[B::Tensor; 3]> {
+    family::alloc_outputs(b, k)?
+        .try_into()
+        .map_err(|o: Vec<_>| {
+            Error::invalid("prescale outputs", o.len(), "the kernel declares three")
+        })
 }
 
 /// The fast tier's prescale of `x` (its plain tensor `plain`) on the device into `outs`

@@ -1,5 +1,8 @@
 //! The CPU backend runs the generated kernels and matches the reference bit for bit.
 
+#[path = "common/flagged.rs"]
+mod flagged;
+
 use trellis::backend::CpuBackend;
 use trellis::families::simt::{MStrategy, Representation, Variant, XStage};
 use trellis::kernel::{Backend, DeviceTensor, Dialect, Elem};
@@ -1641,15 +1644,7 @@ fn device_activations_run_the_fast_tier() {
         (true, DType::Bf16),
         (true, DType::F32),
     ] {
-        let mut x = random_x(dtype, 3, 1024, 137);
-        if held {
-            x.data[1024..2048]
-                .iter_mut()
-                .for_each(|v| *v *= 2f32.powi(-120));
-        } else {
-            x.data[1024 + 7] = 2f32.powi(-60);
-        }
-        let x = Activations::from_f32(dtype, 3, 1024, x.data).unwrap();
+        let x = flagged::with_flagged_sample(random_x(dtype, 3, 1024, 137), held);
         let xd = DeviceActivations::upload(&b, &x).unwrap();
         rw.matvec_device(&xd, Tier::Fast).unwrap();
         b.all.set(0);
@@ -1756,15 +1751,7 @@ fn device_activations_run_the_fast_tier() {
     assert!(e.contains("tier") && e.contains("exact tier only"), "{e}");
     // A flagged sample and a held one through the fused pair too.
     for held in [false, true] {
-        let mut data = random_x(DType::Bf16, 3, 1024, 149).data;
-        if held {
-            data[1024..2048]
-                .iter_mut()
-                .for_each(|v| *v *= 2f32.powi(-120));
-        } else {
-            data[1024 + 7] = 2f32.powi(-60);
-        }
-        let x = Activations::from_f32(DType::Bf16, 3, 1024, data).unwrap();
+        let x = flagged::with_flagged_sample(random_x(DType::Bf16, 3, 1024, 149), held);
         let xd = DeviceActivations::upload(&b, &x).unwrap();
         rw.gate_up_device(&ru, &xd, Tail::Exact, Tier::Fast)
             .unwrap();

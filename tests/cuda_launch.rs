@@ -7,6 +7,8 @@
 mod contract;
 #[path = "common/f16_edge.rs"]
 mod f16_edge;
+#[path = "common/flagged.rs"]
+mod flagged;
 
 use trellis::backend::cuda::CudaBackend;
 use trellis::codegen::Rendered;
@@ -233,7 +235,7 @@ fn device_activations_run_the_fast_tier() {
     use trellis::check::{random_activations, random_matrix};
     use trellis::numerics::Tier;
     use trellis::ops::{DeviceActivations, Resident};
-    use trellis::{Activations, Code, DType, Geometry};
+    use trellis::{Code, DType, Geometry};
     let b = CudaBackend::new(0).unwrap();
     let g = Geometry::new(4096, 14336, 256, 2, 12, Code::OneMad).unwrap();
     let gd = Geometry::new(256, 4096, 256, 3, 12, Code::OneMad).unwrap();
@@ -283,15 +285,7 @@ fn device_activations_run_the_fast_tier() {
         );
     }
     for held in [false, true] {
-        let mut data = random_activations(DType::Bf16, 3, 14336, 66).data;
-        if held {
-            data[14336..28672]
-                .iter_mut()
-                .for_each(|v| *v *= 2f32.powi(-120));
-        } else {
-            data[14336 + 9] = 2f32.powi(-60);
-        }
-        let x = Activations::from_f32(DType::Bf16, 3, 14336, data).unwrap();
+        let x = flagged::with_flagged_sample(random_activations(DType::Bf16, 3, 14336, 66), held);
         let y = rw
             .matvec_device(&DeviceActivations::upload(&b, &x).unwrap(), Tier::Fast)
             .unwrap();

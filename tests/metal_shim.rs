@@ -157,6 +157,15 @@ fn not_only_indexed(text: &str, name: &str) -> Option<String> {
     None
 }
 
+/// The inputs MLX passes in the `constant` address space (fewer than 8 elements).
+fn constant_inputs(k: &impl KernelSpec) -> Vec<&'static str> {
+    k.inputs()
+        .iter()
+        .filter(|t| t.len() < 8)
+        .map(|t| t.name)
+        .collect()
+}
+
 #[test]
 fn every_metal_specialization_compiles_against_the_shim() {
     let started = Instant::now();
@@ -172,17 +181,11 @@ fn every_metal_specialization_compiles_against_the_shim() {
                     let source = k
                         .unit(Dialect::Metal)
                         .unwrap_or_else(|e| panic!("{symbol} does not render for Metal: {e}"));
-                    let constant_inputs = k
-                        .inputs()
-                        .iter()
-                        .filter(|t| t.len() < 8)
-                        .map(|t| t.name)
-                        .collect();
                     self.0.push(Kernel {
                         source,
                         symbol,
                         tier: F::tier(&v),
-                        constant_inputs,
+                        constant_inputs: constant_inputs(&k),
                     });
                 }
             }
@@ -196,7 +199,7 @@ fn every_metal_specialization_compiles_against_the_shim() {
             source: k.unit(Dialect::Metal).expect("prescale renders for Metal"),
             symbol: k.id().unique_symbol(),
             tier: Tier::Exact,
-            constant_inputs: vec!["powers"],
+            constant_inputs: constant_inputs(&k),
         });
     }
     let kernels = c.0;

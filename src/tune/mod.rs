@@ -111,10 +111,10 @@ pub struct Selector {
 }
 
 /// Selections made before, by family, backend, device, tier and problem (its `Debug`
-/// form, which must show everything a selection reads of it: [`Family::Problem`]). A selection scans the tables' entries and
-/// names its source (about 4 us over the H200 table's thousand entries), a facade call's
-/// fixed cost on the host; a memoized one about half a microsecond. Bounded: emptied
-/// when full (a tuner's sweep of shapes).
+/// form, which must show everything a selection reads of it: [`Family::Problem`]). A
+/// selection scans the tables' entries and names its source (about 4 us over the H200
+/// table's thousand entries), a facade call's fixed cost on the host; a memoized one
+/// about half a microsecond. Bounded: emptied when full (a tuner's sweep of shapes).
 #[derive(Default)]
 struct Memo(std::sync::RwLock<std::collections::HashMap<MemoKey, MemoValue>>);
 

@@ -4,7 +4,7 @@
 use crate::codes::Code;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::families::mma::MmaVariant;
+use crate::families::mma::{MmaLayout, MmaVariant};
 use crate::families::{upload_activations, DeviceMatrix};
 use crate::kernel::{Backend, Dialect, Elem, Grid};
 use crate::matrix::{Activations, QuantizedMatrix};
@@ -233,27 +233,17 @@ pub struct Prescale {
 impl Prescale {
     const THREADS: u32 = 256;
 
-    /// The prescale of `m` samples of `cols` columns in `act` for variant `v` of a
-    /// kernel of `projections` projections.
-    pub fn for_variant(
-        m: u32,
-        cols: usize,
-        act: DType,
-        projections: usize,
-        v: &MmaVariant,
-    ) -> Self {
-        let out = if v.x_f16 && act != DType::F16 {
-            DType::F16
-        } else {
-            act
-        };
-        Prescale {
+    /// The prescale of matrix-unit kernel `k`'s x: its samples and columns, its
+    /// projections' powers, x in the type `k` reads ([`MmaLayout::x_elem`]).
+    pub fn of(k: &impl MmaLayout) -> Result<Self> {
+        let (_, cols, _, m, _) = k.dims();
+        Ok(Prescale {
             m,
             cols,
-            projections,
-            act,
-            out,
-        }
+            projections: k.projs().len(),
+            act: k.act(),
+            out: DType::try_from(k.x_elem())?,
+        })
     }
 
     /// One specialization of each activation dtype and output type (3 samples, 1024
