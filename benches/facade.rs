@@ -107,13 +107,15 @@ impl BackendVisitor for Facade<'_> {
         });
         // The same into an output made once (no allocation a call).
         let mut y_out = b.alloc(&y_spec).unwrap();
-        c.bench_function(&format!("{at}/exact/resident-matvec-device-into"), |bn| {
-            bn.iter(|| {
-                r.matvec_device_into(black_box(&xd), &mut y_out, Tier::Exact)
-                    .unwrap();
-                b.synchronize().unwrap();
-            })
-        });
+        for tier in [Tier::Exact, Tier::Fast] {
+            c.bench_function(&format!("{at}/{tier}/resident-matvec-device-into"), |bn| {
+                bn.iter(|| {
+                    r.matvec_device_into(black_box(&xd), &mut y_out, tier)
+                        .unwrap();
+                    b.synchronize().unwrap();
+                })
+            });
+        }
         for tier in [Tier::Exact, Tier::Fast] {
             c.bench_function(&format!("{at}/{tier}/resident-matvec"), |bn| {
                 bn.iter(|| r.matvec(black_box(&x), tier).unwrap())

@@ -187,19 +187,19 @@ pub fn download<B: Backend>(b: &B, t: &B::Tensor) -> Result<Activations> {
     })
 }
 
-/// Run variant `v` of a problem on uploaded data into preallocated outputs.
+/// Run variant `v` of a problem on uploaded data into preallocated outputs (each
+/// borrowed: a caller's y beside a scratch's partials).
 pub fn launch_into<F: Family, B: Backend>(
     b: &B,
     p: &F::Problem,
     v: F::Variant,
     d: &F::Device<B>,
-    outputs: &mut [B::Tensor],
+    outputs: &mut [&mut B::Tensor],
 ) -> Result<()> {
     let k = F::kernel(p, v);
     let launch = k.launch_request()?;
     let inputs = F::inputs(d, &v)?;
-    let mut outs: Vec<&mut B::Tensor> = outputs.iter_mut().collect();
-    b.launch_into(&launch, &inputs, &mut outs)
+    b.launch_into(&launch, &inputs, outputs)
 }
 
 /// Run variant `v` into fresh outputs, left on the device.
@@ -214,7 +214,7 @@ pub fn launch<F: Family, B: Backend>(
     let kernel = F::kernel(p, v);
     kernel.validate()?;
     let mut outs = alloc_outputs(b, &kernel)?;
-    launch_into::<F, B>(b, p, v, d, &mut outs)?;
+    launch_into::<F, B>(b, p, v, d, &mut outs.iter_mut().collect::<Vec<_>>())?;
     Ok(outs)
 }
 

@@ -206,6 +206,14 @@ pub trait Backend {
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<Self::Tensor>;
     /// Copy a tensor's bytes back to the host.
     fn download(&self, t: &Self::Tensor) -> Result<Vec<u8>>;
+    /// Copy host bytes into `t`, a tensor made before, which keeps its element type and
+    /// shape (`bytes` must be exactly its size; queued work that reads or writes `t`
+    /// comes first). The default puts a new tensor in its place ([`Backend::upload`]:
+    /// MLX's arrays are values); the CPU's and CUDA's copy into its memory.
+    fn write(&self, t: &mut Self::Tensor, bytes: &[u8]) -> Result<()> {
+        *t = self.upload(t.elem(), &t.shape(), bytes)?;
+        Ok(())
+    }
     /// Resource limits a specialization must fit on this device.
     fn limits(&self) -> Limits;
     /// Compile a kernel, or fetch it from the cache (keyed by [`KernelId`]).

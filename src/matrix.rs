@@ -258,24 +258,36 @@ impl Activations {
     /// chunk 32 q + l, so each load reads 512 contiguous bytes. Only where the bytes sit
     /// changes: the kernels' sums, and so their bits, stay.
     pub fn lane_interleaved(&self) -> Option<Activations> {
+        self.interleave(|data, c, i| data[i] = c)
+    }
+
+    /// x as it is from its [`Activations::lane_interleaved`] copy (`self`), `None` where
+    /// that copy could not have been made.
+    pub fn lane_deinterleaved(&self) -> Option<Activations> {
+        self.interleave(|data, c, i| data[c] = i)
+    }
+
+    /// A copy of the data moved by `place(moves, c, i)` for each column `c` of a slice
+    /// and its position `i` in the interleaved slice (the two directions differ only in
+    /// which index is the source).
+    fn interleave(&self, place: impl Fn(&mut [usize], usize, usize)) -> Option<Activations> {
         if !self.cols.is_multiple_of(INTERLEAVE_COLS)
             || self.rows.checked_mul(self.cols) != Some(self.data.len())
         {
             return None;
         }
-        // Values per 16-byte chunk.
+        // Values per 16-byte chunk; `from[d]`: the slice position destination d takes.
         let e = 16 / self.dtype.size();
-        let mut data = vec![0.0f32; self.data.len()];
-        for (src, dst) in self
+        let mut from = vec![0usize; INTERLEAVE_COLS];
+        for c in 0..INTERLEAVE_COLS {
+            let (lane, j) = (c / 32, c % 32);
+            place(&mut from, c, ((j / e) * 32 + lane) * e + j % e);
+        }
+        let data = self
             .data
             .chunks(INTERLEAVE_COLS)
-            .zip(data.chunks_mut(INTERLEAVE_COLS))
-        {
-            for (c, &v) in src.iter().enumerate() {
-                let (lane, j) = (c / 32, c % 32);
-                dst[((j / e) * 32 + lane) * e + j % e] = v;
-            }
-        }
+            .flat_map(|src| from.iter().map(|&f| src[f]))
+            .collect();
         Some(Activations { data, ..*self })
     }
 
@@ -376,6 +388,8 @@ mod tests {
             let mut want = x.data.clone();
             want.sort_by(f32::total_cmp);
             assert_eq!(sorted, want, "a permutation");
+            // And back: x as it was.
+            assert!(xi.lane_deinterleaved().unwrap().bits_eq(&x), "{dtype}");
         }
         let ragged = Activations::from_f32(DType::Bf16, 1, 1536, vec![0.0; 1536]).unwrap();
         assert!(ragged.lane_interleaved().is_none());

@@ -9,7 +9,7 @@
 //! one. Host data in, host data out (a [`Resident`] matrix stays on the device between
 //! calls); every input is validated before any kernel runs. A resident matrix also runs
 //! on activations kept on the device ([`Resident::matvec_device`],
-//! [`Resident::gate_up_device`], both tiers; the `_into` forms exact), y left there: the
+//! [`Resident::gate_up_device`], and their `_into` forms, both tiers), y left there: the
 //! exact tier in one launch, the fast tier after a prescale kernel whose per-sample flags
 //! it reads back where the host must check a sample (then reading that x). The host
 //! checks shape and dtype there, not the values. The fast tier runs
@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};
 use crate::families::gate_up::{GateUpDevice, GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
-use crate::families::mma::MAX_M_MMA;
+use crate::families::mma::{MmaVariant, MAX_M_MMA};
 use crate::families::reduce::{ReduceDevice, ReduceFamily, ReduceProblem};
 use crate::families::reduce_mma::{
     beyond_f16_operands_of, operand_exponent, pow2, OperandFacts, Prescale, Prescaled,
@@ -31,7 +31,7 @@ use crate::families::reduce_mma::{
 };
 use crate::families::simt::MAX_M;
 use crate::family;
-use crate::kernel::{Backend, Elem, KernelSpec};
+use crate::kernel::{Backend, DeviceTensor, Elem, KernelSpec};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::{DType, ScaleDType};
@@ -292,38 +292,75 @@ struct Uploaded<'a, B: Backend> {
     finite_in: Arc<AtomicU8>,
     /// What the fast tier's operand check reads of the matrix, made on first need.
     facts: Arc<OnceLock<OperandFacts>>,
-    /// The fast tier's table and power on the device, for its device path (first need).
+    /// The fast tier's table and its power, for its device path (first need).
     fast_tables: Arc<OnceLock<Arc<FastTables<B>>>>,
-    /// The fast device path's last call's scratch, reused by the next call of that
-    /// prescale and variant: four allocations a call saved on CUDA and the CPU (Metal's
-    /// launches return fresh arrays, so there it saves nothing). The calls run in
-    /// stream order, so a call writes them after the last call's kernels have read
-    /// them; the lock keeps two threads' calls apart (and serializes them on the host).
-    scratch: Arc<std::sync::Mutex<Option<FastScratch<B>>>>,
-    /// The fused pair's prescale powers (this matrix's as gate, then up's) on the
-    /// device, by value: uploaded again only for an up of another power.
-    pair_powers: Arc<std::sync::Mutex<Option<PairPowers<B>>>>,
+    /// The fast device path's buffers of its last few keys (a call with this matrix
+    /// first), reused: four allocations a call saved on CUDA and the CPU (Metal's
+    /// launches return fresh arrays, so there it saves nothing).
+    scratch: Arc<Pool<FastScratch<B>>>,
+    /// The prescale's `powers` inputs of the last few calls with this matrix first (its
+    /// table's power; a fused pair's, gate's then up's), by value.
+    powers: Arc<Pool<([u32; 2], usize, Arc<B::Tensor>)>>,
 }
 
-/// A fused pair's prescale powers, and their upload.
-type PairPowers<B> = ([f32; 2], Arc<<B as Backend>::Tensor>);
+/// A few values kept for reuse, most recently put last; a lock held only to take or
+/// put one.
+struct Pool<T>(std::sync::Mutex<Vec<T>>);
 
-/// The fast device path's scratch for a prescale and a variant: the prescale's outputs
-/// (x prescaled, `unscale`, the flags) and the matrix kernel's split-K partials (`ws`).
-type FastScratch<B> = (
-    Prescale,
-    crate::families::mma::MmaVariant,
-    [<B as Backend>::Tensor; 4],
-);
+impl<T> Default for Pool<T> {
+    fn default() -> Self {
+        Pool(Default::default())
+    }
+}
+
+impl<T> Pool<T> {
+    /// The most a pool keeps: a resident's matvec and fused pair at a couple of M.
+    const KEEP: usize = 4;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Take out the value `is` picks, if one is here.
+    fn take(&self, is: impl Fn(&T) -> bool) -> Option<T> {
+        let mut kept = self.lock();
+        let i = kept.iter().position(is)?;
+        Some(kept.remove(i))
+    }
+
+    /// Keep `t` unless `is` picks one kept already (a thread's call that ran beside
+    /// another of the same key), dropping the least recent past [`Pool::KEEP`].
+    fn put(&self, t: T, is: impl Fn(&T) -> bool) {
+        let mut kept = self.lock();
+        if !kept.iter().any(is) {
+            if kept.len() == Self::KEEP {
+                kept.remove(0);
+            }
+            kept.push(t);
+        }
+    }
+}
+
+/// The fast device path's buffers for a prescale and a variant: the prescale's outputs
+/// (x prescaled, `unscale`, the flags) and the matrix kernel's outputs after y (its
+/// split-K partials, `ws`; none for a fused pair). A call takes them out of the pool and
+/// puts them back once its kernels are queued: calls run in stream order, so the next
+/// call's prescale writes them after this call's kernels have read them, and two
+/// threads' calls at once use two.
+struct FastScratch<B: Backend> {
+    key: (Prescale, MmaVariant),
+    prescaled: [B::Tensor; 3],
+    rest: Vec<B::Tensor>,
+}
 
 /// What the fast tier's device path reads of one matrix alone, uploaded once: its
-/// prescaled value table (code `lut`) and the table's power of two, the `powers` input
-/// of [`Prescale`].
+/// prescaled value table (code `lut`) and the table's power of two (the prescale's
+/// `powers` input, [`Uploaded::prescale_powers`]).
 struct FastTables<B: Backend> {
     table: Option<Arc<B::Tensor>>,
-    /// The power alone (a pair's prescale takes both of theirs).
     power: f32,
-    powers: B::Tensor,
 }
 
 impl<B: Backend> Clone for Uploaded<'_, B> {
@@ -336,7 +373,7 @@ impl<B: Backend> Clone for Uploaded<'_, B> {
             facts: self.facts.clone(),
             fast_tables: self.fast_tables.clone(),
             scratch: self.scratch.clone(),
-            pair_powers: self.pair_powers.clone(),
+            powers: self.powers.clone(),
         }
     }
 }
@@ -380,25 +417,26 @@ impl<'a, B: Backend> Uploaded<'a, B> {
             facts: Default::default(),
             fast_tables: Default::default(),
             scratch: Default::default(),
-            pair_powers: Default::default(),
+            powers: Default::default(),
         }
     }
 
-    /// `powers` (a fused pair's, gate's then up's) on the device: the last pair's
-    /// upload where they are the same (bits), else a new one.
-    fn pair_powers(&self, powers: [f32; 2]) -> Result<Arc<B::Tensor>> {
-        let mut last = self
-            .pair_powers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((p, t)) = &*last {
-            if p.map(f32::to_bits) == powers.map(f32::to_bits) {
-                return Ok(t.clone());
+    /// The prescale's `powers` input (one or two: a matrix's, a fused pair's) on the
+    /// device: a recent call's upload of the same values (bits), else a new one.
+    fn prescale_powers(&self, powers: &[f32]) -> Result<Arc<B::Tensor>> {
+        let mut key = [0u32; 2];
+        key.iter_mut()
+            .zip(powers)
+            .for_each(|(k, p)| *k = p.to_bits());
+        let is = |(k, n, _): &([u32; 2], usize, _)| *k == key && *n == powers.len();
+        let t = match self.powers.take(is) {
+            Some((.., t)) => t,
+            None => {
+                let bytes: Vec<u8> = powers.iter().flat_map(|v| v.to_le_bytes()).collect();
+                Arc::new(self.b.upload(Elem::F32, &[powers.len()], &bytes)?)
             }
-        }
-        let bytes: Vec<u8> = powers.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let t = Arc::new(self.b.upload(Elem::F32, &[2], &bytes)?);
-        *last = Some((powers, t.clone()));
+        };
+        self.powers.put((key, powers.len(), t.clone()), is);
         Ok(t)
     }
 
@@ -408,11 +446,9 @@ impl<'a, B: Backend> Uploaded<'a, B> {
             return Ok(t.clone());
         }
         let TablePowers { mut tables, powers } = TablePowers::upload(&*self.b, &[&self.w])?;
-        let bytes: Vec<u8> = powers.iter().flat_map(|v| v.to_le_bytes()).collect();
         let t = Arc::new(FastTables {
             table: tables.pop().flatten(),
             power: powers.first().copied().unwrap_or(1.0),
-            powers: self.b.upload(Elem::F32, &[powers.len()], &bytes)?,
         });
         Ok(self.fast_tables.get_or_init(|| t).clone())
     }
@@ -814,7 +850,12 @@ impl<'a, B: Backend> Resident<'a, B> {
         tier: Tier,
     ) -> Result<DeviceActivations<B>> {
         if tier == Tier::Fast {
-            return self.matvec_device_fast(x);
+            let mut y = self
+                .w
+                .b
+                .alloc(&output_spec("y", x, self.w.w.geometry.rows))?;
+            self.matvec_device_fast(x, &mut y)?;
+            return DeviceActivations::from_tensor(y);
         }
         let (p, v, d) = self.reduce_on_device(x, tier)?;
         DeviceActivations::from_tensor(first(family::launch::<ReduceFamily, B>(
@@ -823,78 +864,38 @@ impl<'a, B: Backend> Resident<'a, B> {
     }
 
     /// [`Resident::matvec_device`] into `y`, a `[M, R]` tensor of x's element type made
-    /// once (`Backend::alloc`) and reused: no allocation a call. Every element of y is
-    /// written; a y of another shape or type is an error naming it. Exact tier only (the
-    /// fast tier's held samples would be computed on the host).
+    /// once (`Backend::alloc`) and reused: no allocation a call (the fast tier's reuses
+    /// its scratch too; where it runs a call on the host, the result is written into
+    /// y). Every element of y is written; a y of another shape or type is an error
+    /// naming it.
     pub fn matvec_device_into(
         &self,
         x: &DeviceActivations<B>,
         y: &mut B::Tensor,
         tier: Tier,
     ) -> Result<()> {
+        if tier == Tier::Fast {
+            return self.matvec_device_fast(x, y);
+        }
         let (p, v, d) = self.reduce_on_device(x, tier)?;
-        family::launch_into::<ReduceFamily, B>(&self.w.b, &p, v, &d, std::slice::from_mut(y))
+        family::launch_into::<ReduceFamily, B>(&self.w.b, &p, v, &d, &mut [y])
     }
 
-    /// The fast tier of [`Resident::matvec_device`].
-    fn matvec_device_fast(&self, x: &DeviceActivations<B>) -> Result<DeviceActivations<B>> {
-        let (b, w) = (&*self.w.b, &*self.w.w);
+    /// The fast tier of [`Resident::matvec_device`], into `y`.
+    fn matvec_device_fast(&self, x: &DeviceActivations<B>, y: &mut B::Tensor) -> Result<()> {
+        let w = &*self.w.w;
         crate::reference::check_x_shape([x.samples(), x.cols()], w.geometry.cols)?;
         let p = ReduceProblem::of_samples(w, x.dtype(), x.samples(), MAX_M_MMA)?;
-        let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, Tier::Fast).variant;
-        family::fits::<ReduceMmaFamily>(&p, v, &b.limits())?;
-        // Where the operand check holds every sample whatever x is (f16 x too), or x
-        // has no plain copy: the host facade's path, x and y copied.
-        let on_host = || -> Result<DeviceActivations<B>> {
-            DeviceActivations::upload(b, &self.matvec(&x.download(b)?, Tier::Fast)?)
-        };
-        let Some(plain) = x.tensor() else {
-            return on_host();
-        };
-        if v.operands.is_f16() && self.w.operand_facts()?.every_sample() {
-            return on_host();
-        }
-        let tables = self.w.fast_tables()?;
-        let kernel = <ReduceMmaFamily as family::Family>::kernel(&p, v);
-        kernel.validate()?;
-        let k = Prescale::of(&kernel)?;
-        k.validate()?;
-        let mut scratch = self
-            .w
-            .scratch
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let [xs, unscale, flags, ws] = match scratch.take() {
-            Some((last, lv, outs)) if last == k && lv == v => outs,
-            _ => {
-                let [xs, unscale, flags] = prescale_outputs(b, &k)?;
-                [xs, unscale, flags, b.alloc(&kernel.outputs()[1])?]
-            }
-        };
-        let mut outs = [xs, unscale, flags];
-        let held = prescale_on_device(b, &[&self.w], x, plain, &k, &tables.powers, &v, &mut outs);
-        let [xs, unscale, flags] = outs;
-        if let Some(xh) = held? {
-            *scratch = Some((k, v, [xs, unscale, flags, ws]));
-            return DeviceActivations::upload(b, &self.matvec(&xh, Tier::Fast)?);
-        }
-        let d = ReduceMmaDevice {
-            w: self.w.get()?,
-            ops: Prescaled {
-                x: xs,
-                x_f16: None,
-                unscale,
-                tables: vec![tables.table.clone()],
-            },
-        };
-        // y fresh (the caller keeps it), ws the scratch's (zeroed when bound, where the
-        // kernel needs it zeroed).
-        let mut ys = [b.alloc(&kernel.outputs()[0])?, ws];
-        family::launch_into::<ReduceMmaFamily, B>(b, &p, v, &d, &mut ys)?;
-        let [y, ws] = ys;
-        let Prescaled { x: xs, unscale, .. } = d.ops;
-        *scratch = Some((k, v, [xs, unscale, flags, ws]));
-        DeviceActivations::from_tensor(y)
+        let matrix = self.w.get()?;
+        fast_on_device::<ReduceMmaFamily, B>(
+            &[&self.w],
+            &p,
+            x,
+            y,
+            |ops| ReduceMmaDevice { w: matrix, ops },
+            |d| d.ops,
+            |xh| self.matvec(xh, Tier::Fast),
+        )
     }
 
     /// The problem, variant (checked to fit) and device data of a `matvec` on `x`.
@@ -904,7 +905,7 @@ impl<'a, B: Backend> Resident<'a, B> {
         tier: Tier,
     ) -> Result<(ReduceProblem, Variant, ReduceDevice<B>)> {
         let (b, w) = (&*self.w.b, &*self.w.w);
-        check_device_x(x, w.geometry.cols, tier)?;
+        crate::reference::check_x_shape([x.samples(), x.cols()], w.geometry.cols)?;
         let p = ReduceProblem::of_samples(w, x.dtype(), x.samples(), MAX_M)?;
         self.w.check_weights_finite(x.dtype())?;
         let v = device_variant(Choice::Tables(tier).exact::<ReduceFamily, B>(b, &p), x);
@@ -931,7 +932,12 @@ impl<'a, B: Backend> Resident<'a, B> {
         tier: Tier,
     ) -> Result<DeviceActivations<B>> {
         if tier == Tier::Fast {
-            return self.gate_up_device_fast(up, x, tail);
+            let mut mid = self
+                .w
+                .b
+                .alloc(&output_spec("mid", x, self.w.w.geometry.rows))?;
+            self.gate_up_device_fast(up, x, &mut mid, tail)?;
+            return DeviceActivations::from_tensor(mid);
         }
         let (p, v, d) = self.gate_up_on_device(up, x, tail, tier)?;
         DeviceActivations::from_tensor(first(family::launch::<GateUpFamily, B>(
@@ -949,56 +955,39 @@ impl<'a, B: Backend> Resident<'a, B> {
         tail: Tail,
         tier: Tier,
     ) -> Result<()> {
+        if tier == Tier::Fast {
+            return self.gate_up_device_fast(up, x, mid, tail);
+        }
         let (p, v, d) = self.gate_up_on_device(up, x, tail, tier)?;
-        family::launch_into::<GateUpFamily, B>(&self.w.b, &p, v, &d, std::slice::from_mut(mid))
+        family::launch_into::<GateUpFamily, B>(&self.w.b, &p, v, &d, &mut [mid])
     }
 
-    /// The fast tier of [`Resident::gate_up_device`]: [`Resident::matvec_device`]'s for
-    /// a fused pair (the prescale takes both tables' powers; its buffers are made each
-    /// call).
+    /// The fast tier of [`Resident::gate_up_device`], into `mid`.
     fn gate_up_device_fast(
         &self,
         up: &Resident<'_, B>,
         x: &DeviceActivations<B>,
+        mid: &mut B::Tensor,
         tail: Tail,
-    ) -> Result<DeviceActivations<B>> {
+    ) -> Result<()> {
         same_backend(self, up)?;
-        let (b, gate, upm) = (&*self.w.b, &*self.w.w, &*up.w.w);
+        let (gate, upm) = (&*self.w.w, &*up.w.w);
         crate::reference::check_x_shape([x.samples(), x.cols()], gate.geometry.cols)?;
         let p = GateUpProblem::of_samples(gate, upm, x.dtype(), x.samples(), tail, MAX_M_MMA)?;
-        let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, Tier::Fast).variant;
-        family::fits::<GateUpMmaFamily>(&p, v, &b.limits())?;
-        let on_host = |xh: &Activations| {
-            DeviceActivations::upload(b, &self.gate_up(up, xh, tail, Tier::Fast)?)
-        };
-        let Some(plain) = x.tensor() else {
-            return on_host(&x.download(b)?);
-        };
-        let every = |w: &Uploaded<B>| w.operand_facts().map(|f| f.every_sample());
-        if v.operands.is_f16() && (every(&self.w)? || every(&up.w)?) {
-            return on_host(&x.download(b)?);
-        }
-        let (gt, ut) = (self.w.fast_tables()?, up.w.fast_tables()?);
-        let powers = self.w.pair_powers([gt.power, ut.power])?;
-        let k = Prescale::of(&<GateUpMmaFamily as family::Family>::kernel(&p, v))?;
-        k.validate()?;
-        let mut outs = prescale_outputs(b, &k)?;
-        let pair = [&self.w, &up.w];
-        if let Some(xh) = prescale_on_device(b, &pair, x, plain, &k, &powers, &v, &mut outs)? {
-            return on_host(&xh);
-        }
-        let [xs, unscale, _] = outs;
-        let d = GateUpMmaDevice {
-            gate: self.w.get()?,
-            up: up.w.get()?,
-            ops: Prescaled {
-                x: xs,
-                x_f16: None,
-                unscale,
-                tables: vec![gt.table.clone(), ut.table.clone()],
+        let (gm, um) = (self.w.get()?, up.w.get()?);
+        fast_on_device::<GateUpMmaFamily, B>(
+            &[&self.w, &up.w],
+            &p,
+            x,
+            mid,
+            |ops| GateUpMmaDevice {
+                gate: gm,
+                up: um,
+                ops,
             },
-        };
-        DeviceActivations::from_tensor(first(family::launch::<GateUpMmaFamily, B>(b, &p, v, &d)?))
+            |d| d.ops,
+            |xh| self.gate_up(up, xh, tail, Tier::Fast),
+        )
     }
 
     /// The problem, variant (checked to fit) and device data of a `gate_up` on `x`.
@@ -1011,7 +1000,7 @@ impl<'a, B: Backend> Resident<'a, B> {
     ) -> Result<(GateUpProblem, Variant, GateUpDevice<B>)> {
         same_backend(self, up)?;
         let (b, gate, upm) = (&*self.w.b, &*self.w.w, &*up.w.w);
-        check_device_x(x, gate.geometry.cols, tier)?;
+        crate::reference::check_x_shape([x.samples(), x.cols()], gate.geometry.cols)?;
         let p = GateUpProblem::of_samples(gate, upm, x.dtype(), x.samples(), tail, MAX_M)?;
         Uploaded::check_pair_finite([&self.w, &up.w], x.dtype())?;
         let v = device_variant(Choice::Tables(tier).exact::<GateUpFamily, B>(b, &p), x);
@@ -1045,6 +1034,125 @@ impl<B: Backend + 'static> Resident<'static, B> {
     }
 }
 
+/// A device call's output `name`: `[M, rows]` of x's element type.
+fn output_spec<B: Backend>(
+    name: &'static str,
+    x: &DeviceActivations<B>,
+    rows: usize,
+) -> crate::kernel::TensorSpec {
+    crate::kernel::TensorSpec {
+        name,
+        elem: x.elem(),
+        shape: vec![x.samples(), rows],
+    }
+}
+
+/// The fast tier on activations on the device, into `y`: the table's variant of
+/// family `F` for problem `p` over `projections` (one matrix, or a fused pair: gate,
+/// then up), x prescaled on the device ([`prescale_on_device`]). `device` makes the
+/// family's device data of the prescaled operands and `operands` takes them back (they
+/// go back to the scratch); `on_host` is the host facade's call, for x the operand
+/// check holds (y written from its result).
+#[allow(clippy::too_many_arguments)]
+fn fast_on_device<F, B>(
+    projections: &[&Uploaded<B>],
+    p: &F::Problem,
+    x: &DeviceActivations<B>,
+    y: &mut B::Tensor,
+    device: impl FnOnce(Prescaled<B>) -> F::Device<B>,
+    operands: impl FnOnce(F::Device<B>) -> Prescaled<B>,
+    on_host: impl FnOnce(&Activations) -> Result<Activations>,
+) -> Result<()>
+where
+    F: family::Family<Variant = MmaVariant>,
+    F::Kernel: crate::families::mma::MmaLayout,
+    B: Backend,
+{
+    let (owner, b) = (projections[0], &*projections[0].b);
+    let v = crate::tune::select_for::<F, B>(b, p, Tier::Fast).variant;
+    family::fits::<F>(p, v, &b.limits())?;
+    let kernel = F::kernel(p, v);
+    kernel.validate()?;
+    let specs = kernel.outputs();
+    specs[0].check(kernel.id().name, y.elem(), &y.shape())?;
+    let host = |xh: &Activations, y: &mut B::Tensor| {
+        let yh = on_host(xh)?;
+        b.write(y, &yh.dtype.try_encode(&yh.data, "y")?)
+    };
+    // x without its plain copy (uploaded for an interleaved SIMT variant alone), or a
+    // matrix whose every sample f16 operands cannot serve (whatever x is): the host's.
+    let Some(plain) = x.tensor() else {
+        return host(&x.download(b)?, y);
+    };
+    let mut every = false;
+    if v.operands.is_f16() {
+        for w in projections {
+            every |= w.operand_facts()?.every_sample();
+        }
+    }
+    if every {
+        return host(&x.download(b)?, y);
+    }
+    let tables = projections
+        .iter()
+        .map(|w| w.fast_tables())
+        .collect::<Result<Vec<_>>>()?;
+    let powers = owner.prescale_powers(&tables.iter().map(|t| t.power).collect::<Vec<_>>())?;
+    let k = Prescale::of(&kernel)?;
+    k.validate()?;
+    let key = (k, v);
+    let is = |s: &FastScratch<B>| s.key == key;
+    let FastScratch {
+        mut prescaled,
+        mut rest,
+        ..
+    } = match owner.scratch.take(is) {
+        Some(s) => s,
+        None => FastScratch {
+            key,
+            prescaled: prescale_outputs(b, &k)?,
+            rest: specs[1..]
+                .iter()
+                .map(|s| b.alloc(s))
+                .collect::<Result<_>>()?,
+        },
+    };
+    let held = prescale_on_device(b, projections, x, plain, &k, &powers, &v, &mut prescaled)?;
+    if let Some(xh) = held {
+        owner.scratch.put(
+            FastScratch {
+                key,
+                prescaled,
+                rest,
+            },
+            is,
+        );
+        return host(&xh, y);
+    }
+    let [xs, unscale, flags] = prescaled;
+    let d = device(Prescaled {
+        x: xs,
+        x_f16: None,
+        unscale,
+        tables: tables.iter().map(|t| t.table.clone()).collect(),
+    });
+    // y the caller's; the partials the scratch's (zeroed when bound, where the kernel
+    // needs them zeroed).
+    let mut outs: Vec<&mut B::Tensor> = std::iter::once(y).chain(rest.iter_mut()).collect();
+    let launched = family::launch_into::<F, B>(b, p, v, &d, &mut outs);
+    let Prescaled { x: xs, unscale, .. } = operands(d);
+    let prescaled = [xs, unscale, flags];
+    owner.scratch.put(
+        FastScratch {
+            key,
+            prescaled,
+            rest,
+        },
+        is,
+    );
+    launched
+}
+
 /// Fresh outputs of prescale `k`: x prescaled, `unscale`, the flags.
 fn prescale_outputs<B: Backend>(b: &B, k: &Prescale) -> Result<[B::Tensor; 3]> {
     family::alloc_outputs(b, k)?
@@ -1069,7 +1177,7 @@ fn prescale_on_device<B: Backend>(
     plain: &B::Tensor,
     k: &Prescale,
     powers: &B::Tensor,
-    v: &crate::families::mma::MmaVariant,
+    v: &MmaVariant,
     outs: &mut [B::Tensor; 3],
 ) -> Result<Option<Activations>> {
     {
@@ -1087,22 +1195,6 @@ fn prescale_on_device<B: Backend>(
     // sample: every finite value is tiny beside it).
     check_finite(&xh)?;
     Ok((!held_samples(&xh, projections, true)?.is_empty()).then_some(xh))
-}
-
-/// Activations on the device, checked for an exact device call of `tier` (the exact tier only)
-/// on a matrix of `cols` columns; M is the problem's to check (one launch's).
-fn check_device_x<B: Backend>(x: &DeviceActivations<B>, cols: usize, tier: Tier) -> Result<()> {
-    if tier != Tier::Exact {
-        return Err(Error::invalid(
-            "tier",
-            tier,
-            "this call on activations on the device runs the exact tier only: the fast \
-             tier's device paths are `Resident::matvec_device` and `gate_up_device`, which \
-             make their outputs (a held sample is computed on the host, which an output \
-             made once cannot take in)",
-        ));
-    }
-    crate::reference::check_x_shape([x.samples(), x.cols()], cols)
 }
 
 /// Variant `v` for activations on the device: where `x` lacks the layout `v` reads

@@ -812,6 +812,23 @@ fn hand_built_inputs_and_raw_uploads_are_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("upload bytes = 8"), "{e}");
+    // A write into a tensor made before: its bytes exactly, in place on the CPU and the
+    // simulator; any other length named.
+    let sim = trellis::backend::metal_sim::MetalSimBackend::new().unwrap();
+    let bytes: Vec<u8> = (1..=12).collect();
+    let mut t = cpu.upload(Elem::F16, &[2, 3], &[0; 12]).unwrap();
+    cpu.write(&mut t, &bytes).unwrap();
+    assert_eq!(cpu.download(&t).unwrap(), bytes);
+    let mut t = sim.upload(Elem::F16, &[2, 3], &[0; 12]).unwrap();
+    sim.write(&mut t, &bytes).unwrap();
+    assert_eq!(sim.download(&t).unwrap(), bytes);
+    for len in [11, 13] {
+        let e = sim.write(&mut t, &vec![0; len]).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("write bytes = {len}")),
+            "{e}"
+        );
+    }
 
     let g = Geometry::new(8, 256, 256, 2, 12, Code::OneMad).unwrap();
     let w = random_matrix(g, 71);
@@ -1457,15 +1474,15 @@ fn device_activations_run_the_exact_tier_without_copies() {
         e.contains("activations x shape") && e.contains("[M, C]"),
         "{e}"
     );
-    // Uploaded for an interleaved variant alone: x as it is cannot be read back.
+    // Uploaded for an interleaved variant alone: x as it is is read back through that
+    // copy.
     let v = Variant {
         interleaved_x: true,
         ..Variant::default()
     };
     let only = DeviceActivations::upload_for(&b, &x, &v).unwrap();
     assert!(only.has_interleaved() && only.tensor().is_none());
-    let e = only.download(&b).err().unwrap().to_string();
-    assert!(e.contains("interleaved_x"), "{e}");
+    assert!(only.download(&b).unwrap().bits_eq(&x));
 }
 
 /// The fast tier on activations on the device: a kernel prescales x as the host does
@@ -1717,38 +1734,89 @@ fn device_activations_run_the_fast_tier() {
         .unwrap()
         .to_string();
     assert!(e.contains("x[1, 3]") && e.contains("finite"), "{e}");
-    // Refused, each named: M past one fast launch, the fast tier into an output made
-    // once and in a fused pair.
+    // Refused, named: M past one fast launch.
     let err = |r: trellis::Result<DeviceActivations<_>>| r.err().unwrap().to_string();
     let seventeen = DeviceActivations::upload(&b, &random_x(DType::Bf16, 17, 1024, 140)).unwrap();
     let e = err(rw.matvec_device(&seventeen, Tier::Fast));
     assert!(e.contains("17") && e.contains("1..=16"), "{e}");
-    let mut y = b
-        .alloc(&trellis::kernel::TensorSpec {
-            name: "y",
-            elem: Elem::Bf16,
-            shape: vec![2, 64],
-        })
-        .unwrap();
-    let e = rw
-        .matvec_device_into(&xd, &mut y, Tier::Fast)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("tier") && e.contains("exact tier only"), "{e}");
+    // Into outputs made once: the fast tier's bits in y and mid, for an ordinary x, a
+    // flagged one and a held one (whose result the host computes and writes into y:
+    // this backend's `write` is the trait's default, an upload, counted); the fused
+    // pair's scratch beside the matvec's (one resident alternating the two); an output
+    // of another shape or type named.
     let u = random_matrix(g, 141);
     let ru = ops::Resident::new(&b, &u).unwrap();
-    let mut mid = b
-        .alloc(&trellis::kernel::TensorSpec {
-            name: "mid",
-            elem: Elem::Bf16,
-            shape: vec![2, 64],
+    let out = |name, elem, m| {
+        b.alloc(&trellis::kernel::TensorSpec {
+            name,
+            elem,
+            shape: vec![m, 64],
         })
-        .unwrap();
-    let e = rw
-        .gate_up_device_into(&ru, &xd, &mut mid, Tail::Exact, Tier::Fast)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("tier") && e.contains("exact tier only"), "{e}");
+        .unwrap()
+    };
+    let (mut y, mut mid) = (out("y", Elem::Bf16, 3), out("mid", Elem::Bf16, 3));
+    for (flagged, held, seed) in [(false, false, 152), (true, false, 153), (true, true, 154)] {
+        let x = random_x(DType::Bf16, 3, 1024, seed);
+        let x = match flagged {
+            true => flagged::with_flagged_sample(x, held),
+            false => x,
+        };
+        let xd = DeviceActivations::upload(&b, &x).unwrap();
+        for call in 0..2 {
+            b.all.set(0);
+            rw.matvec_device_into(&xd, &mut y, Tier::Fast).unwrap();
+            rw.gate_up_device_into(&ru, &xd, &mut mid, Tail::Native, Tier::Fast)
+                .unwrap();
+            // The second calls upload nothing, unless a sample is held (the host's
+            // call, and its result written).
+            if call == 1 {
+                assert_eq!(b.all.get() > 0, held, "uploads, held {held}");
+            }
+        }
+        let want = rw.matvec(&x, Tier::Fast).unwrap();
+        let got = trellis::family::download(&b, &y).unwrap();
+        assert!(got.bits_eq(&want), "into y, flagged {flagged} held {held}");
+        let want = rw.gate_up(&ru, &x, Tail::Native, Tier::Fast).unwrap();
+        let got = trellis::family::download(&b, &mid).unwrap();
+        assert!(
+            got.bits_eq(&want),
+            "into mid, flagged {flagged} held {held}"
+        );
+    }
+    let xd = DeviceActivations::upload(&b, &random_x(DType::Bf16, 3, 1024, 155)).unwrap();
+    for (mut wrong, needle) in [
+        (
+            out("y", Elem::Bf16, 2),
+            "has shape [2, 64], expected [3, 64]",
+        ),
+        (out("y", Elem::F16, 3), "has dtype f16, expected bf16"),
+    ] {
+        let e = rw
+            .matvec_device_into(&xd, &mut wrong, Tier::Fast)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{e}");
+        let e = rw
+            .gate_up_device_into(&ru, &xd, &mut wrong, Tail::Exact, Tier::Fast)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{e}");
+    }
+    // x uploaded in its lane-interleaved layout alone (for a SIMT variant that reads
+    // it): read back through that copy, the call runs as the host facade's.
+    let x = random_x(DType::Bf16, 2, 1024, 156);
+    let interleaved = ops::Variant {
+        interleaved_x: true,
+        ..ops::Variant::default()
+    };
+    let xi = DeviceActivations::upload_for(&b, &x, &interleaved).unwrap();
+    assert!(xi.tensor().is_none() && xi.download(&b).unwrap().bits_eq(&x));
+    let y = rw.matvec_device(&xi, Tier::Fast).unwrap();
+    let want = rw.matvec(&x, Tier::Fast).unwrap();
+    assert!(
+        y.download(&b).unwrap().bits_eq(&want),
+        "interleaved x alone"
+    );
     // A flagged sample and a held one through the fused pair too.
     for held in [false, true] {
         let x = flagged::with_flagged_sample(random_x(DType::Bf16, 3, 1024, 149), held);
@@ -1812,6 +1880,28 @@ fn resident_matrices_serve_several_threads() {
         let want = ops::gate_up(&cpu, &w, &u, x, Tail::Exact, tier).unwrap();
         assert_eq!(mid.data, want.data, "{tier:?} M {}", x.rows);
     }
+    // The fast tier on the device from several threads at once, all of one key (M 2):
+    // the calls share the gate's scratch pool, each call with buffers of its own while
+    // it runs.
+    std::thread::scope(|s| {
+        for seed in 117..121 {
+            let (layer, cpu) = (&layer, &cpu);
+            s.spawn(move || {
+                let x = random_x(DType::Bf16, 2, 512, seed);
+                let xd = ops::DeviceActivations::upload(cpu, &x).unwrap();
+                let want = layer.gate.matvec(&x, Tier::Fast).unwrap();
+                let (up, tail) = (&layer.up, Tail::Exact);
+                let want_mid = layer.gate.gate_up(up, &x, tail, Tier::Fast).unwrap();
+                for _ in 0..6 {
+                    let y = layer.gate.matvec_device(&xd, Tier::Fast).unwrap();
+                    assert!(y.download(cpu).unwrap().bits_eq(&want), "seed {seed}");
+                    let mid = layer.gate.gate_up_device(up, &xd, tail, Tier::Fast);
+                    let mid = mid.unwrap().download(cpu).unwrap();
+                    assert!(mid.bits_eq(&want_mid), "seed {seed}");
+                }
+            });
+        }
+    });
 }
 
 /// A resident made of a shared backend and matrix borrows nothing: it lives in an `Arc`

@@ -292,6 +292,55 @@ fn device_activations_run_the_fast_tier() {
         let want = rw.matvec(&x, Tier::Fast).unwrap();
         assert!(y.download(&b).unwrap().bits_eq(&want), "held {held}");
     }
+    // Into outputs made once (a held sample's result written into y by
+    // `CudaBackend::write`, in place), the fused pair's scratch beside the matvec's.
+    let spec = |name, m| trellis::kernel::TensorSpec {
+        name,
+        elem: trellis::kernel::Elem::Bf16,
+        shape: vec![m, 4096],
+    };
+    let (mut y, mut mid) = (
+        b.alloc(&spec("y", 3)).unwrap(),
+        b.alloc(&spec("mid", 3)).unwrap(),
+    );
+    for (flagged, held, seed) in [(false, false, 68), (true, true, 69), (false, false, 70)] {
+        let x = random_activations(DType::Bf16, 3, 14336, seed);
+        let x = match flagged {
+            true => flagged::with_flagged_sample(x, held),
+            false => x,
+        };
+        let xd = DeviceActivations::upload(&b, &x).unwrap();
+        rw.matvec_device_into(&xd, &mut y, Tier::Fast).unwrap();
+        rw.gate_up_device_into(
+            &ru,
+            &xd,
+            &mut mid,
+            trellis::numerics::Tail::Native,
+            Tier::Fast,
+        )
+        .unwrap();
+        let want = rw.matvec(&x, Tier::Fast).unwrap();
+        let got = trellis::family::download(&b, &y).unwrap();
+        assert!(got.bits_eq(&want), "into y, held {held}");
+        let want = rw
+            .gate_up(&ru, &x, trellis::numerics::Tail::Native, Tier::Fast)
+            .unwrap();
+        let got = trellis::family::download(&b, &mid).unwrap();
+        assert!(got.bits_eq(&want), "into mid, held {held}");
+    }
+    // The write itself: in place, its length checked.
+    let bytes: Vec<u8> = (0..24).collect();
+    let mut t = b
+        .alloc(&trellis::kernel::TensorSpec {
+            name: "t",
+            elem: trellis::kernel::Elem::F32,
+            shape: vec![2, 3],
+        })
+        .unwrap();
+    b.write(&mut t, &bytes).unwrap();
+    assert_eq!(b.download(&t).unwrap(), bytes);
+    let e = b.write(&mut t, &bytes[..20]).unwrap_err().to_string();
+    assert!(e.contains("write bytes = 20"), "{e}");
 }
 
 /// The backend contract (`common/contract.rs`) on CUDA: outputs a kernel needs zeroed are

@@ -316,7 +316,8 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
         let mut outs = family::alloc_outputs(&b, &kernel).unwrap();
         let mut ys = Vec::new();
         for _ in 0..3 {
-            family::launch_into::<ReduceMmaFamily, _>(&b, &p, v, &dev, &mut outs).unwrap();
+            let mut refs: Vec<_> = outs.iter_mut().collect();
+            family::launch_into::<ReduceMmaFamily, _>(&b, &p, v, &dev, &mut refs).unwrap();
             let y = family::download(&b, &outs[0]).unwrap();
             check::fast_reduce(&y, &real).unwrap_or_else(|e| panic!("{v}: {e}"));
             ys.push(y.data);

@@ -1,8 +1,9 @@
 #!/bin/bash
-# The fifty-first session's first device call, on the build the fiftieth session left
-# (58d43ed; no kernel changed since the fortieth session's full bench): the GPU tests,
-# the CUDA verify and random facade problems, then the goal key (17408 x 5120 k 3 M 1,
-# both tiers, against cuBLAS in the same run) three times, and the facade bench.
+# The fifty-first session's first device call (two starts refused before it ran), on
+# this session's build (the fast tier's `_into` forms, `CudaBackend::write`, the scratch
+# pool; no kernel changed since the fortieth session's full bench): the GPU tests, the
+# CUDA verify and random facade problems, then the goal key (17408 x 5120 k 3 M 1, both
+# tiers, against cuBLAS in the same run) three times, and the facade bench.
 # Carry [".device", ".vectors"].
 . prototypes/device.sh
 C=/tmp/checks; mkdir -p $C

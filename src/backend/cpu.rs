@@ -239,6 +239,10 @@ impl Backend for CpuBackend {
         t.download()
     }
 
+    fn write(&self, t: &mut CpuTensor, bytes: &[u8]) -> Result<()> {
+        t.write(bytes)
+    }
+
     fn limits(&self) -> Limits {
         // Threadgroup memory lives on the task's stack (16 MB, see `new`); CUDA's opt-in
         // limit keeps specializations portable (`validate` holds the rest to 48 KB).

@@ -548,6 +548,25 @@ impl Backend for CudaBackend {
         Ok(v)
     }
 
+    fn write(&self, t: &mut CudaTensor, bytes: &[u8]) -> Result<()> {
+        let n = t.shape.iter().product::<usize>() * t.elem.size();
+        if bytes.len() != n {
+            return Err(Error::invalid(
+                "write bytes",
+                bytes.len(),
+                format!("{} tensor of shape {:?} holds {n}", t.elem, t.shape),
+            ));
+        }
+        if n > 0 {
+            // On the stream, after the work queued there (pageable: the copy has read
+            // `bytes` when it returns). The slack stays zero.
+            self.stream
+                .memcpy_htod(bytes, &mut t.buf.slice_mut(0..n))
+                .map_err(driver_err)?;
+        }
+        Ok(())
+    }
+
     fn limits(&self) -> Limits {
         Limits {
             threadgroup_bytes: self.info.shared_per_block_opt_in,

@@ -62,6 +62,23 @@ impl HostTensor {
         v.extend_from_slice(self.bytes());
         Ok(v)
     }
+    /// Overwrite the elements with `bytes`, exactly their size (the padding kept).
+    pub(super) fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != self.byte_len() {
+            return Err(Error::invalid(
+                "write bytes",
+                bytes.len(),
+                format!(
+                    "{} tensor of shape {:?} holds {}",
+                    self.elem,
+                    self.shape,
+                    self.byte_len()
+                ),
+            ));
+        }
+        self.bytes_mut().copy_from_slice(bytes);
+        Ok(())
+    }
     /// The tensor's bytes.
     pub fn bytes(&self) -> &[u8] {
         &bytemuck::cast_slice(&self.words)[..self.byte_len()]

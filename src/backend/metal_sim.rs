@@ -461,6 +461,10 @@ impl Backend for MetalSimBackend {
         t.download()
     }
 
+    fn write(&self, t: &mut SimTensor, bytes: &[u8]) -> Result<()> {
+        t.write(bytes)
+    }
+
     fn precompile(&self, launches: &[Launch<'_>]) -> Result<()> {
         self.precompile_units(launches)
     }

@@ -267,11 +267,18 @@ impl<B: Backend> DeviceActivations<B> {
     pub fn cols(&self) -> usize {
         self.shape[1]
     }
-    /// Copy x back to the host (synchronizing with the backend's queued work), as it is:
-    /// an error naming `interleaved_x` where only the interleaved copy was uploaded.
+    /// Copy x back to the host (synchronizing with the backend's queued work), as it is
+    /// (from the interleaved copy where only that was uploaded).
     pub fn download(&self, b: &B) -> Result<Activations> {
-        // The default variant reads x as it is.
-        crate::family::download(b, self.for_variant(&Variant::default())?)
+        match (&self.x, &self.interleaved) {
+            (None, Some(xi)) => crate::family::download(b, xi)?
+                .lane_deinterleaved()
+                .ok_or_else(|| {
+                    crate::Error::invalid("activations x columns", self.cols(), "not interleaved")
+                }),
+            // The default variant reads x as it is.
+            _ => crate::family::download(b, self.for_variant(&Variant::default())?),
+        }
     }
 }
 
