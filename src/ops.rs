@@ -300,8 +300,11 @@ struct Uploaded<'a, B: Backend> {
     scratch: Arc<Pool<FastScratch<B>>>,
     /// The prescale's `powers` inputs of the last few calls with this matrix first (its
     /// table's power; a fused pair's, gate's then up's), by value.
-    powers: Arc<Pool<([u32; 2], usize, Arc<B::Tensor>)>>,
+    powers: Arc<Pool<PowersUpload<B>>>,
 }
+
+/// The prescale's `powers` (their bits, in order) and their upload.
+type PowersUpload<B> = (Vec<u32>, Arc<<B as Backend>::Tensor>);
 
 /// A few values kept for reuse, most recently put last; a lock held only to take or
 /// put one.
@@ -424,19 +427,16 @@ impl<'a, B: Backend> Uploaded<'a, B> {
     /// The prescale's `powers` input (one or two: a matrix's, a fused pair's) on the
     /// device: a recent call's upload of the same values (bits), else a new one.
     fn prescale_powers(&self, powers: &[f32]) -> Result<Arc<B::Tensor>> {
-        let mut key = [0u32; 2];
-        key.iter_mut()
-            .zip(powers)
-            .for_each(|(k, p)| *k = p.to_bits());
-        let is = |(k, n, _): &([u32; 2], usize, _)| *k == key && *n == powers.len();
+        let key: Vec<u32> = powers.iter().map(|p| p.to_bits()).collect();
+        let is = |(k, _): &PowersUpload<B>| *k == key;
         let t = match self.powers.take(is) {
-            Some((.., t)) => t,
+            Some((_, t)) => t,
             None => {
                 let bytes: Vec<u8> = powers.iter().flat_map(|v| v.to_le_bytes()).collect();
                 Arc::new(self.b.upload(Elem::F32, &[powers.len()], &bytes)?)
             }
         };
-        self.powers.put((key, powers.len(), t.clone()), is);
+        self.powers.put((key.clone(), t.clone()), is);
         Ok(t)
     }
 
