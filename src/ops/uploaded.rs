@@ -1,0 +1,245 @@
+//! A matrix on a backend for the facade's calls ([`Uploaded`]): its upload, made once
+//! and shared by a call's launches (or a [`super::Resident`]'s life), and what the calls
+//! learn of it once (its weights finite per dtype, the fast tier's operand facts, its
+//! table and power on the device), with the fast device path's reusable buffers.
+
+use crate::error::Result;
+use crate::families::mma::MmaVariant;
+use crate::families::reduce_mma::{beyond_f16_operands_of, OperandFacts, Prescale, TablePowers};
+use crate::families::DeviceMatrix;
+use crate::kernel::{Backend, Elem};
+use crate::matrix::{Activations, QuantizedMatrix};
+use crate::DType;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// A matrix uploaded on the first launch that needs it and shared by the call's other
+/// launches (the chunks of a large M), so one call copies each matrix to the device once
+/// (and a [`super::Resident`] one, none). It also remembers the activation dtypes its weights
+/// were found finite in: the matrix is held (borrowed or shared), so it cannot change, and the check
+/// reads every scale and the value table (about 0.1 ms at 17408 rows, L 16, a call).
+pub(super) struct Uploaded<'a, B: Backend> {
+    pub(super) b: Held<'a, B>,
+    pub(super) w: Held<'a, QuantizedMatrix>,
+    /// The upload, made on the first launch that needs it and shared by the clones.
+    pub(super) dev: Arc<OnceLock<Arc<DeviceMatrix<B>>>>,
+    /// Bit `i`: the weights are finite in `DType::ALL[i]`.
+    pub(super) finite_in: Arc<AtomicU8>,
+    /// What the fast tier's operand check reads of the matrix, made on first need.
+    pub(super) facts: Arc<OnceLock<OperandFacts>>,
+    /// The fast tier's table and its power, for its device path (first need).
+    pub(super) fast_tables: Arc<OnceLock<Arc<FastTables<B>>>>,
+    /// The fast device path's buffers of its last few keys (a call with this matrix
+    /// first), reused: four allocations a call saved on CUDA and the CPU (Metal's
+    /// launches return fresh arrays, so there it saves nothing).
+    pub(super) scratch: Arc<Pool<FastScratch<B>>>,
+    /// The prescale's `powers` inputs of the last few calls with this matrix first (its
+    /// table's power; a fused pair's, gate's then up's), by value.
+    pub(super) powers: Arc<Pool<PowersUpload<B>>>,
+}
+
+/// The prescale's `powers` (their bits, in order) and their upload.
+pub(super) type PowersUpload<B> = (Vec<u32>, Arc<<B as Backend>::Tensor>);
+
+/// A few values kept for reuse, most recently put last; a lock held only to take or
+/// put one.
+pub(super) struct Pool<T>(std::sync::Mutex<Vec<T>>);
+
+impl<T> Default for Pool<T> {
+    fn default() -> Self {
+        Pool(Default::default())
+    }
+}
+
+impl<T> Pool<T> {
+    /// The most a pool keeps: a resident's matvec and fused pair at a couple of M.
+    const KEEP: usize = 4;
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Take out the value `is` picks, if one is here.
+    pub(super) fn take(&self, is: impl Fn(&T) -> bool) -> Option<T> {
+        let mut kept = self.lock();
+        let i = kept.iter().position(is)?;
+        Some(kept.remove(i))
+    }
+
+    /// Keep `t` unless `is` picks one kept already (a thread's call that ran beside
+    /// another of the same key), dropping the least recent past [`Pool::KEEP`].
+    pub(super) fn put(&self, t: T, is: impl Fn(&T) -> bool) {
+        let mut kept = self.lock();
+        if !kept.iter().any(is) {
+            if kept.len() == Self::KEEP {
+                kept.remove(0);
+            }
+            kept.push(t);
+        }
+    }
+}
+
+/// The fast device path's buffers for a prescale and a variant: the prescale's outputs
+/// (x prescaled, `unscale`, the flags) and the matrix kernel's outputs after y (its
+/// split-K partials, `ws`; none for a fused pair). A call takes them out of the pool and
+/// puts them back once its kernels are queued: calls run in stream order, so the next
+/// call's prescale writes them after this call's kernels have read them, and two
+/// threads' calls at once use two.
+pub(super) struct FastScratch<B: Backend> {
+    pub(super) key: (Prescale, MmaVariant),
+    pub(super) prescaled: [B::Tensor; 3],
+    pub(super) rest: Vec<B::Tensor>,
+}
+
+/// What the fast tier's device path reads of one matrix alone, uploaded once: its
+/// prescaled value table (code `lut`) and the table's power of two (the prescale's
+/// `powers` input, [`Uploaded::prescale_powers`]).
+pub(super) struct FastTables<B: Backend> {
+    pub(super) table: Option<Arc<B::Tensor>>,
+    pub(super) power: f32,
+}
+
+impl<B: Backend> Clone for Uploaded<'_, B> {
+    fn clone(&self) -> Self {
+        Uploaded {
+            b: self.b.clone(),
+            w: self.w.clone(),
+            dev: self.dev.clone(),
+            finite_in: self.finite_in.clone(),
+            facts: self.facts.clone(),
+            fast_tables: self.fast_tables.clone(),
+            scratch: self.scratch.clone(),
+            powers: self.powers.clone(),
+        }
+    }
+}
+
+/// A value borrowed for `'a`, or shared (a [`Resident::shared`]'s backend and matrix).
+pub(super) enum Held<'a, T> {
+    Borrowed(&'a T),
+    Shared(Arc<T>),
+}
+
+impl<T> Clone for Held<'_, T> {
+    fn clone(&self) -> Self {
+        match self {
+            Held::Borrowed(t) => Held::Borrowed(t),
+            Held::Shared(t) => Held::Shared(t.clone()),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Held<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match self {
+            Held::Borrowed(t) => t,
+            Held::Shared(t) => t,
+        }
+    }
+}
+
+impl<'a, B: Backend> Uploaded<'a, B> {
+    pub(super) fn new(b: &'a B, w: &'a QuantizedMatrix) -> Self {
+        Uploaded::held(Held::Borrowed(b), Held::Borrowed(w))
+    }
+
+    pub(super) fn held(b: Held<'a, B>, w: Held<'a, QuantizedMatrix>) -> Self {
+        Uploaded {
+            b,
+            w,
+            dev: Default::default(),
+            finite_in: Default::default(),
+            facts: Default::default(),
+            fast_tables: Default::default(),
+            scratch: Default::default(),
+            powers: Default::default(),
+        }
+    }
+
+    /// The prescale's `powers` input (one or two: a matrix's, a fused pair's) on the
+    /// device: a recent call's upload of the same values (bits), else a new one.
+    pub(super) fn prescale_powers(&self, powers: &[f32]) -> Result<Arc<B::Tensor>> {
+        let key: Vec<u32> = powers.iter().map(|p| p.to_bits()).collect();
+        let is = |(k, _): &PowersUpload<B>| *k == key;
+        let t = match self.powers.take(is) {
+            Some((_, t)) => t,
+            None => {
+                let bytes: Vec<u8> = powers.iter().flat_map(|v| v.to_le_bytes()).collect();
+                Arc::new(self.b.upload(Elem::F32, &[powers.len()], &bytes)?)
+            }
+        };
+        self.powers.put((key.clone(), t.clone()), is);
+        Ok(t)
+    }
+
+    /// [`FastTables`] of the matrix, uploaded once while this (or a clone) lives.
+    pub(super) fn fast_tables(&self) -> Result<Arc<FastTables<B>>> {
+        if let Some(t) = self.fast_tables.get() {
+            return Ok(t.clone());
+        }
+        let TablePowers { mut tables, powers } = TablePowers::upload(&*self.b, &[&self.w])?;
+        let t = Arc::new(FastTables {
+            table: tables.pop().flatten(),
+            power: powers.first().copied().unwrap_or(1.0),
+        });
+        Ok(self.fast_tables.get_or_init(|| t).clone())
+    }
+
+    /// [`OperandFacts::of`] the matrix, once while this (or a clone) lives.
+    pub(super) fn operand_facts(&self) -> Result<&OperandFacts> {
+        if let Some(f) = self.facts.get() {
+            return Ok(f);
+        }
+        let f = OperandFacts::of(&self.w)?;
+        Ok(self.facts.get_or_init(|| f))
+    }
+
+    /// [`QuantizedMatrix::check_weights_finite`], once per dtype while this (or a clone)
+    /// lives.
+    pub(super) fn check_weights_finite(&self, dtype: DType) -> Result<()> {
+        let i = DType::ALL.iter().position(|&d| d == dtype).unwrap_or(0);
+        let bit = 1u8 << i;
+        if self.finite_in.load(Ordering::Relaxed) & bit == 0 {
+            self.w.check_weights_finite(dtype)?;
+            self.finite_in.fetch_or(bit, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// [`Self::check_weights_finite`] of a gate/up pair, each named.
+    pub(super) fn check_pair_finite([gate, up]: [&Self; 2], dtype: DType) -> Result<()> {
+        gate.check_weights_finite(dtype).map_err(|e| e.of("gate"))?;
+        up.check_weights_finite(dtype).map_err(|e| e.of("up"))
+    }
+
+    /// The upload, made now if no launch made it yet. (Two threads of a [`Resident`]
+    /// need not race here: `Resident`s upload when they are made.)
+    pub(super) fn get(&self) -> Result<Arc<DeviceMatrix<B>>> {
+        if let Some(d) = self.dev.get() {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(DeviceMatrix::upload(&*self.b, &self.w)?);
+        Ok(self.dev.get_or_init(|| d).clone())
+    }
+}
+
+/// The samples of `x` the fast kernels' operands cannot hold ([`beyond_f16_operands_of`]
+/// over the matrices' facts, made once per upload); none where the operands are bf16.
+pub(super) fn held_samples<B: Backend>(
+    x: &Activations,
+    ws: &[&Uploaded<B>],
+    f16_operands: bool,
+) -> Result<Vec<usize>> {
+    if !f16_operands {
+        return Ok(Vec::new());
+    }
+    let facts = ws
+        .iter()
+        .map(|w| w.operand_facts())
+        .collect::<Result<Vec<_>>>()?;
+    let mats: Vec<&QuantizedMatrix> = ws.iter().map(|w| &*w.w).collect();
+    beyond_f16_operands_of(x, &mats, &facts)
+}
