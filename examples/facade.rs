@@ -85,6 +85,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The fast tier too: x prescaled on the device, the host facade's bits.
     let yf = rg.matvec_device(&xd, Tier::Fast)?;
     assert!(yf.download(&b)?.bits_eq(&rg.matvec(&x, Tier::Fast)?));
+    // An inference loop's form: y made once (`[M, R]` in x's element type) and written
+    // by each call, in either tier.
+    let mut y_out = b.alloc(&trellis::kernel::TensorSpec {
+        name: "y",
+        elem: xd.elem(),
+        shape: vec![xd.samples(), w.geometry.rows],
+    })?;
+    for tier in [Tier::Exact, Tier::Fast] {
+        rg.matvec_device_into(&xd, &mut y_out, tier)?;
+        let got = trellis::family::download(&b, &y_out)?;
+        assert!(got.bits_eq(&rg.matvec(&x, tier)?));
+    }
 
     // A backend chosen by name at run time (from a command line, say): the facade's calls
     // are `AnyBackend`'s methods, and resident matrices are made inside a visit, whose
