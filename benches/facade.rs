@@ -1,6 +1,7 @@
 //! What a facade call costs beside its kernel: `Resident::matvec` (x checked and copied
 //! to the device, the variant chosen, the launch, y copied back) and, exact,
-//! `Resident::matvec_device` (x and y stay on the device) against the same kernel bound
+//! `Resident::matvec_device` (x and y stay on the device; the fast tier with bf16 x, which
+//! reads its flags back, and with f16 x, which does not) against the same kernel bound
 //! once and launched alone (then synchronized), in each tier, on the backend
 //! `TRELLIS_BENCH_BACKEND` names (default `cpu`; `cuda` on a GPU). The shape is the
 //! issues' goal key (17408 x 5120, k 3, M 1) on a GPU and 1024 x 4096 on the CPU.
@@ -107,6 +108,37 @@ impl BackendVisitor for Facade<'_> {
         });
         // The same into an output made once (no allocation a call).
         let mut y_out = b.alloc(&y_spec).unwrap();
+        // f16 activations need no flags (f16 operands hold them): the fast call into y
+        // without the flags' round trip, beside its own kernel.
+        let x16 = trellis::Activations::from_f32(DType::F16, 1, cols, x.data.clone()).unwrap();
+        let xd16 = ops::DeviceActivations::upload(b, &x16).unwrap();
+        let mut y16 = b
+            .alloc(&TensorSpec {
+                elem: Elem::F16,
+                ..y_spec.clone()
+            })
+            .unwrap();
+        c.bench_function(
+            &format!("{at}/fast/resident-matvec-device-into-f16x"),
+            |bn| {
+                bn.iter(|| {
+                    r.matvec_device_into(black_box(&xd16), &mut y16, Tier::Fast)
+                        .unwrap();
+                    b.synchronize().unwrap();
+                })
+            },
+        );
+        let p16 = ReduceProblem {
+            act: DType::F16,
+            ..p.clone()
+        };
+        bench_kernel::<ReduceMmaFamily, B>(
+            c,
+            &format!("{at}/fast/kernel-f16x"),
+            b,
+            &p16,
+            Tier::Fast,
+        );
         for tier in [Tier::Exact, Tier::Fast] {
             c.bench_function(&format!("{at}/{tier}/resident-matvec-device-into"), |bn| {
                 bn.iter(|| {
