@@ -130,7 +130,7 @@ impl BackendVisitor for Facade<'_> {
         );
         let p16 = ReduceProblem {
             act: DType::F16,
-            ..p.clone()
+            ..p
         };
         bench_kernel::<ReduceMmaFamily, B>(
             c,

@@ -211,7 +211,16 @@ pub trait Backend {
     /// comes first). The default puts a new tensor in its place ([`Backend::upload`]:
     /// MLX's arrays are values); the CPU's and CUDA's copy into its memory.
     fn write(&self, t: &mut Self::Tensor, bytes: &[u8]) -> Result<()> {
-        *t = self.upload(t.elem(), &t.shape(), bytes)?;
+        let (elem, shape) = (t.elem(), t.shape());
+        let holds = tensor_bytes(elem, &shape)?;
+        if bytes.len() != holds {
+            return Err(Error::invalid(
+                "write bytes",
+                bytes.len(),
+                format!("{elem} tensor of shape {shape:?} holds {holds}"),
+            ));
+        }
+        *t = self.upload(elem, &shape, bytes)?;
         Ok(())
     }
     /// Resource limits a specialization must fit on this device.

@@ -1817,6 +1817,49 @@ fn device_activations_run_the_fast_tier() {
         y.download(&b).unwrap().bits_eq(&want),
         "interleaved x alone"
     );
+    let mut y = out("y", Elem::Bf16, 2);
+    rw.matvec_device_into(&xi, &mut y, Tier::Fast).unwrap();
+    let got = trellis::family::download(&b, &y).unwrap();
+    assert!(got.bits_eq(&want), "interleaved x alone, into y");
+    rw.gate_up_device_into(&ru, &xi, &mut y, Tail::Exact, Tier::Fast)
+        .unwrap();
+    let want = rw.gate_up(&ru, &x, Tail::Exact, Tier::Fast).unwrap();
+    let got = trellis::family::download(&b, &y).unwrap();
+    assert!(got.bits_eq(&want), "interleaved x alone, into mid");
+    // A call refused (an infinity in x, read on the host) leaves y as it was, and the
+    // next calls into it run as ever.
+    let before = b.download(&y).unwrap();
+    let mut data = random_x(DType::Bf16, 2, 1024, 157).data;
+    data[3] = f32::INFINITY;
+    let x = Activations::from_f32(DType::Bf16, 2, 1024, data).unwrap();
+    let xd = DeviceActivations::upload(&b, &x).unwrap();
+    assert!(rw.matvec_device_into(&xd, &mut y, Tier::Fast).is_err());
+    assert_eq!(b.download(&y).unwrap(), before, "y after a refused call");
+    for seed in [158, 159] {
+        let x = random_x(DType::Bf16, 2, 1024, seed);
+        let xd = DeviceActivations::upload(&b, &x).unwrap();
+        rw.matvec_device_into(&xd, &mut y, Tier::Fast).unwrap();
+        let got = trellis::family::download(&b, &y).unwrap();
+        assert!(
+            got.bits_eq(&rw.matvec(&x, Tier::Fast).unwrap()),
+            "seed {seed}"
+        );
+    }
+    // A matrix whose every sample f16 operands cannot serve, into y made once.
+    for dtype in [DType::F16, DType::Bf16] {
+        let x = random_x(dtype, 4, 4096, 160);
+        let mut y = b
+            .alloc(&trellis::kernel::TensorSpec {
+                name: "y",
+                elem: dtype.into(),
+                shape: vec![4, 128],
+            })
+            .unwrap();
+        let xd = DeviceActivations::upload(&b, &x).unwrap();
+        rt.matvec_device_into(&xd, &mut y, Tier::Fast).unwrap();
+        let got = trellis::family::download(&b, &y).unwrap();
+        assert!(got.bits_eq(&rt.matvec(&x, Tier::Fast).unwrap()), "{dtype}");
+    }
     // A flagged sample and a held one through the fused pair too.
     for held in [false, true] {
         let x = flagged::with_flagged_sample(random_x(DType::Bf16, 3, 1024, 149), held);
@@ -1833,6 +1876,57 @@ fn device_activations_run_the_fast_tier() {
         assert!(
             mid.download(&b).unwrap().bits_eq(&want),
             "gate_up held {held}"
+        );
+    }
+}
+
+/// The fast device path keeps its buffers for a few keys: one resident cycling through
+/// more (M 1..6 and 16, as matvec, as gate in a pair, as up in the reversed pair) gets
+/// its bits at each, twice round. And on the simulator, whose `write` is its own, a held
+/// sample's result is written into y.
+#[test]
+fn fast_device_calls_through_more_keys_than_are_kept() {
+    use trellis::ops::DeviceActivations;
+    let spec = |m| trellis::kernel::TensorSpec {
+        name: "y",
+        elem: Elem::Bf16,
+        shape: vec![m, 64],
+    };
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(64, 1024, 256, 3, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 161), random_matrix(g, 162));
+    let (rw, ru) = (
+        ops::Resident::new(&cpu, &w).unwrap(),
+        ops::Resident::new(&cpu, &u).unwrap(),
+    );
+    for round in 0..2 {
+        for m in [1, 2, 3, 4, 5, 6, 16] {
+            let x = random_x(DType::Bf16, m, 1024, 163 + m as u64 + 20 * round);
+            let xd = DeviceActivations::upload(&cpu, &x).unwrap();
+            let (mut y, mut mid) = (cpu.alloc(&spec(m)).unwrap(), cpu.alloc(&spec(m)).unwrap());
+            rw.matvec_device_into(&xd, &mut y, Tier::Fast).unwrap();
+            let got = trellis::family::download(&cpu, &y).unwrap();
+            assert!(got.bits_eq(&rw.matvec(&x, Tier::Fast).unwrap()), "M {m}");
+            for (gate, up) in [(&rw, &ru), (&ru, &rw)] {
+                gate.gate_up_device_into(up, &xd, &mut mid, Tail::Exact, Tier::Fast)
+                    .unwrap();
+                let want = gate.gate_up(up, &x, Tail::Exact, Tier::Fast).unwrap();
+                let got = trellis::family::download(&cpu, &mid).unwrap();
+                assert!(got.bits_eq(&want), "pair, M {m}");
+            }
+        }
+    }
+    let sim = trellis::backend::metal_sim::MetalSimBackend::new().unwrap();
+    let rs = ops::Resident::new(&sim, &w).unwrap();
+    let mut y = sim.alloc(&spec(3)).unwrap();
+    for held in [false, true] {
+        let x = flagged::with_flagged_sample(random_x(DType::Bf16, 3, 1024, 190), held);
+        let xd = DeviceActivations::upload(&sim, &x).unwrap();
+        rs.matvec_device_into(&xd, &mut y, Tier::Fast).unwrap();
+        let got = trellis::family::download(&sim, &y).unwrap();
+        assert!(
+            got.bits_eq(&rs.matvec(&x, Tier::Fast).unwrap()),
+            "held {held}"
         );
     }
 }

@@ -98,3 +98,40 @@ fn a_shared_resident_serves_spawned_threads_on_cuda() {
         "gate_up of a shared and a borrowed resident"
     );
 }
+
+/// The fast tier on the device from several threads at once, all of one key (M 2), on
+/// one resident and one stream: each call takes buffers from the resident's pool and
+/// puts them back once its kernels are queued, so a call's prescale never writes what
+/// another's matrix kernel still reads. Every y is the host facade's bits.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn fast_device_calls_from_several_threads_keep_their_bits() {
+    use trellis::numerics::Tail;
+    use trellis::ops::DeviceActivations;
+    let b = CudaBackend::new(0).unwrap();
+    let (w, _) = problem(4096, 1, 0xfa57);
+    let (u, _) = problem(4096, 1, 0xfa58);
+    let (rw, ru) = (
+        ops::Resident::new(&b, &w).unwrap(),
+        ops::Resident::new(&b, &u).unwrap(),
+    );
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (b, rw, ru) = (&b, &rw, &ru);
+            s.spawn(move || {
+                let x = check::random_activations(DType::Bf16, 2, 2048, 300 + t);
+                let xd = DeviceActivations::upload(b, &x).unwrap();
+                let want = rw.matvec(&x, Tier::Fast).unwrap();
+                let want_mid = rw.gate_up(ru, &x, Tail::Exact, Tier::Fast).unwrap();
+                for i in 0..8 {
+                    let y = rw.matvec_device(&xd, Tier::Fast).unwrap();
+                    let mid = rw.gate_up_device(ru, &xd, Tail::Exact, Tier::Fast);
+                    let y = y.download(b).unwrap();
+                    assert!(y.bits_eq(&want), "thread {t}, call {i}: y");
+                    let mid = mid.unwrap().download(b).unwrap();
+                    assert!(mid.bits_eq(&want_mid), "thread {t}, call {i}: mid");
+                }
+            });
+        }
+    });
+}

@@ -79,11 +79,12 @@ impl<'a, B: Backend> Resident<'a, B> {
     /// call waits for those flags (a small copy back, before the matrix kernel starts):
     /// a flagged sample brings x to the host (its values checked finite there, as the
     /// host facade checks them), and where the check holds a sample the whole call runs
-    /// as [`Resident::matvec`] on it, y uploaded. bf16 operands and f16 activations need
-    /// no flags and leave the call asynchronous. A matrix whose every sample the f16
-    /// operands cannot serve (a lut table spanning more than 2^28, row scales below
-    /// 2^-60, products near f32's ends), and x uploaded for an interleaved variant alone
-    /// (no plain copy), run through the host as well.
+    /// as [`Resident::matvec`] on it, its result written into y. bf16 operands and f16
+    /// activations need no flags and leave the call asynchronous. A matrix whose every
+    /// sample the f16 operands cannot serve (a lut table spanning more than 2^28, row
+    /// scales below 2^-60, products near f32's ends), and x uploaded for an interleaved
+    /// variant alone (no plain copy, read back through that copy), run through the host
+    /// as well.
     pub fn matvec_device(
         &self,
         x: &DeviceActivations<B>,
@@ -341,12 +342,11 @@ where
     let k = Prescale::of(&kernel)?;
     k.validate()?;
     let key = (k, v);
-    let is = |s: &FastScratch<B>| s.key == key;
     let FastScratch {
         mut prescaled,
         mut rest,
         ..
-    } = match owner.scratch.take(is) {
+    } = match owner.scratch.take(|s| s.key == key) {
         Some(s) => s,
         None => FastScratch {
             key,
@@ -357,17 +357,17 @@ where
                 .collect::<Result<_>>()?,
         },
     };
-    let held = prescale_on_device(b, projections, x, plain, &k, &powers, &v, &mut prescaled)?;
-    if let Some(xh) = held {
-        owner.scratch.put(
-            FastScratch {
-                key,
-                prescaled,
-                rest,
-            },
-            is,
-        );
-        return host(&xh, y);
+    let held = prescale_on_device(b, projections, x, plain, &k, &powers, &v, &mut prescaled);
+    if !matches!(held, Ok(None)) {
+        // A held sample runs the call on the host; an error (x not finite) is the
+        // call's. Either way the buffers go back for the next call.
+        let scratch = FastScratch {
+            key,
+            prescaled,
+            rest,
+        };
+        owner.scratch.put(scratch);
+        return held.and_then(|xh| xh.map_or(Ok(()), |xh| host(&xh, y)));
     }
     let [xs, unscale, flags] = prescaled;
     let d = device(Prescaled {
@@ -382,14 +382,12 @@ where
     let launched = family::launch_into::<F, B>(b, p, v, &d, &mut outs);
     let Prescaled { x: xs, unscale, .. } = operands(d);
     let prescaled = [xs, unscale, flags];
-    owner.scratch.put(
-        FastScratch {
-            key,
-            prescaled,
-            rest,
-        },
-        is,
-    );
+    let scratch = FastScratch {
+        key,
+        prescaled,
+        rest,
+    };
+    owner.scratch.put(scratch);
     launched
 }
 

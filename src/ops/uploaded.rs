@@ -30,8 +30,9 @@ pub(super) struct Uploaded<'a, B: Backend> {
     /// The fast tier's table and its power, for its device path (first need).
     pub(super) fast_tables: Arc<OnceLock<Arc<FastTables<B>>>>,
     /// The fast device path's buffers of its last few keys (a call with this matrix
-    /// first), reused: four allocations a call saved on CUDA and the CPU (Metal's
-    /// launches return fresh arrays, so there it saves nothing).
+    /// first), reused: the prescale's three outputs and the split-K partials, not
+    /// allocated a call on CUDA and the CPU (Metal's launches return fresh arrays, so
+    /// there it saves nothing).
     pub(super) scratch: Arc<Pool<FastScratch<B>>>,
     /// The prescale's `powers` inputs of the last few calls with this matrix first (its
     /// table's power; a fused pair's, gate's then up's), by value.
@@ -42,7 +43,8 @@ pub(super) struct Uploaded<'a, B: Backend> {
 pub(super) type PowersUpload<B> = (Vec<u32>, Arc<<B as Backend>::Tensor>);
 
 /// A few values kept for reuse, most recently put last; a lock held only to take or
-/// put one.
+/// put one. Two threads that miss at once each make a value and both put it back (the
+/// oldest past [`Pool::KEEP`] dropped): at most `KEEP` are kept, of any keys.
 pub(super) struct Pool<T>(std::sync::Mutex<Vec<T>>);
 
 impl<T> Default for Pool<T> {
@@ -68,16 +70,13 @@ impl<T> Pool<T> {
         Some(kept.remove(i))
     }
 
-    /// Keep `t` unless `is` picks one kept already (a thread's call that ran beside
-    /// another of the same key), dropping the least recent past [`Pool::KEEP`].
-    pub(super) fn put(&self, t: T, is: impl Fn(&T) -> bool) {
+    /// Keep `t`, dropping the least recent past [`Pool::KEEP`].
+    pub(super) fn put(&self, t: T) {
         let mut kept = self.lock();
-        if !kept.iter().any(is) {
-            if kept.len() == Self::KEEP {
-                kept.remove(0);
-            }
-            kept.push(t);
+        if kept.len() >= Self::KEEP {
+            kept.remove(0);
         }
+        kept.push(t);
     }
 }
 
@@ -86,7 +85,7 @@ impl<T> Pool<T> {
 /// split-K partials, `ws`; none for a fused pair). A call takes them out of the pool and
 /// puts them back once its kernels are queued: calls run in stream order, so the next
 /// call's prescale writes them after this call's kernels have read them, and two
-/// threads' calls at once use two.
+/// threads' calls at once use two sets.
 pub(super) struct FastScratch<B: Backend> {
     pub(super) key: (Prescale, MmaVariant),
     pub(super) prescaled: [B::Tensor; 3],
@@ -171,7 +170,7 @@ impl<'a, B: Backend> Uploaded<'a, B> {
                 Arc::new(self.b.upload(Elem::F32, &[powers.len()], &bytes)?)
             }
         };
-        self.powers.put((key.clone(), t.clone()), is);
+        self.powers.put((key, t.clone()));
         Ok(t)
     }
 
@@ -242,4 +241,32 @@ pub(super) fn held_samples<B: Backend>(
         .collect::<Result<Vec<_>>>()?;
     let mats: Vec<&QuantizedMatrix> = ws.iter().map(|w| &*w.w).collect();
     beyond_f16_operands_of(x, &mats, &facts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pool;
+
+    /// A pool hands back what was put, by key, keeps at most `KEEP` (the least recent
+    /// dropped first: a take and a put make a value the most recent), and keeps two
+    /// values of one key where two were put.
+    #[test]
+    fn a_pool_keeps_the_most_recent_few() {
+        let pool = Pool::<(u32, u32)>::default();
+        let keys = |pool: &Pool<(u32, u32)>| pool.lock().iter().map(|v| v.0).collect::<Vec<_>>();
+        for k in 0..Pool::<(u32, u32)>::KEEP as u32 {
+            pool.put((k, 10 * k));
+        }
+        assert_eq!(keys(&pool), [0, 1, 2, 3]);
+        let taken = pool.take(|v| v.0 == 1).unwrap();
+        assert_eq!(taken, (1, 10));
+        assert!(pool.take(|v| v.0 == 1).is_none(), "taken out");
+        pool.put(taken);
+        pool.put((4, 40));
+        assert_eq!(keys(&pool), [2, 3, 1, 4], "0 dropped, 1 now recent");
+        pool.put((4, 41));
+        assert_eq!(keys(&pool), [3, 1, 4, 4]);
+        assert_eq!(pool.take(|v| v.0 == 4), Some((4, 40)));
+        assert_eq!(pool.take(|v| v.0 == 4), Some((4, 41)));
+    }
 }
