@@ -15,9 +15,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
 use trellis::backend::{AnyBackend, Backend, BackendVisitor};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
-use trellis::families::reduce_mma::{Prescaled, ReduceMmaFamily};
+use trellis::families::reduce_mma::{Prescale, Prescaled, ReduceMmaFamily};
 use trellis::family::Family;
-use trellis::kernel::{Elem, TensorSpec};
+use trellis::kernel::{Elem, KernelSpec, TensorSpec};
 use trellis::numerics::Tier;
 use trellis::tune::select_for;
 use trellis::{ops, Code, DType, Geometry, ScaleDType};
@@ -98,6 +98,27 @@ impl BackendVisitor for Facade<'_> {
                 y
             })
         });
+        // The fast tier's prescale kernel alone (bound once, launched and synchronized),
+        // for the x the chosen variant reads.
+        {
+            let v = select_for::<ReduceMmaFamily, B>(b, &p, Tier::Fast).variant;
+            let k = Prescale::of(&ReduceMmaFamily::kernel(&p, v)).unwrap();
+            let launch = k.launch_request().unwrap();
+            let compiled = b.compile(&launch).unwrap();
+            let mut outs = trellis::family::alloc_outputs(b, &k).unwrap();
+            let powers = b.upload(Elem::F32, &[1], &1f32.to_le_bytes()).unwrap();
+            let plain = xd.tensor().unwrap();
+            let mut refs: Vec<_> = outs.iter_mut().collect();
+            let mut bound = b
+                .bind(&compiled, &launch, &[plain, &powers], &mut refs)
+                .unwrap();
+            c.bench_function(&format!("{at}/parts/prescale-kernel"), |bn| {
+                bn.iter(|| {
+                    b.run(black_box(&mut bound)).unwrap();
+                    b.synchronize().unwrap();
+                })
+            });
+        }
         // The fast tier on the device: x prescaled there, its flags read back.
         c.bench_function(&format!("{at}/fast/resident-matvec-device"), |bn| {
             bn.iter(|| {

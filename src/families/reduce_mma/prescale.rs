@@ -231,7 +231,7 @@ pub struct Prescale {
 }
 
 impl Prescale {
-    const THREADS: u32 = 256;
+    const THREADS: u32 = 512;
 
     /// The prescale of matrix-unit kernel `k`'s x: its samples and columns, its
     /// projections' powers, x in the type `k` reads ([`MmaLayout::x_elem`]).
@@ -294,6 +294,11 @@ impl Prescale {
     }
     fn threads(&self) -> u32 {
         Self::THREADS
+    }
+    /// Values a thread loads at once: a sample of up to `THREADS * CHUNK` (8192)
+    /// columns in one round of memory latency.
+    fn chunk(&self) -> u32 {
+        16
     }
     /// f16 activations keep their values.
     fn scaled(&self) -> bool {
