@@ -168,6 +168,10 @@ pub trait DeviceTensor {
     fn shape(&self) -> Vec<usize>;
 }
 
+/// Bytes on their way back from a backend ([`Backend::download_later`]): calling it
+/// waits for them.
+pub type Later<'a> = Box<dyn FnOnce() -> Result<Vec<u8>> + 'a>;
+
 /// A place kernels run: the CPU, a CUDA device, a Metal device.
 pub trait Backend {
     /// Its tensors.
@@ -206,6 +210,16 @@ pub trait Backend {
     fn upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<Self::Tensor>;
     /// Copy a tensor's bytes back to the host.
     fn download(&self, t: &Self::Tensor) -> Result<Vec<u8>>;
+    /// Start copying a tensor's bytes back to the host after the work queued so far, and
+    /// return what waits for them: work queued after this call does not delay it (a
+    /// small read-back beside a kernel still to run). The default reads them now
+    /// ([`Backend::download`]); CUDA copies into page-locked memory and waits on an
+    /// event. Nothing else may download on this backend until the bytes are taken
+    /// (CUDA holds its staging memory until then).
+    fn download_later(&self, t: &Self::Tensor) -> Result<Later<'_>> {
+        let bytes = self.download(t)?;
+        Ok(Box::new(move || Ok(bytes)))
+    }
     /// Copy host bytes into `t`, a tensor made before, which keeps its element type and
     /// shape (`bytes` must be exactly its size; queued work that reads or writes `t`
     /// comes first). The default puts a new tensor in its place ([`Backend::upload`]:

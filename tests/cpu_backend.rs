@@ -1826,15 +1826,14 @@ fn device_activations_run_the_fast_tier() {
     let want = rw.gate_up(&ru, &x, Tail::Exact, Tier::Fast).unwrap();
     let got = trellis::family::download(&b, &y).unwrap();
     assert!(got.bits_eq(&want), "interleaved x alone, into mid");
-    // A call refused (an infinity in x, read on the host) leaves y as it was, and the
-    // next calls into it run as ever.
-    let before = b.download(&y).unwrap();
+    // A call refused (an infinity in x, read on the host; y's elements then
+    // unspecified), and the next calls into y run as ever.
     let mut data = random_x(DType::Bf16, 2, 1024, 157).data;
     data[3] = f32::INFINITY;
     let x = Activations::from_f32(DType::Bf16, 2, 1024, data).unwrap();
     let xd = DeviceActivations::upload(&b, &x).unwrap();
-    assert!(rw.matvec_device_into(&xd, &mut y, Tier::Fast).is_err());
-    assert_eq!(b.download(&y).unwrap(), before, "y after a refused call");
+    let e = rw.matvec_device_into(&xd, &mut y, Tier::Fast).unwrap_err();
+    assert!(e.to_string().contains("x[0, 3]"), "{e}");
     for seed in [158, 159] {
         let x = random_x(DType::Bf16, 2, 1024, seed);
         let xd = DeviceActivations::upload(&b, &x).unwrap();

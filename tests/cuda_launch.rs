@@ -341,6 +341,12 @@ fn device_activations_run_the_fast_tier() {
     assert_eq!(b.download(&t).unwrap(), bytes);
     let e = b.write(&mut t, &bytes[..20]).unwrap_err().to_string();
     assert!(e.contains("write bytes = 20"), "{e}");
+    // A read started before a write queued after it: the bytes as they were.
+    let later = b.download_later(&t).unwrap();
+    let other: Vec<u8> = (100..124).collect();
+    b.write(&mut t, &other).unwrap();
+    assert_eq!(later().unwrap(), bytes);
+    assert_eq!(b.download(&t).unwrap(), other);
 }
 
 /// The backend contract (`common/contract.rs`) on CUDA: outputs a kernel needs zeroed are

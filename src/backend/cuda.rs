@@ -548,6 +548,43 @@ impl Backend for CudaBackend {
         Ok(v)
     }
 
+    fn download_later(&self, t: &CudaTensor) -> Result<crate::kernel::Later<'_>> {
+        let n = t.shape.iter().product::<usize>() * t.elem.size();
+        let staging = (n > 0 && n <= STAGED_BYTES)
+            .then(|| {
+                self.staging
+                    .get_or_init(|| self.staging_buffer().map(Mutex::new))
+            })
+            .and_then(Option::as_ref);
+        let Some(staging) = staging else {
+            let bytes = self.download(t)?;
+            return Ok(Box::new(move || Ok(bytes)));
+        };
+        // The staging held until the bytes are taken: the copy lands there.
+        let mut pinned = staging
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ptr = pinned.as_mut_ptr().map_err(driver_err)?;
+        // SAFETY: n is within the buffer's STAGED_BYTES (zeroed when made), and the lock,
+        // held by the closure below, keeps every other use out until it has read them.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
+        self.stream
+            .memcpy_dtoh(&t.buf.slice(0..n), dst)
+            .map_err(driver_err)?;
+        let copied = self
+            .ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(driver_err)?;
+        copied.record(&self.stream).map_err(driver_err)?;
+        Ok(Box::new(move || {
+            copied.synchronize().map_err(driver_err)?;
+            // SAFETY: as above; the copy has landed (its event has completed).
+            let bytes = unsafe { std::slice::from_raw_parts(ptr, n) }.to_vec();
+            drop(pinned);
+            Ok(bytes)
+        }))
+    }
+
     fn write(&self, t: &mut CudaTensor, bytes: &[u8]) -> Result<()> {
         let n = t.shape.iter().product::<usize>() * t.elem.size();
         if bytes.len() != n {

@@ -76,11 +76,13 @@ impl<'a, B: Backend> Resident<'a, B> {
     /// ([`Prescale`]). With f16 operands (the tables' usual choice) and bf16 or f32
     /// activations it also flags the samples the host's operand check must read (a
     /// value below 2^-28 of its sample's largest, or a largest below 2^-113), and the
-    /// call waits for those flags (a small copy back, before the matrix kernel starts):
-    /// a flagged sample brings x to the host (its values checked finite there, as the
-    /// host facade checks them), and where the check holds a sample the whole call runs
-    /// as [`Resident::matvec`] on it, its result written into y. bf16 operands and f16
-    /// activations need no flags and leave the call asynchronous. A matrix whose every
+    /// call waits for those flags (a small copy back, started before the matrix kernel
+    /// is queued, so the two kernels run back to back): a flagged sample brings x to
+    /// the host (its values checked finite there, as the host facade checks them), and
+    /// where the check holds a sample the whole call runs as [`Resident::matvec`] on
+    /// it, its result written over y. bf16 operands and f16 activations need no flags
+    /// and leave the call asynchronous. On an error y's elements are unspecified (the
+    /// matrix kernel may have run). A matrix whose every
     /// sample the f16 operands cannot serve (a lut table spanning more than 2^28, row
     /// scales below 2^-60, products near f32's ends), and x uploaded for an interleaved
     /// variant alone (no plain copy, read back through that copy), run through the host
@@ -357,19 +359,18 @@ where
                 .collect::<Result<_>>()?,
         },
     };
-    let held = prescale_on_device(b, projections, x, plain, &k, &powers, &v, &mut prescaled);
-    if !matches!(held, Ok(None)) {
-        // A held sample runs the call on the host; an error (x not finite) is the
-        // call's. Either way the buffers go back for the next call.
-        let scratch = FastScratch {
-            key,
-            prescaled,
-            rest,
-        };
-        owner.scratch.put(scratch);
-        return held.and_then(|xh| xh.map_or(Ok(()), |xh| host(&xh, y)));
+    {
+        let mut refs: Vec<&mut B::Tensor> = prescaled.iter_mut().collect();
+        b.launch_into(&k.launch_request()?, &[plain, &*powers], &mut refs)?;
     }
-    let [xs, unscale, flags] = prescaled;
+    // Only bf16 and f32 samples can be held with f16 operands (f16 ones fit them; bf16
+    // operands hold any), so only those read the flags back: started now, taken once
+    // the matrix kernel is queued behind them, so the GPU runs the two back to back
+    // while the host waits for the flags alone.
+    let flags = (v.operands.is_f16() && x.dtype() != DType::F16)
+        .then(|| b.download_later(&prescaled[2]))
+        .transpose()?;
+    let [xs, unscale, flag_out] = prescaled;
     let d = device(Prescaled {
         x: xs,
         x_f16: None,
@@ -378,17 +379,25 @@ where
     });
     // y the caller's; the partials the scratch's (zeroed when bound, where the kernel
     // needs them zeroed).
-    let mut outs: Vec<&mut B::Tensor> = std::iter::once(y).chain(rest.iter_mut()).collect();
+    let mut outs: Vec<&mut B::Tensor> = std::iter::once(&mut *y).chain(rest.iter_mut()).collect();
     let launched = family::launch_into::<F, B>(b, p, v, &d, &mut outs);
+    let flagged = flags.map(|taken| taken()).transpose();
     let Prescaled { x: xs, unscale, .. } = operands(d);
-    let prescaled = [xs, unscale, flags];
+    let prescaled = [xs, unscale, flag_out];
     let scratch = FastScratch {
         key,
         prescaled,
         rest,
     };
+    // The buffers go back for the next call, which stream order puts after this one's
+    // kernels (and after a host result written over y below).
     owner.scratch.put(scratch);
-    launched
+    launched?;
+    match held_after_flags(b, projections, x, flagged?)? {
+        // The host's call, its result written over the matrix kernel's.
+        Some(xh) => host(&xh, y),
+        None => Ok(()),
+    }
 }
 
 /// Fresh outputs of prescale `k`: x prescaled, `unscale`, the flags.
@@ -400,32 +409,17 @@ fn prescale_outputs<B: Backend>(b: &B, k: &Prescale) -> Result<[B::Tensor; 3]> {
         })
 }
 
-/// The fast tier's prescale of `x` (its plain tensor `plain`) on the device into `outs`
-/// (x prescaled, `unscale`, the flags) for variant `v` of a kernel over `projections`
-/// (in order; `powers` their tables' powers on the device). `Some(x)`, read
-/// back to the host and checked finite there, where the host's operand check holds a
-/// flagged sample: the call then runs on the host. Only bf16 and f32 samples can be
-/// held with f16 operands (f16 ones fit them; bf16 operands hold any), so only those
-/// read the flags back.
-#[allow(clippy::too_many_arguments)]
-fn prescale_on_device<B: Backend>(
+/// Where the prescale's flags (`flags`, read back: none where it raises none) flag a
+/// sample of `x`, x read back to the host and checked finite there, and `Some(x)` where
+/// the host's operand check over `projections` holds a sample: the call's result then
+/// comes from the host.
+fn held_after_flags<B: Backend>(
     b: &B,
     projections: &[&Uploaded<B>],
     x: &DeviceActivations<B>,
-    plain: &B::Tensor,
-    k: &Prescale,
-    powers: &B::Tensor,
-    v: &MmaVariant,
-    outs: &mut [B::Tensor; 3],
+    flags: Option<Vec<u8>>,
 ) -> Result<Option<Activations>> {
-    {
-        let mut refs: Vec<&mut B::Tensor> = outs.iter_mut().collect();
-        b.launch_into(&k.launch_request()?, &[plain, powers], &mut refs)?;
-    }
-    if !v.operands.is_f16() || x.dtype() == DType::F16 {
-        return Ok(None);
-    }
-    if b.download(&outs[2])?.iter().all(|&f| f == 0) {
+    if flags.is_none_or(|f| f.iter().all(|&byte| byte == 0)) {
         return Ok(None);
     }
     let xh = x.download(b)?;
