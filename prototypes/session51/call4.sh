@@ -1,9 +1,10 @@
 #!/bin/bash
-# The fifty-first session's fourth device call: the flags read back while the matrix kernel is queued (`Backend::download_later`)
-# GPU tests (the fast device path, the CUDA `download_later`
-# in `cuda_launch`; four threads in `cuda_threads`), then the facade bench rows of the
-# build before (`facade-old`, 8d18b7c) and after, twice each, alternating, on this
-# machine. Carry [".device"].
+# The fifty-first session's fourth device call: the fast device call's flags read back
+# while the matrix kernel is queued behind them (`Backend::download_later`). The GPU
+# tests (the fast device path and CUDA's `download_later` in `cuda_launch`; four
+# threads in `cuda_threads`), then the facade bench's device rows of the build before
+# (`facade-old`, 8d18b7c) and after, twice each, alternating, on this machine.
+# Carry [".device"].
 . prototypes/device.sh
 C=/tmp/checks; mkdir -p $C
 gpu_tests $C 150 cuda_launch cuda_threads
