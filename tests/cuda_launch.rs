@@ -347,6 +347,9 @@ fn device_activations_run_the_fast_tier() {
     b.write(&mut t, &other).unwrap();
     assert_eq!(later().unwrap(), bytes);
     assert_eq!(b.download(&t).unwrap(), other);
+    // Dropped untaken, it lets the staging go (after its copy): the next read runs.
+    drop(b.download_later(&t).unwrap());
+    assert_eq!(b.download(&t).unwrap(), other);
 }
 
 /// The backend contract (`common/contract.rs`) on CUDA: outputs a kernel needs zeroed are

@@ -77,6 +77,22 @@ pub struct CudaBackend {
     staging: std::sync::OnceLock<Option<Mutex<PinnedHostSlice<u8>>>>,
 }
 
+/// A copy into the page-locked staging still in flight ([`CudaBackend::download_later`]):
+/// it holds the staging, and dropped before its bytes are taken it waits for the copy,
+/// so nothing else reuses the memory while the copy may still write it.
+struct InFlight<'a> {
+    copied: cudarc::driver::CudaEvent,
+    _staging: std::sync::MutexGuard<'a, PinnedHostSlice<u8>>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        // Nowhere to report a failure here; a failed wait leaves the context broken
+        // for every later call, which reports it.
+        let _ = self.copied.synchronize();
+    }
+}
+
 /// The largest download that goes through [`CudaBackend`]'s page-locked staging.
 const STAGED_BYTES: usize = 1 << 20;
 
@@ -576,12 +592,14 @@ impl Backend for CudaBackend {
             .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
             .map_err(driver_err)?;
         copied.record(&self.stream).map_err(driver_err)?;
+        let copy = InFlight {
+            copied,
+            _staging: pinned,
+        };
         Ok(Box::new(move || {
-            copied.synchronize().map_err(driver_err)?;
+            copy.copied.synchronize().map_err(driver_err)?;
             // SAFETY: as above; the copy has landed (its event has completed).
-            let bytes = unsafe { std::slice::from_raw_parts(ptr, n) }.to_vec();
-            drop(pinned);
-            Ok(bytes)
+            Ok(unsafe { std::slice::from_raw_parts(ptr, n) }.to_vec())
         }))
     }
 
