@@ -213,9 +213,11 @@ pub trait Backend {
     /// Start copying a tensor's bytes back to the host after the work queued so far, and
     /// return what waits for them: work queued after this call does not delay it (a
     /// small read-back beside a kernel still to run). The default reads them now
-    /// ([`Backend::download`]); CUDA copies into page-locked memory and waits on an
-    /// event. Nothing else may download on this backend until the bytes are taken
-    /// (CUDA holds its staging memory until then).
+    /// ([`Backend::download`]); CUDA copies a tensor of up to 1 MB into its page-locked
+    /// staging and waits on an event (a larger one it reads now). CUDA holds that
+    /// staging until the bytes are taken or the returned value is dropped: another
+    /// download on the same thread meanwhile would wait forever (on another thread it
+    /// waits its turn); launches and writes may go between.
     fn download_later(&self, t: &Self::Tensor) -> Result<Later<'_>> {
         let bytes = self.download(t)?;
         Ok(Box::new(move || Ok(bytes)))

@@ -584,14 +584,19 @@ impl Backend for CudaBackend {
         // SAFETY: n is within the buffer's STAGED_BYTES (zeroed when made), and the lock,
         // held by the closure below, keeps every other use out until it has read them.
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
-        self.stream
-            .memcpy_dtoh(&t.buf.slice(0..n), dst)
-            .map_err(driver_err)?;
+        // The event made first: once the copy is queued, nothing may fail before its
+        // guard exists (or the staging would go back while the copy may still write it).
         let copied = self
             .ctx
             .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
             .map_err(driver_err)?;
-        copied.record(&self.stream).map_err(driver_err)?;
+        self.stream
+            .memcpy_dtoh(&t.buf.slice(0..n), dst)
+            .map_err(driver_err)?;
+        if let Err(e) = copied.record(&self.stream) {
+            let _ = self.stream.synchronize();
+            return Err(driver_err(e));
+        }
         let copy = InFlight {
             copied,
             _staging: pinned,

@@ -52,8 +52,9 @@ fn check_finite(x: &Activations) -> Result<()> {
 }
 
 /// The fast tier's output: the fast kernels' (`fast`), with the samples `held` of `x`
-/// (ascending) that their f16 operands cannot hold ([`beyond_f16_operands`]) from
-/// `fallback`. Where every sample is held the fast kernels do not run.
+/// (ascending) that their f16 operands cannot hold
+/// ([`crate::families::reduce_mma::beyond_f16_operands`]) from `fallback`. Where every
+/// sample is held the fast kernels do not run.
 fn with_held_samples(
     x: &Activations,
     held: &[usize],

@@ -292,7 +292,8 @@ fn output_spec<B: Backend>(
 
 /// The fast tier on activations on the device, into `y`: the table's variant of
 /// family `F` for problem `p` over `projections` (one matrix, or a fused pair: gate,
-/// then up), x prescaled on the device ([`prescale_on_device`]). `device` makes the
+/// then up), x prescaled on the device ([`Prescale`]; its flags read by
+/// [`held_after_flags`]). `device` makes the
 /// family's device data of the prescaled operands and `operands` takes them back (they
 /// go back to the scratch); `on_host` is the host facade's call, for x the operand
 /// check holds (y written from its result).
@@ -359,17 +360,30 @@ where
                 .collect::<Result<_>>()?,
         },
     };
-    {
-        let mut refs: Vec<&mut B::Tensor> = prescaled.iter_mut().collect();
-        b.launch_into(&k.launch_request()?, &[plain, &*powers], &mut refs)?;
-    }
     // Only bf16 and f32 samples can be held with f16 operands (f16 ones fit them; bf16
     // operands hold any), so only those read the flags back: started now, taken once
     // the matrix kernel is queued behind them, so the GPU runs the two back to back
     // while the host waits for the flags alone.
-    let flags = (v.operands.is_f16() && x.dtype() != DType::F16)
-        .then(|| b.download_later(&prescaled[2]))
-        .transpose()?;
+    let mut started = || -> Result<Option<crate::kernel::Later<'_>>> {
+        let mut refs: Vec<&mut B::Tensor> = prescaled.iter_mut().collect();
+        b.launch_into(&k.launch_request()?, &[plain, &*powers], &mut refs)?;
+        (v.operands.is_f16() && x.dtype() != DType::F16)
+            .then(|| b.download_later(&prescaled[2]))
+            .transpose()
+    };
+    let flags = match started() {
+        Ok(flags) => flags,
+        Err(e) => {
+            // The buffers back for the next call, as on every path.
+            let scratch = FastScratch {
+                key,
+                prescaled,
+                rest,
+            };
+            owner.scratch.put(scratch);
+            return Err(e);
+        }
+    };
     let [xs, unscale, flag_out] = prescaled;
     let d = device(Prescaled {
         x: xs,

@@ -115,7 +115,8 @@ impl<B: Backend> Clone for Uploaded<'_, B> {
     }
 }
 
-/// A value borrowed for `'a`, or shared (a [`Resident::shared`]'s backend and matrix).
+/// A value borrowed for `'a`, or shared (a [`super::Resident::shared`]'s backend and
+/// matrix).
 pub(super) enum Held<'a, T> {
     Borrowed(&'a T),
     Shared(Arc<T>),
@@ -214,7 +215,7 @@ impl<'a, B: Backend> Uploaded<'a, B> {
         up.check_weights_finite(dtype).map_err(|e| e.of("up"))
     }
 
-    /// The upload, made now if no launch made it yet. (Two threads of a [`Resident`]
+    /// The upload, made now if no launch made it yet. (Two threads of a [`super::Resident`]
     /// need not race here: `Resident`s upload when they are made.)
     pub(super) fn get(&self) -> Result<Arc<DeviceMatrix<B>>> {
         if let Some(d) = self.dev.get() {
