@@ -228,14 +228,7 @@ pub trait Backend {
     /// MLX's arrays are values); the CPU's and CUDA's copy into its memory.
     fn write(&self, t: &mut Self::Tensor, bytes: &[u8]) -> Result<()> {
         let (elem, shape) = (t.elem(), t.shape());
-        let holds = tensor_bytes(elem, &shape)?;
-        if bytes.len() != holds {
-            return Err(Error::invalid(
-                "write bytes",
-                bytes.len(),
-                format!("{elem} tensor of shape {shape:?} holds {holds}"),
-            ));
-        }
+        check_write(elem, &shape, bytes)?;
         *t = self.upload(elem, &shape, bytes)?;
         Ok(())
     }
@@ -346,6 +339,20 @@ macro_rules! dims {
     )*};
 }
 dims!(usize, u64, u32, u16, u8);
+
+/// Check that `bytes` are exactly what a tensor of `elem` and `shape` holds, for
+/// [`Backend::write`]; the number of bytes.
+pub fn check_write(elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<usize> {
+    let holds = tensor_bytes(elem, shape)?;
+    if bytes.len() != holds {
+        return Err(Error::invalid(
+            "write bytes",
+            bytes.len(),
+            format!("{elem} tensor of shape {shape:?} holds {holds}"),
+        ));
+    }
+    Ok(holds)
+}
 
 /// Check tensors against specs before a launch (used by generated wrappers).
 pub fn check_args<T: DeviceTensor>(

@@ -383,6 +383,17 @@ impl CudaBackend {
     /// The page-locked staging for downloads, zeroed (a slice over memory never written
     /// would be undefined behaviour), or `None` where the driver has none to give (the
     /// downloads then go through pageable memory, as before it).
+    /// The page-locked staging for a copy of `n` bytes back to the host, made on first
+    /// need; `None` past [`STAGED_BYTES`] or where none could be had.
+    fn staging_for(&self, n: usize) -> Option<&Mutex<PinnedHostSlice<u8>>> {
+        (n <= STAGED_BYTES)
+            .then(|| {
+                self.staging
+                    .get_or_init(|| self.staging_buffer().map(Mutex::new))
+            })
+            .and_then(Option::as_ref)
+    }
+
     fn staging_buffer(&self) -> Option<PinnedHostSlice<u8>> {
         // Not write-combined (flags 0): the host reads it back.
         // SAFETY: zeroed (through cudarc's own slice of it) before anything reads it.
@@ -531,13 +542,7 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok(v);
         }
-        let staging = (n <= STAGED_BYTES)
-            .then(|| {
-                self.staging
-                    .get_or_init(|| self.staging_buffer().map(Mutex::new))
-            })
-            .and_then(Option::as_ref);
-        match staging {
+        match self.staging_for(n) {
             Some(staging) => {
                 let mut pinned = staging
                     .lock()
@@ -566,13 +571,7 @@ impl Backend for CudaBackend {
 
     fn download_later(&self, t: &CudaTensor) -> Result<crate::kernel::Later<'_>> {
         let n = t.shape.iter().product::<usize>() * t.elem.size();
-        let staging = (n > 0 && n <= STAGED_BYTES)
-            .then(|| {
-                self.staging
-                    .get_or_init(|| self.staging_buffer().map(Mutex::new))
-            })
-            .and_then(Option::as_ref);
-        let Some(staging) = staging else {
+        let Some(staging) = self.staging_for(n).filter(|_| n > 0) else {
             let bytes = self.download(t)?;
             return Ok(Box::new(move || Ok(bytes)));
         };
@@ -609,14 +608,7 @@ impl Backend for CudaBackend {
     }
 
     fn write(&self, t: &mut CudaTensor, bytes: &[u8]) -> Result<()> {
-        let n = t.shape.iter().product::<usize>() * t.elem.size();
-        if bytes.len() != n {
-            return Err(Error::invalid(
-                "write bytes",
-                bytes.len(),
-                format!("{} tensor of shape {:?} holds {n}", t.elem, t.shape),
-            ));
-        }
+        let n = crate::kernel::check_write(t.elem, &t.shape, bytes)?;
         if n > 0 {
             // On the stream, after the work queued there (pageable: the copy has read
             // `bytes` when it returns). The slack stays zero.

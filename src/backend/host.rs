@@ -64,18 +64,7 @@ impl HostTensor {
     }
     /// Overwrite the elements with `bytes`, exactly their size (the padding kept).
     pub(super) fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        if bytes.len() != self.byte_len() {
-            return Err(Error::invalid(
-                "write bytes",
-                bytes.len(),
-                format!(
-                    "{} tensor of shape {:?} holds {}",
-                    self.elem,
-                    self.shape,
-                    self.byte_len()
-                ),
-            ));
-        }
+        crate::kernel::check_write(self.elem, &self.shape, bytes)?;
         self.bytes_mut().copy_from_slice(bytes);
         Ok(())
     }

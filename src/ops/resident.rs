@@ -297,7 +297,6 @@ fn output_spec<B: Backend>(
 /// family's device data of the prescaled operands and `operands` takes them back (they
 /// go back to the scratch); `on_host` is the host facade's call, for x the operand
 /// check holds (y written from its result).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn fast_on_device<F, B>(
     projections: &[&Uploaded<B>],
     p: &F::Problem,
@@ -345,6 +344,14 @@ where
     let k = Prescale::of(&kernel)?;
     k.validate()?;
     let key = (k, v);
+    // Every path below puts the buffers back for the next call.
+    let put_back = |prescaled, rest| {
+        owner.scratch.put(FastScratch {
+            key,
+            prescaled,
+            rest,
+        })
+    };
     let FastScratch {
         mut prescaled,
         mut rest,
@@ -374,13 +381,7 @@ where
     let flags = match started() {
         Ok(flags) => flags,
         Err(e) => {
-            // The buffers back for the next call, as on every path.
-            let scratch = FastScratch {
-                key,
-                prescaled,
-                rest,
-            };
-            owner.scratch.put(scratch);
+            put_back(prescaled, rest);
             return Err(e);
         }
     };
@@ -397,15 +398,9 @@ where
     let launched = family::launch_into::<F, B>(b, p, v, &d, &mut outs);
     let flagged = flags.map(|taken| taken()).transpose();
     let Prescaled { x: xs, unscale, .. } = operands(d);
-    let prescaled = [xs, unscale, flag_out];
-    let scratch = FastScratch {
-        key,
-        prescaled,
-        rest,
-    };
-    // The buffers go back for the next call, which stream order puts after this one's
-    // kernels (and after a host result written over y below).
-    owner.scratch.put(scratch);
+    // Stream order puts the next call's use of them after this one's kernels (and
+    // after a host result written over y below).
+    put_back([xs, unscale, flag_out], rest);
     launched?;
     match held_after_flags(b, projections, x, flagged?)? {
         // The host's call, its result written over the matrix kernel's.
