@@ -338,9 +338,13 @@ fn an_unreadable_winner_is_measured_again() {
     let out = dir.path().join("t.toml");
     assert!(tune(&out, &[]).status.success());
     let text0 = std::fs::read_to_string(&out).unwrap();
-    // An unknown field in the winner (variants deny them).
-    let broken =
-        with_marker(&text0, &out).replacen("rows_per_simd = ", "unroll = 4\nrows_per_simd = ", 1);
+    // An unknown field in the winner (variants deny them), put before its key at a line's
+    // start (a note on a winner at the space's edge names the field mid-line, in a string).
+    let broken = with_marker(&text0, &out).replacen(
+        "\nrows_per_simd = ",
+        "\nunroll = 4\nrows_per_simd = ",
+        1,
+    );
     std::fs::write(&out, &broken).unwrap();
     assert!(trellis::tune::Table::parse(&broken).unwrap().entries[0]
         .winner::<trellis::families::simt::Variant>()
