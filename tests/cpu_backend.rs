@@ -1062,7 +1062,10 @@ struct CountingUploads<'b> {
     cpu: &'b CpuBackend,
     codes_shape: Vec<usize>,
     codes: std::cell::Cell<usize>,
+    /// Copies to the device: uploads, and writes over a tensor made before.
     all: std::cell::Cell<usize>,
+    /// Tensors made: uploads and allocations.
+    made: std::cell::Cell<usize>,
     /// The backend name and device id it gives instead of the CPU's (so the selector
     /// reads that device's tables).
     posing_as: Option<(&'static str, &'static str)>,
@@ -1076,6 +1079,7 @@ impl<'b> CountingUploads<'b> {
             codes_shape: g.codes_shape().to_vec(),
             codes: Default::default(),
             all: Default::default(),
+            made: Default::default(),
             posing_as: None,
         }
     }
@@ -1096,6 +1100,7 @@ impl Backend for CountingUploads<'_> {
             .map_or(self.cpu.device_id(), |(_, id)| id.into())
     }
     fn alloc(&self, spec: &trellis::kernel::TensorSpec) -> trellis::Result<Self::Tensor> {
+        self.made.set(self.made.get() + 1);
         self.cpu.alloc(spec)
     }
     fn upload(&self, e: Elem, shape: &[usize], bytes: &[u8]) -> trellis::Result<Self::Tensor> {
@@ -1103,7 +1108,12 @@ impl Backend for CountingUploads<'_> {
             self.codes.set(self.codes.get() + 1);
         }
         self.all.set(self.all.get() + 1);
+        self.made.set(self.made.get() + 1);
         self.cpu.upload(e, shape, bytes)
+    }
+    fn write(&self, t: &mut Self::Tensor, bytes: &[u8]) -> trellis::Result<()> {
+        self.all.set(self.all.get() + 1);
+        self.cpu.write(t, bytes)
     }
     fn download(&self, t: &Self::Tensor) -> trellis::Result<Vec<u8>> {
         self.cpu.download(t)
@@ -1267,6 +1277,68 @@ fn a_resident_matrix_is_uploaded_once_for_many_calls() {
     assert!(
         e.contains("up's backend") && e.contains("both must be resident on one backend"),
         "{e}"
+    );
+}
+
+/// A resident's calls on host data keep their device tensors (x's layouts, y, the fast
+/// tier's prescaled x and partials) for the next call: once a call of a kind has run,
+/// another of the same kind (tier, M, dtype; matvec or the fused pair) uploads and
+/// allocates nothing, and gives the bits a fresh resident gives. Several kinds in turn
+/// keep theirs, and a batch's chunks share one set. Each call copies x to the device
+/// once, as it is (the fast tier prescales it there).
+#[test]
+fn a_residents_calls_on_host_data_reuse_their_device_tensors() {
+    let cpu = CpuBackend::new().unwrap();
+    let g = Geometry::new(24, 512, 256, 3, 12, Code::OneMad).unwrap();
+    let (w, u) = (random_matrix(g, 141), random_matrix(g, 142));
+    let b = CountingUploads::new(&cpu, &g);
+    let (rw, ru) = (
+        ops::Resident::new(&b, &w).unwrap(),
+        ops::Resident::new(&b, &u).unwrap(),
+    );
+    let kinds = [
+        (Tier::Exact, DType::Bf16, 1),
+        (Tier::Fast, DType::Bf16, 1),
+        (Tier::Exact, DType::F32, 4),
+        (Tier::Fast, DType::F16, 3),
+    ];
+    let call = |tier: Tier, x: &Activations, pair: bool| match pair {
+        false => rw.matvec(x, tier).unwrap(),
+        true => ops::gate_up_resident(&rw, &ru, x, Tail::Exact, tier).unwrap(),
+    };
+    for round in 0..2 {
+        for (i, &(tier, dtype, m)) in kinds.iter().enumerate() {
+            for pair in [false, true] {
+                let x = random_x(dtype, m, 512, 143 + i as u64 + 10 * round);
+                let (all, made) = (b.all.get(), b.made.get());
+                let y = call(tier, &x, pair);
+                let fresh = match pair {
+                    false => ops::matvec(&cpu, &w, &x, tier).unwrap(),
+                    true => ops::gate_up(&cpu, &w, &u, &x, Tail::Exact, tier).unwrap(),
+                };
+                assert!(y.bits_eq(&fresh), "{tier:?} {dtype} M {m} pair {pair}");
+                if round == 1 {
+                    let counts = (b.all.get() - all, b.made.get() - made);
+                    assert_eq!(
+                        counts,
+                        (1, 0),
+                        "{tier:?} {dtype} M {m} pair {pair}: copies, made"
+                    );
+                }
+            }
+        }
+    }
+    // A batch of 20 samples (exact: 8, 8 and 4) makes one set for its two shapes of x.
+    let x = random_x(DType::Bf16, 20, 512, 160);
+    let y = rw.matvec(&x, Tier::Exact).unwrap();
+    assert!(y.bits_eq(&reference::reduce(&w, &x).unwrap()));
+    let (all, made) = (b.all.get(), b.made.get());
+    let again = rw.matvec(&x, Tier::Exact).unwrap();
+    assert!(again.bits_eq(&y));
+    assert_eq!(
+        (b.all.get() - all, b.made.get() - made),
+        (3, 0),
+        "copies (a chunk each), made"
     );
 }
 
@@ -2303,11 +2375,10 @@ fn gate_up_of_two_block_sizes_runs_unfused() {
     assert!(msg.contains("up.rows = 39"), "{msg}");
 }
 
-/// A resident matrix's launch uploads x once, in the form its variant reads: exact, the
-/// lane-interleaved copy or x (every call made and uploaded both where the columns
-/// allowed, a host pass and a second copy a call); fast, x or its f16 copy, with the
-/// factors the host took out of it. Device data made for one layout and launched with a
-/// variant of the other is an error.
+/// A resident matrix's launch copies x to the device once, in the form its variant
+/// reads: exact, the lane-interleaved copy or x (every call made and uploaded both where
+/// the columns allowed, a host pass and a second copy a call); fast, x as it is. Device
+/// data made for one layout and launched with a variant of the other is an error.
 #[test]
 fn a_launch_uploads_x_once_in_the_form_its_variant_reads() {
     let cpu = CpuBackend::new().unwrap();
@@ -2368,11 +2439,14 @@ fn a_launch_uploads_x_once_in_the_form_its_variant_reads() {
     let mid = ops::gate_up_resident(&rw, &ru, &x, Tail::Exact, Tier::Exact).unwrap();
     assert!(mid.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()));
     assert_eq!(b.all.get(), 2, "x once for matvec, once for gate_up");
-    // The fast tier: x in the one form its variant reads (an f16 copy for an `x_f16`
-    // variant, else x) and the factors the host took out of x.
-    b.all.set(0);
-    let y = rw.matvec(&x, Tier::Fast).unwrap();
-    assert_eq!(b.all.get(), 2, "fast: x and its factors");
-    let bound = trellis::check::fast_reduce(&y, &trellis::check::RealSums::of(&w, &x).unwrap());
-    assert!(bound.is_ok(), "{bound:?}");
+    // The fast tier: x as it is (prescaled on the device), and the prescale's powers
+    // input (the matrix's, once).
+    let real = trellis::check::RealSums::of(&w, &x).unwrap();
+    for (call, copies) in [(1, 2), (2, 1)] {
+        b.all.set(0);
+        let y = rw.matvec(&x, Tier::Fast).unwrap();
+        assert_eq!(b.all.get(), copies, "fast call {call}: x (and the powers)");
+        let bound = trellis::check::fast_reduce(&y, &real);
+        assert!(bound.is_ok(), "{bound:?}");
+    }
 }

@@ -179,25 +179,47 @@ impl<B: Backend> Clone for DeviceActivations<B> {
 impl<B: Backend> DeviceActivations<B> {
     /// Upload `x` in both layouts (the interleaved one where `cols` allows it).
     pub fn upload(b: &B, x: &Activations) -> Result<Self> {
-        Self::upload_layouts(b, x, true, x.lane_interleaved())
+        Self::upload_layouts(x, true, x.lane_interleaved(), |elem, shape, bytes| {
+            b.upload(elem, shape, bytes)
+        })
     }
     /// Upload `x` for one launch of variant `v` (the facade's) in the one layout `v`
     /// reads, where [`DeviceActivations::upload`] makes both for every variant a tuner
     /// may try (a host pass and a second copy to the device each call).
     pub fn upload_for(b: &B, x: &Activations, v: &Variant) -> Result<Self> {
+        Self::upload_for_with(x, v, |elem, shape, bytes| b.upload(elem, shape, bytes))
+    }
+    /// [`DeviceActivations::upload_for`] through `upload` (element type, shape, bytes:
+    /// a tensor made or reused by the caller, [`DeviceActivations::into_tensors`] gives
+    /// it back).
+    pub(crate) fn upload_for_with(
+        x: &Activations,
+        v: &Variant,
+        upload: impl Fn(Elem, &[usize], &[u8]) -> Result<B::Tensor>,
+    ) -> Result<Self> {
         let interleaved = match v.interleaved_x {
             true => x.lane_interleaved(),
             false => None,
         };
-        Self::upload_layouts(b, x, interleaved.is_none(), interleaved)
+        Self::upload_layouts(x, interleaved.is_none(), interleaved, upload)
+    }
+    /// The tensors these activations hold alone (a clone's shared ones dropped).
+    pub(crate) fn into_tensors(self) -> impl Iterator<Item = B::Tensor> {
+        [self.x, self.interleaved]
+            .into_iter()
+            .flatten()
+            .filter_map(|t| Arc::try_unwrap(t).ok())
     }
     fn upload_layouts(
-        b: &B,
         x: &Activations,
         plain: bool,
         interleaved: Option<Activations>,
+        upload: impl Fn(Elem, &[usize], &[u8]) -> Result<B::Tensor>,
     ) -> Result<Self> {
-        let up = |x: &Activations| upload_activations(b, x).map(Arc::new);
+        let up = |x: &Activations| {
+            let bytes = x.dtype.try_encode(&x.data, "activations x")?;
+            upload(x.dtype.into(), &[x.rows, x.cols], &bytes).map(Arc::new)
+        };
         Ok(DeviceActivations {
             x: plain.then(|| up(x)).transpose()?,
             interleaved: interleaved.map(|xi| up(&xi)).transpose()?,

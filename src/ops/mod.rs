@@ -25,12 +25,10 @@ use crate::families::gate_up::{GateUpDevice, GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
 use crate::families::mma::MAX_M_MMA;
 use crate::families::reduce::{ReduceDevice, ReduceFamily, ReduceProblem};
-use crate::families::reduce_mma::{
-    operand_exponent, pow2, Prescaled, ReduceMmaDevice, ReduceMmaFamily,
-};
+use crate::families::reduce_mma::{operand_exponent, pow2, ReduceMmaDevice, ReduceMmaFamily};
 use crate::families::simt::MAX_M;
-use crate::family;
-use crate::kernel::Backend;
+use crate::family::{self, Family};
+use crate::kernel::{Backend, KernelSpec, TensorSpec};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::{DType, ScaleDType};
@@ -38,6 +36,7 @@ use crate::{DType, ScaleDType};
 mod resident;
 mod uploaded;
 
+use resident::{fast_on_device, Source};
 pub use resident::{gate_up_resident, Resident};
 use uploaded::{held_samples, Uploaded};
 
@@ -360,11 +359,18 @@ fn matvec_launch<B: Backend>(
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
         let held = held_samples(x, &[wd], v.operands.is_f16())?;
         let fast = || {
-            let d = ReduceMmaDevice {
-                w: wd.get()?,
-                ops: Prescaled::upload_for(b, x, &[w], &v)?,
-            };
-            family::run::<ReduceMmaFamily, B>(b, &p, v, &d).map(first)
+            let matrix = wd.get()?;
+            on_host_data(wd, x, &Variant::default(), &[y_spec(x, w)], |xd, outs| {
+                fast_on_device::<ReduceMmaFamily, B>(
+                    &[wd],
+                    &p,
+                    xd,
+                    outs[0],
+                    |ops| ReduceMmaDevice { w: matrix, ops },
+                    |d| d.ops,
+                    Source::Host(|xs: &Activations| fallback_matvec(b, w, xs)),
+                )
+            })
         };
         return with_held_samples(x, &held, fast, |xs| fallback_matvec(b, w, xs));
     }
@@ -384,11 +390,46 @@ fn reduce_launch<B: Backend>(
 ) -> Result<Activations> {
     let b = &*wd.b;
     family::fits::<ReduceFamily>(p, v, &b.limits())?;
-    let d = ReduceDevice {
-        w: wd.get()?,
-        x: DeviceActivations::upload_for(b, x, &v)?,
-    };
-    family::run::<ReduceFamily, B>(b, p, v, &d).map(first)
+    let kernel = ReduceFamily::kernel(p, v);
+    kernel.validate()?;
+    let w = wd.get()?;
+    on_host_data(wd, x, &v, &kernel.outputs(), |xd, outs| {
+        let d = ReduceDevice { w, x: xd.clone() };
+        family::launch_into::<ReduceFamily, B>(b, p, v, &d, outs)
+    })
+}
+
+/// `launch` of a call on host data: x copied to the device in the layout `v` reads,
+/// into tensors of `outputs`' specs (x's and theirs a recent call's where `wd` keeps
+/// some: [`Uploaded::io_upload`]), the first output read back; the tensors kept for
+/// the next call once it has been.
+fn on_host_data<B: Backend>(
+    wd: &Uploaded<B>,
+    x: &Activations,
+    v: &Variant,
+    outputs: &[TensorSpec],
+    launch: impl FnOnce(&DeviceActivations<B>, &mut [&mut B::Tensor]) -> Result<()>,
+) -> Result<Activations> {
+    let xd = DeviceActivations::upload_for_with(x, v, |elem, shape, bytes| {
+        wd.io_upload(elem, shape, bytes)
+    })?;
+    let mut outs = outputs
+        .iter()
+        .map(|s| wd.io_alloc(s))
+        .collect::<Result<Vec<_>>>()?;
+    launch(&xd, &mut outs.iter_mut().collect::<Vec<_>>())?;
+    let y = family::download(&*wd.b, &outs[0])?;
+    wd.io_keep(xd.into_tensors().chain(outs));
+    Ok(y)
+}
+
+/// y of `matvec` of `w` on `x`: `[M, R]` in x's dtype.
+fn y_spec(x: &Activations, w: &QuantizedMatrix) -> TensorSpec {
+    TensorSpec {
+        name: "y",
+        elem: x.dtype.into(),
+        shape: vec![x.rows, w.geometry.rows],
+    }
 }
 
 /// `y = W x` on `b`, exact, with a forced variant (any M, as [`matvec`]).
@@ -470,12 +511,28 @@ fn gate_up_launch<B: Backend>(
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
         let held = held_samples(x, &[gd, ud], v.operands.is_f16())?;
         let fast = || {
-            let d = GateUpMmaDevice {
-                gate: gd.get()?,
-                up: ud.get()?,
-                ops: Prescaled::upload_for(b, x, &[gate, up], &v)?,
-            };
-            family::run::<GateUpMmaFamily, B>(b, &p, v, &d).map(first)
+            let (gm, um) = (gd.get()?, ud.get()?);
+            on_host_data(
+                gd,
+                x,
+                &Variant::default(),
+                &[y_spec(x, gate)],
+                |xd, outs| {
+                    fast_on_device::<GateUpMmaFamily, B>(
+                        &[gd, ud],
+                        &p,
+                        xd,
+                        outs[0],
+                        |ops| GateUpMmaDevice {
+                            gate: gm,
+                            up: um,
+                            ops,
+                        },
+                        |d| d.ops,
+                        Source::Host(|xs: &Activations| fallback_gate_up(b, gate, up, xs)),
+                    )
+                },
+            )
         };
         return with_held_samples(x, &held, fast, |xs| fallback_gate_up(b, gate, up, xs));
     }
@@ -532,12 +589,17 @@ fn gate_up_exact_launch<B: Backend>(
 ) -> Result<Activations> {
     let b = &*gd.b;
     family::fits::<GateUpFamily>(p, v, &b.limits())?;
-    let d = GateUpDevice {
-        gate: gd.get()?,
-        up: ud.get()?,
-        x: DeviceActivations::upload_for(b, x, &v)?,
-    };
-    family::run::<GateUpFamily, B>(b, p, v, &d).map(first)
+    let kernel = GateUpFamily::kernel(p, v);
+    kernel.validate()?;
+    let (gate, up) = (gd.get()?, ud.get()?);
+    on_host_data(gd, x, &v, &kernel.outputs(), |xd, outs| {
+        let d = GateUpDevice {
+            gate,
+            up,
+            x: xd.clone(),
+        };
+        family::launch_into::<GateUpFamily, B>(b, p, v, &d, outs)
+    })
 }
 
 /// `mid = silu(G x) * (U x)` on `b`, exact, with a forced variant (any M, as

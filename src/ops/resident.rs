@@ -137,7 +137,7 @@ impl<'a, B: Backend> Resident<'a, B> {
             y,
             |ops| ReduceMmaDevice { w: matrix, ops },
             |d| d.ops,
-            |xh| self.matvec(xh, Tier::Fast),
+            Source::Device(|xh: &Activations| self.matvec(xh, Tier::Fast)),
         )
     }
 
@@ -229,7 +229,7 @@ impl<'a, B: Backend> Resident<'a, B> {
                 ops,
             },
             |d| d.ops,
-            |xh| self.gate_up(up, xh, tail, Tier::Fast),
+            Source::Device(|xh: &Activations| self.gate_up(up, xh, tail, Tier::Fast)),
         )
     }
 
@@ -290,13 +290,23 @@ fn output_spec<B: Backend>(
     }
 }
 
+/// Where a fast device call's x comes from, with the host facade's call (`H`) for an x
+/// the f16 operands cannot serve (y written from its result).
+pub(super) enum Source<H> {
+    /// Made on the device: the prescale's flags are read back, and a flagged sample
+    /// brings x to the host, where `H` runs the call if the operand check holds it.
+    Device(H),
+    /// Copied from the host facade's x, checked there (finite; its held samples run on
+    /// the host by the caller, over this call's result): no flags to read.
+    Host(H),
+}
+
 /// The fast tier on activations on the device, into `y`: the table's variant of
 /// family `F` for problem `p` over `projections` (one matrix, or a fused pair: gate,
 /// then up), x prescaled on the device ([`Prescale`]; its flags read by
-/// [`held_after_flags`]). `device` makes the
-/// family's device data of the prescaled operands and `operands` takes them back (they
-/// go back to the scratch); `on_host` is the host facade's call, for x the operand
-/// check holds (y written from its result).
+/// [`held_after_flags`] where x comes from the device). `device` makes the family's
+/// device data of the prescaled operands and `operands` takes them back (they go back
+/// to the scratch).
 pub(super) fn fast_on_device<F, B>(
     projections: &[&Uploaded<B>],
     p: &F::Problem,
@@ -304,7 +314,7 @@ pub(super) fn fast_on_device<F, B>(
     y: &mut B::Tensor,
     device: impl FnOnce(Prescaled<B>) -> F::Device<B>,
     operands: impl FnOnce(F::Device<B>) -> Prescaled<B>,
-    on_host: impl FnOnce(&Activations) -> Result<Activations>,
+    source: Source<impl FnOnce(&Activations) -> Result<Activations>>,
 ) -> Result<()>
 where
     F: family::Family<Variant = MmaVariant>,
@@ -318,6 +328,10 @@ where
     kernel.validate()?;
     let specs = kernel.outputs();
     specs[0].check(kernel.id().name, y.elem(), &y.shape())?;
+    let (on_host, from_device) = match source {
+        Source::Device(h) => (h, true),
+        Source::Host(h) => (h, false),
+    };
     let host = |xh: &Activations, y: &mut B::Tensor| {
         let yh = on_host(xh)?;
         b.write(y, &yh.dtype.try_encode(&yh.data, "y")?)
@@ -368,13 +382,13 @@ where
         },
     };
     // Only bf16 and f32 samples can be held with f16 operands (f16 ones fit them; bf16
-    // operands hold any), so only those read the flags back: started now, taken once
-    // the matrix kernel is queued behind them, so the GPU runs the two back to back
-    // while the host waits for the flags alone.
+    // operands hold any), so only those read the flags back (where the host has not
+    // read x): started now, taken once the matrix kernel is queued behind them, so the
+    // GPU runs the two back to back while the host waits for the flags alone.
     let mut started = || -> Result<Option<crate::kernel::Later<'_>>> {
         let mut refs: Vec<&mut B::Tensor> = prescaled.iter_mut().collect();
         b.launch_into(&k.launch_request()?, &[plain, &*powers], &mut refs)?;
-        (v.operands.is_f16() && x.dtype() != DType::F16)
+        (from_device && v.operands.is_f16() && x.dtype() != DType::F16)
             .then(|| b.download_later(&prescaled[2]))
             .transpose()
     };

@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::families::mma::MmaVariant;
 use crate::families::reduce_mma::{beyond_f16_operands_of, OperandFacts, Prescale, TablePowers};
 use crate::families::DeviceMatrix;
-use crate::kernel::{Backend, Elem};
+use crate::kernel::{Backend, DeviceTensor, Elem, TensorSpec};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::DType;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -37,26 +37,34 @@ pub(super) struct Uploaded<'a, B: Backend> {
     /// The prescale's `powers` inputs of the last few calls with this matrix first (its
     /// table's power; a fused pair's, gate's then up's), by value.
     pub(super) powers: Arc<Pool<PowersUpload<B>>>,
+    /// The device tensors of the last few calls on host data with this matrix first (x's
+    /// layouts, y, a split-K's partials), by element type and shape: a resident's next
+    /// call writes x over them and reads y out of them, where a new tensor costs an
+    /// allocation and a clear on the device (CUDA: driver calls beside a small copy).
+    pub(super) io: Arc<Pool<B::Tensor, { Pool::<()>::KEEP_IO }>>,
 }
 
 /// The prescale's `powers` (their bits, in order) and their upload.
 pub(super) type PowersUpload<B> = (Vec<u32>, Arc<<B as Backend>::Tensor>);
 
-/// A few values kept for reuse, most recently put last; a lock held only to take or
-/// put one. Two threads that miss at once each make a value and both put it back (the
-/// oldest past [`Pool::KEEP`] dropped): at most `KEEP` are kept, of any keys.
-pub(super) struct Pool<T>(std::sync::Mutex<Vec<T>>);
+/// A few values kept for reuse (at most `KEEP`, of any keys), most recently put last; a
+/// lock held only to take or put one. Two threads that miss at once each make a value
+/// and both put it back (the oldest past `KEEP` dropped).
+pub(super) struct Pool<T, const KEEP: usize = 4>(std::sync::Mutex<Vec<T>>);
 
-impl<T> Default for Pool<T> {
+impl<T, const KEEP: usize> Default for Pool<T, KEEP> {
     fn default() -> Self {
         Pool(Default::default())
     }
 }
 
-impl<T> Pool<T> {
-    /// The most a pool keeps: a resident's matvec and fused pair at a couple of M.
-    const KEEP: usize = 4;
+impl Pool<()> {
+    /// A host call's tensors: x and y, a split-K's partials, for a resident's matvec and
+    /// fused pair at a couple of M.
+    pub(super) const KEEP_IO: usize = 12;
+}
 
+impl<T, const KEEP: usize> Pool<T, KEEP> {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
         self.0
             .lock()
@@ -70,10 +78,10 @@ impl<T> Pool<T> {
         Some(kept.remove(i))
     }
 
-    /// Keep `t`, dropping the least recent past [`Pool::KEEP`].
+    /// Keep `t`, dropping the least recent past `KEEP`.
     pub(super) fn put(&self, t: T) {
         let mut kept = self.lock();
-        if kept.len() >= Self::KEEP {
+        if kept.len() >= KEEP {
             kept.remove(0);
         }
         kept.push(t);
@@ -111,6 +119,7 @@ impl<B: Backend> Clone for Uploaded<'_, B> {
             fast_tables: self.fast_tables.clone(),
             scratch: self.scratch.clone(),
             powers: self.powers.clone(),
+            io: self.io.clone(),
         }
     }
 }
@@ -156,7 +165,40 @@ impl<'a, B: Backend> Uploaded<'a, B> {
             fast_tables: Default::default(),
             scratch: Default::default(),
             powers: Default::default(),
+            io: Default::default(),
         }
+    }
+
+    /// An output of `spec` for a host call: a recent call's tensor of its type and shape
+    /// (its elements as that call left them: a kernel writes its outputs whole, and the
+    /// launch clears those it accumulates into), else a new one.
+    pub(super) fn io_alloc(&self, spec: &TensorSpec) -> Result<B::Tensor> {
+        match self
+            .io
+            .take(|t| t.elem() == spec.elem && t.shape() == spec.shape)
+        {
+            Some(t) => Ok(t),
+            None => self.b.alloc(spec),
+        }
+    }
+
+    /// `bytes` on the device as a tensor of `elem` and `shape`: written over a recent
+    /// call's ([`Backend::write`], in stream order), else uploaded.
+    pub(super) fn io_upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<B::Tensor> {
+        match self.io.take(|t| t.elem() == elem && t.shape() == shape) {
+            Some(mut t) => {
+                self.b.write(&mut t, bytes)?;
+                Ok(t)
+            }
+            None => self.b.upload(elem, shape, bytes),
+        }
+    }
+
+    /// Keep a host call's tensors for the next: only once the call has read its outputs
+    /// back (which waits for its kernels), so no queued kernel still reads or writes
+    /// them.
+    pub(super) fn io_keep(&self, ts: impl IntoIterator<Item = B::Tensor>) {
+        ts.into_iter().for_each(|t| self.io.put(t));
     }
 
     /// The prescale's `powers` input (one or two: a matrix's, a fused pair's) on the
@@ -255,7 +297,7 @@ mod tests {
     fn a_pool_keeps_the_most_recent_few() {
         let pool = Pool::<(u32, u32)>::default();
         let keys = |pool: &Pool<(u32, u32)>| pool.lock().iter().map(|v| v.0).collect::<Vec<_>>();
-        for k in 0..Pool::<(u32, u32)>::KEEP as u32 {
+        for k in 0..4 {
             pool.put((k, 10 * k));
         }
         assert_eq!(keys(&pool), [0, 1, 2, 3]);

@@ -64,8 +64,8 @@ pub(crate) fn pow2(e: i32) -> f32 {
 /// exponent leaves the epilogue), the facade runs on its fallback, the exact kernels at
 /// f32 with unit row scales ([`beyond_f16_operands`]).
 pub struct Prescaled<B: Backend> {
-    /// x with `2^-e_n` taken out of each sample n (made by the facade for one `x_f16`
-    /// variant: its f16 copy).
+    /// x with `2^-e_n` taken out of each sample n (the facade's, made by [`Prescale`]:
+    /// in the element type its variant reads, f16 for an `x_f16` one).
     pub x: B::Tensor,
     /// The same rounded to f16 ([`MmaVariant::x_f16`]; bf16 and f32 activations only: a
     /// copy of M x C values, small beside the weights).
@@ -80,31 +80,9 @@ pub struct Prescaled<B: Backend> {
 
 impl<B: Backend> Prescaled<B> {
     /// Prepare and upload x and the tables of `ws` (the projections, in order), x in
-    /// both forms (as prescaled, and its f16 copy), for any variant.
+    /// both forms (as prescaled, and its f16 copy), for any variant. (The facade's
+    /// calls prescale on the device instead: [`Prescale`], the same bits.)
     pub fn upload(b: &B, x: &Activations, ws: &[&QuantizedMatrix]) -> Result<Self> {
-        Self::prepare(b, x, ws, None)
-    }
-
-    /// [`Prescaled::upload`] for one launch of variant `v` (the facade's): only the x
-    /// that `v` reads, in `x` (for an `x_f16` variant the f16 copy, `x_f16` then
-    /// `None`), where `upload` copies both each call. Crate-private: another variant
-    /// would be given the other element type, which the launch's checks refuse.
-    pub(crate) fn upload_for(
-        b: &B,
-        x: &Activations,
-        ws: &[&QuantizedMatrix],
-        v: &MmaVariant,
-    ) -> Result<Self> {
-        Self::prepare(b, x, ws, Some(v.x_f16))
-    }
-
-    /// `only_f16`: `None` uploads both forms of x, `Some(f16)` the one form.
-    fn prepare(
-        b: &B,
-        x: &Activations,
-        ws: &[&QuantizedMatrix],
-        only_f16: Option<bool>,
-    ) -> Result<Self> {
         // Its fields are public: sized from them only once they agree.
         crate::reference::check_activations(x, x.cols)?;
         let mut xs = x.clone();
@@ -129,11 +107,9 @@ impl<B: Backend> Prescaled<B> {
                 &Activations::from_f32(DType::F16, xs.rows, xs.cols, xs.data)?,
             )
         };
-        let (x_up, x_f16) = match only_f16 {
-            Some(true) if x.dtype != DType::F16 => (to_f16(xs)?, None),
-            Some(_) => (upload_activations(b, &xs)?, None),
-            None if x.dtype == DType::F16 => (upload_activations(b, &xs)?, None),
-            None => (upload_activations(b, &xs)?, Some(to_f16(xs)?)),
+        let (x_up, x_f16) = match x.dtype {
+            DType::F16 => (upload_activations(b, &xs)?, None),
+            _ => (upload_activations(b, &xs)?, Some(to_f16(xs)?)),
         };
         Ok(Prescaled {
             x: x_up,
@@ -481,11 +457,12 @@ mod tests {
     use crate::{check, Code, DType, Geometry};
     use std::sync::Arc;
 
-    /// The facade's upload holds the one form of x its variant reads, and the same device
-    /// data launched with a variant that reads the other form is refused (x's element
-    /// type), not run on the wrong form.
+    /// Device data holding the one form of x a variant reads (as the facade's device
+    /// prescale makes it, `x_f16` none) runs that variant, and launched with a variant
+    /// that reads the other form is refused (x's element type), not run on the wrong
+    /// form.
     #[test]
-    fn upload_for_gives_a_variant_its_form_of_x_and_no_other() {
+    fn a_variant_reads_its_form_of_x_and_refuses_the_other() {
         let cpu = CpuBackend::new().unwrap();
         let g = Geometry::new(16, 512, 256, 2, 12, Code::OneMad).unwrap();
         let w = check::random_matrix(g, 1);
@@ -503,11 +480,16 @@ mod tests {
         };
         assert!(Prescaled::upload(&cpu, &x, &[&w]).unwrap().x_f16.is_some());
         for (v, other) in [(plain, f16), (f16, plain)] {
+            let both = Prescaled::upload(&cpu, &x, &[&w]).unwrap();
+            let (xs, x16) = (both.x, both.x_f16.unwrap());
             let d = ReduceMmaDevice {
                 w: dm.clone(),
-                ops: Prescaled::upload_for(&cpu, &x, &[&w], &v).unwrap(),
+                ops: Prescaled {
+                    x: if v.x_f16 { x16 } else { xs },
+                    x_f16: None,
+                    ..both
+                },
             };
-            assert!(d.ops.x_f16.is_none(), "{v}");
             let y = family::run::<ReduceMmaFamily, _>(&cpu, &p, v, &d).unwrap();
             check::fast_reduce(&y[0], &real).unwrap();
             let e = family::run::<ReduceMmaFamily, _>(&cpu, &p, other, &d).unwrap_err();
