@@ -83,8 +83,8 @@ pub struct MmaVariant {
     /// instead of 1.88 (H200 SASS, 1mad k 2 L 16), for a few more live registers.
     #[serde(default, skip_serializing_if = "is_default")]
     pub paired_windows: bool,
-    /// x arrives as f16, rounded by the host when it prescales x ([`Prescaled::x_f16`](crate::families::reduce_mma::Prescaled::x_f16)),
-    /// so B fragments and staging are plain loads: the kernel converts nothing. The same
+    /// x arrives as f16, rounded when x is prescaled (by the prescale kernel, or the host:
+    /// [`Prescaled::x_f16`](crate::families::reduce_mma::Prescaled::x_f16)), so B fragments and staging are plain loads: the kernel converts nothing. The same
     /// rounding the kernel's conversion makes (to nearest even), so the same bits. For f16
     /// operands and bf16 or f32 activations (f16 ones are f16 already).
     #[serde(default, skip_serializing_if = "is_default")]

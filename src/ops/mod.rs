@@ -7,7 +7,9 @@
 //! fused kernels take one) runs as two `matvec`s and the tail on the host. The tuning
 //! tables choose the variant ([`crate::tune::select_for`]), and the `_with` forms force
 //! one. Host data in, host data out (a [`Resident`] matrix stays on the device between
-//! calls); every input is validated before any kernel runs. A resident matrix also runs
+//! calls, and so do its calls' x and y tensors, written over by the next call); every
+//! input is validated before any kernel runs. The fast tier prescales x on the device
+//! ([`crate::families::reduce_mma::Prescale`]). A resident matrix also runs
 //! on activations kept on the device ([`Resident::matvec_device`],
 //! [`Resident::gate_up_device`], and their `_into` forms, both tiers), y left there: the
 //! exact tier in one launch, the fast tier after a prescale kernel whose per-sample flags

@@ -22,9 +22,12 @@ use std::sync::Arc;
 /// A matrix uploaded to a backend once and kept there for any number of calls
 /// ([`Resident::matvec`], [`gate_up_resident`]), with the same results as
 /// [`matvec`](super::matvec) and [`gate_up`](super::gate_up), which copy their matrices
-/// to the device every call. It holds the host matrix, which the fast tier's checks and
-/// its fallback read, borrowed ([`Resident::new`]) or shared ([`Resident::shared`]: a
-/// `Resident<'static, B>`, to keep in a server's state), and checks its weights finite
+/// to the device every call. Its calls on host data keep their device tensors (x, y, the
+/// fast tier's prescaled x and partials) for the next call of the same shapes, a few
+/// kinds at a time: such a call copies x over its tensor and allocates nothing. It
+/// holds the host matrix, which the fast tier's checks and its fallback read, borrowed
+/// ([`Resident::new`]) or shared ([`Resident::shared`]: a `Resident<'static, B>`, to
+/// keep in a server's state), and checks its weights finite
 /// once per activation dtype (the matrix cannot change while it is held). It is `Send`
 /// and `Sync` where the backend is (the cpu, cuda and metal-sim backends): several
 /// threads may call one. On a backend chosen at run time, make them inside
