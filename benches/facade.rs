@@ -1,6 +1,7 @@
 //! What a facade call costs beside its kernel: `Resident::matvec` (x checked and copied
 //! to the device over the last call's tensor, the variant chosen, the launch into the
-//! last call's y, y copied back; the fast tier prescales x on the device) and, exact,
+//! last call's y, y copied back; the fast tier prescales x on the device), the same for
+//! the fused gate/up pair (`Resident::gate_up`), and, exact,
 //! `Resident::matvec_device` (x and y stay on the device; the fast tier with bf16 x, which
 //! reads its flags back, and with f16 x, which does not) against the same kernel bound
 //! once and launched alone (then synchronized), in each tier, on the backend
@@ -19,7 +20,7 @@ use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::{Prescale, ReduceMmaFamily};
 use trellis::family::Family;
 use trellis::kernel::{Elem, KernelSpec, TensorSpec};
-use trellis::numerics::Tier;
+use trellis::numerics::{Tail, Tier};
 use trellis::tune::select_for;
 use trellis::{ops, Code, DType, Geometry, ScaleDType};
 
@@ -170,6 +171,14 @@ impl BackendVisitor for Facade<'_> {
                         .unwrap();
                     b.synchronize().unwrap();
                 })
+            });
+        }
+        // The fused pair on host data (its up matrix resident too).
+        let u = trellis::check::random_matrix(g, 3);
+        let ru = ops::Resident::new(b, &u).expect("resident up");
+        for tier in [Tier::Exact, Tier::Fast] {
+            c.bench_function(&format!("{at}/{tier}/resident-gate-up"), |bn| {
+                bn.iter(|| r.gate_up(&ru, black_box(&x), Tail::Exact, tier).unwrap())
             });
         }
         for tier in [Tier::Exact, Tier::Fast] {

@@ -15,7 +15,7 @@ for i in 1 2 3; do
     timeout 100 $D/xtask bench --table tuning/nvidia-h200.toml --out "$C/bench-k3-$i.md" > /dev/null 2> "$C/bench-k3-$i.err"
   echo "bench $i rc=$? $(since)"; grep -E "k3 M1" "$C/bench-k3-$i.err" | head -4
 done
-F='resident-matvec$|/kernel$'
+F='resident-matvec$|resident-gate-up|/kernel$'
 TRELLIS_BENCH_BACKEND=cuda timeout 120 $D/facade --bench --warm-up-time 1 --measurement-time 2 > $C/facade-bench.txt 2>&1
 echo "facade rc=$? $(since)"; grep -E "^cuda|time:" $C/facade-bench.txt
 for r in 1 2; do
