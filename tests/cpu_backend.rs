@@ -2,6 +2,8 @@
 
 #[path = "common/flagged.rs"]
 mod flagged;
+#[path = "common/host_prescaled.rs"]
+mod host_prescaled;
 
 use trellis::backend::CpuBackend;
 use trellis::families::simt::{MStrategy, Representation, Variant, XStage};
@@ -1317,6 +1319,18 @@ fn a_residents_calls_on_host_data_reuse_their_device_tensors() {
                     true => ops::gate_up(&cpu, &w, &u, &x, Tail::Exact, tier).unwrap(),
                 };
                 assert!(y.bits_eq(&fresh), "{tier:?} {dtype} M {m} pair {pair}");
+                // The fast tier prescales x on the device: the bits of the kernels on x
+                // prescaled by the host, as the tuner runs them.
+                if tier == Tier::Fast {
+                    let host = match pair {
+                        false => host_prescaled::matvec(&cpu, &w, &x),
+                        true => host_prescaled::gate_up(&cpu, &w, &u, &x, Tail::Exact),
+                    };
+                    assert!(
+                        y.bits_eq(&host),
+                        "{dtype} M {m} pair {pair}: host prescaled"
+                    );
+                }
                 if round == 1 {
                     let counts = (b.all.get() - all, b.made.get() - made);
                     assert_eq!(

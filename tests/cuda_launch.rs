@@ -9,6 +9,8 @@ mod contract;
 mod f16_edge;
 #[path = "common/flagged.rs"]
 mod flagged;
+#[path = "common/host_prescaled.rs"]
+mod host_prescaled;
 
 use trellis::backend::cuda::CudaBackend;
 use trellis::codegen::Rendered;
@@ -272,6 +274,10 @@ fn device_activations_run_the_fast_tier() {
         let y_want = rw.matvec(&x, Tier::Fast).unwrap();
         let z_want = rd.matvec(&y_want, Tier::Fast).unwrap();
         assert!(y.download(&b).unwrap().bits_eq(&y_want), "y, {dtype} M {m}");
+        // Both prescale x on the device: the bits of the kernel on x prescaled by the
+        // host, as the tuner runs it.
+        let host = host_prescaled::matvec(&b, &w, &x);
+        assert!(y_want.bits_eq(&host), "y, {dtype} M {m}: host prescaled");
         assert!(z.download(&b).unwrap().bits_eq(&z_want), "z, {dtype} M {m}");
         let mid = rw
             .gate_up_device(&ru, &xd, trellis::numerics::Tail::Exact, Tier::Fast)
@@ -282,6 +288,11 @@ fn device_activations_run_the_fast_tier() {
         assert!(
             mid.download(&b).unwrap().bits_eq(&mid_want),
             "mid, {dtype} M {m}"
+        );
+        let host = host_prescaled::gate_up(&b, &w, &u, &x, trellis::numerics::Tail::Exact);
+        assert!(
+            mid_want.bits_eq(&host),
+            "mid, {dtype} M {m}: host prescaled"
         );
     }
     for held in [false, true] {
