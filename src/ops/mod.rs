@@ -257,7 +257,7 @@ pub fn gate_up_problem(
 
 /// The family this facade (and `trellis matvec|gate-up`) runs for a family name and a
 /// tier, by name (for `trellis select` and reports): the fast tier of a family with a
-/// [`Family::FAST`](crate::family::Family::FAST) twin runs there (`reduce` on
+/// [`Family::FAST`] twin runs there (`reduce` on
 /// `reduce_mma`, `gate_up` and `gate_up_mixed` on `gate_up_mma`); every other name is its
 /// own family. [`matvec`] and [`gate_up`] dispatch the same way, typed (a `gate_up` pair
 /// of two block sizes T runs as two `matvec`s: `reduce`, or `reduce_mma` when fast).
