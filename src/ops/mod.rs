@@ -471,11 +471,12 @@ fn gate_up_uploaded<B: Backend>(
     tail: Tail,
     choice: Choice,
 ) -> Result<Activations> {
-    let (b, gate, up) = (&*ws[0].b, &*ws[0].w, &*ws[1].w);
+    let (b, gate) = (&*ws[0].b, &*ws[0].w);
     let tier = choice.tier();
-    // Each matrix checked whole (its scales and table too) and named, before any launch.
-    gate.validate().map_err(|e| e.of("gate"))?;
-    up.validate().map_err(|e| e.of("up"))?;
+    // Each matrix checked whole (its scales and table too) and named, before any launch
+    // (a resident's once).
+    ws[0].validate().map_err(|e| e.of("gate"))?;
+    ws[1].validate().map_err(|e| e.of("up"))?;
     if x.rows > max_samples(tier) as usize {
         // Every chunk's values, before any kernel runs (and named by their row in x).
         check_finite(x)?;

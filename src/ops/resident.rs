@@ -43,6 +43,7 @@ impl<'a, B: Backend> Resident<'a, B> {
     }
 
     fn upload(w: Uploaded<'a, B>) -> Result<Self> {
+        w.validate()?;
         w.get()?;
         Ok(Resident { w })
     }
