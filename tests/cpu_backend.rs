@@ -1284,8 +1284,8 @@ fn a_resident_matrix_is_uploaded_once_for_many_calls() {
 
 /// A resident's calls on host data keep their device tensors (x's layouts, y, the fast
 /// tier's prescaled x and partials) for the next call: once a call of a kind has run,
-/// another of the same kind (tier, M, dtype; matvec or the fused pair) uploads and
-/// allocates nothing, and gives the bits a fresh resident gives. Several kinds in turn
+/// another of the same kind (tier, M, dtype; matvec or the fused pair) makes no tensor,
+/// and gives the bits a fresh call gives (exact: the reference's). Several kinds in turn
 /// keep theirs, and a batch's chunks share one set. Each call copies x to the device
 /// once, as it is (the fast tier prescales it there).
 #[test]
@@ -1298,11 +1298,15 @@ fn a_residents_calls_on_host_data_reuse_their_device_tensors() {
         ops::Resident::new(&b, &w).unwrap(),
         ops::Resident::new(&b, &u).unwrap(),
     );
+    // Five shapes of x and of y (the tiers share them) and four keys of the fast
+    // tier's buffers (two M, matvec and pair): within what a resident keeps.
     let kinds = [
         (Tier::Exact, DType::Bf16, 1),
         (Tier::Fast, DType::Bf16, 1),
         (Tier::Exact, DType::F32, 4),
         (Tier::Fast, DType::F16, 3),
+        (Tier::Exact, DType::F16, 2),
+        (Tier::Exact, DType::F32, 8),
     ];
     let call = |tier: Tier, x: &Activations, pair: bool| match pair {
         false => rw.matvec(x, tier).unwrap(),
@@ -1319,6 +1323,13 @@ fn a_residents_calls_on_host_data_reuse_their_device_tensors() {
                     true => ops::gate_up(&cpu, &w, &u, &x, Tail::Exact, tier).unwrap(),
                 };
                 assert!(y.bits_eq(&fresh), "{tier:?} {dtype} M {m} pair {pair}");
+                if tier == Tier::Exact {
+                    let want = match pair {
+                        false => reference::reduce(&w, &x).unwrap(),
+                        true => reference::gate_up(&w, &u, &x).unwrap(),
+                    };
+                    assert!(y.bits_eq(&want), "{dtype} M {m} pair {pair}: reference");
+                }
                 // The fast tier prescales x on the device: the bits of the kernels on x
                 // prescaled by the host, as the tuner runs them.
                 if tier == Tier::Fast {
@@ -1759,6 +1770,12 @@ fn device_activations_run_the_fast_tier() {
             y.download(&b).unwrap().bits_eq(&want),
             "held {held} {dtype}"
         );
+        // Flagged and not held, the kernels run on x prescaled on the device (the host
+        // facade's x as well): the bits of x prescaled by the host.
+        if !held {
+            let host = host_prescaled::matvec(&b, &w, &x);
+            assert!(want.bits_eq(&host), "{dtype}: host prescaled");
+        }
     }
     // A chain: the fast tier's y is the next layer's x.
     let x = random_x(DType::Bf16, 2, 1024, 138);
@@ -1826,8 +1843,8 @@ fn device_activations_run_the_fast_tier() {
     let e = err(rw.matvec_device(&seventeen, Tier::Fast));
     assert!(e.contains("17") && e.contains("1..=16"), "{e}");
     // Into outputs made once: the fast tier's bits in y and mid, for an ordinary x, a
-    // flagged one and a held one (whose result the host computes and writes into y:
-    // this backend's `write` is the trait's default, an upload, counted); the fused
+    // flagged one and a held one (whose result the host computes and writes into y: a
+    // copy to the device, counted); the fused
     // pair's scratch beside the matvec's (one resident alternating the two); an output
     // of another shape or type named.
     let u = random_matrix(g, 141);
@@ -2077,6 +2094,29 @@ fn resident_matrices_serve_several_threads() {
                     let mid = layer.gate.gate_up_device(up, &xd, tail, Tier::Fast);
                     let mid = mid.unwrap().download(cpu).unwrap();
                     assert!(mid.bits_eq(&want_mid), "seed {seed}");
+                }
+            });
+        }
+    });
+    // A square matrix's calls on host data from several threads at once, on the Metal
+    // simulator: x and y have one type and shape there, and the calls' kept tensors
+    // come back in any order; an upload's slack (filled, to catch reads past the end)
+    // must never come back as an output's (checked clear after every launch).
+    let sim = trellis::backend::metal_sim::MetalSimBackend::new().unwrap();
+    let sq = random_matrix(
+        Geometry::new(256, 256, 256, 2, 12, Code::OneMad).unwrap(),
+        121,
+    );
+    let rs = ops::Resident::new(&sim, &sq).unwrap();
+    std::thread::scope(|s| {
+        for seed in 122..126 {
+            let (rs, sq) = (&rs, &sq);
+            s.spawn(move || {
+                let x = random_x(DType::Bf16, 1, 256, seed);
+                let want = reference::reduce(sq, &x).unwrap();
+                for round in 0..12 {
+                    let y = rs.matvec(&x, Tier::Exact).unwrap();
+                    assert!(y.bits_eq(&want), "seed {seed} round {round}");
                 }
             });
         }

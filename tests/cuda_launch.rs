@@ -302,6 +302,11 @@ fn device_activations_run_the_fast_tier() {
             .unwrap();
         let want = rw.matvec(&x, Tier::Fast).unwrap();
         assert!(y.download(&b).unwrap().bits_eq(&want), "held {held}");
+        // Flagged, not held: the prescale kernel's bits are the host's.
+        if !held {
+            let host = host_prescaled::matvec(&b, &w, &x);
+            assert!(want.bits_eq(&host), "flagged: host prescaled");
+        }
     }
     // Into outputs made once (a held sample's result written into y by
     // `CudaBackend::write`, in place), the fused pair's scratch beside the matvec's.

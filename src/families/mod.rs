@@ -187,17 +187,19 @@ impl<B: Backend> DeviceActivations<B> {
     /// reads, where [`DeviceActivations::upload`] makes both for every variant a tuner
     /// may try (a host pass and a second copy to the device each call).
     pub fn upload_for(b: &B, x: &Activations, v: &Variant) -> Result<Self> {
-        Self::upload_for_with(x, v, |elem, shape, bytes| b.upload(elem, shape, bytes))
+        Self::upload_layout(x, v.interleaved_x, |elem, shape, bytes| {
+            b.upload(elem, shape, bytes)
+        })
     }
-    /// [`DeviceActivations::upload_for`] through `upload` (element type, shape, bytes:
-    /// a tensor made or reused by the caller, [`DeviceActivations::into_tensors`] gives
-    /// it back).
-    pub(crate) fn upload_for_with(
+    /// x in one layout (lane-interleaved, where the columns allow, or as it is) through
+    /// `upload` (element type, shape, bytes: a tensor made or reused by the caller,
+    /// which [`DeviceActivations::into_tensors`] gives back).
+    pub(crate) fn upload_layout(
         x: &Activations,
-        v: &Variant,
+        interleaved_x: bool,
         upload: impl Fn(Elem, &[usize], &[u8]) -> Result<B::Tensor>,
     ) -> Result<Self> {
-        let interleaved = match v.interleaved_x {
+        let interleaved = match interleaved_x {
             true => x.lane_interleaved(),
             false => None,
         };

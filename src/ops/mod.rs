@@ -362,7 +362,7 @@ fn matvec_launch<B: Backend>(
         let held = held_samples(x, &[wd], v.operands.is_f16())?;
         let fast = || {
             let matrix = wd.get()?;
-            on_host_data(wd, x, &Variant::default(), &[y_spec(x, w)], |xd, outs| {
+            on_host_data(wd, x, false, &[y_spec(x, w)], |xd, outs| {
                 fast_on_device::<ReduceMmaFamily, B>(
                     &[wd],
                     &p,
@@ -395,24 +395,24 @@ fn reduce_launch<B: Backend>(
     let kernel = ReduceFamily::kernel(p, v);
     kernel.validate()?;
     let w = wd.get()?;
-    on_host_data(wd, x, &v, &kernel.outputs(), |xd, outs| {
+    on_host_data(wd, x, v.interleaved_x, &kernel.outputs(), |xd, outs| {
         let d = ReduceDevice { w, x: xd.clone() };
         family::launch_into::<ReduceFamily, B>(b, p, v, &d, outs)
     })
 }
 
-/// `launch` of a call on host data: x copied to the device in the layout `v` reads,
-/// into tensors of `outputs`' specs (x's and theirs a recent call's where `wd` keeps
-/// some: [`Uploaded::io_upload`]), the first output read back; the tensors kept for
-/// the next call once it has been.
+/// `launch` of a call on host data: x copied to the device (lane-interleaved where
+/// `interleaved_x`, else as it is), into tensors of `outputs`' specs (x's and theirs a
+/// recent call's where `wd` keeps some: [`Uploaded::io_upload`]), the first output read
+/// back; the tensors kept for the next call once it has been.
 fn on_host_data<B: Backend>(
     wd: &Uploaded<B>,
     x: &Activations,
-    v: &Variant,
+    interleaved_x: bool,
     outputs: &[TensorSpec],
     launch: impl FnOnce(&DeviceActivations<B>, &mut [&mut B::Tensor]) -> Result<()>,
 ) -> Result<Activations> {
-    let xd = DeviceActivations::upload_for_with(x, v, |elem, shape, bytes| {
+    let xd = DeviceActivations::upload_layout(x, interleaved_x, |elem, shape, bytes| {
         wd.io_upload(elem, shape, bytes)
     })?;
     let mut outs = outputs
@@ -421,7 +421,7 @@ fn on_host_data<B: Backend>(
         .collect::<Result<Vec<_>>>()?;
     launch(&xd, &mut outs.iter_mut().collect::<Vec<_>>())?;
     let y = family::download(&*wd.b, &outs[0])?;
-    wd.io_keep(xd.into_tensors().chain(outs));
+    wd.io_keep(xd.into_tensors(), outs);
     Ok(y)
 }
 
@@ -515,27 +515,21 @@ fn gate_up_launch<B: Backend>(
         let held = held_samples(x, &[gd, ud], v.operands.is_f16())?;
         let fast = || {
             let (gm, um) = (gd.get()?, ud.get()?);
-            on_host_data(
-                gd,
-                x,
-                &Variant::default(),
-                &[y_spec(x, gate)],
-                |xd, outs| {
-                    fast_on_device::<GateUpMmaFamily, B>(
-                        &[gd, ud],
-                        &p,
-                        xd,
-                        outs[0],
-                        |ops| GateUpMmaDevice {
-                            gate: gm,
-                            up: um,
-                            ops,
-                        },
-                        |d| d.ops,
-                        Source::Host(|xs: &Activations| fallback_gate_up(b, gate, up, xs)),
-                    )
-                },
-            )
+            on_host_data(gd, x, false, &[y_spec(x, gate)], |xd, outs| {
+                fast_on_device::<GateUpMmaFamily, B>(
+                    &[gd, ud],
+                    &p,
+                    xd,
+                    outs[0],
+                    |ops| GateUpMmaDevice {
+                        gate: gm,
+                        up: um,
+                        ops,
+                    },
+                    |d| d.ops,
+                    Source::Host(|xs: &Activations| fallback_gate_up(b, gate, up, xs)),
+                )
+            })
         };
         return with_held_samples(x, &held, fast, |xs| fallback_gate_up(b, gate, up, xs));
     }
@@ -595,7 +589,7 @@ fn gate_up_exact_launch<B: Backend>(
     let kernel = GateUpFamily::kernel(p, v);
     kernel.validate()?;
     let (gate, up) = (gd.get()?, ud.get()?);
-    on_host_data(gd, x, &v, &kernel.outputs(), |xd, outs| {
+    on_host_data(gd, x, v.interleaved_x, &kernel.outputs(), |xd, outs| {
         let d = GateUpDevice {
             gate,
             up,

@@ -22,9 +22,10 @@ use std::sync::Arc;
 /// A matrix uploaded to a backend once and kept there for any number of calls
 /// ([`Resident::matvec`], [`gate_up_resident`]), with the same results as
 /// [`matvec`](super::matvec) and [`gate_up`](super::gate_up), which copy their matrices
-/// to the device every call. Its calls on host data keep their device tensors (x, y, the
-/// fast tier's prescaled x and partials) for the next call of the same shapes, a few
-/// kinds at a time: such a call copies x over its tensor and allocates nothing. It
+/// to the device every call. Its calls on host data keep their device tensors (x, y, and
+/// the fast tier's prescaled x and partials) for the next call of the same shapes, a
+/// few kinds at a time (a few of each on the device for the resident's life): such a
+/// call copies x over its tensor and allocates nothing. It
 /// holds the host matrix, which the fast tier's checks and its fallback read, borrowed
 /// ([`Resident::new`]) or shared ([`Resident::shared`]: a `Resident<'static, B>`, to
 /// keep in a server's state), and checks its weights finite
@@ -43,8 +44,7 @@ impl<'a, B: Backend> Resident<'a, B> {
     }
 
     fn upload(w: Uploaded<'a, B>) -> Result<Self> {
-        w.validate()?;
-        w.get()?;
+        w.get()?; // validates the matrix whole, once
         Ok(Resident { w })
     }
 

@@ -29,21 +29,47 @@ pub(super) struct Uploaded<'a, B: Backend> {
     pub(super) finite_in: Arc<AtomicU8>,
     /// What the fast tier's operand check reads of the matrix, made on first need.
     pub(super) facts: Arc<OnceLock<OperandFacts>>,
-    /// The fast tier's table and its power, for its device path (first need).
+    /// The fast tier's table and its power, for its device path, which its calls on
+    /// host data take too (first need).
     pub(super) fast_tables: Arc<OnceLock<Arc<FastTables<B>>>>,
-    /// The fast device path's buffers of its last few keys (a call with this matrix
-    /// first), reused: the prescale's three outputs and the split-K partials, not
+    /// The fast device path's buffers (its calls on host data take that path too) of its
+    /// last few keys (a call with this matrix first), reused: the prescale's three outputs and the split-K partials, not
     /// allocated a call on CUDA and the CPU (Metal's launches return fresh arrays, so
     /// there it saves nothing).
     pub(super) scratch: Arc<Pool<FastScratch<B>>>,
     /// The prescale's `powers` inputs of the last few calls with this matrix first (its
     /// table's power; a fused pair's, gate's then up's), by value.
     pub(super) powers: Arc<Pool<PowersUpload<B>>>,
-    /// The device tensors of the last few calls on host data with this matrix first (x's
-    /// layouts, y, a split-K's partials), by element type and shape: a resident's next
-    /// call writes x over them and reads y out of them, where a new tensor costs an
-    /// allocation and a clear on the device (CUDA: driver calls beside a small copy).
-    pub(super) io: Arc<Pool<B::Tensor, { Pool::<()>::KEEP_IO }>>,
+    /// The device tensors of the last few calls on host data with this matrix first.
+    pub(super) io: Arc<HostIo<B>>,
+}
+
+/// The device tensors of a matrix's last few calls on host data (with it first), by
+/// element type and shape, for its next: x's layouts, which a call writes x over, and
+/// the matrix kernel's outputs (y; the fast tier's other buffers are its
+/// [`FastScratch`]), which a call launches into. A new tensor costs an allocation and a
+/// clear on the device (CUDA: driver calls beside a small copy; Metal's uploads and
+/// launches make fresh arrays, so there it saves nothing). Inputs and outputs are kept
+/// apart: a square matrix's x and y have one type and shape, and an upload's slack (the
+/// Metal simulator fills it to catch reads past the end) is not an output's. At most
+/// [`HostIo::KEEP`] of each, so a resident holds at most that many of its calls' x and
+/// y on the device beside its matrix.
+pub(super) struct HostIo<B: Backend> {
+    inputs: Pool<B::Tensor, KEEP_IO>,
+    outputs: Pool<B::Tensor, KEEP_IO>,
+}
+
+/// How many inputs and how many outputs a [`HostIo`] keeps: a resident's matvec and
+/// fused pair at a few M (each one x layout and one y).
+const KEEP_IO: usize = 6;
+
+impl<B: Backend> Default for HostIo<B> {
+    fn default() -> Self {
+        HostIo {
+            inputs: Pool::default(),
+            outputs: Pool::default(),
+        }
+    }
 }
 
 /// The prescale's `powers` (their bits, in order) and their upload.
@@ -52,18 +78,16 @@ pub(super) type PowersUpload<B> = (Vec<u32>, Arc<<B as Backend>::Tensor>);
 /// A few values kept for reuse (at most `KEEP`, of any keys), most recently put last; a
 /// lock held only to take or put one. Two threads that miss at once each make a value
 /// and both put it back (the oldest past `KEEP` dropped).
-pub(super) struct Pool<T, const KEEP: usize = 4>(std::sync::Mutex<Vec<T>>);
+pub(super) struct Pool<T, const KEEP: usize = KEEP_FEW>(std::sync::Mutex<Vec<T>>);
+
+/// What a [`Pool`] keeps unless told: a resident's matvec and fused pair at a couple of
+/// M.
+const KEEP_FEW: usize = 4;
 
 impl<T, const KEEP: usize> Default for Pool<T, KEEP> {
     fn default() -> Self {
         Pool(Default::default())
     }
-}
-
-impl Pool<()> {
-    /// A host call's tensors: x and y, a split-K's partials, for a resident's matvec and
-    /// fused pair at a couple of M.
-    pub(super) const KEEP_IO: usize = 12;
 }
 
 impl<T, const KEEP: usize> Pool<T, KEEP> {
@@ -90,7 +114,7 @@ impl<T, const KEEP: usize> Pool<T, KEEP> {
     }
 }
 
-/// The fast device path's buffers for a prescale and a variant: the prescale's outputs
+/// The fast device path's buffers (host calls' too) for a prescale and a variant: the prescale's outputs
 /// (x prescaled, `unscale`, the flags) and the matrix kernel's outputs after y (its
 /// split-K partials, `ws`; none for a fused pair). A call takes them out of the pool and
 /// puts them back once its kernels are queued: calls run in stream order, so the next
@@ -173,23 +197,25 @@ impl<'a, B: Backend> Uploaded<'a, B> {
         }
     }
 
-    /// An output of `spec` for a host call: a recent call's tensor of its type and shape
+    /// An output of `spec` for a host call: a recent call's output of its type and shape
     /// (its elements as that call left them: a kernel writes its outputs whole, and the
     /// launch clears those it accumulates into), else a new one.
     pub(super) fn io_alloc(&self, spec: &TensorSpec) -> Result<B::Tensor> {
-        match self
-            .io
-            .take(|t| t.elem() == spec.elem && t.shape() == spec.shape)
-        {
+        let is = |t: &B::Tensor| t.elem() == spec.elem && t.shape() == spec.shape;
+        match self.io.outputs.take(is) {
             Some(t) => Ok(t),
             None => self.b.alloc(spec),
         }
     }
 
-    /// `bytes` on the device as a tensor of `elem` and `shape`: written over a recent
-    /// call's ([`Backend::write`], in stream order), else uploaded.
+    /// `bytes` on the device as an input of `elem` and `shape`: written over a recent
+    /// call's input ([`Backend::write`], in stream order), else uploaded.
     pub(super) fn io_upload(&self, elem: Elem, shape: &[usize], bytes: &[u8]) -> Result<B::Tensor> {
-        match self.io.take(|t| t.elem() == elem && t.shape() == shape) {
+        match self
+            .io
+            .inputs
+            .take(|t| t.elem() == elem && t.shape() == shape)
+        {
             Some(mut t) => {
                 self.b.write(&mut t, bytes)?;
                 Ok(t)
@@ -198,11 +224,16 @@ impl<'a, B: Backend> Uploaded<'a, B> {
         }
     }
 
-    /// Keep a host call's tensors for the next: only once the call has read its outputs
-    /// back (which waits for its kernels), so no queued kernel still reads or writes
-    /// them.
-    pub(super) fn io_keep(&self, ts: impl IntoIterator<Item = B::Tensor>) {
-        ts.into_iter().for_each(|t| self.io.put(t));
+    /// Keep a host call's inputs and outputs for the next: only once the call has read
+    /// its outputs back (which waits for its kernels), so no queued kernel still reads
+    /// or writes them.
+    pub(super) fn io_keep(
+        &self,
+        inputs: impl IntoIterator<Item = B::Tensor>,
+        outputs: impl IntoIterator<Item = B::Tensor>,
+    ) {
+        inputs.into_iter().for_each(|t| self.io.inputs.put(t));
+        outputs.into_iter().for_each(|t| self.io.outputs.put(t));
     }
 
     /// The prescale's `powers` input (one or two: a matrix's, a fused pair's) on the
@@ -279,6 +310,7 @@ impl<'a, B: Backend> Uploaded<'a, B> {
             return Ok(d.clone());
         }
         let d = Arc::new(DeviceMatrix::upload(&*self.b, &self.w)?);
+        let _ = self.valid.set(()); // the upload validated the matrix whole
         Ok(self.dev.get_or_init(|| d).clone())
     }
 }
@@ -312,7 +344,7 @@ mod tests {
     fn a_pool_keeps_the_most_recent_few() {
         let pool = Pool::<(u32, u32)>::default();
         let keys = |pool: &Pool<(u32, u32)>| pool.lock().iter().map(|v| v.0).collect::<Vec<_>>();
-        for k in 0..4 {
+        for k in 0..super::KEEP_FEW as u32 {
             pool.put((k, 10 * k));
         }
         assert_eq!(keys(&pool), [0, 1, 2, 3]);
