@@ -1,7 +1,8 @@
 //! A matrix on a backend for the facade's calls ([`Uploaded`]): its upload, made once
 //! and shared by a call's launches (or a [`super::Resident`]'s life), and what the calls
 //! learn of it once (its weights finite per dtype, the fast tier's operand facts, its
-//! table and power on the device), with the fast device path's reusable buffers.
+//! table and power on the device), with the buffers its calls reuse (x and y of calls
+//! on host data, the fast path's scratch).
 
 use crate::error::Result;
 use crate::families::mma::MmaVariant;
