@@ -357,12 +357,15 @@ fn device_activations_run_the_fast_tier() {
     assert_eq!(b.download(&t).unwrap(), bytes);
     let e = b.write(&mut t, &bytes[..20]).unwrap_err().to_string();
     assert!(e.contains("write bytes = 20"), "{e}");
-    // A read started before a write queued after it: the bytes as they were.
+    // A read started before a write to another tensor queued after it (t itself stays
+    // borrowed until the bytes are taken): both as written.
     let later = b.download_later(&t).unwrap();
     let other: Vec<u8> = (100..124).collect();
-    b.write(&mut t, &other).unwrap();
+    let mut t2 = b.upload(trellis::kernel::Elem::F32, &[2, 3], &bytes).unwrap();
+    b.write(&mut t2, &other).unwrap();
     assert_eq!(later().unwrap(), bytes);
-    assert_eq!(b.download(&t).unwrap(), other);
+    assert_eq!(b.download(&t2).unwrap(), other);
+    b.write(&mut t, &other).unwrap();
     // Dropped untaken, it lets the staging go (after its copy): the next read runs.
     drop(b.download_later(&t).unwrap());
     assert_eq!(b.download(&t).unwrap(), other);

@@ -371,7 +371,7 @@ where
         })
     };
     let FastScratch {
-        mut prescaled,
+        prescaled,
         mut rest,
         ..
     } = match owner.scratch.take(|s| s.key == key) {
@@ -385,25 +385,32 @@ where
                 .collect::<Result<_>>()?,
         },
     };
+    let [mut xs, mut unscale, mut flag_out] = prescaled;
+    let launched = k.launch_request().and_then(|launch| {
+        let mut refs = [&mut xs, &mut unscale, &mut flag_out];
+        b.launch_into(&launch, &[plain, &*powers], &mut refs)
+    });
+    if let Err(e) = launched {
+        put_back([xs, unscale, flag_out], rest);
+        return Err(e);
+    }
     // Only bf16 and f32 samples can be held with f16 operands (f16 ones fit them; bf16
     // operands hold any), so only those read the flags back (where the host has not
     // read x): started now, taken once the matrix kernel is queued behind them, so the
-    // GPU runs the two back to back while the host waits for the flags alone.
-    let mut started = || -> Result<Option<crate::kernel::Later<'_>>> {
-        let mut refs: Vec<&mut B::Tensor> = prescaled.iter_mut().collect();
-        b.launch_into(&k.launch_request()?, &[plain, &*powers], &mut refs)?;
-        (from_device && v.operands.is_f16() && x.dtype() != DType::F16)
-            .then(|| b.download_later(&prescaled[2]))
-            .transpose()
+    // GPU runs the two at once while the host waits for the flags alone.
+    let mut failed = None;
+    let flags = match from_device && v.operands.is_f16() && x.dtype() != DType::F16 {
+        true => b
+            .download_later(&flag_out)
+            .map_err(|e| failed = Some(e))
+            .ok(),
+        false => None,
     };
-    let flags = match started() {
-        Ok(flags) => flags,
-        Err(e) => {
-            put_back(prescaled, rest);
-            return Err(e);
-        }
-    };
-    let [xs, unscale, flag_out] = prescaled;
+    if let Some(e) = failed {
+        drop(flags); // none: flag_out is no longer borrowed
+        put_back([xs, unscale, flag_out], rest);
+        return Err(e);
+    }
     let d = device(Prescaled {
         x: xs,
         x_f16: None,

@@ -1,0 +1,16 @@
+#!/bin/bash
+# The fifty-second session's trial of a side stream for `download_later` (the fast
+# device path's flags copy off the main stream, cudarc's event tracking off): the GPU
+# tests, then the facade bench's device rows, the previous build (`facade_prev`, the
+# copy on the main stream) and this one interleaved. Carry [".device"].
+. prototypes/device.sh
+C=/tmp/checks; rm -rf $C; mkdir -p $C
+gpu_tests $C 120 cuda_launch cuda_threads
+F='resident-matvec-device|kernel-f16x|fast/kernel$|resident-matvec$'
+for r in 1; do
+  for which in facade_prev facade; do
+    TRELLIS_BENCH_BACKEND=cuda timeout 60 $D/$which --bench --warm-up-time 1 --measurement-time 2 "$F" > $C/$which-$r.txt 2>&1
+    echo "$which $r rc=$? $(since)"; grep -E "^cuda|time:" $C/$which-$r.txt
+  done
+done
+tar czf "$OUT/checks.tgz" -C /tmp checks
