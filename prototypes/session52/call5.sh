@@ -6,7 +6,7 @@
 . prototypes/device.sh
 C=/tmp/checks; rm -rf $C; mkdir -p $C
 gpu_tests $C 120 cuda_launch cuda_threads
-F='resident-matvec-device|kernel-f16x|fast/kernel$|resident-matvec$'
+F='fast/resident-matvec-device|kernel-f16x|fast/kernel$'
 for r in 1; do
   for which in facade_prev facade; do
     TRELLIS_BENCH_BACKEND=cuda timeout 60 $D/$which --bench --warm-up-time 1 --measurement-time 2 "$F" > $C/$which-$r.txt 2>&1
