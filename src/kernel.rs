@@ -211,14 +211,14 @@ pub trait Backend {
     /// Copy a tensor's bytes back to the host.
     fn download(&self, t: &Self::Tensor) -> Result<Vec<u8>>;
     /// Start copying a tensor's bytes back to the host after the work queued so far, and
-    /// return what waits for them: work queued after this call does not wait for the
-    /// copy, nor the copy for it (a small read-back beside a kernel still to run; `t`
-    /// stays borrowed until then). The default reads them now ([`Backend::download`]);
-    /// CUDA copies a tensor of up to 1 MB into its page-locked staging on a stream of
-    /// its own and waits on an event (a larger one it reads now). CUDA holds that
-    /// staging until the bytes are taken or the returned value is dropped: another
-    /// download on the same thread meanwhile would wait forever (on another thread it
-    /// waits its turn); launches and writes of other tensors may go between.
+    /// return what waits for them: work queued after this call does not delay it (a
+    /// small read-back beside a kernel still to run; `t` stays borrowed until the bytes
+    /// are taken, so a backend may copy on a stream of its own). The default reads them
+    /// now ([`Backend::download`]); CUDA copies a tensor of up to 1 MB into its
+    /// page-locked staging and waits on an event (a larger one it reads now). CUDA
+    /// holds that staging until the bytes are taken or the returned value is dropped:
+    /// another download on the same thread meanwhile would wait forever (on another
+    /// thread it waits its turn); launches and writes of other tensors may go between.
     fn download_later<'a>(&'a self, t: &'a Self::Tensor) -> Result<Later<'a>> {
         let bytes = self.download(t)?;
         Ok(Box::new(move || Ok(bytes)))

@@ -361,7 +361,9 @@ fn device_activations_run_the_fast_tier() {
     // borrowed until the bytes are taken): both as written.
     let later = b.download_later(&t).unwrap();
     let other: Vec<u8> = (100..124).collect();
-    let mut t2 = b.upload(trellis::kernel::Elem::F32, &[2, 3], &bytes).unwrap();
+    let mut t2 = b
+        .upload(trellis::kernel::Elem::F32, &[2, 3], &bytes)
+        .unwrap();
     b.write(&mut t2, &other).unwrap();
     assert_eq!(later().unwrap(), bytes);
     assert_eq!(b.download(&t2).unwrap(), other);

@@ -1,8 +1,11 @@
 #!/bin/bash
-# The fifty-second session's trial of a side stream for `download_later` (the fast
-# device path's flags copy off the main stream, cudarc's event tracking off): the GPU
-# tests, then the facade bench's device rows, the previous build (`facade_prev`, the
-# copy on the main stream) and this one interleaved. Carry [".device"].
+# Ready, not run (the fifty-second session's device time ran out): the trial of a side
+# stream for `download_later` (the fast device path's flags copy off the main stream,
+# cudarc's event tracking off; `side_stream.patch`, applied to `src/backend/cuda.rs`):
+# the GPU tests, then the facade bench's fast device rows, a build without the patch
+# (`facade_prev`) and one with it (`facade`). Build both, strip them into one folder's
+# `main/`, pack it as `.device/bins.txz` (with the patched build's `cuda_launch` and
+# `cuda_threads`). Carry [".device"].
 . prototypes/device.sh
 C=/tmp/checks; rm -rf $C; mkdir -p $C
 gpu_tests $C 120 cuda_launch cuda_threads

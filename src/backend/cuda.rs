@@ -75,11 +75,6 @@ pub struct CudaBackend {
     /// two event calls more than the zeroing they save).
     /// `None` inside where the driver had none to give (made once either way).
     staging: std::sync::OnceLock<Option<Mutex<PinnedHostSlice<u8>>>>,
-    /// A stream of its own for [`Backend::download_later`]'s copies (made at the
-    /// first; `None` inside where none could be had: they then go on `stream`): a copy
-    /// on `stream` would hold the kernels queued after it until it lands, the copy
-    /// engine's round trip between two kernels.
-    side: std::sync::OnceLock<Option<Arc<CudaStream>>>,
 }
 
 /// A copy into the page-locked staging still in flight ([`CudaBackend::download_later`]):
@@ -240,12 +235,6 @@ impl CudaBackend {
             backend: "cuda".into(),
             reason: format!("cannot open device {ordinal}: {e:?}"),
         })?;
-        // SAFETY: before any buffer is made. This backend orders its streams itself:
-        // the side stream (`download_later`) waits for the main stream's work before it
-        // copies, and the tensor it copies stays borrowed until the copy has landed, so
-        // cudarc's per-buffer events (which every launch would pay for once a context
-        // has two streams) are not needed.
-        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let name = ctx.name().map_err(driver_err)?;
         let cc = ctx.compute_capability().map_err(driver_err)?;
@@ -276,7 +265,6 @@ impl CudaBackend {
             }),
             kernels: Mutex::new(HashMap::new()),
             staging: std::sync::OnceLock::new(),
-            side: std::sync::OnceLock::new(),
         })
     }
 
@@ -404,13 +392,6 @@ impl CudaBackend {
                     .get_or_init(|| self.staging_buffer().map(Mutex::new))
             })
             .and_then(Option::as_ref)
-    }
-
-    /// The side stream for [`Backend::download_later`], made on first need.
-    fn side_stream(&self) -> Option<&Arc<CudaStream>> {
-        self.side
-            .get_or_init(|| self.ctx.new_stream().ok())
-            .as_ref()
     }
 
     fn staging_buffer(&self) -> Option<PinnedHostSlice<u8>> {
@@ -604,28 +585,15 @@ impl Backend for CudaBackend {
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
         // The event made first: once the copy is queued, nothing may fail before its
         // guard exists (or the staging would go back while the copy may still write it).
-        let event = || {
-            self.ctx
-                .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                .map_err(driver_err)
-        };
-        let copied = event()?;
-        // On the side stream, once the work queued so far is done (the kernels queued
-        // after this run beside the copy); on the main stream where there is none.
-        let stream = match self.side_stream() {
-            Some(side) => {
-                let queued = event()?;
-                queued.record(&self.stream).map_err(driver_err)?;
-                side.wait(&queued).map_err(driver_err)?;
-                side
-            }
-            None => &self.stream,
-        };
-        stream
+        let copied = self
+            .ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(driver_err)?;
+        self.stream
             .memcpy_dtoh(&t.buf.slice(0..n), dst)
             .map_err(driver_err)?;
-        if let Err(e) = copied.record(stream) {
-            let _ = stream.synchronize();
+        if let Err(e) = copied.record(&self.stream) {
+            let _ = self.stream.synchronize();
             return Err(driver_err(e));
         }
         let copy = InFlight {

@@ -397,7 +397,7 @@ where
     // Only bf16 and f32 samples can be held with f16 operands (f16 ones fit them; bf16
     // operands hold any), so only those read the flags back (where the host has not
     // read x): started now, taken once the matrix kernel is queued behind them, so the
-    // GPU runs the two at once while the host waits for the flags alone.
+    // GPU runs the two back to back while the host waits for the flags alone.
     let mut failed = None;
     let flags = match from_device && v.operands.is_f16() && x.dtype() != DType::F16 {
         true => b
