@@ -336,7 +336,40 @@ pub(super) fn held_samples<B: Backend>(
 
 #[cfg(test)]
 mod tests {
-    use super::Pool;
+    use super::{Pool, Uploaded};
+    use crate::backend::cpu::CpuBackend;
+    use crate::kernel::{Backend, DeviceTensor, Elem, TensorSpec};
+    use crate::{check, Code, Geometry};
+
+    /// A host call's kept inputs serve only inputs and its outputs only outputs, though
+    /// a square matrix's x and y share a type and shape: an output is never a tensor an
+    /// upload made (whose slack the Metal simulator fills), nor an input one a launch
+    /// wrote. Each comes back with the bytes it was given.
+    #[test]
+    fn kept_inputs_and_outputs_serve_only_their_own_role() {
+        let cpu = CpuBackend::new().unwrap();
+        let w = check::random_matrix(Geometry::new(64, 64, 64, 2, 12, Code::OneMad).unwrap(), 1);
+        let wd = Uploaded::new(&cpu, &w);
+        let spec = TensorSpec {
+            name: "y",
+            elem: Elem::F32,
+            shape: vec![1, 64],
+        };
+        let bytes = |v: f32| -> Vec<u8> { (0..64).flat_map(|_| v.to_le_bytes()).collect() };
+        let x = wd.io_upload(Elem::F32, &[1, 64], &bytes(1.0)).unwrap();
+        wd.io_keep([x], []);
+        // An output of x's type and shape: a new one (zeroed), not the kept x.
+        let y = wd.io_alloc(&spec).unwrap();
+        assert_eq!(cpu.download(&y).unwrap(), bytes(0.0));
+        wd.io_keep([], [y]);
+        // The next x is written over the kept x; the kept y is the next output.
+        let x = wd.io_upload(Elem::F32, &[1, 64], &bytes(2.0)).unwrap();
+        assert_eq!(cpu.download(&x).unwrap(), bytes(2.0));
+        assert_eq!(wd.io.inputs.lock().len(), 0, "the kept x taken");
+        let y = wd.io_alloc(&spec).unwrap();
+        assert_eq!((y.elem(), y.shape()), (Elem::F32, vec![1, 64]));
+        assert_eq!(wd.io.outputs.lock().len(), 0, "the kept y taken");
+    }
 
     /// A pool hands back what was put, by key, keeps at most `KEEP` (the least recent
     /// dropped first: a take and a put make a value the most recent), and keeps two
