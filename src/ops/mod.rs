@@ -25,15 +25,18 @@ use crate::error::{Error, Result};
 use crate::families::expand::{ExpandFamily, ExpandProblem};
 use crate::families::gate_up::{GateUpDevice, GateUpFamily, GateUpProblem};
 use crate::families::gate_up_mma::{GateUpMmaDevice, GateUpMmaFamily};
-use crate::families::mma::MAX_M_MMA;
+use crate::families::mma::{MmaVariant, MAX_M_MMA};
 use crate::families::reduce::{ReduceDevice, ReduceFamily, ReduceProblem};
-use crate::families::reduce_mma::{operand_exponent, pow2, ReduceMmaDevice, ReduceMmaFamily};
+use crate::families::reduce_mma::{
+    operand_exponent, pow2, Prescaled, ReduceMmaDevice, ReduceMmaFamily,
+};
 use crate::families::simt::MAX_M;
 use crate::family::{self, Family};
 use crate::kernel::{Backend, KernelSpec, TensorSpec};
 use crate::matrix::{Activations, QuantizedMatrix};
 use crate::numerics::{Tail, Tier};
 use crate::{DType, ScaleDType};
+use std::sync::Arc;
 
 mod resident;
 mod uploaded;
@@ -355,26 +358,20 @@ fn matvec_launch<B: Backend>(
     choice: Choice,
 ) -> Result<Activations> {
     let w = &*wd.w;
-    if let Choice::Tables(tier @ Tier::Fast) = choice {
+    if let Choice::Tables(Tier::Fast) = choice {
         check_finite(x)?;
         let p = ReduceMmaFamily::problem_of(w, x)?;
-        let v = crate::tune::select_for::<ReduceMmaFamily, B>(b, &p, tier).variant;
-        let held = held_samples(x, &[wd], v.operands.is_f16())?;
-        let fast = || {
-            let matrix = wd.get()?;
-            on_host_data(wd, x, false, &[y_spec(x, w)], |xd, outs| {
-                fast_on_device::<ReduceMmaFamily, B>(
-                    &[wd],
-                    &p,
-                    xd,
-                    outs[0],
-                    |ops| ReduceMmaDevice { w: matrix, ops },
-                    |d| d.ops,
-                    Source::Host(|xs: &Activations| fallback_matvec(b, w, xs)),
-                )
-            })
-        };
-        return with_held_samples(x, &held, fast, |xs| fallback_matvec(b, w, xs));
+        return fast_launch::<ReduceMmaFamily, B>(
+            &[wd],
+            &p,
+            x,
+            |matrices, ops| ReduceMmaDevice {
+                w: matrices[0].clone(),
+                ops,
+            },
+            |d| d.ops,
+            |xs| fallback_matvec(b, w, xs),
+        );
     }
     let p = ReduceFamily::problem_of(w, x)?;
     check_finite(x)?;
@@ -390,15 +387,69 @@ fn reduce_launch<B: Backend>(
     p: &ReduceProblem,
     v: Variant,
 ) -> Result<Activations> {
-    let b = &*wd.b;
-    family::fits::<ReduceFamily>(p, v, &b.limits())?;
-    let kernel = ReduceFamily::kernel(p, v);
-    kernel.validate()?;
     let w = wd.get()?;
+    exact_launch::<ReduceFamily, B>(wd, x, p, v, |x| ReduceDevice { w, x })
+}
+
+/// One exact launch of family `F`'s variant `v` (checked to fit) on problem `p`, x from
+/// the host, the call's tensors kept by `wd` (the first projection); `device` makes the
+/// family's device data of x on the device.
+fn exact_launch<F: Family<Variant = Variant>, B: Backend>(
+    wd: &Uploaded<B>,
+    x: &Activations,
+    p: &F::Problem,
+    v: Variant,
+    device: impl FnOnce(DeviceActivations<B>) -> F::Device<B>,
+) -> Result<Activations> {
+    let b = &*wd.b;
+    family::fits::<F>(p, v, &b.limits())?;
+    let kernel = F::kernel(p, v);
+    kernel.validate()?;
     on_host_data(wd, x, v.interleaved_x, &kernel.outputs(), |xd, outs| {
-        let d = ReduceDevice { w, x: xd.clone() };
-        family::launch_into::<ReduceFamily, B>(b, p, v, &d, outs)
+        family::launch_into::<F, B>(b, p, v, &device(xd.clone()), outs)
     })
+}
+
+/// The fast tier's launch of family `F` on problem `p` over `projections` (one matrix,
+/// or a fused pair: gate, then up; the first keeps the call's tensors), x from the
+/// host: the samples the f16 operands cannot hold from `fallback`, the rest through
+/// the fast device path (x prescaled on the device; the host has checked it, so no
+/// flags are read). `device` makes the family's device data of the matrices and the
+/// prescaled operands, `operands` takes the operands back.
+fn fast_launch<F, B>(
+    projections: &[&Uploaded<B>],
+    p: &F::Problem,
+    x: &Activations,
+    device: impl FnOnce(&[Arc<DeviceMatrix<B>>], Prescaled<B>) -> F::Device<B>,
+    operands: impl FnOnce(F::Device<B>) -> Prescaled<B>,
+    fallback: impl Fn(&Activations) -> Result<Activations>,
+) -> Result<Activations>
+where
+    F: Family<Variant = MmaVariant>,
+    F::Kernel: crate::families::mma::MmaLayout,
+    B: Backend,
+{
+    let wd = projections[0];
+    let v = crate::tune::select_for::<F, B>(&*wd.b, p, Tier::Fast).variant;
+    let held = held_samples(x, projections, v.operands.is_f16())?;
+    let fast = || {
+        let matrices = projections
+            .iter()
+            .map(|w| w.get())
+            .collect::<Result<Vec<_>>>()?;
+        on_host_data(wd, x, false, &[y_spec(x, &wd.w)], |xd, outs| {
+            fast_on_device::<F, B>(
+                projections,
+                p,
+                xd,
+                outs[0],
+                |ops| device(&matrices, ops),
+                operands,
+                Source::Host(&fallback),
+            )
+        })
+    };
+    with_held_samples(x, &held, fast, &fallback)
 }
 
 /// `launch` of a call on host data: x copied to the device (lane-interleaved where
@@ -508,30 +559,21 @@ fn gate_up_launch<B: Backend>(
         }
         return gate_up_unfused(b, [gd, ud], x, tail, choice);
     }
-    if let Choice::Tables(tier @ Tier::Fast) = choice {
+    if let Choice::Tables(Tier::Fast) = choice {
         check_finite(x)?;
         let p = GateUpMmaFamily::problem_of(gate, up, x, tail)?;
-        let v = crate::tune::select_for::<GateUpMmaFamily, B>(b, &p, tier).variant;
-        let held = held_samples(x, &[gd, ud], v.operands.is_f16())?;
-        let fast = || {
-            let (gm, um) = (gd.get()?, ud.get()?);
-            on_host_data(gd, x, false, &[y_spec(x, gate)], |xd, outs| {
-                fast_on_device::<GateUpMmaFamily, B>(
-                    &[gd, ud],
-                    &p,
-                    xd,
-                    outs[0],
-                    |ops| GateUpMmaDevice {
-                        gate: gm,
-                        up: um,
-                        ops,
-                    },
-                    |d| d.ops,
-                    Source::Host(|xs: &Activations| fallback_gate_up(b, gate, up, xs)),
-                )
-            })
-        };
-        return with_held_samples(x, &held, fast, |xs| fallback_gate_up(b, gate, up, xs));
+        return fast_launch::<GateUpMmaFamily, B>(
+            &[gd, ud],
+            &p,
+            x,
+            |matrices, ops| GateUpMmaDevice {
+                gate: matrices[0].clone(),
+                up: matrices[1].clone(),
+                ops,
+            },
+            |d| d.ops,
+            |xs| fallback_gate_up(b, gate, up, xs),
+        );
     }
     let p = GateUpFamily::problem_of(gate, up, x, tail)?;
     check_finite(x)?;
@@ -584,19 +626,8 @@ fn gate_up_exact_launch<B: Backend>(
     p: &GateUpProblem,
     v: Variant,
 ) -> Result<Activations> {
-    let b = &*gd.b;
-    family::fits::<GateUpFamily>(p, v, &b.limits())?;
-    let kernel = GateUpFamily::kernel(p, v);
-    kernel.validate()?;
     let (gate, up) = (gd.get()?, ud.get()?);
-    on_host_data(gd, x, v.interleaved_x, &kernel.outputs(), |xd, outs| {
-        let d = GateUpDevice {
-            gate,
-            up,
-            x: xd.clone(),
-        };
-        family::launch_into::<GateUpFamily, B>(b, p, v, &d, outs)
-    })
+    exact_launch::<GateUpFamily, B>(gd, x, p, v, |x| GateUpDevice { gate, up, x })
 }
 
 /// `mid = silu(G x) * (U x)` on `b`, exact, with a forced variant (any M, as
