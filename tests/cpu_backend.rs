@@ -1365,6 +1365,15 @@ fn a_residents_calls_on_host_data_reuse_their_device_tensors() {
         (3, 0),
         "copies (a chunk each), made"
     );
+    // Released, the next call makes its tensors anew, with the same bits.
+    assert!(rw.kept_bytes() > 0);
+    rw.release_kept();
+    assert_eq!(rw.kept_bytes(), 0);
+    let made = b.made.get();
+    assert!(rw.matvec(&x, Tier::Exact).unwrap().bits_eq(&y));
+    assert!(b.made.get() > made, "made anew");
+    // Two shapes of x (8 and 4 samples) and of y, bf16.
+    assert_eq!(rw.kept_bytes(), 2 * (8 + 4) * (512 + 24), "kept again");
 }
 
 /// Activations on the device (uploaded once, or a previous call's output) run the exact

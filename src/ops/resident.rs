@@ -53,6 +53,19 @@ impl<'a, B: Backend> Resident<'a, B> {
         &self.w.w
     }
 
+    /// The bytes of the device tensors its calls keep for the next (x and y of calls on
+    /// host data, the fast tier's prescaled x and partials), beside the matrix: a few
+    /// of each kind of call, for its life unless [released](Resident::release_kept).
+    pub fn kept_bytes(&self) -> usize {
+        self.w.kept_bytes()
+    }
+
+    /// Give back the device tensors its calls keep ([`Resident::kept_bytes`]); the next
+    /// call of each kind makes them anew. Safe while other threads call it.
+    pub fn release_kept(&self) {
+        self.w.release_kept()
+    }
+
     /// `y = W x` in `tier`, as [`matvec`](super::matvec) gives it.
     pub fn matvec(&self, x: &Activations, tier: Tier) -> Result<Activations> {
         matvec_uploaded(self.w.clone(), x, Choice::Tables(tier))

@@ -105,6 +105,11 @@ impl<T, const KEEP: usize> Pool<T, KEEP> {
         Some(kept.remove(i))
     }
 
+    /// Drop every value kept.
+    pub(super) fn clear(&self) {
+        self.lock().clear();
+    }
+
     /// Keep `t`, dropping the least recent past `KEEP`.
     pub(super) fn put(&self, t: T) {
         let mut kept = self.lock();
@@ -235,6 +240,36 @@ impl<'a, B: Backend> Uploaded<'a, B> {
     ) {
         inputs.into_iter().for_each(|t| self.io.inputs.put(t));
         outputs.into_iter().for_each(|t| self.io.outputs.put(t));
+    }
+
+    /// The bytes of the device tensors kept for the next calls (x and y of calls on
+    /// host data, the fast tier's scratch and `powers`); not the matrix's.
+    pub(super) fn kept_bytes(&self) -> usize {
+        let bytes = |t: &B::Tensor| t.elem().size() * t.shape().iter().product::<usize>();
+        let io = self.io.inputs.lock().iter().map(bytes).sum::<usize>()
+            + self.io.outputs.lock().iter().map(bytes).sum::<usize>();
+        let scratch = (self.scratch.lock().iter())
+            .flat_map(|s| s.prescaled.iter().chain(&s.rest))
+            .map(bytes)
+            .sum::<usize>();
+        let powers = self
+            .powers
+            .lock()
+            .iter()
+            .map(|(_, t)| bytes(t))
+            .sum::<usize>();
+        io + scratch + powers
+    }
+
+    /// Drop the tensors [`Self::kept_bytes`] counts. A call in flight holds what it uses
+    /// outside the store (and puts it back after); a dropped tensor that queued kernels
+    /// still read is freed in stream order (CUDA) or once they let go (Metal), as a
+    /// store dropping its least recent one already does.
+    pub(super) fn release_kept(&self) {
+        self.io.inputs.clear();
+        self.io.outputs.clear();
+        self.scratch.clear();
+        self.powers.clear();
     }
 
     /// The prescale's `powers` input (one or two: a matrix's, a fused pair's) on the
