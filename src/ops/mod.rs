@@ -441,6 +441,7 @@ where
             fast_on_device::<F, B>(
                 projections,
                 p,
+                v,
                 xd,
                 outs[0],
                 |ops| device(&matrices, ops),

@@ -147,9 +147,11 @@ impl<'a, B: Backend> Resident<'a, B> {
         crate::reference::check_x_shape([x.samples(), x.cols()], w.geometry.cols)?;
         let p = ReduceProblem::of_samples(w, x.dtype(), x.samples(), MAX_M_MMA)?;
         let matrix = self.w.get()?;
+        let v = crate::tune::select_for::<ReduceMmaFamily, B>(&*self.w.b, &p, Tier::Fast);
         fast_on_device::<ReduceMmaFamily, B>(
             &[&self.w],
             &p,
+            v.variant,
             x,
             y,
             |ops| ReduceMmaDevice { w: matrix, ops },
@@ -235,9 +237,11 @@ impl<'a, B: Backend> Resident<'a, B> {
         crate::reference::check_x_shape([x.samples(), x.cols()], gate.geometry.cols)?;
         let p = GateUpProblem::of_samples(gate, upm, x.dtype(), x.samples(), tail, MAX_M_MMA)?;
         let (gm, um) = (self.w.get()?, up.w.get()?);
+        let v = crate::tune::select_for::<GateUpMmaFamily, B>(&*self.w.b, &p, Tier::Fast);
         fast_on_device::<GateUpMmaFamily, B>(
             &[&self.w, &up.w],
             &p,
+            v.variant,
             x,
             mid,
             |ops| GateUpMmaDevice {
@@ -318,7 +322,7 @@ pub(super) enum Source<H> {
     Host(H),
 }
 
-/// The fast tier on activations on the device, into `y`: the table's variant of
+/// The fast tier on activations on the device, into `y`: variant `v` (the table's) of
 /// family `F` for problem `p` over `projections` (one matrix, or a fused pair: gate,
 /// then up), x prescaled on the device ([`Prescale`]; its flags read by
 /// [`held_after_flags`] where x comes from the device). `device` makes the family's
@@ -327,6 +331,7 @@ pub(super) enum Source<H> {
 pub(super) fn fast_on_device<F, B>(
     projections: &[&Uploaded<B>],
     p: &F::Problem,
+    v: MmaVariant,
     x: &DeviceActivations<B>,
     y: &mut B::Tensor,
     device: impl FnOnce(Prescaled<B>) -> F::Device<B>,
@@ -339,7 +344,6 @@ where
     B: Backend,
 {
     let (owner, b) = (projections[0], &*projections[0].b);
-    let v = crate::tune::select_for::<F, B>(b, p, Tier::Fast).variant;
     family::fits::<F>(p, v, &b.limits())?;
     let kernel = F::kernel(p, v);
     kernel.validate()?;
