@@ -440,8 +440,7 @@ where
         on_host_data(wd, x, false, &[y_spec(x, &wd.w)], |xd, outs| {
             fast_on_device::<F, B>(
                 projections,
-                p,
-                v,
+                (p, v),
                 xd,
                 outs[0],
                 |ops| device(&matrices, ops),

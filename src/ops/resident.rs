@@ -150,8 +150,7 @@ impl<'a, B: Backend> Resident<'a, B> {
         let v = crate::tune::select_for::<ReduceMmaFamily, B>(&*self.w.b, &p, Tier::Fast);
         fast_on_device::<ReduceMmaFamily, B>(
             &[&self.w],
-            &p,
-            v.variant,
+            (&p, v.variant),
             x,
             y,
             |ops| ReduceMmaDevice { w: matrix, ops },
@@ -240,8 +239,7 @@ impl<'a, B: Backend> Resident<'a, B> {
         let v = crate::tune::select_for::<GateUpMmaFamily, B>(&*self.w.b, &p, Tier::Fast);
         fast_on_device::<GateUpMmaFamily, B>(
             &[&self.w, &up.w],
-            &p,
-            v.variant,
+            (&p, v.variant),
             x,
             mid,
             |ops| GateUpMmaDevice {
@@ -322,16 +320,15 @@ pub(super) enum Source<H> {
     Host(H),
 }
 
-/// The fast tier on activations on the device, into `y`: variant `v` (the table's) of
-/// family `F` for problem `p` over `projections` (one matrix, or a fused pair: gate,
+/// The fast tier on activations on the device, into `y`: problem `p` of family `F`
+/// in variant `v` (the table's) over `projections` (one matrix, or a fused pair: gate,
 /// then up), x prescaled on the device ([`Prescale`]; its flags read by
 /// [`held_after_flags`] where x comes from the device). `device` makes the family's
 /// device data of the prescaled operands and `operands` takes them back (they go back
 /// to the scratch).
 pub(super) fn fast_on_device<F, B>(
     projections: &[&Uploaded<B>],
-    p: &F::Problem,
-    v: MmaVariant,
+    (p, v): (&F::Problem, MmaVariant),
     x: &DeviceActivations<B>,
     y: &mut B::Tensor,
     device: impl FnOnce(Prescaled<B>) -> F::Device<B>,
