@@ -9,7 +9,8 @@ use crate::kernel::{
 };
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, PinnedHostSlice,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    PinnedHostSlice,
 };
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
@@ -41,6 +42,21 @@ pub struct CudaTensor {
     elem: Elem,
     shape: Vec<usize>,
     buf: CudaSlice<u8>,
+    /// The completion of a [`Backend::download_later`] copy that may still read `buf`
+    /// (the copy runs on the backend's side stream; its `Later` clears this once the
+    /// copy has landed). Only a `Later` leaked (`mem::forget`) leaves it here at drop.
+    copy_out: Mutex<Option<Arc<CudaEvent>>>,
+}
+
+impl Drop for CudaTensor {
+    fn drop(&mut self) {
+        // The free (cudarc's, on `buf`'s stream) after a copy still reading it. Nowhere
+        // to report a failure; a failed wait leaves the context broken for every call.
+        let copy_out = self.copy_out.get_mut();
+        if let Some(copied) = copy_out.unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = self.buf.stream().wait(&copied);
+        }
+    }
 }
 
 impl CudaTensor {
@@ -75,21 +91,31 @@ pub struct CudaBackend {
     /// two event calls more than the zeroing they save).
     /// `None` inside where the driver had none to give (made once either way).
     staging: std::sync::OnceLock<Option<Mutex<PinnedHostSlice<u8>>>>,
+    /// A stream of its own for [`Backend::download_later`]'s copies (made at the
+    /// first; `None` inside where none could be had: they then go on `stream`): a copy
+    /// on `stream` would hold the kernels queued after it until it lands, the copy
+    /// engine's round trip between two kernels.
+    side: std::sync::OnceLock<Option<Arc<CudaStream>>>,
 }
 
 /// A copy into the page-locked staging still in flight ([`CudaBackend::download_later`]):
-/// it holds the staging, and dropped before its bytes are taken it waits for the copy,
-/// so nothing else reuses the memory while the copy may still write it.
+/// it holds the staging, and dropped (its bytes taken or not) it waits for the copy, so
+/// nothing else reuses the memory while the copy may still write it, and clears its
+/// tensor's [`CudaTensor::copy_out`].
 struct InFlight<'a> {
-    copied: cudarc::driver::CudaEvent,
+    copied: Arc<CudaEvent>,
+    from: &'a CudaTensor,
     _staging: std::sync::MutexGuard<'a, PinnedHostSlice<u8>>,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         // Nowhere to report a failure here; a failed wait leaves the context broken
-        // for every later call, which reports it.
-        let _ = self.copied.synchronize();
+        // for every later call, which reports it (and the tensor keeps the event).
+        if self.copied.synchronize().is_ok() {
+            let mut copy_out = (self.from.copy_out.lock()).unwrap_or_else(|e| e.into_inner());
+            *copy_out = None;
+        }
     }
 }
 
@@ -235,6 +261,12 @@ impl CudaBackend {
             backend: "cuda".into(),
             reason: format!("cannot open device {ordinal}: {e:?}"),
         })?;
+        // SAFETY: before any buffer is made. This backend orders its streams itself:
+        // the side stream (`download_later`) waits for the main stream's work before it
+        // copies, and the tensor it copies stays borrowed until the copy has landed, so
+        // cudarc's per-buffer events (which every launch would pay for once a context
+        // has two streams) are not needed.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let name = ctx.name().map_err(driver_err)?;
         let cc = ctx.compute_capability().map_err(driver_err)?;
@@ -265,6 +297,7 @@ impl CudaBackend {
             }),
             kernels: Mutex::new(HashMap::new()),
             staging: std::sync::OnceLock::new(),
+            side: std::sync::OnceLock::new(),
         })
     }
 
@@ -273,12 +306,15 @@ impl CudaBackend {
         &self.info
     }
 
-    /// The stream kernels run on (for timing with events).
+    /// The stream kernels run on (for timing with events): work of one's own on this
+    /// backend's tensors goes here, in order with its launches and copies.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
 
-    /// The context (for cuBLAS and events).
+    /// The context (for cuBLAS and events). Its cudarc event tracking is off (this
+    /// backend orders its own side stream), so a stream made on it is not ordered with
+    /// this backend's work: use [`CudaBackend::stream`].
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
@@ -394,6 +430,13 @@ impl CudaBackend {
             .and_then(Option::as_ref)
     }
 
+    /// The side stream for [`Backend::download_later`], made on first need.
+    fn side_stream(&self) -> Option<&Arc<CudaStream>> {
+        self.side
+            .get_or_init(|| self.ctx.new_stream().ok())
+            .as_ref()
+    }
+
     fn staging_buffer(&self) -> Option<PinnedHostSlice<u8>> {
         // Not write-combined (flags 0): the host reads it back.
         // SAFETY: zeroed (through cudarc's own slice of it) before anything reads it.
@@ -472,7 +515,11 @@ impl Backend for CudaBackend {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.stream.synchronize().map_err(driver_err)
+        self.stream.synchronize().map_err(driver_err)?;
+        match self.side.get().and_then(Option::as_ref) {
+            Some(side) => side.synchronize().map_err(driver_err),
+            None => Ok(()),
+        }
     }
 
     fn timer(&self) -> &'static str {
@@ -504,6 +551,7 @@ impl Backend for CudaBackend {
                 .stream
                 .alloc_zeros::<u8>(bytes.saturating_add(super::READ_SLACK_BYTES))
                 .map_err(driver_err)?,
+            copy_out: Mutex::new(None),
         })
     }
 
@@ -530,6 +578,7 @@ impl Backend for CudaBackend {
             elem,
             shape: shape.to_vec(),
             buf,
+            copy_out: Mutex::new(None),
         })
     }
 
@@ -585,19 +634,37 @@ impl Backend for CudaBackend {
         let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
         // The event made first: once the copy is queued, nothing may fail before its
         // guard exists (or the staging would go back while the copy may still write it).
-        let copied = self
-            .ctx
-            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(driver_err)?;
-        self.stream
+        let event = || {
+            self.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                .map_err(driver_err)
+        };
+        let copied = Arc::new(event()?);
+        // On the side stream, once the work queued so far is done (the kernels queued
+        // after this run beside the copy); on the main stream where there is none.
+        let stream = match self.side_stream() {
+            Some(side) => {
+                let queued = event()?;
+                queued.record(&self.stream).map_err(driver_err)?;
+                side.wait(&queued).map_err(driver_err)?;
+                side
+            }
+            None => &self.stream,
+        };
+        stream
             .memcpy_dtoh(&t.buf.slice(0..n), dst)
             .map_err(driver_err)?;
-        if let Err(e) = copied.record(&self.stream) {
-            let _ = self.stream.synchronize();
+        if let Err(e) = copied.record(stream) {
+            let _ = stream.synchronize();
             return Err(driver_err(e));
         }
+        // The tensor stays borrowed until the `Later` is taken or dropped, which waits
+        // for the copy; only a leaked one ends the borrow first, and then the tensor's
+        // drop orders its free after the copy.
+        *t.copy_out.lock().unwrap_or_else(|e| e.into_inner()) = Some(copied.clone());
         let copy = InFlight {
             copied,
+            from: t,
             _staging: pinned,
         };
         Ok(Box::new(move || {
@@ -899,8 +966,37 @@ fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<(Vec<u8>, S
 
 #[cfg(test)]
 mod tests {
-    use super::{compile_offline, register_cap};
+    use super::{compile_offline, register_cap, CudaBackend, STAGED_BYTES};
+    use crate::kernel::{Backend, Elem};
     use crate::Error;
+
+    /// A `download_later` copy leaves its event on the tensor until its bytes are taken
+    /// or it is dropped; leaked (`mem::forget`, which ends the borrow without waiting), it
+    /// stays there, so the tensor's drop orders the free after the copy (on the side
+    /// stream, which the free's stream knows nothing of otherwise).
+    #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+    fn a_tensor_outlives_its_copy_out() {
+        let b = CudaBackend::new(0).unwrap();
+        let bytes: Vec<u8> = (0..64).collect();
+        let t = b.upload(Elem::F32, &[16], &bytes).unwrap();
+        let pending = |t: &super::CudaTensor| t.copy_out.lock().unwrap().is_some();
+        let later = b.download_later(&t).unwrap();
+        assert!(pending(&t));
+        assert_eq!(later().unwrap(), bytes);
+        assert!(!pending(&t), "taken");
+        drop(b.download_later(&t).unwrap());
+        assert!(!pending(&t), "dropped");
+        std::mem::forget(b.download_later(&t).unwrap());
+        assert!(pending(&t), "leaked");
+        drop(t);
+        // The staging stays locked (its guard leaked): past it, copies run as before.
+        let n = STAGED_BYTES / 4 + 1;
+        let big: Vec<u8> = (0..4 * n).map(|i| i as u8).collect();
+        let t = b.upload(Elem::F32, &[n], &big).unwrap();
+        b.synchronize().unwrap();
+        assert_eq!(b.download(&t).unwrap(), big);
+    }
 
     #[test]
     fn offline_compiles_name_the_arch_and_the_kernel() {
