@@ -215,7 +215,8 @@ pub trait Backend {
     /// small read-back beside a kernel still to run; `t` stays borrowed until the bytes
     /// are taken, so a backend may copy on a stream of its own). The default reads them
     /// now ([`Backend::download`]); CUDA copies a tensor of up to 1 MB into its
-    /// page-locked staging and waits on an event (a larger one it reads now). CUDA
+    /// page-locked staging on a stream of its own (so the kernels queued after it do
+    /// not wait for the copy) and waits on an event (a larger one it reads now). CUDA
     /// holds that staging until the bytes are taken or the returned value is dropped:
     /// another download on the same thread meanwhile would wait forever (on another
     /// thread it waits its turn); launches and writes of other tensors may go between.
