@@ -74,6 +74,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             mid
         );
     }
+    // Its calls on host data keep their device tensors (x, y) for the next; a server
+    // short of device memory gives them back.
+    println!("kept beside the matrix: {} bytes", rg.kept_bytes());
+    rg.release_kept();
+    assert_eq!(rg.kept_bytes(), 0);
 
     // Activations on the device: uploaded once (or a previous kernel's output), the
     // exact tier's results left there for the next layer, read back when wanted.
