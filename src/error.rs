@@ -129,13 +129,25 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A message of several lines (a compiler's log, a TOML or serde error) as one line, its
-/// lines joined by `; `: what a command prints to stderr, one line a diagnostic.
+/// lines joined by `; `: what a command prints to stderr, one line a diagnostic. Other
+/// control characters (a value read from a file may hold any) are escaped, so a
+/// message cannot move the cursor or recolour a terminal; a tab is a space.
 pub fn one_line(s: &str) -> String {
-    s.lines()
+    let joined = s
+        .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
-        .join("; ")
+        .join("; ");
+    let mut out = String::with_capacity(joined.len());
+    for c in joined.chars() {
+        match c {
+            '\t' => out.push(' '),
+            c if c.is_control() => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// An empty vector with room for `n` values, or an error naming `what` (with `value`, how
@@ -201,5 +213,19 @@ pub fn check_threads_env() -> Result<()> {
             s.trim(),
             "must be a thread count (0 or unset: one a core)",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    /// Lines joined, blank ones dropped; a tab a space; every other control character
+    /// (a terminal's escape, a NUL, a lone carriage return) escaped.
+    #[test]
+    fn one_line_is_one_line_of_printable_text() {
+        let s = one_line("a\n\n  b\tc \r\nd\u{1b}[2J\0e\rf");
+        assert_eq!(s, "a; b c; d\\u{1b}[2J\\u{0}e\\rf");
+        assert!(!s.chars().any(char::is_control));
     }
 }

@@ -121,12 +121,15 @@ impl Geometry {
                 "must be at most 2^31 (kernels index rows in 32 bits, rounded up to whole groups)",
             ));
         }
-        let elements = self.rows as u128 * self.cols as u128;
-        if elements * self.k as u128 / 32 >= u32::MAX as u128 {
+        let words = self.rows as u128 * self.cols as u128 * self.k as u128 / 32;
+        if words >= u32::MAX as u128 {
             return Err(Error::invalid(
-                "rows*cols",
-                elements,
-                "the codes tensor must hold fewer than 2^32 - 1 words (kernels index it in 32 bits)",
+                "codes words",
+                format!(
+                    "{words} (rows {} x cols {} x k {} / 32)",
+                    self.rows, self.cols, self.k
+                ),
+                "must be fewer than 2^32 - 1 (kernels index the codes in 32 bits)",
             ));
         }
         Ok(())
@@ -265,7 +268,11 @@ mod tests {
             (1, 1usize << 62, "cols"),
             // 2^28 code words, but column indices past 32 bits.
             (1, 1usize << 33, "cols"),
-            (1usize << 30, 1usize << 10, "2^32 - 1 words"),
+            (
+                1usize << 30,
+                1usize << 10,
+                "codes words = 1073741824 (rows 1073741824 x cols 1024 x k 1 / 32)",
+            ),
         ] {
             let err = Geometry::new(rows, cols, 32, 1, 2, Code::OneMad)
                 .unwrap_err()

@@ -699,9 +699,13 @@ impl SafetensorsFile {
                 let n: usize = lut.shape.iter().product();
                 if lut.shape.len() != 1 || n != geometry.states() {
                     return Err(Error::invalid(
-                        format!("{name} length"),
-                        format!("{n} (shape {:?})", lut.shape),
-                        format!("must be 2^L = {} for L = {}", geometry.states(), geometry.l),
+                        format!("{name} shape"),
+                        format!("{:?}", lut.shape),
+                        format!(
+                            "must be [2^L] = [{}] for L = {}",
+                            geometry.states(),
+                            geometry.l
+                        ),
                     ));
                 }
             }

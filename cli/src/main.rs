@@ -142,9 +142,9 @@ struct RandomDenseArgs {
     /// bf16, f16 or f32.
     #[arg(long, default_value = "bf16")]
     dtype: DType,
-    /// Standard deviation of the Gaussian values.
+    /// Standard deviation of the Gaussian values (positive, within f32's range).
     #[arg(long, default_value_t = 1.0)]
-    std: f32,
+    std: f64,
     /// Seed of the ChaCha8 generator.
     #[arg(long, value_name = "S", default_value_t = 0)]
     seed: u64,
@@ -580,10 +580,16 @@ fn random_dense(a: RandomDenseArgs, out: &mut Vec<String>) -> Result<()> {
     if a.cols == 0 {
         return Err(Error::invalid("cols", a.cols, "must be at least 1"));
     }
-    if !(a.std.is_finite() && a.std > 0.0) {
-        return Err(Error::invalid("std", a.std, "must be finite and positive"));
+    // Read as f64, so a value past f32's range is named as typed, not as `inf`.
+    let std = a.std as f32;
+    if !(std.is_finite() && std > 0.0) {
+        return Err(Error::invalid(
+            "std",
+            format!("{:?}", a.std),
+            "must be positive and within f32's range (1.2e-38 to 3.4e38)",
+        ));
     }
-    let w = gaussian(a.rows, a.cols, ("rows", "cols"), a.dtype, a.std, a.seed)?;
+    let w = gaussian(a.rows, a.cols, ("rows", "cols"), a.dtype, std, a.seed)?;
     io::write_activations(&a.out, &a.name, &w)?;
     out.push(format!(
         "{}: {} [{}, {}] -> {}",

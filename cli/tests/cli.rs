@@ -69,6 +69,10 @@ fn fails_env(args: &[&str], env: &[(&str, &str)], out_path: &Path, needles: &[&s
         "trellis {args:?}: stderr must be one line: {stderr:?}"
     );
     assert!(
+        !lines[0].chars().any(char::is_control),
+        "trellis {args:?}: a control character on stderr: {stderr:?}"
+    );
+    assert!(
         lines[0].starts_with("error: "),
         "trellis {args:?}: stderr must start with `error: `: {stderr:?}"
     );
@@ -809,6 +813,12 @@ fn generators_and_quantize_refuse_degenerate_data() {
     }
     // Draws past the dtype's range would be infinities.
     fails(&dense_args("f16", "1e5", o), &out, &["std", "f16 range"]);
+    // Past f32's range: named as typed (it would read as `inf` in f32).
+    fails(
+        &dense_args("f32", "1e39", o),
+        &out,
+        &["std = 1e39", "f32's range"],
+    );
     // The safetensors header's own key is not a tensor name.
     for cmd in ["random-x", "random-dense"] {
         let mut args = vec![cmd, "--cols", "256", "--name", "__metadata__", "--out", o];
@@ -1026,6 +1036,11 @@ fn missing_and_malformed_metadata_are_rejected() {
             vec!["bits"],
         ),
         ("", vec!["w.trellis", "code"]),
+        // A terminal's escape (clear, red) read from the file: printed escaped.
+        (
+            "code=\x1b[2J\x1b[31mX;k=2;L=12;T=256;rows=4;cols=512",
+            vec!["code = \\u{1b}[2J\\u{1b}[31mX"],
+        ),
     ] {
         weights_file(&c.w, Some(meta), vec![4, 2, 16], vec![4]);
         c.matvec(&needles);
@@ -1099,11 +1114,12 @@ fn lut_must_have_two_to_the_l_f32_entries() {
         write_raw(&c.w, t, &meta);
     };
     base(Some((Dtype::F32, vec![100], f32_bytes(&[0.5; 100]))));
-    c.matvec(&["w.lut length = 100", "1024"]);
+    c.matvec(&["w.lut shape = [100]", "[1024]"]);
     base(Some((Dtype::F32, vec![2048], f32_bytes(&[0.5; 2048]))));
-    c.matvec(&["w.lut length = 2048", "1024"]);
+    c.matvec(&["w.lut shape = [2048]", "[1024]"]);
     base(Some((Dtype::F32, vec![32, 32], f32_bytes(&[0.5; 1024]))));
-    c.matvec(&["w.lut length", "[32, 32]"]);
+    // Of 2^L values, but not one axis: named as a shape, not a length.
+    c.matvec(&["w.lut shape = [32, 32]", "[2^L] = [1024]"]);
     base(Some((Dtype::F16, vec![1024], f16_bytes(&[0.5; 1024]))));
     c.matvec(&["w.lut", "f16", "f32"]);
     base(None);

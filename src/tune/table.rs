@@ -270,7 +270,7 @@ fn check_stats(field: &str, s: &StatsRecord) -> Result<()> {
         if !(v.is_finite() && v > 0.0) {
             return Err(Error::invalid(
                 format!("{field}.{name}"),
-                v,
+                format!("{v:?}"),
                 "a time must be finite and positive",
             ));
         }
@@ -279,9 +279,9 @@ fn check_stats(field: &str, s: &StatsRecord) -> Result<()> {
     if !(s.p10_us <= s.median_us && s.median_us <= s.p90_us) {
         return Err(Error::invalid(
             format!("{field}.median_us"),
-            s.median_us,
+            format!("{:?}", s.median_us),
             format!(
-                "must lie between p10_us = {} and p90_us = {}",
+                "must lie between p10_us = {:?} and p90_us = {:?}",
                 s.p10_us, s.p90_us
             ),
         ));
