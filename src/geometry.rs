@@ -271,7 +271,7 @@ mod tests {
             (
                 1usize << 30,
                 1usize << 10,
-                "codes words = 1073741824 (rows 1073741824 x cols 1024 x k 1 / 32)",
+                "codes words = 34359738368 (rows 1073741824 x cols 1024 x k 1 / 32)",
             ),
         ] {
             let err = Geometry::new(rows, cols, 32, 1, 2, Code::OneMad)
