@@ -113,8 +113,8 @@ impl Drop for InFlight<'_> {
         // Nowhere to report a failure here; a failed wait leaves the context broken
         // for every later call, which reports it (and the tensor keeps the event).
         if self.copied.synchronize().is_ok() {
-            let mut copy_out = (self.from.copy_out.lock()).unwrap_or_else(|e| e.into_inner());
-            *copy_out = None;
+            let copy_out = self.from.copy_out.lock();
+            *copy_out.unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
 }

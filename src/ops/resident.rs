@@ -412,6 +412,8 @@ where
     // operands hold any), so only those read the flags back (where the host has not
     // read x): started now, taken once the matrix kernel is queued behind them, so the
     // GPU runs the two back to back while the host waits for the flags alone.
+    // The error taken out of the match (a `match` on the result would keep flag_out
+    // borrowed through its arms, so the scratch could not go back there).
     let mut failed = None;
     let flags = match from_device && v.operands.is_f16() && x.dtype() != DType::F16 {
         true => b

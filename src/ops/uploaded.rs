@@ -16,9 +16,10 @@ use std::sync::{Arc, OnceLock};
 
 /// A matrix uploaded on the first launch that needs it and shared by the call's other
 /// launches (the chunks of a large M), so one call copies each matrix to the device once
-/// (and a [`super::Resident`] one, none). It also remembers the activation dtypes its weights
-/// were found finite in: the matrix is held (borrowed or shared), so it cannot change, and the check
-/// reads every scale and the value table (about 0.1 ms at 17408 rows, L 16, a call).
+/// (and a [`super::Resident`] one, none). It also remembers the activation dtypes its
+/// weights were found finite in: the matrix is held (borrowed or shared), so it cannot
+/// change, and the check reads every scale and the value table (about 0.1 ms at 17408
+/// rows, L 16, a call).
 pub(super) struct Uploaded<'a, B: Backend> {
     pub(super) b: Held<'a, B>,
     pub(super) w: Held<'a, QuantizedMatrix>,
@@ -34,9 +35,9 @@ pub(super) struct Uploaded<'a, B: Backend> {
     /// host data take too (first need).
     pub(super) fast_tables: Arc<OnceLock<Arc<FastTables<B>>>>,
     /// The fast device path's buffers (its calls on host data take that path too) of its
-    /// last few keys (a call with this matrix first), reused: the prescale's three outputs and the split-K partials, not
-    /// allocated a call on CUDA and the CPU (Metal's launches return fresh arrays, so
-    /// there it saves nothing).
+    /// last few keys (a call with this matrix first), reused: the prescale's three
+    /// outputs and the split-K partials, not allocated a call on CUDA and the CPU
+    /// (Metal's launches return fresh arrays, so there it saves nothing).
     pub(super) scratch: Arc<Pool<FastScratch<B>>>,
     /// The prescale's `powers` inputs of the last few calls with this matrix first (its
     /// table's power; a fused pair's, gate's then up's), by value.
@@ -53,7 +54,7 @@ pub(super) struct Uploaded<'a, B: Backend> {
 /// launches make fresh arrays, so there it saves nothing). Inputs and outputs are kept
 /// apart: a square matrix's x and y have one type and shape, and an upload's slack (the
 /// Metal simulator fills it to catch reads past the end) is not an output's. At most
-/// [`HostIo::KEEP`] of each, so a resident holds at most that many of its calls' x and
+/// [`KEEP_IO`] of each, so a resident holds at most that many of its calls' x and
 /// y on the device beside its matrix.
 pub(super) struct HostIo<B: Backend> {
     inputs: Pool<B::Tensor, KEEP_IO>,
@@ -120,8 +121,8 @@ impl<T, const KEEP: usize> Pool<T, KEEP> {
     }
 }
 
-/// The fast device path's buffers (host calls' too) for a prescale and a variant: the prescale's outputs
-/// (x prescaled, `unscale`, the flags) and the matrix kernel's outputs after y (its
+/// The fast device path's buffers (host calls' too) for a prescale and a variant: the
+/// prescale's outputs (x prescaled, `unscale`, the flags) and the matrix kernel's outputs after y (its
 /// split-K partials, `ws`; none for a fused pair). A call takes them out of the pool and
 /// puts them back once its kernels are queued: calls run in stream order, so the next
 /// call's prescale writes them after this call's kernels have read them, and two
