@@ -217,9 +217,9 @@ pub trait Backend {
     /// now ([`Backend::download`]); CUDA copies a tensor of up to 1 MB into its
     /// page-locked staging on a stream of its own (so the kernels queued after it do
     /// not wait for the copy) and waits on an event (a larger one it reads now). CUDA
-    /// holds that staging until the bytes are taken or the returned value is dropped:
-    /// another download on the same thread meanwhile would wait forever (on another
-    /// thread it waits its turn); launches and writes of other tensors may go between.
+    /// holds that staging until the bytes are taken or the returned value is dropped;
+    /// a download meanwhile (on any thread) copies through pageable memory instead of
+    /// waiting for it. Launches and writes of other tensors may go between.
     fn download_later<'a>(&'a self, t: &'a Self::Tensor) -> Result<Later<'a>> {
         let bytes = self.download(t)?;
         Ok(Box::new(move || Ok(bytes)))

@@ -122,6 +122,19 @@ impl Drop for InFlight<'_> {
 /// The largest download that goes through [`CudaBackend`]'s page-locked staging.
 const STAGED_BYTES: usize = 1 << 20;
 
+/// The staging, unless a copy holds it: a `Later` not yet taken (on this thread, waiting
+/// for it would never end; a leaked one never lets go) or another thread's download.
+/// Where it is held the caller copies through pageable memory instead.
+fn free_staging(
+    staging: &Mutex<PinnedHostSlice<u8>>,
+) -> Option<std::sync::MutexGuard<'_, PinnedHostSlice<u8>>> {
+    match staging.try_lock() {
+        Ok(pinned) => Some(pinned),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// NVRTC for one architecture with the CUBIN cache on disk: needs no device, so it also
 /// serves [`CudaAhead`] on another thread.
 struct Cubins {
@@ -591,11 +604,8 @@ impl Backend for CudaBackend {
         if n == 0 {
             return Ok(v);
         }
-        match self.staging_for(n) {
-            Some(staging) => {
-                let mut pinned = staging
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match self.staging_for(n).and_then(free_staging) {
+            Some(mut pinned) => {
                 let ptr = pinned.as_mut_ptr().map_err(driver_err)?;
                 // SAFETY: n is within the buffer's STAGED_BYTES (zeroed when made), and
                 // the lock keeps every other use out until the stream has finished this
@@ -609,7 +619,8 @@ impl Backend for CudaBackend {
                 self.stream.synchronize().map_err(driver_err)?;
                 v.copy_from_slice(dst);
             }
-            // Past the staging, or none could be had: pageable memory (synchronous).
+            // Past the staging, none could be had, or it is held: pageable memory
+            // (synchronous).
             None => self
                 .stream
                 .memcpy_dtoh(&t.buf.slice(0..n), &mut v)
@@ -620,14 +631,11 @@ impl Backend for CudaBackend {
 
     fn download_later<'a>(&'a self, t: &'a CudaTensor) -> Result<crate::kernel::Later<'a>> {
         let n = t.shape.iter().product::<usize>() * t.elem.size();
-        let Some(staging) = self.staging_for(n).filter(|_| n > 0) else {
+        // The staging held until the bytes are taken: the copy lands there.
+        let Some(mut pinned) = self.staging_for(n).filter(|_| n > 0).and_then(free_staging) else {
             let bytes = self.download(t)?;
             return Ok(Box::new(move || Ok(bytes)));
         };
-        // The staging held until the bytes are taken: the copy lands there.
-        let mut pinned = staging
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let ptr = pinned.as_mut_ptr().map_err(driver_err)?;
         // SAFETY: n is within the buffer's STAGED_BYTES (zeroed when made), and the lock,
         // held by the closure below, keeps every other use out until it has read them.
@@ -990,12 +998,38 @@ mod tests {
         std::mem::forget(b.download_later(&t).unwrap());
         assert!(pending(&t), "leaked");
         drop(t);
-        // The staging stays locked (its guard leaked): past it, copies run as before.
+        // The staging stays locked (its guard leaked): downloads of every size go on,
+        // through pageable memory.
+        let small: Vec<u8> = (0..64).rev().collect();
+        let t = b.upload(Elem::F32, &[16], &small).unwrap();
+        assert_eq!(b.download(&t).unwrap(), small);
+        assert_eq!(b.download_later(&t).unwrap()().unwrap(), small);
         let n = STAGED_BYTES / 4 + 1;
         let big: Vec<u8> = (0..4 * n).map(|i| i as u8).collect();
         let t = b.upload(Elem::F32, &[n], &big).unwrap();
         b.synchronize().unwrap();
         assert_eq!(b.download(&t).unwrap(), big);
+    }
+
+    /// A `Later` holds the staging until it is taken; downloads on the same thread
+    /// meanwhile (which would wait on it forever) go through pageable memory.
+    #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+    fn downloads_beside_a_held_later_go_on() {
+        let b = CudaBackend::new(0).unwrap();
+        let one: Vec<u8> = (0..64).collect();
+        let two: Vec<u8> = (0..128).map(|i| (3 * i) as u8).collect();
+        let t1 = b.upload(Elem::F32, &[16], &one).unwrap();
+        let t2 = b.upload(Elem::F32, &[32], &two).unwrap();
+        let held = b.download_later(&t1).unwrap();
+        assert_eq!(b.download(&t2).unwrap(), two);
+        let second = b.download_later(&t2).unwrap();
+        assert_eq!(second().unwrap(), two);
+        assert_eq!(held().unwrap(), one);
+        // Let go, the staging serves the next (its `Later` holds it again).
+        let again = b.download_later(&t1).unwrap();
+        assert!(b.staging_for(64).unwrap().try_lock().is_err());
+        assert_eq!(again().unwrap(), one);
     }
 
     #[test]
