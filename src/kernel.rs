@@ -24,10 +24,12 @@ pub unsafe trait KernelSpec: fmt::Debug {
     /// Base name of the kernel family.
     const NAME: &'static str;
 
-    /// Identity of this specialization: the kernel's name and a stable hash of its
-    /// parameters (the declaration's fields), used as the compiled-kernel cache key.
+    /// Identity of this specialization ([`KernelId`]): the kernel's name, a stable hash of
+    /// its parameters (the declaration's fields) and one of its declaration, used as the
+    /// compiled-kernel cache key.
     fn id(&self) -> KernelId;
-    /// Symbol of the compiled entry point: `<name>_<parameter hash>`.
+    /// Symbol of the compiled entry point on CUDA: `<name>_<parameter hash>` (the CPU and
+    /// MLX, which put several kernels in one namespace, use [`KernelId::unique_symbol`]).
     fn symbol(&self) -> String {
         self.id().to_string()
     }

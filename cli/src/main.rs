@@ -256,7 +256,7 @@ struct InfoArgs {
 #[derive(Args, Debug)]
 #[command(allow_negative_numbers = true)]
 struct SelectArgs {
-    /// Device id as in the tuning tables (`nvidia-h200`, `applegpu-g15s`, ...).
+    /// Device id as in the tuning tables (`nvidia-h200`, `applegpu_g15s`, ...).
     #[arg(long, value_name = "ID")]
     device: String,
     /// Kernel family: reduce, gate_up, gate_up_mixed, reduce_mma, gate_up_mma,
@@ -987,9 +987,9 @@ fn select(a: SelectArgs, out: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
-/// `info FILE`: from the file's header only (no tensor's data is read): each matrix's
-/// metadata, tensors' dtypes and shapes checked as a read of it checks them, its size
-/// from its tensors' shapes.
+/// `info FILE`: from the file's header and each matrix's scales and table, never its code
+/// words (the bulk of the file): each matrix's metadata, tensors' dtypes and shapes, scales
+/// and table checked as a read of it checks them, its size from its tensors' shapes.
 fn info_file(file: &Path, out: &mut Vec<String>) -> Result<()> {
     let f = SafetensorsFile::open(file)?;
     let prefixes = f.quantized_prefixes();

@@ -76,7 +76,8 @@ impl DeviceTensor for CudaTensor {
     }
 }
 
-/// One CUDA device and a stream on it.
+/// One CUDA device and a stream on it (launches, uploads, writes, downloads), with a
+/// second for [`Backend::download_later`]'s copies.
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
@@ -429,9 +430,6 @@ impl CudaBackend {
             .map_err(|e| failed("function", e))
     }
 
-    /// The page-locked staging for downloads, zeroed (a slice over memory never written
-    /// would be undefined behaviour), or `None` where the driver has none to give (the
-    /// downloads then go through pageable memory, as before it).
     /// The page-locked staging for a copy of `n` bytes back to the host, made on first
     /// need; `None` past [`STAGED_BYTES`] or where none could be had.
     fn staging_for(&self, n: usize) -> Option<&Mutex<PinnedHostSlice<u8>>> {
@@ -450,6 +448,9 @@ impl CudaBackend {
             .as_ref()
     }
 
+    /// The page-locked staging for downloads, zeroed (a slice over memory never written
+    /// would be undefined behaviour), or `None` where the driver has none to give (the
+    /// downloads then go through pageable memory).
     fn staging_buffer(&self) -> Option<PinnedHostSlice<u8>> {
         // Not write-combined (flags 0): the host reads it back.
         // SAFETY: zeroed (through cudarc's own slice of it) before anything reads it.
@@ -485,7 +486,8 @@ pub fn register_cap(threads: u32) -> u32 {
     (65536 / (warps * 32) / 8 * 8).min(255)
 }
 
-/// Most buffers a kernel binds (this crate's kernels take at most eight).
+/// Most buffers a kernel binds (this crate's kernels take at most eleven:
+/// `gate_up_mma_parts`).
 const MAX_ARGS: usize = 16;
 
 /// A compiled CUDA kernel: its function, and which kernel it is (a launch binds only its
@@ -859,7 +861,7 @@ pub struct CompiledUnit {
     pub cubin: Vec<u8>,
     /// Registers per thread.
     pub registers: u32,
-    /// Bytes of register spills stored to and loaded from local memory, per thread.
+    /// Bytes of register spills stored to local memory, per thread.
     pub spill_stores: u32,
     /// Bytes of register spills loaded from local memory, per thread.
     pub spill_loads: u32,
@@ -924,8 +926,6 @@ fn ptxas_resources(log: &str) -> Option<(u32, u32, u32)> {
     Some((registers?, spills.0, spills.1))
 }
 
-/// Compile `src` with NVRTC straight to a CUBIN, with the compiler's log (ptxas's
-/// report where asked for); `Err` holds the log.
 /// NVRTC's (major, minor) version.
 fn nvrtc_version() -> Result<(i32, i32)> {
     let (mut major, mut minor) = (0, 0);
@@ -936,6 +936,8 @@ fn nvrtc_version() -> Result<(i32, i32)> {
     Ok((major, minor))
 }
 
+/// Compile `src` with NVRTC straight to a CUBIN, with the compiler's log (ptxas's
+/// report where asked for); `Err` holds the log.
 fn nvrtc_cubin(src: &str, options: &[String]) -> std::result::Result<(Vec<u8>, String), String> {
     use cudarc::nvrtc::{result, sys};
     let csrc = std::ffi::CString::new(src).map_err(|e| e.to_string())?;

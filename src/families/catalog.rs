@@ -268,8 +268,8 @@ pub fn interleaved_x_variants(tier: Tier, m: u32, rows: usize, cols: usize) -> V
 }
 
 /// One candidate of 8 rows per simdgroup at every M, from [`TUNED_ROWS`] rows: the probe
-/// past the tuned winners' edge (`rows_per_simd` 4, the largest [`variants`] offers, whose
-/// double the kernels take: `simt::MAX_ROWS_PER_SIMD`), so that the tuner measures
+/// past the tuned winners' edge (twice `rows_per_simd` 4, the largest [`variants`] offers;
+/// the kernels take up to `simt::MAX_ROWS_PER_SIMD`), so that the tuner measures
 /// the next width instead of reporting the winners at a bound. It lost all 96 keys on the
 /// H200 (eighth session: 58 pruned after the first round, the rest 7-30 % behind), as
 /// 5-12 rows at M <= 2 had (3-9 % behind 3 rows: too few simdgroups per scheduler to hide

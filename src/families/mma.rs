@@ -47,8 +47,10 @@ use std::fmt;
 pub const MAX_M_MMA: u32 = 16;
 
 /// The tunable part of a `reduce_mma` kernel (fast tier only). `Hash` and `Debug` leave
-/// `paired_windows` out while it is off, as the tables do (serde), so the variants that
-/// existed before it keep their kernel symbols and their entries' space hashes.
+/// the fields added later (`paired_windows`, `x_f16`, `batch_stage`, `opt_in_shared`,
+/// `early_words`) out while they are at their defaults, as the tables do (serde), so the
+/// variants that existed before each keep their kernel symbols and their entries' space
+/// hashes.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MmaVariant {

@@ -127,8 +127,8 @@ impl ReduceProblem {
     /// The candidates offered on top of the catalog's only at the tuned sizes (register
     /// budgets at M = 8, 3 rows per simdgroup, at M = 1 also under a 40-register budget,
     /// the 8-row probe, scalar code words at M = 1, 2 and 8, prefetched and evict-first
-    /// code words): part of [`ReduceFamily`]'s space, and what `cargo xtask bench` times
-    /// next to the table's choice.
+    /// code words, lane-interleaved x at M = 2 and 4): part of [`ReduceFamily`]'s space,
+    /// and what `cargo xtask bench` times next to the table's choice.
     pub fn tuned_size_candidates(&self, tier: Tier) -> Vec<Variant> {
         let rows = self.geometry.rows;
         let mut out = crate::families::catalog::budget_variants(tier, self.m, rows, &[4]);

@@ -55,10 +55,10 @@ fn check_finite(x: &Activations) -> Result<()> {
     check_each(x, |v| v.is_finite(), "activations must be finite")
 }
 
-/// The fast tier's output: the fast kernels' (`fast`), with the samples `held` of `x`
-/// (ascending) that their f16 operands cannot hold
-/// ([`crate::families::reduce_mma::beyond_f16_operands`]) from `fallback`. Where every
-/// sample is held the fast kernels do not run.
+/// The fast tier's output: the fast kernels' (`fast`), with the samples of `x` `held`
+/// back from them (ascending: those their f16 operands cannot carry,
+/// [`crate::families::reduce_mma::beyond_f16_operands`]) from `fallback`. Where every
+/// sample is held back the fast kernels do not run.
 fn with_held_samples(
     x: &Activations,
     held: &[usize],
@@ -298,29 +298,31 @@ pub fn matvec<B: Backend>(
     matvec_uploaded(Uploaded::new(b, w), x, Choice::Tables(tier))
 }
 
-/// Which variant a call runs: the tables' choice in a tier, or a forced exact one (the
-/// `_with` forms).
+/// Which variant a call runs: the tables' choice in a tier, or a forced variant of the
+/// SIMT families (the `_with` forms; exact or one of their own `fast` variants).
 #[derive(Clone, Copy)]
 enum Choice {
     Tables(Tier),
-    Exact(Variant),
+    Forced(Variant),
 }
 
 impl Choice {
+    /// The tier whose families run the call (and whose limits apply): a forced variant
+    /// runs the SIMT families, the exact tier's, whatever its own tier.
     fn tier(self) -> Tier {
         match self {
             Choice::Tables(tier) => tier,
-            Choice::Exact(_) => Tier::Exact,
+            Choice::Forced(_) => Tier::Exact,
         }
     }
-    /// The exact variant: the forced one, else the tables' for `p` on `b`.
-    fn exact<F: family::Family<Variant = Variant>, B: Backend>(
+    /// The SIMT families' variant: the forced one, else the tables' for `p` on `b`.
+    fn simt<F: family::Family<Variant = Variant>, B: Backend>(
         self,
         b: &B,
         p: &F::Problem,
     ) -> Variant {
         match self {
-            Choice::Exact(v) => v,
+            Choice::Forced(v) => v,
             Choice::Tables(tier) => crate::tune::select_for::<F, B>(b, p, tier).variant,
         }
     }
@@ -376,7 +378,7 @@ fn matvec_launch<B: Backend>(
     let p = ReduceFamily::problem_of(w, x)?;
     check_finite(x)?;
     wd.check_weights_finite(x.dtype)?;
-    let v = choice.exact::<ReduceFamily, B>(b, &p);
+    let v = choice.simt::<ReduceFamily, B>(b, &p);
     reduce_launch(wd, x, &p, v)
 }
 
@@ -485,14 +487,15 @@ fn y_spec(x: &Activations, w: &QuantizedMatrix) -> TensorSpec {
     }
 }
 
-/// `y = W x` on `b`, exact, with a forced variant (any M, as [`matvec`]).
+/// `y = W x` on `b` with a forced variant of the SIMT family `reduce` (an exact one, or
+/// one of its own `fast` variants; any M, as [`matvec`]).
 pub fn matvec_with<B: Backend>(
     b: &B,
     w: &QuantizedMatrix,
     x: &Activations,
     variant: Variant,
 ) -> Result<Activations> {
-    matvec_uploaded(Uploaded::new(b, w), x, Choice::Exact(variant))
+    matvec_uploaded(Uploaded::new(b, w), x, Choice::Forced(variant))
 }
 
 /// `mid = silu(G x) * (U x)` on `b` with the variant the tables choose for `tier`: x is
@@ -578,7 +581,7 @@ fn gate_up_launch<B: Backend>(
     let p = GateUpFamily::problem_of(gate, up, x, tail)?;
     check_finite(x)?;
     Uploaded::check_pair_finite([gd, ud], x.dtype)?;
-    let v = choice.exact::<GateUpFamily, B>(b, &p);
+    let v = choice.simt::<GateUpFamily, B>(b, &p);
     gate_up_exact_launch([gd, ud], x, &p, v)
 }
 
@@ -630,8 +633,8 @@ fn gate_up_exact_launch<B: Backend>(
     exact_launch::<GateUpFamily, B>(gd, x, p, v, |x| GateUpDevice { gate, up, x })
 }
 
-/// `mid = silu(G x) * (U x)` on `b`, exact, with a forced variant (any M, as
-/// [`gate_up`]).
+/// `mid = silu(G x) * (U x)` on `b` with a forced variant of the SIMT family `gate_up`
+/// (an exact one, or one of its own `fast` variants; any M, as [`gate_up`]).
 pub fn gate_up_with<B: Backend>(
     b: &B,
     gate: &QuantizedMatrix,
@@ -641,7 +644,7 @@ pub fn gate_up_with<B: Backend>(
     variant: Variant,
 ) -> Result<Activations> {
     let ws = [Uploaded::new(b, gate), Uploaded::new(b, up)];
-    gate_up_uploaded(ws, x, tail, Choice::Exact(variant))
+    gate_up_uploaded(ws, x, tail, Choice::Forced(variant))
 }
 
 /// The facade on a backend chosen at run time: each method runs its function on the

@@ -71,10 +71,10 @@ impl<'a, B: Backend> Resident<'a, B> {
         matvec_uploaded(self.w.clone(), x, Choice::Tables(tier))
     }
 
-    /// `y = W x`, exact, with a forced variant, as [`matvec_with`](super::matvec_with)
-    /// gives it.
+    /// `y = W x` with a forced variant of the SIMT family, as
+    /// [`matvec_with`](super::matvec_with) gives it.
     pub fn matvec_with(&self, x: &Activations, variant: Variant) -> Result<Activations> {
-        matvec_uploaded(self.w.clone(), x, Choice::Exact(variant))
+        matvec_uploaded(self.w.clone(), x, Choice::Forced(variant))
     }
 
     /// `y = W x` on activations already on the device (uploaded once with
@@ -169,7 +169,7 @@ impl<'a, B: Backend> Resident<'a, B> {
         crate::reference::check_x_shape([x.samples(), x.cols()], w.geometry.cols)?;
         let p = ReduceProblem::of_samples(w, x.dtype(), x.samples(), MAX_M)?;
         self.w.check_weights_finite(x.dtype())?;
-        let v = device_variant(Choice::Tables(tier).exact::<ReduceFamily, B>(b, &p), x);
+        let v = device_variant(Choice::Tables(tier).simt::<ReduceFamily, B>(b, &p), x);
         family::fits::<ReduceFamily>(&p, v, &b.limits())?;
         let d = ReduceDevice {
             w: self.w.get()?,
@@ -265,7 +265,7 @@ impl<'a, B: Backend> Resident<'a, B> {
         crate::reference::check_x_shape([x.samples(), x.cols()], gate.geometry.cols)?;
         let p = GateUpProblem::of_samples(gate, upm, x.dtype(), x.samples(), tail, MAX_M)?;
         Uploaded::check_pair_finite([&self.w, &up.w], x.dtype())?;
-        let v = device_variant(Choice::Tables(tier).exact::<GateUpFamily, B>(b, &p), x);
+        let v = device_variant(Choice::Tables(tier).simt::<GateUpFamily, B>(b, &p), x);
         family::fits::<GateUpFamily>(&p, v, &b.limits())?;
         let d = GateUpDevice {
             gate: self.w.get()?,

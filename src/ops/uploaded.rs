@@ -352,8 +352,9 @@ impl<'a, B: Backend> Uploaded<'a, B> {
     }
 }
 
-/// The samples of `x` the fast kernels' operands cannot hold ([`beyond_f16_operands_of`]
-/// over the matrices' facts, made once per upload); none where the operands are bf16.
+/// The samples of `x` held back from the fast kernels, those their operands cannot carry
+/// ([`beyond_f16_operands_of`] over the matrices' facts, made once per upload); none where
+/// the operands are bf16.
 pub(super) fn held_samples<B: Backend>(
     x: &Activations,
     ws: &[&Uploaded<B>],

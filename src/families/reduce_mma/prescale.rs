@@ -293,7 +293,7 @@ impl Prescale {
 ///   where f16 keeps only an absolute 2^-25 (at most `max * 2^-38` unscaled) instead of
 ///   a relative 2^-10; every other value keeps 2^-10, which with the weights' own
 ///   rounding stays inside the bound's 2^-8 with half of it to spare. So a sample with
-///   `n` tiny values is held where, in every row of every matrix of `ws`, their worst
+///   `n` tiny values is carried where, in every row of every matrix of `ws`, their worst
 ///   error `n * max * 2^-38 * max |value|` is at most 2^-10 of `sum |w x|` over the
 ///   sample's 8 largest values (a lower bound of the row's sum): true unless a row
 ///   weights the large values at zero. f16 activations are exact in f16 operands.
@@ -349,7 +349,8 @@ pub fn beyond_f16_operands_of(
     if x.dtype == DType::F16 {
         return Ok(Vec::new());
     }
-    let held = |m: usize| {
+    // Whether sample m's f16 operands carry it within the bound.
+    let fits = |m: usize| {
         let row = x.row(m);
         let max = max_abs(row);
         if exponent_clamped(max) {
@@ -374,7 +375,7 @@ pub fn beyond_f16_operands_of(
             })
         })
     };
-    Ok((0..x.rows).filter(|&m| !held(m)).collect())
+    Ok((0..x.rows).filter(|&m| !fits(m)).collect())
 }
 
 /// Values below 2^-28 of their set's largest magnitude `max`: where f16 operands lose
