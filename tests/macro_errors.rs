@@ -19,3 +19,47 @@ fn macro_errors_point_at_the_declaration() {
         .expect("copy the cases' template");
     trybuild::TestCases::new().compile_fail("tests/ui/*.rs");
 }
+
+/// The macro refuses upper-case names of two or more characters (`check_c_name`) because
+/// the dialect headers and kernel bodies define their macros in that space: a tensor
+/// named like one would be expanded away. Every `#define` of the units' sources must stay
+/// there (the MSL shim, a host compile's stand-in for Metal's built-ins, is not a unit's).
+#[test]
+fn every_template_macro_is_upper_case() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("read templates/") {
+            let p = e.expect("a templates/ entry").path();
+            if p.is_dir() {
+                if p.file_name().is_some_and(|n| n != "msl_shim") {
+                    walk(&p, out);
+                }
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(std::path::Path::new("templates"), &mut files);
+    let mut names = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("a template is text");
+        for line in text.lines() {
+            let Some(rest) = line.trim_start().strip_prefix("#define") else {
+                continue;
+            };
+            let name: String = rest
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                name.len() > 1 && !name.chars().any(|c| c.is_ascii_lowercase()),
+                "{}: `#define {name}` is outside the macros' space (upper case, two or more \
+                 characters), so a tensor may take its name",
+                f.display()
+            );
+            names += 1;
+        }
+    }
+    assert!(names > 40, "found only {names} #defines under templates/");
+}

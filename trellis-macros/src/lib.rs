@@ -5,12 +5,16 @@
 //!     name = "scale_rows",
 //!     template = "scale_rows.kernel",     // askama file with blocks `header` and `body`
 //!     grid = self.grid(),                 // -> trellis::kernel::Grid
-//!     inputs(x: act[self.rows, self.cols], s: f32[self.rows]),
+//!     inputs(x: act[self.rows, self.cols], scale: f32[self.rows]),
 //!     outputs(y: act[self.rows, self.cols]),
 //! )]
 //! #[derive(Clone, Debug, Hash)]
-//! pub struct ScaleRows { pub rows: usize, pub cols: usize, pub act: Elem }
+//! pub struct ScaleRows { pub rows: usize, pub cols: usize, pub act: Elem, pub rows_per_group: u32 }
 //! ```
+//!
+//! (The template reads `scale`, `{{ rows_per_group }}` and the struct's own methods: the
+//! whole example, template and methods, is `docs/kernels.md`'s walkthrough and
+//! `examples/downstream/`.)
 //!
 //! Element types are `u32`, `f32`, `f16`, `bf16`, the name of a field whose type
 //! converts into `trellis::kernel::Elem` (`act` above; a `DType` or `ScaleDType` does), or
@@ -282,10 +286,18 @@ const C_RESERVED: &[&str] = &[
     "uchar",
     "ulong",
     "size_t",
-    // the units' own names
+    // the units' own names (`codegen::bind_body`'s locals) and CUDA's built-ins
     "bufs",
     "group_x_",
     "group_y_",
+    "thread_in_group_",
+    "group_threads_",
+    "simdgroup_id_",
+    "lane_id_",
+    "threadIdx",
+    "blockIdx",
+    "blockDim",
+    "gridDim",
     "threadgroup_position_in_grid",
     "thread_position_in_threadgroup",
     "threads_per_threadgroup",
@@ -294,7 +306,9 @@ const C_RESERVED: &[&str] = &[
 ];
 
 /// A kernel's or a tensor's name as its units spell it: a C identifier of ASCII letters,
-/// digits and `_`, none of [`C_RESERVED`] and no `__` prefix (C++ reserves those).
+/// digits and `_`, none of [`C_RESERVED`], no `__` prefix (C++ reserves those) and not
+/// upper case of two or more characters (the dialect headers' macros: `LANE_ID`,
+/// `BARRIER`, ...; the main crate's `every_template_macro_is_upper_case` keeps them so).
 fn check_c_name(what: &str, name: &str, span: Span) -> syn::Result<()> {
     let is_ident = name
         .chars()
@@ -314,6 +328,15 @@ fn check_c_name(what: &str, name: &str, span: Span) -> syn::Result<()> {
         return Err(syn::Error::new(
             span,
             format!("{what} `{name}` is reserved in the kernel's C++, CUDA or Metal units"),
+        ));
+    }
+    if name.len() > 1 && !name.chars().any(|c| c.is_ascii_lowercase()) {
+        return Err(syn::Error::new(
+            span,
+            format!(
+                "{what} `{name}` is upper case: the kernel's units keep those names for \
+                 their macros (`LANE_ID`, `BARRIER`, ...)"
+            ),
         ));
     }
     Ok(())
@@ -771,6 +794,8 @@ mod tests {
         };
         let ts = squeeze(expand_with("k", "outputs(r#in: f32[4])", "n: usize").unwrap());
         assert!(ts.contains("name:\"in\""), "{ts}");
+        // One capital is a name, not a macro (the headers define none that short).
+        assert!(expand_with("k", "outputs(Y: f32[4])", "n: usize").is_ok());
         for (name, output, says) in [
             (
                 "scale-rows",
@@ -782,6 +807,10 @@ mod tests {
             ("k", "bufs", "tensor name `bufs` is reserved"),
             ("k", "r#float", "tensor name `float` is reserved"),
             ("k", "threadgroup", "tensor name `threadgroup` is reserved"),
+            ("k", "lane_id_", "tensor name `lane_id_` is reserved"),
+            ("k", "blockIdx", "tensor name `blockIdx` is reserved"),
+            ("k", "LANE_ID", "tensor name `LANE_ID` is upper case"),
+            ("K2", "y", "kernel name `K2` is upper case"),
             ("k", "größe", "tensor name `größe` is no C identifier"),
         ] {
             let e = expand_with(name, &format!("outputs({output}: f32[4])"), "n: usize")

@@ -74,7 +74,9 @@ enum Cmd {
         /// when named here).
         #[arg(long, default_value = "target/bench.md")]
         out: PathBuf,
-        /// Tuning table to take the tuned variants from (default: embedded/env tables).
+        /// A tuning table layered over the selector's (embedded, `tuning/local/`,
+        /// `$TRELLIS_TUNING_DIR`): its entries are taken where it has one for the key; the
+        /// others come from those, as the runtime's layering does.
         #[arg(long)]
         table: Option<PathBuf>,
         /// Only this family (`reduce_mma`: the matrix-unit fast tier vs cuBLAS).

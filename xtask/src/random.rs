@@ -89,7 +89,8 @@ impl std::fmt::Display for Case {
 const PRESETS: [(usize, usize); 4] = [(17408, 5120), (5120, 17408), (14336, 4096), (4096, 14336)];
 
 /// `n` cases from `seed`; `native_tail`: whether fast `gate_up` may ask for the
-/// backend's own SwiGLU arithmetic (GPU backends only).
+/// backend's own SwiGLU arithmetic (`run` asks it of every backend but `cpu` and the
+/// reference: the GPUs and the Metal simulator).
 pub fn cases(n: usize, seed: u64, native_tail: bool) -> Vec<Case> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     (0..n)

@@ -283,12 +283,33 @@ fn tuned_at_tier<F: Family>(
         }
         Some(_) => Ok(true),
         None if a.family.is_empty() => Ok(false),
+        None if untuned::<F>() => Err(Error::invalid(
+            "family",
+            F::NAME,
+            "is not tuned (it offers no tuning problems in any space; its kernels run their \
+             built-in variant)",
+        )),
         None => Err(Error::invalid(
             "family",
             F::NAME,
             "has no problems in this space (see --shape, --m, --k, --l, --code)",
         )),
     }
+}
+
+/// Whether `F` offers no tuning problems at all (`Family::problems`' default, `expand`):
+/// none even in a space with a gate/up shape, every k and both tiers' M.
+fn untuned<F: Family>() -> bool {
+    let probe = trellis::family::TuneSpace {
+        shapes: trellis::family::preset("qwen3-14b").unwrap_or_default(),
+        ms: vec![1, 16],
+        ks: (1..=8).collect(),
+        ls: vec![12, 16],
+        codes: vec![trellis::Code::OneMad],
+        dtype: trellis::DType::Bf16,
+        t: 256,
+    };
+    F::problems(&probe).map_or(true, |p| p.is_empty())
 }
 
 /// `tune --summary`: the --out table's end-of-run summary, without a device.

@@ -160,7 +160,8 @@ fn a_grid_the_backends_would_run_differently_is_an_error() {
         sim.upload(Elem::F32, &[2, 32], &xb).unwrap(),
         sim.upload(Elem::F32, &[2], &sb).unwrap(),
     );
-    // The grid it declares runs, and writes every row (outputs start zeroed).
+    // The grid it declares runs, and writes every row (the simulator's outputs start
+    // poisoned, so a row left unwritten would show).
     let want: Vec<f32> = (0..2 * 32).map(|i| xv[i] * sv[i / 32]).collect();
     let y = ok.launch(&cpu, &x, &s).unwrap().y;
     assert_eq!(DType::F32.decode(&cpu.download(&y).unwrap()), want);
