@@ -18,7 +18,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   done
 else
   verify_random $C 80 20261554
-  spec_check $C 40 20261554 300
+  spec_check $C 30 20261554 200
   TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_M=1 timeout 120 $D/xtask bench \
     --table tuning/nvidia-h200.toml --out "$OUT/bench-qwen3-14b-m1.md" > "$OUT/bench.log" 2> "$OUT/bench.err"
   echo "bench rc=$? $(since)"; grep -E "error" "$OUT/bench.err" | tail -5
