@@ -234,7 +234,7 @@ fn device_activations_chain_without_copies() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
 fn device_activations_run_the_fast_tier() {
-    use trellis::check::{random_activations, random_matrix};
+    use trellis::check::{fast_gate_up, fast_reduce, random_activations, random_matrix, RealSums};
     use trellis::numerics::Tier;
     use trellis::ops::{DeviceActivations, Resident};
     use trellis::{Code, DType, Geometry};
@@ -273,6 +273,12 @@ fn device_activations_run_the_fast_tier() {
         let z = rd.matvec_device(&y, Tier::Fast).unwrap();
         let y_want = rw.matvec(&x, Tier::Fast).unwrap();
         let z_want = rd.matvec(&y_want, Tier::Fast).unwrap();
+        // The host facade's bits, which the device's must equal, are SPEC 7's: within
+        // the bound of the real sums (the H200 table's winners at this shape).
+        let (gw, gu) = (RealSums::of(&w, &x).unwrap(), RealSums::of(&u, &x).unwrap());
+        fast_reduce(&y_want, &gw).unwrap_or_else(|e| panic!("y, {dtype} M {m}: {e}"));
+        fast_reduce(&z_want, &RealSums::of(&down, &y_want).unwrap())
+            .unwrap_or_else(|e| panic!("z, {dtype} M {m}: {e}"));
         assert!(y.download(&b).unwrap().bits_eq(&y_want), "y, {dtype} M {m}");
         // Both prescale x on the device: the bits of the kernel on x prescaled by the
         // host, as the tuner runs it.
@@ -285,6 +291,8 @@ fn device_activations_run_the_fast_tier() {
         let mid_want = rw
             .gate_up(&ru, &x, trellis::numerics::Tail::Exact, Tier::Fast)
             .unwrap();
+        fast_gate_up(&mid_want, &gw, &gu, false)
+            .unwrap_or_else(|e| panic!("mid, {dtype} M {m}: {e}"));
         assert!(
             mid.download(&b).unwrap().bits_eq(&mid_want),
             "mid, {dtype} M {m}"

@@ -117,12 +117,19 @@ fn fast_device_calls_from_several_threads_keep_their_bits() {
     );
     std::thread::scope(|s| {
         for t in 0..4u64 {
-            let (b, rw, ru) = (&b, &rw, &ru);
+            let (b, rw, ru, w, u) = (&b, &rw, &ru, &w, &u);
             s.spawn(move || {
                 let x = check::random_activations(DType::Bf16, 2, 2048, 300 + t);
                 let xd = DeviceActivations::upload(b, &x).unwrap();
                 let want = rw.matvec(&x, Tier::Fast).unwrap();
                 let want_mid = rw.gate_up(ru, &x, Tail::Exact, Tier::Fast).unwrap();
+                // The bits every call must keep are SPEC 7's.
+                let (gw, gu) = (
+                    check::RealSums::of(w, &x).unwrap(),
+                    check::RealSums::of(u, &x).unwrap(),
+                );
+                check::fast_reduce(&want, &gw).unwrap();
+                check::fast_gate_up(&want_mid, &gw, &gu, false).unwrap();
                 for i in 0..8 {
                     let y = rw.matvec_device(&xd, Tier::Fast).unwrap();
                     let mid = rw.gate_up_device(ru, &xd, Tail::Exact, Tier::Fast);

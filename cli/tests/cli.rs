@@ -198,6 +198,19 @@ fn read_bits(path: &Path, name: &str) -> Activations {
     io::read_activations(path, name).unwrap()
 }
 
+/// `y` (tensor `y` of `y_path`) is the reference's `W x` bit for bit, for the matrix of
+/// prefix `w` in `w_path` and the activations `x` of `x_path`.
+fn assert_reference_y(w_path: &Path, x_path: &Path, y_path: &Path) {
+    let w = io::read_quantized(w_path, "w").unwrap();
+    let x = read_bits(x_path, "x");
+    let want = reference::reduce(&w, &x).unwrap();
+    assert!(
+        read_bits(y_path, "y").bits_eq(&want),
+        "{}",
+        y_path.display()
+    );
+}
+
 fn assert_same_bits(what: &str, got: &Activations, want: &Activations) {
     assert_eq!(
         (got.dtype, got.rows, got.cols),
@@ -727,8 +740,14 @@ fn quantize_prints_a_plausible_mse() {
             .trim()
             .parse()
             .unwrap();
+        // Above the Gaussian rate-distortion bound 2^-2k (less a sampling slack: 4096
+        // weights), and within 1.6x of it, where a trellis code at L 10 lands.
         let rel = mse / power;
-        assert!(rel > 0.0 && rel < 0.25, "{code} k={k}: relative mse {rel}");
+        let bound = 2f64.powi(-2 * k.parse::<i32>().unwrap());
+        assert!(
+            (0.9 * bound..1.6 * bound).contains(&rel),
+            "{code} k={k}: relative mse {rel}, bound {bound}"
+        );
         assert_printed_relative(&stdout, rel);
         let m = io::read_quantized(&w, "w").unwrap();
         let deq = reference::dequantize(&m, DType::F32).unwrap();
@@ -972,7 +991,7 @@ fn the_valid_case_is_valid() {
         "--out",
         s(&c.out),
     ]);
-    assert!(c.out.exists());
+    assert_reference_y(&c.w, &c.x, &c.out);
 }
 
 #[test]
@@ -1759,13 +1778,23 @@ fn thread_counts_rayon_cannot_run_are_errors() {
             fails_env(args, &env, out, &["RAYON_NUM_THREADS", value, reason]);
         }
     }
-    // Within range the same commands run.
+    // Within range the same commands run, with the reference's bits (the thread count
+    // changes none), on the cpu, the reference and the simulator.
     let env = [("RAYON_NUM_THREADS", "3")];
-    for (args, out) in [(&matvec[..], &y), (&quantize[..], &q)] {
+    let (w, x) = (d.path("w.safetensors"), d.path("x.safetensors"));
+    for args in [&matvec[..], &reference[..], &metal_sim[..]] {
         let o = trellis_env(args, &env);
         assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
-        assert!(out.exists());
+        assert_reference_y(&w, &x, &y);
+        std::fs::remove_file(&y).unwrap();
     }
+    let o = trellis_env(&quantize, &env);
+    assert!(o.status.success(), "quantize: {}", text(&o.stderr));
+    let qm = io::read_quantized(&q, "w").unwrap();
+    assert_eq!(
+        (qm.geometry.rows, qm.geometry.cols, qm.geometry.k),
+        (2, 256, 2)
+    );
 }
 
 /// The compiler's variables: one that is not UTF-8 is an error naming it (it was read as
@@ -1806,4 +1835,5 @@ fn compiler_variables_are_taken_as_written_or_refused() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
+    assert_reference_y(&d.path("w.safetensors"), &d.path("x.safetensors"), &y);
 }

@@ -105,6 +105,17 @@ fn docs_cli_runs_top_to_bottom() {
             "{f}.safetensors"
         );
     }
+    // What the walkthrough computed: exact y and mid the reference's bits, fast y within
+    // SPEC 7 of the real sums.
+    use trellis::{check, io, reference};
+    let demo = |f: &str| root.join(format!("target/demo/{f}.safetensors"));
+    let matrix = |f: &str| io::read_quantized(&demo(f), "w").unwrap();
+    let act = |f: &str, name: &str| io::read_activations(&demo(f), name).unwrap();
+    let (w, x) = (matrix("w"), act("x", "x"));
+    assert!(act("y", "y").bits_eq(&reference::reduce(&w, &x).unwrap()));
+    check::fast_reduce(&act("y-fast", "y"), &check::RealSums::of(&w, &x).unwrap()).unwrap();
+    let (g, u) = (matrix("g"), matrix("u"));
+    assert!(act("mid", "mid").bits_eq(&reference::gate_up(&g, &u, &x).unwrap()));
 }
 
 #[test]

@@ -127,4 +127,7 @@ pub fn simt_fast_holds_f16_sums_at_the_edge<B: Backend>(b: &B) {
         "{name}: SIMT gate_up {:?}",
         mid.data
     );
+    let us = RealSums::of(&u, &x).unwrap();
+    check::fast_gate_up(&mid, &real, &us, false)
+        .unwrap_or_else(|e| panic!("{name}: SIMT gate_up: {e}"));
 }
