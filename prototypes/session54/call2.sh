@@ -1,5 +1,6 @@
 #!/bin/bash
-# The checks a reader re-runs on this session's build, and where the card is an H200 (none
+# The GPU tests this session strengthened (SPEC 7 on the fast device path) and the checks a
+# reader re-runs on its build, and where the card is an H200 (none
 # came since the fortieth session) the full bench of both presets on the shipped table
 # (`../session40/final.sh`'s runs). Carry [".device", ".vectors"].
 . prototypes/device.sh
@@ -17,8 +18,9 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     echo "bench $P rc=$? $(since)"; grep -E "error" "$OUT/bench-$P.err" | tail -5
   done
 else
-  verify_random $C 80 20261554
-  spec_check $C 30 20261554 200
+  gpu_tests $C 90 cuda_launch cuda_threads
+  verify_random $C 60 20261554
+  spec_check $C 30 20261554 150
   TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_M=1 timeout 120 $D/xtask bench \
     --table tuning/nvidia-h200.toml --out "$OUT/bench-qwen3-14b-m1.md" > "$OUT/bench.log" 2> "$OUT/bench.err"
   echo "bench rc=$? $(since)"; grep -E "error" "$OUT/bench.err" | tail -5
