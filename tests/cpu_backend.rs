@@ -1,5 +1,7 @@
 //! The CPU backend runs the generated kernels and matches the reference bit for bit.
 
+#[path = "common/facade.rs"]
+mod facade;
 #[path = "common/flagged.rs"]
 mod flagged;
 #[path = "common/host_prescaled.rs"]
@@ -1056,6 +1058,8 @@ fn a_batch_larger_than_a_launch_runs_as_several() {
     ] {
         assert!(e.to_string().contains("x[17, 3]"), "{e}");
     }
+    // The GPU test files' form of it (`common/facade.rs`), here so that CI runs it.
+    facade::a_batch_larger_than_a_launch_runs_as_several(&cpu);
 }
 
 /// The CPU backend, counting the code words it is given to upload (`codes`), and every

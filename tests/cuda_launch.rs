@@ -7,6 +7,8 @@
 mod contract;
 #[path = "common/f16_edge.rs"]
 mod f16_edge;
+#[path = "common/facade.rs"]
+mod facade;
 #[path = "common/flagged.rs"]
 mod flagged;
 #[path = "common/host_prescaled.rs"]
@@ -127,40 +129,11 @@ fn uploads_and_allocations_round_trip_their_elements_alone() {
     assert!(b.download(&empty).unwrap().is_empty());
 }
 
-/// A batch larger than one launch (exact 8 samples, fast 16) through the facade on the
-/// GPU: the matrices uploaded once serve every launch; exact bit for bit with the
-/// reference, fast within SPEC 7, `matvec` and `gate_up`; resident matrices give the
-/// same bits.
+/// A batch larger than one launch through the facade on the GPU (`common/facade.rs`).
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
 fn a_batch_larger_than_a_launch_runs_as_several() {
-    use trellis::check::{fast_gate_up, fast_reduce, random_activations, random_matrix, RealSums};
-    use trellis::numerics::{Tail, Tier};
-    use trellis::{ops, reference, Code, DType, Geometry};
-    let b = CudaBackend::new(0).unwrap();
-    let g = Geometry::new(96, 1024, 256, 3, 12, Code::OneMad).unwrap();
-    let (w, u) = (random_matrix(g, 41), random_matrix(g, 42));
-    let x = random_activations(DType::Bf16, 20, 1024, 43); // 8 + 8 + 4
-    let y = ops::matvec(&b, &w, &x, Tier::Exact).unwrap();
-    assert!(y.bits_eq(&reference::reduce(&w, &x).unwrap()));
-    let mid = ops::gate_up(&b, &w, &u, &x, Tail::Exact, Tier::Exact).unwrap();
-    assert!(mid.bits_eq(&reference::gate_up(&w, &u, &x).unwrap()));
-    let x40 = random_activations(DType::Bf16, 40, 1024, 44); // 16 + 16 + 8
-    let (rw, ru) = (
-        RealSums::of(&w, &x40).unwrap(),
-        RealSums::of(&u, &x40).unwrap(),
-    );
-    fast_reduce(&ops::matvec(&b, &w, &x40, Tier::Fast).unwrap(), &rw).unwrap();
-    let mf = ops::gate_up(&b, &w, &u, &x40, Tail::Exact, Tier::Fast).unwrap();
-    fast_gate_up(&mf, &rw, &ru, false).unwrap();
-    // Resident matrices give the same bits as the plain calls.
-    let (dw, du) = (
-        ops::Resident::new(&b, &w).unwrap(),
-        ops::Resident::new(&b, &u).unwrap(),
-    );
-    assert!(dw.matvec(&x, Tier::Exact).unwrap().bits_eq(&y));
-    let resident_mid = ops::gate_up_resident(&dw, &du, &x40, Tail::Exact, Tier::Fast).unwrap();
-    assert!(resident_mid.bits_eq(&mf));
+    facade::a_batch_larger_than_a_launch_runs_as_several(&CudaBackend::new(0).unwrap());
 }
 
 /// Activations on the device run the exact tier with the host facade's bits and chain
