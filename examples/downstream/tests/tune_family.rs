@@ -52,6 +52,13 @@ fn the_downstream_family_verifies_tunes_and_is_selected() {
     assert!([1, 2, 4, 8].contains(&winner.rows_per_group), "{winner}");
     assert!(e.stats.samples >= 3);
     assert!(e.stats.p10_us <= e.stats.median_us && e.stats.median_us <= e.stats.p90_us);
+    // The bandwidth is the family's bytes over the median (the tables' GB/s column).
+    let bytes = <ScaleRowsFamily as Family>::bytes(&p) as f64;
+    let derived = e.bandwidth_gbs * 1e3 * e.stats.median_us;
+    assert!(
+        (derived / bytes - 1.0).abs() < 0.01,
+        "{derived} of {bytes} bytes"
+    );
     // The table round-trips, and the selector answers from it for this device.
     let table = Table::parse(&table.to_toml()).unwrap();
     let mut s = Selector::empty();
