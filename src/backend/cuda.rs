@@ -633,7 +633,8 @@ impl Backend for CudaBackend {
 
     fn download_later<'a>(&'a self, t: &'a CudaTensor) -> Result<crate::kernel::Later<'a>> {
         let n = t.shape.iter().product::<usize>() * t.elem.size();
-        // The staging held until the bytes are taken: the copy lands there.
+        // The staging, held until the bytes are taken: the copy lands there (past it, or
+        // while a copy holds it, the bytes are read now).
         let Some(mut pinned) = self.staging_for(n).filter(|_| n > 0).and_then(free_staging) else {
             let bytes = self.download(t)?;
             return Ok(Box::new(move || Ok(bytes)));
