@@ -311,8 +311,12 @@ fn a_missing_m_takes_the_nearest_tuned_m() {
         e.source_hash = trellis::tune::source_hash_of::<ReduceFamily>(Dialect::Cuda, &p);
         e
     };
+    // M 4's entry is stale (its sources changed since): another M stands in, and the
+    // reason says this M's entries are stale, not that no table has it.
+    let mut stale4 = at(4, 4);
+    stale4.source_hash = "0000000000000000".into();
     let t = Table {
-        entries: vec![at(1, 1), at(2, 2), at(8, 8)],
+        entries: vec![at(1, 1), at(2, 2), at(8, 8), stale4],
         ..table("nvidia-h200", "cuda")
     };
     let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
@@ -328,7 +332,17 @@ fn a_missing_m_takes_the_nearest_tuned_m() {
         assert_eq!(sel.variant.rows_per_group, want, "M {m}: {}", sel.source);
         let note = format!("nearest tuned M = {want}");
         match &sel.source {
-            Source::Nearest { why, .. } if m != want => assert!(why.contains(&note), "{why}"),
+            Source::Nearest { why, .. } if m == 4 => assert!(
+                why.contains(&note)
+                    && why.contains("1 entries for [")
+                    && why.contains("are stale")
+                    && !why.contains("no table has this M"),
+                "{why}"
+            ),
+            Source::Nearest { why, .. } if m != want => assert!(
+                why.contains(&format!("{note} (no table has this M)")),
+                "{why}"
+            ),
             Source::Table { .. } if m == want => {}
             other => panic!("M {m}: {other:?}"),
         }

@@ -1025,8 +1025,9 @@ pub fn plan<F: Family>(
     plan
 }
 
-/// Tune family `F` on every problem, resuming from `table` (entries of the same key, shape
-/// and sources are kept unless `o.fresh`), calling `save` after each problem so an
+/// Tune family `F` on every problem, resuming from `table` (its current entries are kept
+/// unless `o.fresh`: same key and shape, sources and space hashes current, a readable
+/// winner of the key's tier, sane stats), calling `save` after each problem so an
 /// interrupted run loses at most one. Returns the problems left untuned.
 pub fn tune<F: Family, B: Backend>(
     b: &B,

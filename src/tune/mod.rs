@@ -31,7 +31,9 @@ pub enum Source {
         /// The `RxC` the entry was measured at.
         shape: String,
     },
-    /// The device's own table (or a family member's), nearest bucket or nearest device.
+    /// An entry standing in for the key's own: another bucket's, another device's (a
+    /// family member), another M's, or the runner-up where the winner does not fit; `why`
+    /// says which.
     Nearest {
         /// The table's name.
         table: String,
@@ -327,7 +329,8 @@ pub fn read_table(path: &Path) -> Result<Table> {
 }
 
 /// Environment variable naming a directory of `*.toml` tables layered over the embedded
-/// ones and `tuning/local/` (their entries win where both have one).
+/// ones and `tuning/local/` (their entry is taken on a tie: the same nearest bucket and
+/// measured shape; [`Selector::add_table`]).
 pub const TUNING_DIR_ENV: &str = "TRELLIS_TUNING_DIR";
 
 /// Where `cargo xtask tune` writes the tables it measures on this machine by default:
@@ -568,7 +571,10 @@ impl Selector {
                 });
                 match (hit, first_miss) {
                     (Some(hit), _) => {
-                        own_miss = (!own.is_empty() && other_m.is_none()).then_some(miss);
+                        // Where the key's own M has entries, stale ones, that says why
+                        // another M stands in.
+                        own_miss = (!own.is_empty() && (other_m.is_none() || miss.stale > 0))
+                            .then_some(miss);
                         hit
                     }
                     (None, None) if own.is_empty() => {
@@ -599,8 +605,11 @@ impl Selector {
         // family, another bucket, or both).
         let why: Vec<String> = [
             (t.device.id != device).then(|| format!("nearest device {} for {device}", t.device.id)),
+            other_m.map(|m| match &own_miss {
+                Some(_) => format!("nearest tuned M = {m}"),
+                None => format!("nearest tuned M = {m} (no table has this M)"),
+            }),
             own_miss.map(|m| format!("its own: {}", m.why(&key, F::NAME))),
-            other_m.map(|m| format!("nearest tuned M = {m} (no table has this M)")),
             (k.bucket != key.bucket).then(|| format!("nearest bucket to {}", key.bucket)),
         ]
         .into_iter()

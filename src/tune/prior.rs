@@ -120,7 +120,8 @@ impl Priors {
     }
 }
 
-/// The embedded priors that parse.
+/// The embedded priors that parse (each does: `the_embedded_priors_parse` checks it in
+/// CI, so a file left out here cannot ship).
 pub fn embedded() -> &'static [(&'static str, Priors)] {
     static P: OnceLock<Vec<(&'static str, Priors)>> = OnceLock::new();
     P.get_or_init(|| {

@@ -75,8 +75,9 @@ enum Cmd {
         #[arg(long, default_value = "target/bench.md")]
         out: PathBuf,
         /// A tuning table layered over the selector's (embedded, `tuning/local/`,
-        /// `$TRELLIS_TUNING_DIR`): its entries are taken where it has one for the key; the
-        /// others come from those, as the runtime's layering does.
+        /// `$TRELLIS_TUNING_DIR`), as the runtime layers tables: its entry is taken where it
+        /// ties with theirs (the same nearest bucket and measured shape), and keys it
+        /// lacks come from them.
         #[arg(long)]
         table: Option<PathBuf>,
         /// Only this family (`reduce_mma`: the matrix-unit fast tier vs cuBLAS).
