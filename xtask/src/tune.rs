@@ -307,7 +307,7 @@ fn untuned<F: Family>() -> bool {
         ls: vec![12, 16],
         codes: vec![trellis::Code::OneMad],
         dtype: trellis::DType::Bf16,
-        t: 256,
+        t: trellis::tune::TUNED_T,
     };
     F::problems(&probe).map_or(true, |p| p.is_empty())
 }
