@@ -6,6 +6,7 @@
 # its `target_os = "macos"` gates widened to `unix`.
 #
 # Needs: network once (`cargo fetch`, `pip install libclang` for libclang.so).
+# The fifty-fifth session added `tests/metal_gpu.rs` to what it checks.
 # Usage: prototypes/session43/metal_typecheck.sh [SCRATCH_DIR]   (default /tmp/mlxcheck)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,7 +41,7 @@ edit('trellis/Cargo.toml', [("[target.'cfg(target_os = \"macos\")'.dependencies]
                              "[target.'cfg(any(unix, windows))'.dependencies]")])
 with open('trellis/Cargo.toml', 'a') as f:
     f.write('\n[patch.crates-io]\nmlx-sys = { path = "../mlx-sys" }\nmlx-rs = { path = "../mlx-rs" }\n')
-for p in glob.glob('trellis/src/**/*.rs', recursive=True):
+for p in glob.glob('trellis/src/**/*.rs', recursive=True) + glob.glob('trellis/tests/*.rs'):
     s = open(p).read()
     if 'target_os = "macos"' in s:
         open(p, 'w').write(s.replace('target_os = "macos"', 'unix'))
@@ -55,3 +56,12 @@ fi
 sed -i '$d' src/backend/metal.rs
 cargo clippy -q --lib --no-default-features -- -D warnings 2>&1 | grep -v '^warning.*never used\|mlx-sys' || true
 cargo clippy --lib --no-default-features -- -D warnings >/dev/null 2>&1 && echo "metal.rs: type-checks and clippy-clean against mlx-rs 0.33"
+# The macOS-only GPU test (fifty-fifth session on): the generic facade checks on `MetalBackend`,
+# probed the same way.
+echo 'fn __probe() { let _: u32 = ""; }' >> tests/metal_gpu.rs
+if cargo check -q --no-default-features --test metal_gpu 2>/dev/null; then
+    echo "tests/metal_gpu.rs was not compiled" >&2; exit 1
+fi
+sed -i '$d' tests/metal_gpu.rs
+cargo clippy --no-default-features --test metal_gpu -- -D warnings 2>&1 | grep -v 'mlx-sys' | tail -20
+cargo clippy --no-default-features --test metal_gpu -- -D warnings >/dev/null 2>&1 && echo "tests/metal_gpu.rs: type-checks and clippy-clean"
