@@ -63,3 +63,17 @@ fn every_template_macro_is_upper_case() {
     }
     assert!(names > 40, "found only {names} #defines under templates/");
 }
+
+/// MLX declares a thread attribute wherever its name is in a kernel's body, so a tensor
+/// of that name would be declared twice: the macro refuses every one of them
+/// (`C_RESERVED`), not only those the Metal entry binds.
+#[test]
+fn every_mlx_thread_attribute_is_reserved() {
+    let src = std::fs::read_to_string("trellis-macros/src/lib.rs").expect("read the macro");
+    for (name, _) in trellis::codegen::metal::THREAD_ATTRIBUTES {
+        assert!(
+            src.contains(&format!("    \"{name}\",\n")),
+            "`{name}` is no entry of the macro's C_RESERVED"
+        );
+    }
+}

@@ -99,6 +99,18 @@ pub struct CudaBackend {
     side: std::sync::OnceLock<Option<Arc<CudaStream>>>,
 }
 
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        // A leaked `Later` (`mem::forget`) ends its borrow of the backend without waiting
+        // for its copy, and the staging's own free waits only on cudarc's event, which
+        // that raw copy never records: wait for the side stream before the staging goes.
+        // Nowhere to report a failure; a broken context has no copy left to wait for.
+        if let Some(side) = self.side.get().and_then(Option::as_ref) {
+            let _ = side.synchronize();
+        }
+    }
+}
+
 /// A copy into the page-locked staging still in flight ([`CudaBackend::download_later`]):
 /// it holds the staging, and dropped (its bytes taken or not) it waits for the copy, so
 /// nothing else reuses the memory while the copy may still write it, and clears its
@@ -1012,6 +1024,14 @@ mod tests {
         let t = b.upload(Elem::F32, &[n], &big).unwrap();
         b.synchronize().unwrap();
         assert_eq!(b.download(&t).unwrap(), big);
+        // A backend dropped right after a leak waits for the copy before its staging
+        // goes (under compute-sanitizer a free under the copy would show), and its
+        // tensors outlive it.
+        let b = CudaBackend::new(0).unwrap();
+        let t = b.upload(Elem::F32, &[16], &small).unwrap();
+        std::mem::forget(b.download_later(&t).unwrap());
+        drop(b);
+        drop(t);
     }
 
     /// A `Later` holds the staging until it is taken; downloads on the same thread

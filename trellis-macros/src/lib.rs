@@ -298,11 +298,29 @@ const C_RESERVED: &[&str] = &[
     "blockIdx",
     "blockDim",
     "gridDim",
+    // MLX's thread attributes (`codegen::metal::THREAD_ATTRIBUTES`, all of them: MLX
+    // declares one wherever its name is in the body, so a tensor of that name is declared
+    // twice)
     "threadgroup_position_in_grid",
     "thread_position_in_threadgroup",
     "threads_per_threadgroup",
     "thread_index_in_simdgroup",
     "simdgroup_index_in_threadgroup",
+    "dispatch_quadgroups_per_threadgroup",
+    "dispatch_simdgroups_per_threadgroup",
+    "dispatch_threads_per_threadgroup",
+    "grid_origin",
+    "grid_size",
+    "quadgroup_index_in_threadgroup",
+    "quadgroups_per_threadgroup",
+    "simdgroups_per_threadgroup",
+    "thread_execution_width",
+    "thread_index_in_quadgroup",
+    "thread_index_in_threadgroup",
+    "thread_position_in_grid",
+    "threadgroups_per_grid",
+    "threads_per_grid",
+    "threads_per_simdgroup",
 ];
 
 /// A kernel's or a tensor's name as its units spell it: a C identifier of ASCII letters,
@@ -499,6 +517,22 @@ fn expand(args: KernelArgs, item: ItemStruct) -> syn::Result<TokenStream2> {
                 format!("tensor `{t}` declared twice"),
             ));
         }
+        // MLX adds a buffer `<input>_shape` (`_strides`, `_ndim`) wherever the body
+        // names it: a tensor of that name would be declared twice on Metal.
+        if let Some((x, suffix)) = args.inputs.iter().find_map(|x| {
+            ["_shape", "_strides", "_ndim"]
+                .into_iter()
+                .find(|suffix| *t == &format!("{}{suffix}", x.name))
+                .map(|suffix| (&x.name, suffix))
+        }) {
+            return Err(syn::Error::new(
+                t.span(),
+                format!(
+                    "tensor name `{t}` is taken on Metal: MLX names input `{x}`'s \
+                     `{suffix}` buffer so"
+                ),
+            ));
+        }
     }
     // An element type that is no built-in, no call and no field of the struct: say what
     // an element type may be (rustc would only say the struct has no such field).
@@ -673,6 +707,18 @@ mod tests {
         let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
         let e = expand(args, item).expect_err("x twice");
         assert_eq!(e.to_string(), "tensor `x` declared twice");
+        // Nor may a tensor take the name of an input's shape, strides or rank buffer.
+        let args = syn::parse_str::<KernelArgs>(
+            "name = \"k\", template = \"k.kernel\", grid = g(), inputs(x: f32[4]), outputs(x_strides: f32[4])",
+        )
+        .unwrap();
+        let item: ItemStruct = syn::parse_str("struct K { n: usize }").unwrap();
+        let e = expand(args, item).expect_err("x_strides");
+        assert!(
+            e.to_string()
+                .starts_with("tensor name `x_strides` is taken on Metal"),
+            "{e}"
+        );
     }
 
     /// A declaration without a required argument, or with one the macro does not know, is
@@ -809,6 +855,7 @@ mod tests {
             ("k", "threadgroup", "tensor name `threadgroup` is reserved"),
             ("k", "lane_id_", "tensor name `lane_id_` is reserved"),
             ("k", "blockIdx", "tensor name `blockIdx` is reserved"),
+            ("k", "grid_size", "tensor name `grid_size` is reserved"),
             ("k", "LANE_ID", "tensor name `LANE_ID` is upper case"),
             ("K2", "y", "kernel name `K2` is upper case"),
             ("k", "größe", "tensor name `größe` is no C identifier"),

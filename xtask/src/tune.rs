@@ -1065,3 +1065,25 @@ fn supervise_child() -> Result<u8> {
     drop(journal_dir);
     result
 }
+
+#[cfg(test)]
+mod tests {
+    /// The probe finds problems for every family the tuner tunes, so `--family` of one
+    /// over an empty space is told to widen the space, not that the family is untuned;
+    /// `expand` alone offers none.
+    #[test]
+    fn only_expand_is_untuned() {
+        struct Probe(Vec<(&'static str, bool)>);
+        impl trellis::family::FamilyVisitor for Probe {
+            fn visit<F: trellis::family::Family>(&mut self) {
+                self.0.push((F::NAME, super::untuned::<F>()));
+            }
+        }
+        let mut p = Probe(Vec::new());
+        trellis::families::for_each(&mut p);
+        assert_eq!(p.0.len(), 5);
+        for (name, untuned) in p.0 {
+            assert_eq!(untuned, name == "expand", "{name}");
+        }
+    }
+}
