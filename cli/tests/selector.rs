@@ -349,6 +349,68 @@ fn a_missing_m_takes_the_nearest_tuned_m() {
     }
 }
 
+/// A member device's stale entries at the key's M are named too where another M of its
+/// stands in (the device's own tables have none at this M, or none at all).
+#[test]
+fn a_members_stale_m_is_named() {
+    let at = |m: u32, rows_per_group: u32| {
+        let p = ReduceProblem {
+            m,
+            ..problem(4096, 4096)
+        };
+        let mut e = entry(
+            4096,
+            4096,
+            &Variant {
+                rows_per_group,
+                ..winner()
+            },
+        );
+        e.key = ReduceFamily::key_fields(&p);
+        e.source_hash = trellis::tune::source_hash_of::<ReduceFamily>(Dialect::Cuda, &p);
+        e
+    };
+    let mut stale4 = at(4, 4);
+    stale4.source_hash = "0000000000000000".into();
+    let h200 = Table {
+        entries: vec![at(8, 8), stale4],
+        ..table("nvidia-h200", "cuda")
+    };
+    // The H100's own table holds only another k's entry.
+    let mut k3 = at(1, 1);
+    k3.key = ReduceFamily::key_fields(&problem_k3(4096, 4096));
+    let h100 = Table {
+        entries: vec![k3],
+        ..table("nvidia-h100", "cuda")
+    };
+    let p = ReduceProblem {
+        m: 4,
+        ..problem(4096, 4096)
+    };
+    for files in [
+        vec![("nvidia-h200.toml", h200.to_toml())],
+        vec![
+            ("nvidia-h200.toml", h200.to_toml()),
+            ("nvidia-h100.toml", h100.to_toml()),
+        ],
+    ] {
+        let d = dir_with(&files);
+        let s = selector_of(d.path());
+        let sel = s.select::<ReduceFamily>("cuda", "nvidia-h100", &p, Tier::Exact);
+        assert_eq!(sel.variant.rows_per_group, 8, "{}", sel.source);
+        match &sel.source {
+            Source::Nearest { why, .. } => assert!(
+                why.contains("nearest tuned M = 8")
+                    && why.contains("a member's: table ")
+                    && why.contains("nvidia-h200.toml: 1 entries for [")
+                    && !why.contains("no table has this M"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 #[test]
 fn family_member_takes_the_nearest_device() {
     let d = dir_with(&[("nvidia-h200.toml", table("nvidia-h200", "cuda").to_toml())]);

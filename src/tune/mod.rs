@@ -570,11 +570,16 @@ impl Selector {
                     })
                 });
                 match (hit, first_miss) {
-                    (Some(hit), _) => {
+                    (Some(hit), theirs) => {
                         // Where the key's own M has entries, stale ones, that says why
-                        // another M stands in.
-                        own_miss = (!own.is_empty() && (other_m.is_none() || miss.stale > 0))
-                            .then_some(miss);
+                        // another M stands in: the device's own, else a member's.
+                        own_miss = if !own.is_empty() && (other_m.is_none() || miss.stale > 0) {
+                            Some(("its own", miss))
+                        } else {
+                            theirs
+                                .filter(|t| other_m.is_some() && t.stale > 0)
+                                .map(|t| ("a member's", t))
+                        };
                         hit
                     }
                     (None, None) if own.is_empty() => {
@@ -609,7 +614,7 @@ impl Selector {
                 Some(_) => format!("nearest tuned M = {m}"),
                 None => format!("nearest tuned M = {m} (no table has this M)"),
             }),
-            own_miss.map(|m| format!("its own: {}", m.why(&key, F::NAME))),
+            own_miss.map(|(whose, m)| format!("{whose}: {}", m.why(&key, F::NAME))),
             (k.bucket != key.bucket).then(|| format!("nearest bucket to {}", key.bucket)),
         ]
         .into_iter()
