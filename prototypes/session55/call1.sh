@@ -6,10 +6,11 @@
 # (`../session40/final.sh`'s runs). Carry [".device", ".vectors"].
 . prototypes/device.sh
 C=$OUT/checks; mkdir -p $C
+# The CUDA backend's own GPU tests (the staging, the side stream, the backend's drop).
+timeout 60 $D/trellis_lib --ignored --test-threads 1 backend::cuda > $C/lib.txt 2>&1
+echo "lib rc=$? $(since)"; grep -E "^test |test result|panicked" $C/lib.txt
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   gpu_tests $C 90 cuda_launch cuda_threads gate_up_parts
-  timeout 40 $D/trellis_lib --ignored --test-threads 1 > $C/lib.txt 2>&1
-  echo "lib rc=$? $(since)"; grep -E "test result|panicked" $C/lib.txt
   verify_random $C 40 20261555
   for P in qwen3-14b llama-3-8b; do
     LEFT=$(( 585 - ($(date +%s) - T0) ))
@@ -19,7 +20,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     echo "bench $P rc=$? $(since)"; grep -E "error" "$OUT/bench-$P.err" | tail -5
   done
 else
-  gpu_tests $C 90 cuda_launch cuda_threads
+  gpu_tests $C 90 cuda_launch cuda_threads gate_up_parts
   verify_random $C 60 20261555
   spec_check $C 30 20261555 150
   TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_M=1 timeout 120 $D/xtask bench \
