@@ -13,7 +13,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   gpu_tests $C 90 cuda_launch cuda_threads gate_up_parts
   verify_random $C 40 20261555
   for P in qwen3-14b llama-3-8b; do
-    LEFT=$(( 585 - ($(date +%s) - T0) ))
+    LEFT=$(( ${CAP:-585} - ($(date +%s) - T0) ))
     [ $LEFT -lt 60 ] && { echo "bench $P skipped: $LEFT s left"; continue; }
     TRELLIS_BENCH_PRESETS=$P TRELLIS_BENCH_M=1,2,4,8,16 timeout $LEFT $D/xtask bench \
       --table tuning/nvidia-h200.toml --out "$OUT/bench-$P.md" > "$OUT/bench-$P.log" 2> "$OUT/bench-$P.err"
