@@ -17,7 +17,7 @@ for section, c in table_rows(sys.argv[1]):
         shape, k, m, tier = c[0], int(c[1]), int(c[2]), c[3]
         rows[(shape, tier, k)][m] = (us, float(c[9]))
     elif section.startswith("gate_up"):
-        preset = "Qwen3-14B" if "Qwen" in section else "Llama-3-8B"
+        preset = "Qwen3-14B" if "qwen" in section.lower() else "Llama-3-8B"
         pair, m, tier = c[0], int(c[1]), c[2]
         gate[(preset, pair, tier)][m] = (us, float(c[4]), float(c[5]))
 
