@@ -38,6 +38,46 @@ fn bench_kernel<F: Family<Problem = ReduceProblem>, B: Backend>(
     });
 }
 
+/// The fast tier's prescale kernel for the x of `p`'s chosen variant, bound once:
+/// launched and synchronized alone (`parts/prescale-kernel`), and launched before the
+/// chosen matrix kernel with one synchronization (`fast/prescale-then-kernel`: what a
+/// fast call on the device runs on the GPU, so the call's time less this is its host
+/// side and its flags' wait).
+fn bench_prescale<B: Backend>(
+    c: &mut Criterion,
+    at: &str,
+    suffix: &str,
+    b: &B,
+    p: &ReduceProblem,
+    xd: &ops::DeviceActivations<B>,
+) {
+    let v = select_for::<ReduceMmaFamily, B>(b, p, Tier::Fast).variant;
+    let k = Prescale::of(&ReduceMmaFamily::kernel(p, v)).unwrap();
+    let launch = k.launch_request().unwrap();
+    let compiled = b.compile(&launch).unwrap();
+    let mut outs = trellis::family::alloc_outputs(b, &k).unwrap();
+    let powers = b.upload(Elem::F32, &[1], &1f32.to_le_bytes()).unwrap();
+    let plain = xd.tensor().unwrap();
+    let mut refs: Vec<_> = outs.iter_mut().collect();
+    let mut bound = b
+        .bind(&compiled, &launch, &[plain, &powers], &mut refs)
+        .unwrap();
+    c.bench_function(&format!("{at}/parts/prescale-kernel{suffix}"), |bn| {
+        bn.iter(|| {
+            b.run(black_box(&mut bound)).unwrap();
+            b.synchronize().unwrap();
+        })
+    });
+    common::with_bound_kernel::<ReduceMmaFamily, B>(b, p, v, |kernel| {
+        c.bench_function(&format!("{at}/fast/prescale-then-kernel{suffix}"), |bn| {
+            bn.iter(|| {
+                b.run(black_box(&mut bound)).unwrap();
+                kernel();
+            })
+        });
+    });
+}
+
 struct Facade<'c>(&'c mut Criterion);
 
 impl BackendVisitor for Facade<'_> {
@@ -102,27 +142,9 @@ impl BackendVisitor for Facade<'_> {
                 y
             })
         });
-        // The fast tier's prescale kernel alone (bound once, launched and synchronized),
-        // for the x the chosen variant reads.
-        {
-            let v = select_for::<ReduceMmaFamily, B>(b, &p, Tier::Fast).variant;
-            let k = Prescale::of(&ReduceMmaFamily::kernel(&p, v)).unwrap();
-            let launch = k.launch_request().unwrap();
-            let compiled = b.compile(&launch).unwrap();
-            let mut outs = trellis::family::alloc_outputs(b, &k).unwrap();
-            let powers = b.upload(Elem::F32, &[1], &1f32.to_le_bytes()).unwrap();
-            let plain = xd.tensor().unwrap();
-            let mut refs: Vec<_> = outs.iter_mut().collect();
-            let mut bound = b
-                .bind(&compiled, &launch, &[plain, &powers], &mut refs)
-                .unwrap();
-            c.bench_function(&format!("{at}/parts/prescale-kernel"), |bn| {
-                bn.iter(|| {
-                    b.run(black_box(&mut bound)).unwrap();
-                    b.synchronize().unwrap();
-                })
-            });
-        }
+        // The fast tier's prescale kernel alone, and followed by the matrix kernel (the
+        // device's part of a fast call on the device, without the flags' read-back).
+        bench_prescale::<B>(c, &at, "", b, &p, &xd);
         // The fast tier on the device: x prescaled there, its flags read back.
         c.bench_function(&format!("{at}/fast/resident-matvec-device"), |bn| {
             bn.iter(|| {
@@ -157,6 +179,7 @@ impl BackendVisitor for Facade<'_> {
             act: DType::F16,
             ..p
         };
+        bench_prescale::<B>(c, &at, "-f16x", b, &p16, &xd16);
         bench_kernel::<ReduceMmaFamily, B>(
             c,
             &format!("{at}/fast/kernel-f16x"),
