@@ -4,8 +4,9 @@
 //! the fused gate/up pair (`Resident::gate_up`), and, exact,
 //! `Resident::matvec_device` (x and y stay on the device; the fast tier with bf16 x, which
 //! reads its flags back, and with f16 x, which does not) against the same kernel bound
-//! once and launched alone (then synchronized), in each tier, on the backend
-//! `TRELLIS_BENCH_BACKEND` names (default `cpu`; `cuda` on a GPU). The shape is the
+//! once and launched alone (then synchronized), in each tier, and the fast tier's GPU
+//! part alone (its prescale kernel, then its matrix kernel, one synchronization), on the
+//! backend `TRELLIS_BENCH_BACKEND` names (default `cpu`; `cuda` on a GPU). The shape is the
 //! issues' goal key (17408 x 5120, k 3, M 1) on a GPU and 1024 x 4096 on the CPU.
 //!
 //! `cargo bench --bench facade`; on the device, the bench binary built here with
