@@ -350,7 +350,8 @@ fn a_missing_m_takes_the_nearest_tuned_m() {
 }
 
 /// A member device's stale entries at the key's M are named too where another M of its
-/// stands in (the device's own tables have none at this M, or none at all).
+/// stands in (the device's own tables have none at this M, or none at all), also where a
+/// nearer member has none at this M.
 #[test]
 fn a_members_stale_m_is_named() {
     let at = |m: u32, rows_per_group: u32| {
@@ -380,8 +381,14 @@ fn a_members_stale_m_is_named() {
     let mut k3 = at(1, 1);
     k3.key = ReduceFamily::key_fields(&problem_k3(4096, 4096));
     let h100 = Table {
-        entries: vec![k3],
+        entries: vec![k3.clone()],
         ..table("nvidia-h100", "cuda")
+    };
+    // A nearer member (a longer prefix shared with the H100) with no entry at this M:
+    // the farther member's stale ones are still named.
+    let pcie = Table {
+        entries: vec![k3],
+        ..table("nvidia-h100-pcie", "cuda")
     };
     let p = ReduceProblem {
         m: 4,
@@ -392,6 +399,10 @@ fn a_members_stale_m_is_named() {
         vec![
             ("nvidia-h200.toml", h200.to_toml()),
             ("nvidia-h100.toml", h100.to_toml()),
+        ],
+        vec![
+            ("nvidia-h200.toml", h200.to_toml()),
+            ("nvidia-h100-pcie.toml", pcie.to_toml()),
         ],
     ] {
         let d = dir_with(&files);

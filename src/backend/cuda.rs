@@ -105,9 +105,13 @@ impl Drop for CudaBackend {
         // for its copy, and the staging's own free waits only on cudarc's event, which
         // that raw copy never records: wait for the side stream before the staging goes.
         // Nowhere to report a failure; a broken context has no copy left to wait for.
-        if let Some(side) = self.side.get().and_then(Option::as_ref) {
-            let _ = side.synchronize();
-        }
+        // Where no side stream could be had, the copies went on the main stream.
+        let copies = match self.side.get() {
+            Some(Some(side)) => side,
+            Some(None) => &self.stream,
+            None => return,
+        };
+        let _ = copies.synchronize();
     }
 }
 

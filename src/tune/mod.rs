@@ -551,9 +551,17 @@ impl Selector {
                 // member's partial table leaves the keys it lacks to the next.
                 let members = self.family_members(backend, device);
                 let mut first_miss = None;
+                // The nearest member's miss with stale entries for the key (the nearest
+                // miss may have none where a farther member's are stale).
+                let mut stale_miss = None;
                 let hit = members.iter().find_map(|m| {
                     nearest_entry::<F>(&self.tables_of(backend, m), &key, p)
-                        .map_err(|e| first_miss.get_or_insert(e))
+                        .map_err(|e| {
+                            if e.stale > 0 && stale_miss.is_none() {
+                                stale_miss = Some(e.clone());
+                            }
+                            first_miss.get_or_insert(e)
+                        })
                         .ok()
                 });
                 // No table has this M (3, say, between the tuned 2 and 4): the nearest M
@@ -570,14 +578,14 @@ impl Selector {
                     })
                 });
                 match (hit, first_miss) {
-                    (Some(hit), theirs) => {
+                    (Some(hit), _) => {
                         // Where the key's own M has entries, stale ones, that says why
                         // another M stands in: the device's own, else a member's.
                         own_miss = if !own.is_empty() && (other_m.is_none() || miss.stale > 0) {
                             Some(("its own", miss))
                         } else {
-                            theirs
-                                .filter(|t| other_m.is_some() && t.stale > 0)
+                            stale_miss
+                                .filter(|_| other_m.is_some())
                                 .map(|t| ("a member's", t))
                         };
                         hit
@@ -669,6 +677,7 @@ fn shape_distance(entry_shape: &str, (rows, cols): (usize, usize)) -> f64 {
 type Hit<'t> = (&'t (String, Table), TuneKey, &'t Entry);
 
 /// Why a layer of tables had no current entry for a key.
+#[derive(Clone)]
 struct Miss {
     tables: Vec<String>,
     stale: usize,
