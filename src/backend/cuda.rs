@@ -155,7 +155,7 @@ fn free_staging(
 /// NVRTC for one architecture with the CUBIN cache on disk: needs no device, so it also
 /// serves [`CudaAhead`] on another thread.
 struct Cubins {
-    arch: &'static str,
+    arch: String,
     dir: PathBuf,
     /// NVRTC's version, part of the cache key: a newer NVRTC compiles anew.
     nvrtc: (i32, i32),
@@ -179,7 +179,7 @@ impl Cubins {
     }
 
     fn path(&self, symbol: &str, src: &str, cap: Option<u32>) -> PathBuf {
-        let opts = nvrtc_options(self.arch, cap);
+        let opts = nvrtc_options(&self.arch, cap);
         let key = fnv1a(format!("{:?}|{opts:?}|{src}", self.nvrtc).as_bytes());
         self.dir.join(format!("{symbol}-{key:016x}.cubin"))
     }
@@ -192,7 +192,7 @@ impl Cubins {
         src: &str,
         cap: Option<u32>,
     ) -> Result<Vec<u8>> {
-        let opts = nvrtc_options(self.arch, cap);
+        let opts = nvrtc_options(&self.arch, cap);
         let (bin, _) = nvrtc_cubin(src, &opts).map_err(|log| Error::Compile {
             kernel: symbol.into(),
             backend: format!("cuda ({})", self.arch),
@@ -314,7 +314,7 @@ impl CudaBackend {
                 CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             )? as usize,
         };
-        let arch: &'static str = Box::leak(format!("sm_{}{}", cc.0, cc.1).into_boxed_str());
+        let arch = format!("sm_{}{}", cc.0, cc.1);
         let cache_dir = crate::backend::cache::dir("cuda")?;
         Ok(CudaBackend {
             ctx,
