@@ -112,6 +112,26 @@ fn entry(rows: u64, cols: u64, v: &Variant) -> Entry {
     }
 }
 
+/// A current CUDA entry of the test problem at `m` samples, bucket 4096x4096, whose
+/// winner has `rows_per_group` (which tells the entries apart).
+fn entry_at_m(m: u32, rows_per_group: u32) -> Entry {
+    let p = ReduceProblem {
+        m,
+        ..problem(4096, 4096)
+    };
+    let mut e = entry(
+        4096,
+        4096,
+        &Variant {
+            rows_per_group,
+            ..winner()
+        },
+    );
+    e.key = ReduceFamily::key_fields(&p);
+    e.source_hash = trellis::tune::source_hash_of::<ReduceFamily>(Dialect::Cuda, &p);
+    e
+}
+
 /// A current table for `id` with one entry, bucket 4096x4096.
 fn table(id: &str, backend: &str) -> Table {
     let mut e = entry(4096, 4096, &winner());
@@ -294,29 +314,12 @@ fn another_key_is_not_a_nearest_bucket() {
 /// the nearest larger M tuned (else the nearest smaller), not the built-in default.
 #[test]
 fn a_missing_m_takes_the_nearest_tuned_m() {
-    let at = |m: u32, rows_per_group: u32| {
-        let mut e = entry(
-            4096,
-            4096,
-            &Variant {
-                rows_per_group,
-                ..winner()
-            },
-        );
-        let p = ReduceProblem {
-            m,
-            ..problem(4096, 4096)
-        };
-        e.key = ReduceFamily::key_fields(&p);
-        e.source_hash = trellis::tune::source_hash_of::<ReduceFamily>(Dialect::Cuda, &p);
-        e
-    };
     // M 4's entry is stale (its sources changed since): another M stands in, and the
     // reason says this M's entries are stale, not that no table has it.
-    let mut stale4 = at(4, 4);
+    let mut stale4 = entry_at_m(4, 4);
     stale4.source_hash = "0000000000000000".into();
     let t = Table {
-        entries: vec![at(1, 1), at(2, 2), at(8, 8), stale4],
+        entries: vec![entry_at_m(1, 1), entry_at_m(2, 2), entry_at_m(8, 8), stale4],
         ..table("nvidia-h200", "cuda")
     };
     let d = dir_with(&[("nvidia-h200.toml", t.to_toml())]);
@@ -354,31 +357,14 @@ fn a_missing_m_takes_the_nearest_tuned_m() {
 /// nearer member has none at this M.
 #[test]
 fn a_members_stale_m_is_named() {
-    let at = |m: u32, rows_per_group: u32| {
-        let p = ReduceProblem {
-            m,
-            ..problem(4096, 4096)
-        };
-        let mut e = entry(
-            4096,
-            4096,
-            &Variant {
-                rows_per_group,
-                ..winner()
-            },
-        );
-        e.key = ReduceFamily::key_fields(&p);
-        e.source_hash = trellis::tune::source_hash_of::<ReduceFamily>(Dialect::Cuda, &p);
-        e
-    };
-    let mut stale4 = at(4, 4);
+    let mut stale4 = entry_at_m(4, 4);
     stale4.source_hash = "0000000000000000".into();
     let h200 = Table {
-        entries: vec![at(8, 8), stale4],
+        entries: vec![entry_at_m(8, 8), stale4],
         ..table("nvidia-h200", "cuda")
     };
     // The H100's own table holds only another k's entry.
-    let mut k3 = at(1, 1);
+    let mut k3 = entry_at_m(1, 1);
     k3.key = ReduceFamily::key_fields(&problem_k3(4096, 4096));
     let h100 = Table {
         entries: vec![k3.clone()],
