@@ -16,3 +16,18 @@ echo "prescale bench rc=$? $(since)"; cat $OUT/prescale-bench.txt
 TRELLIS_BENCH_BACKEND=cuda timeout 150 $D/facade --bench 'fast/|exact/kernel|device-into|prescale' \
   --warm-up-time 1 --measurement-time 2 > $OUT/facade-bench.txt 2>&1
 echo "facade bench rc=$? $(since)"; grep -E "^cuda|time:|Benchmarking .*: Analyzing" $OUT/facade-bench.txt | grep -v Analyzing
+# The fast device call's timeline (where nsys is): its API calls and the GPU's work, the
+# last few hundred of each.
+ls /usr/local/cuda/bin 2>/dev/null | tr '\n' ' '; echo
+NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [ -n "$NSYS" ]; then
+  for R in fast/resident-matvec-device-into exact/resident-matvec-device-into; do
+    N=$(echo $R | tr / -)
+    TRELLIS_BENCH_BACKEND=cuda timeout 90 $NSYS profile --trace=cuda -o /tmp/$N --force-overwrite true \
+      $D/facade --bench "cuda/17408x5120/$R\$" --warm-up-time 0.2 --measurement-time 0.3 > /tmp/$N.log 2>&1
+    echo "nsys $R rc=$? $(since)"
+    timeout 60 $NSYS stats --report cuda_api_trace --report cuda_gpu_trace --format csv --output /tmp/$N /tmp/$N.nsys-rep > /dev/null 2>&1
+    for f in /tmp/${N}_*.csv; do tail -400 $f > $OUT/$(basename $f); done
+  done
+  ls $OUT
+fi
