@@ -31,3 +31,7 @@ if [ -n "$NSYS" ]; then
   done
   ls $OUT
 fi
+# The bench's new prescale columns, one key's rows (k 2, M 1 and 16, Qwen3-14B).
+TRELLIS_BENCH_PRESETS=qwen3-14b TRELLIS_BENCH_K=2 TRELLIS_BENCH_M=1,16 timeout 150 $D/xtask bench \
+  --table tuning/nvidia-h200.toml --out $OUT/bench-prescale.md > $OUT/bench-prescale.log 2> $OUT/bench-prescale.err
+echo "bench rc=$? $(since)"; grep "^| " $OUT/bench-prescale.md | cut -d'|' -f2-6,10,11,15,16

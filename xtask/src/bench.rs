@@ -16,9 +16,10 @@ use trellis::backend::cuda::CudaBackend;
 use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
 use trellis::families::gate_up_mma::GateUpMmaFamily;
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
-use trellis::families::reduce_mma::ReduceMmaFamily;
+use trellis::families::mma::MmaLayout;
+use trellis::families::reduce_mma::{Prescale, ReduceMmaFamily};
 use trellis::families::simt::{MStrategy, Representation, Variant, XStage, MAX_M, ROWS_PER_SIMD};
-use trellis::family::preset;
+use trellis::family::{self, preset, Family};
 use trellis::kernel::{Backend, Elem, KernelSpec, TensorSpec};
 use trellis::numerics::{Tail, Tier};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
@@ -262,13 +263,13 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         info.name, info.id
     );
     let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).\n", harness::today(), copy);
-    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12; exact rows run the SIMT families (`reduce`, `gate_up`), fast rows the matrix-unit families the fast tier runs (`reduce_mma`, `gate_up_mma`), each with the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). cuBLAS: `cublasGemmEx` bf16 (f32 compute) on dense weights of the same shape, at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened, the best measured; the log names it).\n", o.min_reps, o.batch, o.working_set >> 20);
+    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12; exact rows run the SIMT families (`reduce`, `gate_up`), fast rows the matrix-unit families the fast tier runs (`reduce_mma`, `gate_up_mma`), each with the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). A fast kernel reads x prescaled (each sample's power of two taken out, rounded to the operand type), so its time leaves out the prescale kernel a fast call runs before it (`templates/prescale.kernel`, one threadgroup a sample): that kernel is timed the same way (back-to-back launches in the stream, its launch gap included) in the last two columns, and the last is cuBLAS over the two together. cuBLAS: `cublasGemmEx` bf16 (f32 compute) on dense weights of the same shape, at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened, the best measured; the log names it).\n", o.min_reps, o.batch, o.working_set >> 20);
     let _ = writeln!(s, "Seed structure: the seed's reduce (one simdgroup per row, shared value table, x and code words in registers), rendered from our templates as `{}`; best registers: the fastest of the x-in-registers candidates (6, and the tuner's tuned-size ones for the shape, `ReduceProblem::tuned_size_candidates`: 3 rows per simdgroup, at M = 1 also under 40 registers, the 8-row probe, at M = 8 the 2 under the register budget, the scalar, prefetched and evict-first code-word twins, and lane-interleaved x at M = 2 and 4, where offered); both timed in the same run (exact rows only).\n", seed_structure());
     let _ = writeln!(s, "## reduce\n");
-    let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | seed structure us | best registers us | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source |");
+    let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | seed structure us | best registers us | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source | x prescale us | cuBLAS / (trellis + prescale) |");
     let _ = writeln!(
         s,
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|"
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|"
     );
     // One shape of a preset alone: TRELLIS_BENCH_SHAPES=5120x17408 (rows x cols).
     let only = shape_list("TRELLIS_BENCH_SHAPES")?;
@@ -297,13 +298,15 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                                    best: String,
                                    check: String,
                                    variant: String,
-                                   source: String| {
+                                   source: String,
+                                   prescale: Option<Stats>| {
                         let _ = writeln!(
                             s,
-                            "| {}x{} | {k} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.2} | {seed} | {best} | {:.1} | {:.2} | {check} | {variant} | {source} |",
+                            "| {}x{} | {k} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.2} | {seed} | {best} | {:.1} | {:.2} | {check} | {variant} | {source} | {} |",
                             shape.rows, shape.cols, ts.median, ts.p10, ts.p90,
                             rows as f64 / (ts.median * 1e-6) / 1e12,
                             cs.median, cs.median / ts.median,
+                            prescale_cells(prescale, ts.median, cs.median),
                         );
                         eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us", shape.rows, shape.cols, ts.median, cs.median);
                     };
@@ -318,6 +321,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                             e.check,
                             e.variant,
                             e.source,
+                            None,
                         );
                     }
                     // Fast: the matrix-unit family the facade's fast tier runs.
@@ -326,6 +330,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         harness::bench::<ReduceMmaFamily, _>(&b, &o, &p, &[sel.variant], 11)?
                             .remove(0)
                             .map_err(|e| Error::backend("bench", format!("reduce_mma {p}: {e}")))?;
+                    let pre = prescale_time(&b, &o, &ReduceMmaFamily::kernel(&p, sel.variant))?;
                     row(
                         Tier::Fast,
                         ts,
@@ -334,6 +339,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         check,
                         format!("reduce_mma {}", sel.variant),
                         sel.source.to_string(),
+                        Some(pre),
                     );
                 }
             }
@@ -356,9 +362,9 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         let _ = writeln!(s, "The dense baseline is two GEMVs followed by the elementwise SwiGLU of their outputs (`xtask/templates/swiglu.kernel`, one launch, bound before timing), as a framework runs it.\n");
         let _ = writeln!(
             s,
-            "| kg/ku | M | tier | trellis us | dense (2 GEMVs + SwiGLU) us | ratio | check | variant | source |"
+            "| kg/ku | M | tier | trellis us | dense (2 GEMVs + SwiGLU) us | ratio | check | variant | source | x prescale us | dense / (trellis + prescale) |"
         );
-        let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---|---|---|");
+        let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---|---|---|---:|---:|");
         for (kg, ku) in [(3u32, 3u32), (3, 4)] {
             for &m in &ms {
                 let cs = cublas(&b, &blas, &o, rows, cols, m as usize, 2)?;
@@ -375,12 +381,14 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         m,
                         tail: Tail::Exact,
                     };
-                    let (ts, check, variant, source) = gate_up_row(&b, &o, &selector, &p, tier)?;
+                    let (ts, check, variant, source, pre) =
+                        gate_up_row(&b, &o, &selector, &p, tier)?;
                     let _ = writeln!(
                         s,
-                        "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} |",
+                        "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} | {} |",
                         ts.median, ts.p10, ts.p90, cs.median, cs.median / ts.median,
-                        check, variant, source
+                        check, variant, source,
+                        prescale_cells(pre, ts.median, cs.median),
                     );
                     eprintln!(
                         "gate_up {rows}x{cols} {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us",
@@ -464,31 +472,64 @@ fn exact_reduce_row(
 }
 
 /// One `gate_up` row: the selector's variant for `tier` (the SIMT family for exact, the
-/// matrix-unit one for fast), verified and timed; its time, check, label and source.
+/// matrix-unit one for fast), verified and timed; its time, check, label, source and
+/// (fast) its prescale's time.
+#[allow(clippy::type_complexity)]
 fn gate_up_row(
     b: &CudaBackend,
     o: &TuneOptions,
     selector: &Selector,
     p: &GateUpProblem,
     tier: Tier,
-) -> Result<(Stats, String, String, String)> {
+) -> Result<(Stats, String, String, String, Option<Stats>)> {
     if tier == Tier::Exact {
         let sel = choose::<GateUpFamily>(selector, b, p, tier);
         let (ts, check) = harness::bench::<GateUpFamily, _>(b, o, p, &[sel.variant], 13)?
             .remove(0)
             .map_err(|e| Error::backend("bench", format!("{p}: {e}")))?;
-        Ok((ts, check, sel.variant.to_string(), sel.source.to_string()))
+        Ok((ts, check, sel.variant.to_string(), sel.source.to_string(), None))
     } else {
         let sel = choose::<GateUpMmaFamily>(selector, b, p, tier);
         let (ts, check) = harness::bench::<GateUpMmaFamily, _>(b, o, p, &[sel.variant], 13)?
             .remove(0)
             .map_err(|e| Error::backend("bench", format!("gate_up_mma {p}: {e}")))?;
+        let pre = prescale_time(b, o, &GateUpMmaFamily::kernel(p, sel.variant))?;
         Ok((
             ts,
             check,
             format!("gate_up_mma {}", sel.variant),
             sel.source.to_string(),
+            Some(pre),
         ))
+    }
+}
+
+/// The prescale kernel a fast call runs before matrix-unit kernel `k` (its x in the
+/// type `k` reads, [`Prescale::of`]), bound once and timed as the kernels are
+/// (back-to-back launches in the stream, so each sample holds its launch gap too): x is
+/// one sample set of a few KB to a few hundred, read from cache after the first launch,
+/// as a call's x just written by the layer before it would be.
+fn prescale_time(b: &CudaBackend, o: &TuneOptions, k: &impl MmaLayout) -> Result<Stats> {
+    let pk = Prescale::of(k)?;
+    pk.validate()?;
+    let launch = pk.launch_request()?;
+    let compiled = b.compile(&launch)?;
+    let x = trellis::check::random_activations(pk.act, pk.m as usize, pk.cols, 17);
+    let x = trellis::families::upload_activations(b, &x)?;
+    let ones: Vec<u8> = (0..pk.projections).flat_map(|_| 1f32.to_le_bytes()).collect();
+    let powers = b.upload(Elem::F32, &[pk.projections], &ones)?;
+    let mut outs = family::alloc_outputs(b, &pk)?;
+    let mut refs: Vec<&mut _> = outs.iter_mut().collect();
+    let mut bound = b.bind(&compiled, &launch, &[&x, &powers], &mut refs)?;
+    measure(b, o, 1, None, |_| b.run(&mut bound))
+}
+
+/// A row's last two cells: the prescale's median and cuBLAS (`dense` us) over the
+/// kernel's `us` and the prescale's together; dashes where no prescale runs (exact).
+fn prescale_cells(pre: Option<Stats>, us: f64, dense: f64) -> String {
+    match pre {
+        Some(pre) => format!("{:.1} | {:.2}", pre.median, dense / (us + pre.median)),
+        None => "- | -".into(),
     }
 }
 
