@@ -12,6 +12,8 @@
 // glibc's sys/types.h has its own `ulong` (unsigned long); the shim's is renamed.
 #define ulong shim_ulong
 #include "prescale_base.cuh"
+// The template as this session renders it (`prescale_v2.cuh`, made the same way).
+#include "prescale_v2.cuh"
 
 // One pass: every value of the sample loaded at once into registers (NV a thread,
 // vectors of 2 where V2), the largest by warp shuffles and one barrier, the tiny flag
@@ -172,6 +174,7 @@ void run(int m) {
   auto l1024 = [&] { prescale_regs<COLS, 1024><<<m, 1024>>>(mine.x, mine.powers, mine.xs, mine.unscale, mine.flags); };
   auto ln = [&] { prescale_neutral<COLS, 512><<<m, 512>>>(mine.x, mine.powers, mine.xs, mine.unscale, mine.flags); };
   auto ln1024 = [&] { prescale_neutral<COLS, 1024><<<m, 1024>>>(mine.x, mine.powers, mine.xs, mine.unscale, mine.flags); };
+  auto lv2 = [&] { prescale_v2<COLS><<<m, 512>>>(mine.x, mine.powers, mine.xs, mine.unscale, mine.flags); };
   auto le = [&] { empty_kernel<<<m, 512>>>(); };
   lb(); CK(cudaDeviceSynchronize());
   std::vector<uint16_t> rxs(n), mxs(n);
@@ -180,10 +183,10 @@ void run(int m) {
   CK(cudaMemcpy(rxs.data(), base.xs, n * 2, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(ru.data(), base.unscale, (m + 8) * 4, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(rf.data(), base.flags, m * 4, cudaMemcpyDeviceToHost));
-  const char* names[5] = {"regs T=256", "regs T=512", "regs T=1024", "neutral T=512", "neutral T=1024"};
+  const char* names[6] = {"regs T=256", "regs T=512", "regs T=1024", "neutral T=512", "neutral T=1024", "template v2"};
   int i = 0;
   for (auto l : {std::function<void()>(l256), std::function<void()>(l512), std::function<void()>(l1024),
-                 std::function<void()>(ln), std::function<void()>(ln1024)}) {
+                 std::function<void()>(ln), std::function<void()>(ln1024), std::function<void()>(lv2)}) {
     CK(cudaMemset(mine.xs, 0xFF, n * 2)); CK(cudaMemset(mine.flags, 0xFF, m * 4));
     l(); CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(mxs.data(), mine.xs, n * 2, cudaMemcpyDeviceToHost));
@@ -196,9 +199,9 @@ void run(int m) {
   }
   const int reps = 2000;
   const float te = time_us(le, reps), tb = time_us(lb, reps), t256 = time_us(l256, reps), t512 = time_us(l512, reps),
-              t1024 = time_us(l1024, reps), tn = time_us(ln, reps), tn1024 = time_us(ln1024, reps);
-  printf("cols %5u m %2d in-stream us/launch: empty %.2f base %.2f regs256 %.2f regs512 %.2f regs1024 %.2f neutral512 %.2f neutral1024 %.2f\n",
-         COLS, m, te, tb, t256, t512, t1024, tn, tn1024);
+              t1024 = time_us(l1024, reps), tn = time_us(ln, reps), tn1024 = time_us(ln1024, reps), tv2 = time_us(lv2, reps);
+  printf("cols %5u m %2d in-stream us/launch: empty %.2f base %.2f regs256 %.2f regs512 %.2f regs1024 %.2f neutral512 %.2f neutral1024 %.2f v2 %.2f\n",
+         COLS, m, te, tb, t256, t512, t1024, tn, tn1024, tv2);
   for (Bufs* bf : {&base, &mine}) {
     cudaFree(bf->x); cudaFree(bf->xs); cudaFree(bf->powers); cudaFree(bf->unscale); cudaFree(bf->flags);
   }

@@ -184,7 +184,7 @@ impl<B: Backend> TablePowers<B> {
     template = "prescale.kernel",
     grid = Grid { groups: [self.m, 1, 1], threads: Self::THREADS },
     validate = self.check(),
-    shared = Self::THREADS as usize * 8,
+    shared = Self::THREADS as usize * 8 + 256,
     inputs(x: act[self.m, self.cols], powers: f32[self.projections]),
     outputs(
         xs: out[self.m, self.cols],
@@ -208,6 +208,9 @@ pub struct Prescale {
 
 impl Prescale {
     const THREADS: u32 = 512;
+    /// At most 40 values a thread: 20480 columns in registers (the Qwen3-14B down
+    /// projection's 17408 included).
+    const MAX_PER_THREAD: u32 = 40;
 
     /// The prescale of matrix-unit kernel `k`'s x: its samples and columns, its
     /// projections' powers, x in the type `k` reads ([`MmaLayout::x_elem`]).
@@ -271,10 +274,11 @@ impl Prescale {
     fn threads(&self) -> u32 {
         Self::THREADS
     }
-    /// Values a thread loads at once: a sample of up to `THREADS * CHUNK` (8192)
-    /// columns in one round of memory latency.
-    fn chunk(&self) -> u32 {
-        16
+    /// Values a thread holds in registers: the whole sample (one read of x, one round
+    /// of memory latency) up to `THREADS * MAX_PER_THREAD` columns; past that, a
+    /// second pass reads x again.
+    fn per_thread(&self) -> u32 {
+        (self.cols as u32).div_ceil(Self::THREADS).clamp(1, Self::MAX_PER_THREAD)
     }
     /// f16 activations keep their values.
     fn scaled(&self) -> bool {
