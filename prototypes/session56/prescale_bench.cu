@@ -208,7 +208,7 @@ void run(int m) {
 }
 
 int main() {
-  for (int m : {1, 8, 16}) {
+  for (int m : {1, 2, 4, 8, 16}) {
     run<5120>(m);
     run<17408>(m);
     run<4096>(m);
