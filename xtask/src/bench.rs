@@ -15,8 +15,8 @@ use std::path::Path;
 use trellis::backend::cuda::CudaBackend;
 use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
 use trellis::families::gate_up_mma::GateUpMmaFamily;
-use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::mma::MmaLayout;
+use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::{Prescale, ReduceMmaFamily};
 use trellis::families::simt::{MStrategy, Representation, Variant, XStage, MAX_M, ROWS_PER_SIMD};
 use trellis::family::{self, preset, Family};
@@ -487,7 +487,13 @@ fn gate_up_row(
         let (ts, check) = harness::bench::<GateUpFamily, _>(b, o, p, &[sel.variant], 13)?
             .remove(0)
             .map_err(|e| Error::backend("bench", format!("{p}: {e}")))?;
-        Ok((ts, check, sel.variant.to_string(), sel.source.to_string(), None))
+        Ok((
+            ts,
+            check,
+            sel.variant.to_string(),
+            sel.source.to_string(),
+            None,
+        ))
     } else {
         let sel = choose::<GateUpMmaFamily>(selector, b, p, tier);
         let (ts, check) = harness::bench::<GateUpMmaFamily, _>(b, o, p, &[sel.variant], 13)?
@@ -516,7 +522,9 @@ fn prescale_time(b: &CudaBackend, o: &TuneOptions, k: &impl MmaLayout) -> Result
     let compiled = b.compile(&launch)?;
     let x = trellis::check::random_activations(pk.act, pk.m as usize, pk.cols, 17);
     let x = trellis::families::upload_activations(b, &x)?;
-    let ones: Vec<u8> = (0..pk.projections).flat_map(|_| 1f32.to_le_bytes()).collect();
+    let ones: Vec<u8> = (0..pk.projections)
+        .flat_map(|_| 1f32.to_le_bytes())
+        .collect();
     let powers = b.upload(Elem::F32, &[pk.projections], &ones)?;
     let mut outs = family::alloc_outputs(b, &pk)?;
     let mut refs: Vec<&mut _> = outs.iter_mut().collect();

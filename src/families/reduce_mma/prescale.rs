@@ -278,7 +278,9 @@ impl Prescale {
     /// of memory latency) up to `THREADS * MAX_PER_THREAD` columns; past that, a
     /// second pass reads x again.
     fn per_thread(&self) -> u32 {
-        (self.cols as u32).div_ceil(Self::THREADS).clamp(1, Self::MAX_PER_THREAD)
+        (self.cols as u32)
+            .div_ceil(Self::THREADS)
+            .clamp(1, Self::MAX_PER_THREAD)
     }
     /// f16 activations keep their values.
     fn scaled(&self) -> bool {
