@@ -547,6 +547,19 @@ fn time_candidate<F: Family, B: Backend>(
     inst: &Instance<F, B>,
     cutoff: Option<f64>,
 ) -> Result<Stats> {
+    time_candidate_after::<F, B>(b, o, p, v, inst, cutoff, &mut || Ok(()))
+}
+
+/// [`time_candidate`], each launch after `before` (another launch in the same stream).
+fn time_candidate_after<F: Family, B: Backend>(
+    b: &B,
+    o: &TuneOptions,
+    p: &F::Problem,
+    v: F::Variant,
+    inst: &Instance<F, B>,
+    cutoff: Option<f64>,
+    before: &mut dyn FnMut() -> Result<()>,
+) -> Result<Stats> {
     let k = F::kernel(p, v);
     let launch = k.launch_request()?;
     let compiled = b.compile(&launch)?;
@@ -561,7 +574,10 @@ fn time_candidate<F: Family, B: Backend>(
     for (d, out) in inst.devices.iter().zip(refs.iter_mut()) {
         bound.push(b.bind(&compiled, &launch, &F::inputs(d, &v)?, out)?);
     }
-    measure(b, o, bound.len(), cutoff, |i| b.run(&mut bound[i]))
+    measure(b, o, bound.len(), cutoff, |i| {
+        before()?;
+        b.run(&mut bound[i])
+    })
 }
 
 /// The most of its median a default's noise may shelter it by: a default timed with a
@@ -660,6 +676,34 @@ pub fn bench<F: Family, B: Backend>(
             })
         })
         .collect()
+}
+
+/// [`bench`] of one variant, timed alone and then with each launch after `before`
+/// (another kernel launched in the same stream: the bench times the fast tier's
+/// prescale kernel before its matrix kernel so): the variant's time, the pair's and its
+/// check detail, or why the check failed.
+#[allow(clippy::type_complexity)]
+pub fn bench_after<F: Family, B: Backend>(
+    b: &B,
+    o: &TuneOptions,
+    p: &F::Problem,
+    v: F::Variant,
+    seed: u64,
+    mut before: impl FnMut() -> Result<()>,
+) -> Result<std::result::Result<(Stats, Stats, String), String>> {
+    let inst = Instance::<F, B>::prepare(b, p, o, seed)?;
+    family::precompile::<F, B>(b, &[(p.clone(), vec![v])])?;
+    let checked = family::run::<F, B>(b, p, v, &inst.devices[0])
+        .map_err(|e| e.to_string())
+        .and_then(|got| F::check(p, &v, &inst.host, &inst.want, &got));
+    Ok(match checked {
+        Ok(detail) => {
+            let alone = time_candidate::<F, B>(b, o, p, v, &inst, None)?;
+            let after = time_candidate_after::<F, B>(b, o, p, v, &inst, None, &mut before)?;
+            Ok((alone, after, detail))
+        }
+        Err(why) => Err(why),
+    })
 }
 
 /// `--trace`: one tab-separated line per candidate (key, variant, outcome, median, p10 and
@@ -1139,6 +1183,40 @@ pub fn tune<F: Family, B: Backend>(
 mod tests {
     use super::*;
     use crate::families::simt::{MStrategy, Representation, Variant, XStage};
+
+    /// `bench_after` checks the variant, times it alone and after `before`, which runs
+    /// once before each of the second timing's launches (the warm-up's included).
+    #[test]
+    fn bench_after_runs_its_launch_before_each_of_the_seconds() {
+        use crate::families::reduce::{ReduceFamily, ReduceProblem};
+        let b = crate::backend::cpu::CpuBackend::new().unwrap();
+        let mut o = TuneOptions::for_backend("cpu", Tier::Exact);
+        o.working_set = 0; // one copy
+        o.time_cap = Duration::from_millis(1);
+        let p = ReduceProblem {
+            geometry: crate::Geometry::new(64, 256, 64, 2, 12, crate::Code::OneMad).unwrap(),
+            scale: crate::ScaleDType::F16,
+            act: crate::DType::Bf16,
+            m: 1,
+        };
+        let v = ReduceFamily::default_variant(&p, Tier::Exact);
+        let mut calls = 0usize;
+        let (alone, after, detail) = bench_after::<ReduceFamily, _>(&b, &o, &p, v, 3, || {
+            calls += 1;
+            Ok(())
+        })
+        .unwrap()
+        .unwrap();
+        assert!(alone.samples >= o.min_reps && after.samples >= o.min_reps);
+        // Each sample a batch of launches, after at least 3 warm-up launches.
+        assert!(calls >= after.samples * o.batch + 3, "{calls} calls");
+        assert!(detail.contains("bit"), "{detail}");
+        // A failing `before` fails the timing.
+        let failed = bench_after::<ReduceFamily, _>(&b, &o, &p, v, 3, || {
+            Err(crate::Error::backend("cpu", "before failed"))
+        });
+        assert!(failed.is_err());
+    }
 
     fn stats(median: f64, p10: f64, p90: f64) -> Stats {
         Stats {

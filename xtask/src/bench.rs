@@ -263,7 +263,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
         info.name, info.id
     );
     let _ = writeln!(s, "Measured by `cargo xtask bench --backend cuda` on {}. Device-to-device copy bandwidth in the same run: **{:.0} GB/s** (read + write).\n", harness::today(), copy);
-    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12; exact rows run the SIMT families (`reduce`, `gate_up`), fast rows the matrix-unit families the fast tier runs (`reduce_mma`, `gate_up_mma`), each with the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). A fast kernel reads x prescaled (each sample's power of two taken out, rounded to the operand type), so its time leaves out the prescale kernel a fast call runs before it (`templates/prescale.kernel`, one threadgroup a sample): that kernel is timed the same way (back-to-back launches in the stream, its launch gap included) in the last two columns, and the last is cuBLAS over the two together. cuBLAS: `cublasGemmEx` bf16 (f32 compute) on dense weights of the same shape, at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened, the best measured; the log names it).\n", o.min_reps, o.batch, o.working_set >> 20);
+    let _ = writeln!(s, "Times are medians (p10-p90 in brackets) of at least {} samples, each the mean time of {} back-to-back launches between two CUDA events (so the host's launch cost is hidden), repeated until the median is stable, rotating through copies of the weights totalling at least {} MB (L2 is about 60 MB). Every launch is bound before timing (no allocation or argument checks inside the timed region), for cuBLAS alike. Trellis: bf16 activations, T = 256, code 1mad, L = 12; exact rows run the SIMT families (`reduce`, `gate_up`), fast rows the matrix-unit families the fast tier runs (`reduce_mma`, `gate_up_mma`), each with the variant the tuning table selects; each result is verified against the reference before it is timed (exact: bit for bit; fast: SPEC 7 v2). A fast kernel reads x prescaled (each sample's power of two taken out, rounded to the operand type), so its time leaves out the prescale kernel a fast call runs before it (`templates/prescale.kernel`, one threadgroup a sample): each fast row is timed again with that kernel launched before each of its launches in the same stream, and the last two columns are what the prescale adds (the pair's median less the kernel's) and cuBLAS over the pair. cuBLAS: `cublasGemmEx` bf16 (f32 compute) on dense weights of the same shape, at its fastest algorithm for the shape (every `cublasGemmAlgo_t` screened, the best measured; the log names it).\n", o.min_reps, o.batch, o.working_set >> 20);
     let _ = writeln!(s, "Seed structure: the seed's reduce (one simdgroup per row, shared value table, x and code words in registers), rendered from our templates as `{}`; best registers: the fastest of the x-in-registers candidates (6, and the tuner's tuned-size ones for the shape, `ReduceProblem::tuned_size_candidates`: 3 rows per simdgroup, at M = 1 also under 40 registers, the 8-row probe, at M = 8 the 2 under the register budget, the scalar, prefetched and evict-first code-word twins, and lane-interleaved x at M = 2 and 4, where offered); both timed in the same run (exact rows only).\n", seed_structure());
     let _ = writeln!(s, "## reduce\n");
     let _ = writeln!(s, "| shape | k | M | tier | trellis us | T weights/s | seed structure us | best registers us | cuBLAS bf16 us | cuBLAS / trellis | check | variant | source | x prescale us | cuBLAS / (trellis + prescale) |");
@@ -299,14 +299,14 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                                    check: String,
                                    variant: String,
                                    source: String,
-                                   prescale: Option<Stats>| {
+                                   pair: Option<Stats>| {
                         let _ = writeln!(
                             s,
                             "| {}x{} | {k} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.2} | {seed} | {best} | {:.1} | {:.2} | {check} | {variant} | {source} | {} |",
                             shape.rows, shape.cols, ts.median, ts.p10, ts.p90,
                             rows as f64 / (ts.median * 1e-6) / 1e12,
                             cs.median, cs.median / ts.median,
-                            prescale_cells(prescale, ts.median, cs.median),
+                            prescale_cells(pair, ts.median, cs.median),
                         );
                         eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us", shape.rows, shape.cols, ts.median, cs.median);
                     };
@@ -326,11 +326,11 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                     }
                     // Fast: the matrix-unit family the facade's fast tier runs.
                     let sel = choose::<ReduceMmaFamily>(&selector, &b, &p, Tier::Fast);
-                    let (ts, check) =
-                        harness::bench::<ReduceMmaFamily, _>(&b, &o, &p, &[sel.variant], 11)?
-                            .remove(0)
-                            .map_err(|e| Error::backend("bench", format!("reduce_mma {p}: {e}")))?;
-                    let pre = prescale_time(&b, &o, &ReduceMmaFamily::kernel(&p, sel.variant))?;
+                    let k = ReduceMmaFamily::kernel(&p, sel.variant);
+                    let (ts, pair, check) = with_prescale(&b, &k, |pre| {
+                        harness::bench_after::<ReduceMmaFamily, _>(&b, &o, &p, sel.variant, 11, pre)
+                    })?
+                    .map_err(|e| Error::backend("bench", format!("reduce_mma {p}: {e}")))?;
                     row(
                         Tier::Fast,
                         ts,
@@ -339,7 +339,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         check,
                         format!("reduce_mma {}", sel.variant),
                         sel.source.to_string(),
-                        Some(pre),
+                        Some(pair),
                     );
                 }
             }
@@ -381,14 +381,14 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         m,
                         tail: Tail::Exact,
                     };
-                    let (ts, check, variant, source, pre) =
+                    let (ts, check, variant, source, pair) =
                         gate_up_row(&b, &o, &selector, &p, tier)?;
                     let _ = writeln!(
                         s,
                         "| {kg}/{ku} | {m} | {tier} | {:.1} [{:.1}-{:.1}] | {:.1} | {:.2} | {} | {} | {} | {} |",
                         ts.median, ts.p10, ts.p90, cs.median, cs.median / ts.median,
                         check, variant, source,
-                        prescale_cells(pre, ts.median, cs.median),
+                        prescale_cells(pair, ts.median, cs.median),
                     );
                     eprintln!(
                         "gate_up {rows}x{cols} {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us",
@@ -496,26 +496,31 @@ fn gate_up_row(
         ))
     } else {
         let sel = choose::<GateUpMmaFamily>(selector, b, p, tier);
-        let (ts, check) = harness::bench::<GateUpMmaFamily, _>(b, o, p, &[sel.variant], 13)?
-            .remove(0)
-            .map_err(|e| Error::backend("bench", format!("gate_up_mma {p}: {e}")))?;
-        let pre = prescale_time(b, o, &GateUpMmaFamily::kernel(p, sel.variant))?;
+        let k = GateUpMmaFamily::kernel(p, sel.variant);
+        let (ts, pair, check) = with_prescale(b, &k, |pre| {
+            harness::bench_after::<GateUpMmaFamily, _>(b, o, p, sel.variant, 13, pre)
+        })?
+        .map_err(|e| Error::backend("bench", format!("gate_up_mma {p}: {e}")))?;
         Ok((
             ts,
             check,
             format!("gate_up_mma {}", sel.variant),
             sel.source.to_string(),
-            Some(pre),
+            Some(pair),
         ))
     }
 }
 
-/// The prescale kernel a fast call runs before matrix-unit kernel `k` (its x in the
-/// type `k` reads, [`Prescale::of`]), bound once and timed as the kernels are
-/// (back-to-back launches in the stream, so each sample holds its launch gap too): x is
-/// one sample set of a few KB to a few hundred, read from cache after the first launch,
-/// as a call's x just written by the layer before it would be.
-fn prescale_time(b: &CudaBackend, o: &TuneOptions, k: &impl MmaLayout) -> Result<Stats> {
+/// `f` given a launch of the prescale kernel a fast call runs before matrix-unit
+/// kernel `k` (its x in the type `k` reads, [`Prescale::of`]), bound once over a random
+/// x of its own: the bench launches it before each of `k`'s launches in the same stream
+/// (the family's timing takes x prescaled by the host), so the pair's time is what the
+/// two cost a stream.
+fn with_prescale<T>(
+    b: &CudaBackend,
+    k: &impl MmaLayout,
+    f: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<T>,
+) -> Result<T> {
     let pk = Prescale::of(k)?;
     pk.validate()?;
     let launch = pk.launch_request()?;
@@ -529,14 +534,14 @@ fn prescale_time(b: &CudaBackend, o: &TuneOptions, k: &impl MmaLayout) -> Result
     let mut outs = family::alloc_outputs(b, &pk)?;
     let mut refs: Vec<&mut _> = outs.iter_mut().collect();
     let mut bound = b.bind(&compiled, &launch, &[&x, &powers], &mut refs)?;
-    measure(b, o, 1, None, |_| b.run(&mut bound))
+    f(&mut || b.run(&mut bound))
 }
 
-/// A row's last two cells: the prescale's median and cuBLAS (`dense` us) over the
-/// kernel's `us` and the prescale's together; dashes where no prescale runs (exact).
-fn prescale_cells(pre: Option<Stats>, us: f64, dense: f64) -> String {
-    match pre {
-        Some(pre) => format!("{:.1} | {:.2}", pre.median, dense / (us + pre.median)),
+/// A row's last two cells: what the prescale adds (the pair's median less the kernel's
+/// `us`) and cuBLAS (`dense` us) over the pair; dashes where no prescale runs (exact).
+fn prescale_cells(pair: Option<Stats>, us: f64, dense: f64) -> String {
+    match pair {
+        Some(pair) => format!("{:.1} | {:.2}", pair.median - us, dense / pair.median),
         None => "- | -".into(),
     }
 }
