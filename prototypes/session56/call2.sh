@@ -13,8 +13,8 @@ gpu_tests $C 90 cuda_launch cuda_threads gate_up_parts
 (cd prototypes/session56 && timeout 120 nvcc -O3 -arch=sm_90 -std=c++17 prescale_bench.cu -o /tmp/prescale_bench) \
   && timeout 60 /tmp/prescale_bench > $OUT/prescale-bench.txt 2>&1
 echo "prescale bench rc=$? $(since)"; grep -E "DIFFER|in-stream|added" $OUT/prescale-bench.txt
-TRELLIS_BENCH_BACKEND=cuda timeout 100 $D/facade --bench 'prescale|fast/kernel|device-into' \
-  --warm-up-time 1 --measurement-time 2 > $OUT/facade-bench.txt 2>&1
+TRELLIS_BENCH_BACKEND=cuda timeout 100 $D/facade --bench "prescale-then|fast/kernel|device-into" \
+  --warm-up-time 0.5 --measurement-time 1.5 > $OUT/facade-bench.txt 2>&1
 echo "facade bench rc=$? $(since)"; grep -E "^cuda|time:" $OUT/facade-bench.txt
 for P in qwen3-14b llama-3-8b; do
   LEFT=$(( ${CAP:-470} - ($(date +%s) - T0) ))

@@ -308,7 +308,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                             cs.median, cs.median / ts.median,
                             prescale_cells(pair, ts.median, cs.median),
                         );
-                        eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us", shape.rows, shape.cols, ts.median, cs.median);
+                        eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us{}", shape.rows, shape.cols, ts.median, cs.median, pair.map_or(String::new(), |pr| format!(", after the prescale {:.1} us", pr.median)));
                     };
                     // Exact: the SIMT family, up to its MAX_M (larger M are fast rows only).
                     if m <= MAX_M {
