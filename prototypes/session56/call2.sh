@@ -1,6 +1,7 @@
 #!/bin/bash
 # Fifty-sixth session, call 2 (cut to the device time left). Carry [".device", ".vectors"].
-# The prescale kernel's shipped form (the group's thread count at compile time, v3) on
+# Apply `prototypes/next/prescale-v3.patch` and rebuild first. The prescale kernel with its
+# group size at compile time (v3) on
 # the GPU tests; its designs again, now also as what each adds to a stream before a
 # 20 us kernel (`prescale_bench.cu`); the bench with the prescale timed before each fast
 # launch (`harness::bench_after`) at Qwen3-14B M 16 and M 1 (k 2, 3); the facade's
