@@ -1610,73 +1610,12 @@ fn device_activations_run_the_exact_tier_without_copies() {
 /// it is held. What the fast device path cannot take is named.
 #[test]
 fn device_activations_run_the_fast_tier() {
-    use trellis::families::reduce_mma::{Prescale, Prescaled};
-    use trellis::kernel::KernelSpec;
     use trellis::ops::DeviceActivations;
     let cpu = CpuBackend::new().unwrap();
-    // The prescale kernel beside the host's, per dtype and output type: x with one
-    // ordinary sample, one with a value below 2^-28 of its largest, one whose largest
-    // is below 2^-113 (subnormal-adjacent), one of zeros and one past 2^14.
-    let cols = 64;
-    for dtype in [DType::Bf16, DType::F16, DType::F32] {
-        let mut data = Vec::new();
-        for (n, scale) in [
-            (0, 1.0f32),
-            (1, 1.0),
-            (2, 2f32.powi(-120)),
-            (3, 0.0),
-            (4, 3e4),
-        ] {
-            for c in 0..cols {
-                let v = ((c * 37 + n * 11) % 29) as f32 / 7.0 - 2.0;
-                data.push(if n == 1 && c == 5 {
-                    2f32.powi(-40)
-                } else {
-                    v * scale
-                });
-            }
-        }
-        let x = Activations::from_f32(dtype, 5, cols, data).unwrap();
-        let w = trellis::check::random_matrix(
-            Geometry::new(32, cols, 32, 2, 12, Code::OneMad).unwrap(),
-            131,
-        );
-        let host = Prescaled::upload(&cpu, &x, &[&w]).unwrap();
-        let xd = ops::upload_activations(&cpu, &x).unwrap();
-        let powers = cpu.upload(Elem::F32, &[1], &1.0f32.to_le_bytes()).unwrap();
-        for out in [dtype, DType::F16] {
-            let k = Prescale {
-                m: 5,
-                cols,
-                projections: 1,
-                act: dtype,
-                out,
-            };
-            let mut outs = trellis::family::alloc_outputs(&cpu, &k).unwrap();
-            let mut refs: Vec<_> = outs.iter_mut().collect();
-            cpu.launch_into(&k.launch_request().unwrap(), &[&xd, &powers], &mut refs)
-                .unwrap();
-            let want = match (out == dtype, &host.x_f16) {
-                (true, _) | (false, None) => &host.x,
-                (false, Some(h)) => h,
-            };
-            assert_eq!(
-                cpu.download(&outs[0]).unwrap(),
-                cpu.download(want).unwrap(),
-                "{dtype} -> {out}"
-            );
-            assert_eq!(
-                cpu.download(&outs[1]).unwrap(),
-                cpu.download(&host.unscale).unwrap()
-            );
-            let flags: Vec<u8> = cpu.download(&outs[2]).unwrap();
-            let flagged: Vec<bool> = flags.chunks(4).map(|f| f != [0; 4]).collect();
-            let want = match dtype {
-                DType::F16 => vec![false; 5],
-                _ => vec![false, true, true, false, false],
-            };
-            assert_eq!(flagged, want, "{dtype} -> {out}");
-        }
+    // The prescale kernel beside the host's, per dtype and output type (the CPU runs a
+    // group as one thread: every width reads x in spans of its share).
+    for cols in [32, 64, 5152] {
+        host_prescaled::prescale_kernel_matches(&cpu, cols);
     }
     // The facade's fast tier on the device: the host facade's bits, no upload a call.
     for (code, l) in [(Code::OneMad, 12), (Code::Lut, 6)] {

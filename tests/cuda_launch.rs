@@ -358,6 +358,18 @@ fn device_activations_run_the_fast_tier() {
 /// zeroed when bound (on the stream, before its launches), a compiled kernel binds only
 /// to its own launch, every empty grid axis runs nothing, dynamic shared memory is part
 /// of the declared, and subnormal sums keep their bits (no flush-to-zero).
+/// The prescale kernel's bits against the host's at widths its threads do not divide
+/// (32, 5152), past what one span of its registers holds (20512: a second span, read
+/// again), and at 28672 columns.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn the_prescale_kernel_matches_the_host_at_any_width() {
+    let b = CudaBackend::new(0).unwrap();
+    for cols in [32, 5152, 20512, 28672] {
+        host_prescaled::prescale_kernel_matches(&b, cols);
+    }
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
 fn the_backend_contract_holds() {

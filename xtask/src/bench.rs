@@ -391,8 +391,13 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         prescale_cells(pair, ts.median, cs.median),
                     );
                     eprintln!(
-                        "gate_up {rows}x{cols} {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us",
-                        ts.median, cs.median
+                        "gate_up {rows}x{cols} {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us{}",
+                        ts.median,
+                        cs.median,
+                        pair.map_or(String::new(), |pr| format!(
+                            ", after the prescale {:.1} us",
+                            pr.median
+                        ))
                     );
                 }
             }
