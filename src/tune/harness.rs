@@ -678,7 +678,7 @@ pub fn bench<F: Family, B: Backend>(
         .collect()
 }
 
-/// [`bench`] of one variant, timed alone and then with each launch after `before`
+/// [`bench()`] of one variant, timed alone and then with each launch after `before`
 /// (another kernel launched in the same stream: the bench times the fast tier's
 /// prescale kernel before its matrix kernel so): the variant's time, the pair's and its
 /// check detail, or why the check failed.
