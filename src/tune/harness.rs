@@ -667,15 +667,25 @@ pub fn bench<F: Family, B: Backend>(
     variants
         .iter()
         .map(|&v| {
-            let checked = family::run::<F, B>(b, p, v, &inst.devices[0])
-                .map_err(|e| e.to_string())
-                .and_then(|got| F::check(p, &v, &inst.host, &inst.want, &got));
-            Ok(match checked {
+            Ok(match check_once::<F, B>(b, p, v, &inst) {
                 Ok(detail) => Ok((time_candidate::<F, B>(b, o, p, v, &inst, None)?, detail)),
                 Err(why) => Err(why),
             })
         })
         .collect()
+}
+
+/// One run of `v` on the instance's first copy, checked against its reference: the
+/// check's detail, or why the run or the check failed.
+fn check_once<F: Family, B: Backend>(
+    b: &B,
+    p: &F::Problem,
+    v: F::Variant,
+    inst: &Instance<F, B>,
+) -> std::result::Result<String, String> {
+    family::run::<F, B>(b, p, v, &inst.devices[0])
+        .map_err(|e| e.to_string())
+        .and_then(|got| F::check(p, &v, &inst.host, &inst.want, &got))
 }
 
 /// [`bench()`] of one variant, timed alone and then with each launch after `before`
@@ -693,10 +703,7 @@ pub fn bench_after<F: Family, B: Backend>(
 ) -> Result<std::result::Result<(Stats, Stats, String), String>> {
     let inst = Instance::<F, B>::prepare(b, p, o, seed)?;
     family::precompile::<F, B>(b, &[(p.clone(), vec![v])])?;
-    let checked = family::run::<F, B>(b, p, v, &inst.devices[0])
-        .map_err(|e| e.to_string())
-        .and_then(|got| F::check(p, &v, &inst.host, &inst.want, &got));
-    Ok(match checked {
+    Ok(match check_once::<F, B>(b, p, v, &inst) {
         Ok(detail) => {
             let alone = time_candidate::<F, B>(b, o, p, v, &inst, None)?;
             let after = time_candidate_after::<F, B>(b, o, p, v, &inst, None, &mut before)?;
