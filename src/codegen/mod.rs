@@ -56,6 +56,15 @@ impl Dialect {
     pub fn is_cpu(&self) -> bool {
         *self == Dialect::Cpu
     }
+    /// The threads that run a threadgroup launched with `launched`, as a compile-time
+    /// count for a template (`GROUP_THREADS` is the launch's, known only at run time):
+    /// the CPU dialect runs each group as one thread.
+    pub fn threads_per_group(&self, launched: u32) -> u32 {
+        match self {
+            Dialect::Cpu => 1,
+            Dialect::Metal | Dialect::Cuda => launched,
+        }
+    }
 }
 
 impl fmt::Display for Dialect {

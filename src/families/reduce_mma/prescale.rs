@@ -207,6 +207,7 @@ pub struct Prescale {
 }
 
 impl Prescale {
+    /// A multiple of 32 (the folds' first level takes 32 threads' shares).
     const THREADS: u32 = 512;
     /// At most 40 values a thread: 20480 columns in registers (the Qwen3-14B down
     /// projection's 17408 included).
@@ -273,6 +274,12 @@ impl Prescale {
     }
     fn threads(&self) -> u32 {
         Self::THREADS
+    }
+    /// The threads a group runs on `d`, at compile time: the folds unroll and, where
+    /// one span holds the sample, the second pass reads no x (a count known only at run
+    /// time cost the kernel 1-2 us on an H100).
+    fn group_threads(&self, d: &Dialect) -> u32 {
+        d.threads_per_group(Self::THREADS)
     }
     /// Values a thread holds in registers: the whole sample (one read of x, one round
     /// of memory latency) up to `THREADS * MAX_PER_THREAD` columns; past that, a
