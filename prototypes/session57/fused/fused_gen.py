@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Fifty-seventh session: the fused prescale as a prototype, made by editing rendered
+units (`cargo run --release --example mma_unit`, arguments in `make.sh`). M = 1 only.
+
+- `fused_a.cu` / `fused_b.cu` from `sh_a.cu` / `sh_b.cu` (x staged in group memory): the
+  staging reads raw bf16 x once into registers, folds its largest magnitude over the
+  group (shuffles, one barrier), takes the power of two out as the prescale kernel does
+  and rounds to f16 into `xs`; row group 0 writes the tiny flag (one per split). Without
+  split-K (a) the group's slice is the whole sample, so the bits are the prescale
+  pipeline's; with split-K (b) each split scales by its own slice's power and puts it
+  back on its part before the combine (per-slice, not bit-identical: SPEC 7's bound).
+- `fusedg_a.cu` from `win_a.cu` (x read from global in the loop): a prologue folds the
+  sample's largest magnitude; each B load converts bf16 to f16 with the power taken out.
+"""
+import re, sys
+
+HELPERS = r'''
+// ---- fused prescale helpers (prototype)
+DEVICE int fp_floor_log2(float v) {  // v > 0, finite
+  const uint b = __float_as_uint(v);
+  const int be = (int)(b >> 23);
+  return be == 0 ? 31 - __clz(b & 0x7FFFFFu) - 149 : be - 127;
+}
+DEVICE float fp_absmax8(uint4 r) {
+  const uint w[4] = {r.x, r.y, r.z, r.w};
+  float m = 0.0f;
+  UNROLL for (uint k = 0; k < 4u; ++k) m = fmax(m, fmax(fabsf(__uint_as_float(w[k] << 16)), fabsf(__uint_as_float(w[k] & 0xFFFF0000u))));
+  return m;
+}
+DEVICE uint fp_tiny8(uint4 r, float floor_tiny) {
+  const uint w[4] = {r.x, r.y, r.z, r.w};
+  uint t = 0u;
+  UNROLL for (uint k = 0; k < 4u; ++k) {
+    const float lo = __uint_as_float(w[k] << 16), hi = __uint_as_float(w[k] & 0xFFFF0000u);
+    if ((lo != 0.0f && fabsf(lo) < floor_tiny) || (hi != 0.0f && fabsf(hi) < floor_tiny)) t = 1u;
+  }
+  return t;
+}
+DEVICE void fp_scaled4(uint4 r, float down, uint* b) {
+  const uint w[4] = {r.x, r.y, r.z, r.w};
+  UNROLL for (uint k = 0; k < 4u; ++k) b[k] = pack_f16x2(mul32(__uint_as_float(w[k] << 16), down), mul32(__uint_as_float(w[k] & 0xFFFF0000u), down));
+}
+DEVICE void x_scaled_quad2(float down, const bf16_t* p, uint* b) { fp_scaled4(*(const uint4*)p, down, b); }
+'''
+
+def fold(T, W, R, chunks, first):
+    """Registers raw[R] of chunks `first + THREAD + r T` (< chunks) read; the group's
+    largest, e, down, up_s; the tiny flag by row group 0."""
+    return f'''
+  // Fused prescale: this thread's chunks of 8 columns, read once.
+  uint4 raw[{R}];
+  float mx = 0.0f;
+  UNROLL for (uint r = 0; r < {R}u; ++r) {{
+    const uint i = THREAD_IN_GROUP + r * {T}u;
+    raw[r] = i < {chunks} ? *(const uint4*)(x + ({first} + i) * 8u) : make_uint4(0u, 0u, 0u, 0u);
+    mx = fmax(mx, fp_absmax8(raw[r]));
+  }}
+  UNROLL for (uint o = 16u; o > 0u; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  GROUP_SHARED float fp_max[{W}];
+  if ((THREAD_IN_GROUP & 31u) == 0u) fp_max[THREAD_IN_GROUP >> 5] = mx;
+  BARRIER();
+  UNROLL for (uint k = 0; k < {W}u; ++k) mx = fmax(mx, fp_max[k]);
+  const bool finite = mx <= as_f32(0x7F7FFFFFu);
+  const int top = (mx != 0.0f && finite) ? fp_floor_log2(mx) : 13;
+  const int e = top - 13 < -126 ? -126 : top - 13;
+  const float down = as_f32((uint)(127 - e) << 23);
+  up_s = as_f32((uint)(e + 127) << 23);
+  if (GROUP_X == 0u) {{
+    const float floor_tiny = mul32(mx, as_f32(0x31800000u));
+    uint tiny = (mx != 0.0f && finite && top < -113) ? 1u : 0u;
+    UNROLL for (uint r = 0; r < {R}u; ++r) tiny |= fp_tiny8(raw[r], floor_tiny);
+    tiny = __syncthreads_or(tiny);
+    if (THREAD_IN_GROUP == 0u) flags[GROUP_Y] = tiny;
+  }}'''
+
+def staging(T, W, R, nq_all):
+    return fold(T, W, R, "nq", "q0").replace("// Fused prescale:", "// Fused prescale (staged):", 1) + f'''
+  UNROLL for (uint r = 0; r < {R}u; ++r) {{
+    const uint i = THREAD_IN_GROUP + r * {T}u;
+    if (i < nq) {{
+      const uint q = q0 + i, u = (q >> 2) - z0 * 4u;
+      const uint o = (u * 16u + (u >> 1) * 4u) + (q & 3u) * 4u;
+      uint v[4];
+      fp_scaled4(raw[r], down, v);
+      UNROLL for (uint k = 0; k < 4u; ++k) xs[o + k] = v[k];
+    }}
+  }}
+  BARRIER();
+'''
+
+def common(src, name):
+    src = re.sub(r'reduce_mma_[0-9a-f]{16}\(const f16_t\* __restrict__ x', f'{name}(const bf16_t* __restrict__ x', src)
+    src = src.replace('float* __restrict__ ws) {', 'float* __restrict__ ws, uint32_t* __restrict__ flags) {')
+    head, sep, body = src.partition('extern "C"')
+    body = re.sub(r'(MMA_SCRATCH_F16\(\d+u\);)', lambda mm: mm.group(1) + "\n  float up_s = 1.0f;  // this group's power of two of x", body, count=1)
+    return head + HELPERS + sep + body
+
+def make_staged(src, name, T, W, split):
+    src = common(src, name)
+    m = re.search(r'\n  // Chunk q of 8 columns.*?\n  const uint q0 = z0 \* 16u, nq = \(z1 \* 16u < (\d+)u \? z1 \* 16u : \d+u\) - q0;\n.*?\n  BARRIER\(\);\n', src, re.S)
+    assert m, name
+    nq_all = int(m.group(1))
+    steps_per_group = None
+    # chunks a group stages: whole sample (no split) or one split's slice
+    per_group = nq_all if not split else nq_all // split + 16
+    R = -(-per_group // T)
+    new = f'\n  const uint q0 = z0 * 16u, nq = (z1 * 16u < {nq_all}u ? z1 * 16u : {nq_all}u) - q0;' + staging(T, W, R, nq_all)
+    src = src[:m.start()] + new + src[m.end():]
+    if split:
+        src = src.replace('= sum[i];  // this split\'s part', '= mul32(sum[i], up_s);  // this split\'s part, its power put back')
+        src, k = re.subn(r', unscale\[n\]\)\);', ', 1.0f));', src)
+    else:
+        src, k = re.subn(r', unscale\[n\]\)\);', ', up_s));', src)
+    assert k == 1, (name, k)
+    return src
+
+def make_global(src, name, T, W, cols):
+    src = common(src, name)
+    chunks = cols // 8
+    R = -(-chunks // T)
+    src = re.sub(r'(  float up_s = 1\.0f;[^\n]*\n)', lambda mm: mm.group(1) + fold(T, W, R, f"{chunks}u", "0u") + '\n', src, count=1)
+    src, k = re.subn(r'x_f16x2_quad2\(x \+', 'x_scaled_quad2(down, x +', src)
+    assert k == 1
+    src, k = re.subn(r', unscale\[n\]\)\);', ', up_s));', src)
+    assert k == 1
+    return src
+
+d = sys.argv[1] if len(sys.argv) > 1 else '.'
+rd = lambda f: open(f'{d}/{f}').read()
+open(f'{d}/fused_a.cu', 'w').write(make_staged(rd('sh_a.cu'), 'fused_a', 256, 8, 0))
+open(f'{d}/fused_b.cu', 'w').write(make_staged(rd('sh_b.cu'), 'fused_b', 128, 4, 8))
+open(f'{d}/fusedg_a.cu', 'w').write(make_global(rd('win_a.cu'), 'fusedg_a', 256, 8, 5120))
+print('wrote fused_a.cu fused_b.cu fusedg_a.cu')
