@@ -1,5 +1,5 @@
 #!/bin/bash
-# Fifty-seventh session, call 2. Carry [".device", ".vectors"]. The fused prescale's
+# Fifty-seventh session, calls 2 and 3. Carry [".device", ".vectors"]. The fused prescale's
 # prototype (`fused/`: the prescale kernel then the shipped kernel, against the fused
 # forms, at 17408 x 5120 and 5120 x 17408 k 2 M 1); then, on an H200, the full bench of
 # both presets (the shipped report's run, with the prescale columns).

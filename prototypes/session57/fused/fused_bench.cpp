@@ -187,11 +187,18 @@ static double time_us(const std::function<void(int)>& body) {
   return s[s.size() / 2];
 }
 
+// One kernel of a case: its unit, its split count (GROUP_Y), whether it reads raw x (the
+// fused forms) and, if so, whether its bits must be the prescale pipeline's.
+struct Variant {
+  const char* label;
+  const char* file;
+  unsigned k_split;
+  bool fused, same_bits;
+};
 struct Case {
   const char* name;
-  unsigned rows, cols, wpr, gx, gy, threads, ws_words;
-  const char *win, *sh, *fused, *fusedg;  // unit files (fusedg may be null)
-  bool same_bits;                         // fused: the prescale pipeline's bits
+  unsigned rows, cols, wpr, threads;
+  std::vector<Variant> variants;  // the first: the shipped winner (the reference)
 };
 
 int main(int argc, char** argv) {
@@ -206,19 +213,28 @@ int main(int argc, char** argv) {
                              "\n#define PRESCALE_THREADS 512u\n#define FIRSTS 32u\n" +
                              read("../../session56/prescale_v3.cuh");
   Compiled ps = compile("prescale_v3", ps_src, {"prescale_v3<5120u>", "prescale_v3<17408u>"});
-  Case cases[] = {
-      {"17408x5120 k2 M1", 17408, 5120, 320, 1088, 1, 256, 1, "win_a.cu", "sh_a.cu", "fused_a.cu", "fusedg_a.cu", true},
-      {"5120x17408 k2 M1", 5120, 17408, 1088, 320, 8, 128, 8 * 5120 + 320, "win_b.cu", "sh_b.cu", "fused_b.cu", nullptr, false},
+  std::vector<Case> cases = {
+      {"17408x5120 k2 M1", 17408, 5120, 320, 256,
+       {{"shipped (global x)", "win_a.cu", 1, false, false},
+        {"shared x", "sh_a.cu", 1, false, false},
+        {"shared x, early words", "sh_a_ew.cu", 1, false, false},
+        {"fused staged", "fused_a.cu", 1, true, true},
+        {"fused staged, early words", "fused_a_ew.cu", 1, true, true},
+        {"fused staged, 2 splits", "fused_a_ks2.cu", 2, true, false},
+        {"fused global x", "fusedg_a.cu", 1, true, true}}},
+      {"5120x17408 k2 M1", 5120, 17408, 1088, 128,
+       {{"shipped (global x)", "win_b.cu", 8, false, false},
+        {"shared x", "sh_b.cu", 8, false, false},
+        {"fused staged", "fused_b.cu", 8, true, false},
+        {"fused staged, no cap", "fused_b_nocap.cu", 8, true, false}}},
   };
-  struct Units { Compiled win, sh, fused, fusedg; std::string nwin, nsh, nfused, nfusedg; };
-  std::vector<Units> units;
+  std::vector<std::vector<std::pair<Compiled, std::string>>> units;
   for (auto& c : cases) {
-    Units u;
-    std::string s = read(c.win); u.nwin = kernel_name(s); u.win = compile(std::string(c.name).substr(0, 5) + " win", s, {});
-    s = read(c.sh); u.nsh = kernel_name(s); u.sh = compile(std::string(c.name).substr(0, 5) + " sh", s, {});
-    s = read(c.fused); u.nfused = kernel_name(s); u.fused = compile(std::string(c.name).substr(0, 5) + " fused", s, {});
-    if (c.fusedg) { s = read(c.fusedg); u.nfusedg = kernel_name(s); u.fusedg = compile(std::string(c.name).substr(0, 5) + " fusedg", s, {}); }
-    units.push_back(u);
+    units.emplace_back();
+    for (auto& v : c.variants) {
+      const std::string s = read(v.file);
+      units.back().emplace_back(compile(std::string(c.name).substr(0, 5) + " " + v.label, s, {}), kernel_name(s));
+    }
   }
   if (compile_only) return 0;
 
@@ -236,9 +252,8 @@ int main(int argc, char** argv) {
   CK(cuDevicePrimaryCtxRetain(&ctx, dev));
   CK(cuCtxSetCurrent(ctx));
 
-  for (size_t ci = 0; ci < 2; ++ci) {
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
-    const Units& u = units[ci];
     std::mt19937 rng(20261207 + ci);
     // Codes: every bit pattern is a valid code; copies to rotate past L2.
     const size_t words = (size_t)c.rows * c.wpr, bytes = words * 4;
@@ -251,31 +266,29 @@ int main(int argc, char** argv) {
     for (auto& s : hs) s = (uint16_t)(0x3800u + rng() % 0x400u);  // f16 in [0.5, 1)
     CUdeviceptr scales = alloc(c.rows * 2);
     CK(cuMemcpyHtoD_v2(scales, hs.data(), c.rows * 2));
-    // x: Gaussian bf16 at a magnitude far from 1 (so the power of two matters), one
+    // x: Gaussian bf16 at a magnitude far from f16's sweet spot (so the power of two is
+    // not 1), each split's slice at its own magnitude (so per-slice powers differ), one
     // value tiny against the rest (the flag raised).
     std::normal_distribution<float> g(0.0f, 1.0f);
     std::vector<uint16_t> hx(c.cols);
-    for (auto& v : hx) v = bf16_of(g(rng) * 3000.0f);
-    hx[7] = bf16_of(1e-7f);
+    for (size_t i = 0; i < hx.size(); ++i) hx[i] = bf16_of(g(rng) * 0.02f * (float)(1u << (i * 8 / c.cols)));
+    hx[7] = bf16_of(1e-12f);
     CUdeviceptr x = alloc(c.cols * 2), xs = alloc(c.cols * 2), table = alloc(64), unscale = alloc(32),
-                powers = alloc(8), y = alloc(c.rows * 2), ws = alloc(c.ws_words * 4), flags = alloc(64),
+                powers = alloc(8), y = alloc(c.rows * 2), ws = alloc((8 * c.rows + 4096) * 4), flags = alloc(64),
                 pflags = alloc(64);
     CK(cuMemcpyHtoD_v2(x, hx.data(), c.cols * 2));
     const float pw[2] = {1.0f, 1.0f};
     CK(cuMemcpyHtoD_v2(powers, pw, 8));
     Launch lp{function(ps, ps.lowered[ci]), 1, 1, 512};
-    Launch lwin{function(u.win, u.nwin), c.gx, c.gy, c.threads}, lsh{function(u.sh, u.nsh), c.gx, c.gy, c.threads},
-        lf{function(u.fused, u.nfused), c.gx, c.gy, c.threads};
-    Launch lg{c.fusedg ? function(u.fusedg, u.nfusedg) : nullptr, c.gx, c.gy, c.threads};
     auto cp = [&](int i) { return codes + (size_t)(i % copies) * bytes; };
     auto prescale = [&] { launch(lp, {&x, &powers, &xs, &unscale, &pflags}); };
-    auto run = [&](const Launch& l, int i) {
+    std::vector<Launch> ls;
+    for (size_t k = 0; k < c.variants.size(); ++k)
+      ls.push_back({function(units[ci][k].first, units[ci][k].second), (c.rows + 15) / 16, c.variants[k].k_split, c.threads});
+    auto run = [&](size_t k, int i) {
       CUdeviceptr cw = cp(i);
-      launch(l, {&xs, &cw, &scales, &table, &unscale, &y, &ws});
-    };
-    auto runf = [&](const Launch& l, int i) {
-      CUdeviceptr cw = cp(i);
-      launch(l, {&x, &cw, &scales, &table, &unscale, &y, &ws, &flags});
+      if (c.variants[k].fused) launch(ls[k], {&x, &cw, &scales, &table, &unscale, &y, &ws, &flags});
+      else launch(ls[k], {&xs, &cw, &scales, &table, &unscale, &y, &ws});
     };
     auto out = [&] {
       CK(cuCtxSynchronize());
@@ -284,52 +297,49 @@ int main(int argc, char** argv) {
       CK(cuMemsetD8_v2(y, 0xFF, c.rows * 2));
       return h;
     };
-    prescale(); run(lwin, 0);
+    prescale();
+    run(0, 0);
     const auto ref = out();
-    uint32_t pf, ff[8];
+    uint32_t pf;
     CK(cuMemcpyDtoH_v2(&pf, pflags, 4));
     float us0;
     CK(cuMemcpyDtoH_v2(&us0, unscale, 4));
-    prescale(); run(lsh, 0);
-    const auto rsh = out();
-    auto compare = [&](const char* what, const std::vector<uint16_t>& got) {
+    printf("%s: the prescale kernel's 2^e %g, flag %u\n", c.name, us0, pf);
+    double ymax = 0;
+    for (auto h : ref) ymax = std::max(ymax, (double)fabsf(f_of_bf16(h)));
+    for (size_t k = 1; k < c.variants.size(); ++k) {
+      const Variant& v = c.variants[k];
+      CK(cuMemsetD8_v2(flags, 0xFF, 64));
+      if (!v.fused) prescale();
+      run(k, 0);
+      const auto got = out();
       size_t differ = 0;
-      double worst = 0, ymax = 0;
-      for (size_t r = 0; r < ref.size(); ++r) ymax = std::max(ymax, (double)fabsf(f_of_bf16(ref[r])));
+      double worst = 0;
       for (size_t r = 0; r < ref.size(); ++r)
         if (got[r] != ref[r]) {
           ++differ;
           worst = std::max(worst, fabs((double)f_of_bf16(got[r]) - f_of_bf16(ref[r])) / ymax);
         }
-      printf("%s %-28s %zu of %zu outputs differ from the prescale + shipped kernel's (worst %.3g of max |y|)\n", c.name,
-             what, differ, ref.size(), worst);
-      return differ;
-    };
-    compare("shared-x kernel after prescale", rsh);
-    CK(cuMemsetD8_v2(flags, 0, 64));
-    runf(lf, 0);
-    const auto rf = out();
-    size_t d = compare("fused (staged)", rf);
-    CK(cuMemcpyDtoH_v2(ff, flags, 32));
-    printf("%s flags: prescale %u (2^e %g), fused %u %u %u %u %u %u %u %u; fused bits %s\n", c.name, pf, us0, ff[0], ff[1],
-           ff[2], ff[3], ff[4], ff[5], ff[6], ff[7], c.same_bits ? (d ? "DIFFER" : "same") : "(per-slice powers)");
-    if (lg.f) {
-      runf(lg, 0);
-      const auto rg = out();
-      size_t dg = compare("fused (global x)", rg);
-      printf("%s fused (global x) bits %s\n", c.name, dg ? "DIFFER" : "same");
+      uint32_t ff[8];
+      CK(cuMemcpyDtoH_v2(ff, flags, 32));
+      std::string fl;
+      for (unsigned z = 0; z < v.k_split; ++z) fl += std::to_string(ff[z]) + " ";
+      const bool bad = (v.fused && v.same_bits && differ) || (!v.fused && differ);
+      printf("%s %-26s %5zu of %zu outputs differ from the shipped pipeline's (worst %.3g of max |y|)%s%s%s\n", c.name,
+             v.label, differ, ref.size(), worst, v.fused ? "; flags " : "", v.fused ? fl.c_str() : "",
+             bad ? " DIFFER" : "");
     }
     const double t_p = time_us([&](int) { prescale(); });
-    const double t_win = time_us([&](int i) { run(lwin, i); });
-    const double t_pwin = time_us([&](int i) { prescale(); run(lwin, i); });
-    const double t_sh = time_us([&](int i) { run(lsh, i); });
-    const double t_psh = time_us([&](int i) { prescale(); run(lsh, i); });
-    const double t_f = time_us([&](int i) { runf(lf, i); });
-    const double t_g = lg.f ? time_us([&](int i) { runf(lg, i); }) : 0.0;
-    printf("%s us: prescale alone %.2f | shipped %.2f, after prescale %.2f | shared x %.2f, after prescale %.2f | fused staged %.2f",
-           c.name, t_p, t_win, t_pwin, t_sh, t_psh, t_f);
-    if (lg.f) printf(" | fused global %.2f", t_g);
-    printf("\n");
+    printf("%s us: prescale alone %.2f\n", c.name, t_p);
+    for (size_t k = 0; k < c.variants.size(); ++k) {
+      const double t = time_us([&](int i) { run(k, i); });
+      if (c.variants[k].fused) {
+        printf("%s us: %-26s %.2f\n", c.name, c.variants[k].label, t);
+      } else {
+        const double tp = time_us([&](int i) { prescale(); run(k, i); });
+        printf("%s us: %-26s %.2f, after the prescale kernel %.2f\n", c.name, c.variants[k].label, t, tp);
+      }
+    }
   }
   return 0;
 }

@@ -127,7 +127,15 @@ def make_global(src, name, T, W, cols):
 
 d = sys.argv[1] if len(sys.argv) > 1 else '.'
 rd = lambda f: open(f'{d}/{f}').read()
-open(f'{d}/fused_a.cu', 'w').write(make_staged(rd('sh_a.cu'), 'fused_a', 256, 8, 0))
-open(f'{d}/fused_b.cu', 'w').write(make_staged(rd('sh_b.cu'), 'fused_b', 128, 4, 8))
+# (rendered unit, fused unit, threads, warps, k_split)
+STAGED = [
+    ('sh_a.cu', 'fused_a', 256, 8, 0),         # 17408 x 5120: x staged after the barrier
+    ('sh_a_ew.cu', 'fused_a_ew', 256, 8, 0),   # the same, staged once the first words are in flight
+    ('sh_a_ks2.cu', 'fused_a_ks2', 256, 8, 2), # two splits, each its own slice's power
+    ('sh_b.cu', 'fused_b', 128, 4, 8),         # 5120 x 17408: 8 splits, 48 registers
+    ('sh_b_nocap.cu', 'fused_b_nocap', 128, 4, 8),
+]
+for src, name, t, w, split in STAGED:
+    open(f'{d}/{name}.cu', 'w').write(make_staged(rd(src), name, t, w, split))
 open(f'{d}/fusedg_a.cu', 'w').write(make_global(rd('win_a.cu'), 'fusedg_a', 256, 8, 5120))
-print('wrote fused_a.cu fused_b.cu fusedg_a.cu')
+print('wrote', ' '.join(n + '.cu' for _, n, *_ in STAGED), 'fusedg_a.cu')
