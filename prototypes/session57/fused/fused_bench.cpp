@@ -192,12 +192,12 @@ static double time_us(const std::function<void(int)>& body) {
 struct Variant {
   const char* label;
   const char* file;
-  unsigned k_split;
+  unsigned row_tiles, k_split;
   bool fused, same_bits;
 };
 struct Case {
   const char* name;
-  unsigned rows, cols, wpr, threads;
+  unsigned rows, cols, wpr, m, threads;
   std::vector<Variant> variants;  // the first: the shipped winner (the reference)
 };
 
@@ -214,19 +214,24 @@ int main(int argc, char** argv) {
                              read("../../session56/prescale_v3.cuh");
   Compiled ps = compile("prescale_v3", ps_src, {"prescale_v3<5120u>", "prescale_v3<17408u>"});
   std::vector<Case> cases = {
-      {"17408x5120 k2 M1", 17408, 5120, 320, 256,
-       {{"shipped (global x)", "win_a.cu", 1, false, false},
-        {"shared x", "sh_a.cu", 1, false, false},
-        {"shared x, early words", "sh_a_ew.cu", 1, false, false},
-        {"fused staged", "fused_a.cu", 1, true, true},
-        {"fused staged, early words", "fused_a_ew.cu", 1, true, true},
-        {"fused staged, 2 splits", "fused_a_ks2.cu", 2, true, false},
-        {"fused global x", "fusedg_a.cu", 1, true, true}}},
-      {"5120x17408 k2 M1", 5120, 17408, 1088, 128,
-       {{"shipped (global x)", "win_b.cu", 8, false, false},
-        {"shared x", "sh_b.cu", 8, false, false},
-        {"fused staged", "fused_b.cu", 8, true, false},
-        {"fused staged, no cap", "fused_b_nocap.cu", 8, true, false}}},
+      {"17408x5120 k2 M1", 17408, 5120, 320, 1, 256,
+       {{"shipped (global x)", "win_a.cu", 1, 1, false, false},
+        {"shared x", "sh_a.cu", 1, 1, false, false},
+        {"shared x, early words", "sh_a_ew.cu", 1, 1, false, false},
+        {"fused staged", "fused_a.cu", 1, 1, true, true},
+        {"fused staged, early words", "fused_a_ew.cu", 1, 1, true, true},
+        {"fused staged, 2 splits", "fused_a_ks2.cu", 1, 2, true, false},
+        {"fused global x", "fusedg_a.cu", 1, 1, true, true}}},
+      {"5120x17408 k2 M1", 5120, 17408, 1088, 1, 128,
+       {{"shipped (global x)", "win_b.cu", 1, 8, false, false},
+        {"shared x", "sh_b.cu", 1, 8, false, false},
+        {"fused staged", "fused_b.cu", 1, 8, true, false},
+        {"fused staged, no cap", "fused_b_nocap.cu", 1, 8, true, false}}},
+      {"17408x5120 k2 M16", 17408, 5120, 320, 16, 256,
+       {{"shipped (shared x, 8 splits)", "sh_c.cu", 4, 8, false, false},
+        {"shipped, no register cap", "sh_c_nocap.cu", 4, 8, false, false},
+        {"fused staged", "fused_c.cu", 4, 8, true, false},
+        {"fused staged, no register cap", "fused_c_nocap.cu", 4, 8, true, false}}},
   };
   std::vector<std::vector<std::pair<Compiled, std::string>>> units;
   for (auto& c : cases) {
@@ -270,21 +275,29 @@ int main(int argc, char** argv) {
     // not 1), each split's slice at its own magnitude (so per-slice powers differ), one
     // value tiny against the rest (the flag raised).
     std::normal_distribution<float> g(0.0f, 1.0f);
-    std::vector<uint16_t> hx(c.cols);
-    for (size_t i = 0; i < hx.size(); ++i) hx[i] = bf16_of(g(rng) * 0.02f * (float)(1u << (i * 8 / c.cols)));
+    // Sample s at its own magnitude too (2^(s % 5)); sample 3 (where there is one) has a
+    // second tiny value.
+    const size_t nx = (size_t)c.m * c.cols;
+    std::vector<uint16_t> hx(nx);
+    for (size_t j = 0; j < nx; ++j) {
+      const size_t s = j / c.cols, i = j % c.cols;
+      hx[j] = bf16_of(g(rng) * 0.02f * (float)(1u << (i * 8 / c.cols)) * (float)(1u << (s % 5)));
+    }
     hx[7] = bf16_of(1e-12f);
-    CUdeviceptr x = alloc(c.cols * 2), xs = alloc(c.cols * 2), table = alloc(64), unscale = alloc(32),
-                powers = alloc(8), y = alloc(c.rows * 2), ws = alloc((8 * c.rows + 4096) * 4), flags = alloc(64),
-                pflags = alloc(64);
-    CK(cuMemcpyHtoD_v2(x, hx.data(), c.cols * 2));
+    if (c.m > 3) hx[3 * c.cols + 100] = bf16_of(-1e-12f);
+    CUdeviceptr x = alloc(nx * 2), xs = alloc(nx * 2), table = alloc(64), unscale = alloc((c.m + 8) * 4),
+                powers = alloc(8), y = alloc((size_t)c.m * c.rows * 2),
+                ws = alloc(((size_t)8 * c.m * c.rows + 4096) * 4), flags = alloc(8 * 16 * 4), pflags = alloc(64);
+    CK(cuMemcpyHtoD_v2(x, hx.data(), nx * 2));
     const float pw[2] = {1.0f, 1.0f};
     CK(cuMemcpyHtoD_v2(powers, pw, 8));
-    Launch lp{function(ps, ps.lowered[ci]), 1, 1, 512};
+    Launch lp{function(ps, ps.lowered[c.cols == 5120 ? 0 : 1]), c.m, 1, 512};
     auto cp = [&](int i) { return codes + (size_t)(i % copies) * bytes; };
     auto prescale = [&] { launch(lp, {&x, &powers, &xs, &unscale, &pflags}); };
     std::vector<Launch> ls;
     for (size_t k = 0; k < c.variants.size(); ++k)
-      ls.push_back({function(units[ci][k].first, units[ci][k].second), (c.rows + 15) / 16, c.variants[k].k_split, c.threads});
+      ls.push_back({function(units[ci][k].first, units[ci][k].second), (c.rows + 15) / 16 / c.variants[k].row_tiles,
+                    c.variants[k].k_split, c.threads});
     auto run = [&](size_t k, int i) {
       CUdeviceptr cw = cp(i);
       if (c.variants[k].fused) launch(ls[k], {&x, &cw, &scales, &table, &unscale, &y, &ws, &flags});
@@ -292,24 +305,26 @@ int main(int argc, char** argv) {
     };
     auto out = [&] {
       CK(cuCtxSynchronize());
-      std::vector<uint16_t> h(c.rows);
-      CK(cuMemcpyDtoH_v2(h.data(), y, c.rows * 2));
-      CK(cuMemsetD8_v2(y, 0xFF, c.rows * 2));
+      std::vector<uint16_t> h((size_t)c.m * c.rows);
+      CK(cuMemcpyDtoH_v2(h.data(), y, h.size() * 2));
+      CK(cuMemsetD8_v2(y, 0xFF, h.size() * 2));
       return h;
     };
     prescale();
     run(0, 0);
     const auto ref = out();
-    uint32_t pf;
-    CK(cuMemcpyDtoH_v2(&pf, pflags, 4));
+    std::vector<uint32_t> pf(c.m);
+    CK(cuMemcpyDtoH_v2(pf.data(), pflags, c.m * 4));
     float us0;
     CK(cuMemcpyDtoH_v2(&us0, unscale, 4));
-    printf("%s: the prescale kernel's 2^e %g, flag %u\n", c.name, us0, pf);
+    std::string pfl;
+    for (unsigned s2 = 0; s2 < c.m; ++s2) if (pf[s2]) pfl += std::to_string(s2) + " ";
+    printf("%s: the prescale kernel's 2^e of sample 0 %g, flags raised for samples: %s\n", c.name, us0, pfl.c_str());
     double ymax = 0;
     for (auto h : ref) ymax = std::max(ymax, (double)fabsf(f_of_bf16(h)));
     for (size_t k = 1; k < c.variants.size(); ++k) {
       const Variant& v = c.variants[k];
-      CK(cuMemsetD8_v2(flags, 0xFF, 64));
+      CK(cuMemsetD8_v2(flags, 0xFF, 8 * 16 * 4));
       if (!v.fused) prescale();
       run(k, 0);
       const auto got = out();
@@ -320,10 +335,11 @@ int main(int argc, char** argv) {
           ++differ;
           worst = std::max(worst, fabs((double)f_of_bf16(got[r]) - f_of_bf16(ref[r])) / ymax);
         }
-      uint32_t ff[8];
-      CK(cuMemcpyDtoH_v2(ff, flags, 32));
-      std::string fl;
-      for (unsigned z = 0; z < v.k_split; ++z) fl += std::to_string(ff[z]) + " ";
+      uint32_t ff[8 * 16];
+      CK(cuMemcpyDtoH_v2(ff, flags, sizeof ff));
+      std::string fl = "raised (split.sample):";
+      for (unsigned z = 0; z < v.k_split * c.m; ++z)
+        if (ff[z]) fl += " " + std::to_string(z / c.m) + "." + std::to_string(z % c.m);
       const bool bad = (v.fused && v.same_bits && differ) || (!v.fused && differ);
       printf("%s %-26s %5zu of %zu outputs differ from the shipped pipeline's (worst %.3g of max |y|)%s%s%s\n", c.name,
              v.label, differ, ref.size(), worst, v.fused ? "; flags " : "", v.fused ? fl.c_str() : "",

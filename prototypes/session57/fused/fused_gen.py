@@ -125,6 +125,63 @@ def make_global(src, name, T, W, cols):
     assert k == 1
     return src
 
+
+def make_staged_multi(src, name, m, split):
+    """Several samples a slice (batched staging, M = 16): each thread's chunks folded into
+    a per-sample largest in group memory (an atomic max of the magnitudes' bits, which
+    order as the floats do), each sample's power computed once, then scaled and staged."""
+    src = common(src, name)
+    src = src.replace("  float up_s = 1.0f;  // this group's power of two of x",
+                      f"  GROUP_SHARED float fp_up[{m}], fp_down[{m}], fp_floor[{m}];  // per sample: 2^e, 2^-e, the tiny floor\n"
+                      f"  GROUP_SHARED uint fp_max[{m}], fp_tiny[{m}];")
+    m_ = re.search(r'\n  // Chunk q of 8 columns.*?\n  const uint q0 = z0 \* 16u, nq = (\d+)u;\n  UNROLL for \(uint c = 0; c < (\(\d+u \+ GROUP_THREADS_FIXED - 1u\) / GROUP_THREADS_FIXED); \+\+c\) \{\n(.*?)\n    uint v\[4\];\n    x_f16x2_quad2\(x \+ (.*?), v\);\n(.*?)\n  \}\n  BARRIER\(\);\n', src, re.S)
+    assert m_, name
+    nq, rounds, head, addr, tail = m_.group(1), m_.group(2), m_.group(3), m_.group(4), m_.group(5)
+    R = eval(rounds.replace('u', '').replace('GROUP_THREADS_FIXED', '256').replace('/', '//'))
+    new = f"""
+  // Fused prescale (staged, {m} samples): each thread's chunks read once; per sample the
+  // largest magnitude, its power of two, then x scaled and rounded into xs.
+  const uint q0 = z0 * 16u, nq = {nq}u;
+  if (THREAD_IN_GROUP < {m}u) {{ fp_max[THREAD_IN_GROUP] = 0u; fp_tiny[THREAD_IN_GROUP] = 0u; }}
+  BARRIER();
+  uint4 raw[{R}];
+  UNROLL for (uint c = 0; c < {R}u; ++c) {{
+{head}
+    raw[c] = *(const uint4*)(x + {addr});
+    atomicMax(&fp_max[n], __float_as_uint(fp_absmax8(raw[c])));
+  }}
+  BARRIER();
+  if (THREAD_IN_GROUP < {m}u) {{
+    const float mx = __uint_as_float(fp_max[THREAD_IN_GROUP]);
+    const bool finite = mx <= as_f32(0x7F7FFFFFu);
+    const int top = (mx != 0.0f && finite) ? fp_floor_log2(mx) : 13;
+    const int e = top - 13 < -126 ? -126 : top - 13;
+    fp_up[THREAD_IN_GROUP] = as_f32((uint)(e + 127) << 23);
+    fp_down[THREAD_IN_GROUP] = as_f32((uint)(127 - e) << 23);
+    fp_floor[THREAD_IN_GROUP] = mul32(mx, as_f32(0x31800000u));
+    if (mx != 0.0f && finite && top < -113) fp_tiny[THREAD_IN_GROUP] = 1u;
+  }}
+  BARRIER();
+  UNROLL for (uint c = 0; c < {R}u; ++c) {{
+{head}
+    if (GROUP_X == 0u && fp_tiny8(raw[c], fp_floor[n])) atomicOr(&fp_tiny[n], 1u);
+    uint v[4];
+    fp_scaled4(raw[c], fp_down[n], v);
+{tail}
+  }}
+  BARRIER();
+  if (GROUP_X == 0u && THREAD_IN_GROUP < {m}u) flags[GROUP_Y * {m}u + THREAD_IN_GROUP] = fp_tiny[THREAD_IN_GROUP];
+"""
+    src = src[:m_.start()] + new + src[m_.end():]
+    if split:
+        src, k = re.subn(r"= sum\[i\];  // this split's part", "= mul32(sum[i], fp_up[n - m0]);  // this split's part, its power put back", src)
+        assert k == 1
+        src, k = re.subn(r', unscale\[n\]\)\);', ', 1.0f));', src)
+    else:
+        src, k = re.subn(r', unscale\[n\]\)\);', ', fp_up[n - m0]));', src)
+    assert k == 1, (name, k)
+    return src
+
 d = sys.argv[1] if len(sys.argv) > 1 else '.'
 rd = lambda f: open(f'{d}/{f}').read()
 # (rendered unit, fused unit, threads, warps, k_split)
@@ -137,5 +194,7 @@ STAGED = [
 ]
 for src, name, t, w, split in STAGED:
     open(f'{d}/{name}.cu', 'w').write(make_staged(rd(src), name, t, w, split))
+open(f'{d}/fused_c.cu', 'w').write(make_staged_multi(rd('sh_c.cu'), 'fused_c', 16, 8))  # 17408 x 5120 M 16
+open(f'{d}/fused_c_nocap.cu', 'w').write(make_staged_multi(rd('sh_c_nocap.cu'), 'fused_c_nocap', 16, 8))
 open(f'{d}/fusedg_a.cu', 'w').write(make_global(rd('win_a.cu'), 'fusedg_a', 256, 8, 5120))
-print('wrote', ' '.join(n + '.cu' for _, n, *_ in STAGED), 'fusedg_a.cu')
+print('wrote', ' '.join(n + '.cu' for _, n, *_ in STAGED), 'fused_c.cu', 'fused_c_nocap.cu', 'fusedg_a.cu')
