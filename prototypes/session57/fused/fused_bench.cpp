@@ -231,7 +231,9 @@ int main(int argc, char** argv) {
        {{"shipped (shared x, 8 splits)", "sh_c.cu", 4, 8, false, false},
         {"shipped, no register cap", "sh_c_nocap.cu", 4, 8, false, false},
         {"fused staged", "fused_c.cu", 4, 8, true, false},
-        {"fused staged, no register cap", "fused_c_nocap.cu", 4, 8, true, false}}},
+        {"fused staged, no register cap", "fused_c_nocap.cu", 4, 8, true, false},
+        {"fused, a warp a sample", "fused_c2.cu", 4, 8, true, false},
+        {"fused, a warp a sample, no cap", "fused_c2_nocap.cu", 4, 8, true, false}}},
   };
   std::vector<std::vector<std::pair<Compiled, std::string>>> units;
   for (auto& c : cases) {

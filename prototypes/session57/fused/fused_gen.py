@@ -182,6 +182,65 @@ def make_staged_multi(src, name, m, split):
     assert k == 1, (name, k)
     return src
 
+def make_staged_warps(src, name, m, warps, split):
+    """Several samples a slice, without atomics: warp w folds samples w, w + warps, ...
+    (its lanes over the sample's chunks, then shuffles) and writes each one's powers; then
+    the template's own staging loop reads x again (from cache), scaled."""
+    src = common(src, name)
+    src = src.replace("  float up_s = 1.0f;  // this group's power of two of x",
+                      f"  GROUP_SHARED float fp_up[{m}], fp_down[{m}], fp_floor[{m}];  // per sample: 2^e, 2^-e, the tiny floor\n"
+                      f"  GROUP_SHARED uint fp_tiny[{m}];")
+    m_ = re.search(r'\n  // Chunk q of 8 columns.*?\n  const uint q0 = z0 \* 16u, nq = (\d+)u;\n  UNROLL for \(uint c = 0; c < (\(\d+u \+ GROUP_THREADS_FIXED - 1u\) / GROUP_THREADS_FIXED); \+\+c\) \{\n(.*?)\n    uint v\[4\];\n    x_f16x2_quad2\(x \+ (.*?), v\);\n(.*?)\n  \}\n  BARRIER\(\);\n', src, re.S)
+    assert m_, name
+    nq, rounds, head, addr, tail = m_.group(1), m_.group(2), m_.group(3), m_.group(4), m_.group(5)
+    per_lane = -(-int(nq) // 32)
+    new = f"""
+  // Fused prescale (staged, {m} samples, a warp a sample): the largest magnitude of each
+  // sample's chunks by the warp's lanes and shuffles, its powers into group memory.
+  const uint q0 = z0 * 16u, nq = {nq}u;
+  for (uint n = THREAD_IN_GROUP >> 5; n < {m}u; n += {warps}u) {{
+    const uint nx = m0 + n < {m}u ? m0 + n : {m - 1}u;
+    float mx = 0.0f;
+    UNROLL for (uint c = 0; c < {per_lane}u; ++c) {{
+      const uint i = (THREAD_IN_GROUP & 31u) + c * 32u;
+      if (i < nq) mx = fmax(mx, fp_absmax8(*(const uint4*)(x + (ulong)nx * {src_cols(addr)}u + (q0 + i) * 8u)));
+    }}
+    UNROLL for (uint o = 16u; o > 0u; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((THREAD_IN_GROUP & 31u) == 0u) {{
+      const bool finite = mx <= as_f32(0x7F7FFFFFu);
+      const int top = (mx != 0.0f && finite) ? fp_floor_log2(mx) : 13;
+      const int e = top - 13 < -126 ? -126 : top - 13;
+      fp_up[n] = as_f32((uint)(e + 127) << 23);
+      fp_down[n] = as_f32((uint)(127 - e) << 23);
+      fp_floor[n] = mul32(mx, as_f32(0x31800000u));
+      fp_tiny[n] = (mx != 0.0f && finite && top < -113) ? 1u : 0u;
+    }}
+  }}
+  BARRIER();
+  UNROLL for (uint c = 0; c < {rounds}; ++c) {{
+{head}
+    const uint4 raw = *(const uint4*)(x + {addr});
+    if (GROUP_X == 0u && fp_tiny8(raw, fp_floor[n])) atomicOr(&fp_tiny[n], 1u);
+    uint v[4];
+    fp_scaled4(raw, fp_down[n], v);
+{tail}
+  }}
+  BARRIER();
+  if (GROUP_X == 0u && THREAD_IN_GROUP < {m}u) flags[GROUP_Y * {m}u + THREAD_IN_GROUP] = fp_tiny[THREAD_IN_GROUP];
+"""
+    src = src[:m_.start()] + new + src[m_.end():]
+    if split:
+        src, k = re.subn(r"= sum\[i\];  // this split's part", "= mul32(sum[i], fp_up[n - m0]);  // this split's part, its power put back", src)
+        assert k == 1
+        src, k = re.subn(r', unscale\[n\]\)\);', ', 1.0f));', src)
+    else:
+        src, k = re.subn(r', unscale\[n\]\)\);', ', fp_up[n - m0]));', src)
+    assert k == 1, (name, k)
+    return src
+
+def src_cols(addr):
+    return re.search(r'\(ulong\)nx \* (\d+)u', addr).group(1)
+
 d = sys.argv[1] if len(sys.argv) > 1 else '.'
 rd = lambda f: open(f'{d}/{f}').read()
 # (rendered unit, fused unit, threads, warps, k_split)
@@ -196,5 +255,7 @@ for src, name, t, w, split in STAGED:
     open(f'{d}/{name}.cu', 'w').write(make_staged(rd(src), name, t, w, split))
 open(f'{d}/fused_c.cu', 'w').write(make_staged_multi(rd('sh_c.cu'), 'fused_c', 16, 8))  # 17408 x 5120 M 16
 open(f'{d}/fused_c_nocap.cu', 'w').write(make_staged_multi(rd('sh_c_nocap.cu'), 'fused_c_nocap', 16, 8))
+open(f'{d}/fused_c2.cu', 'w').write(make_staged_warps(rd('sh_c.cu'), 'fused_c2', 16, 8, 8))
+open(f'{d}/fused_c2_nocap.cu', 'w').write(make_staged_warps(rd('sh_c_nocap.cu'), 'fused_c2_nocap', 16, 8, 8))
 open(f'{d}/fusedg_a.cu', 'w').write(make_global(rd('win_a.cu'), 'fusedg_a', 256, 8, 5120))
-print('wrote', ' '.join(n + '.cu' for _, n, *_ in STAGED), 'fused_c.cu', 'fused_c_nocap.cu', 'fusedg_a.cu')
+print('wrote', ' '.join(n + '.cu' for _, n, *_ in STAGED), 'fused_c.cu', 'fused_c_nocap.cu', 'fused_c2.cu', 'fused_c2_nocap.cu', 'fusedg_a.cu')
