@@ -233,7 +233,9 @@ int main(int argc, char** argv) {
         {"fused staged", "fused_c.cu", 4, 8, true, false},
         {"fused staged, no register cap", "fused_c_nocap.cu", 4, 8, true, false},
         {"fused, a warp a sample", "fused_c2.cu", 4, 8, true, false},
-        {"fused, a warp a sample, no cap", "fused_c2_nocap.cu", 4, 8, true, false}}},
+        {"fused, a warp a sample, no cap", "fused_c2_nocap.cu", 4, 8, true, false},
+        {"fused, a warp a sample, once", "fused_c3.cu", 4, 8, true, false},
+        {"fused, a warp a sample, once, no cap", "fused_c3_nocap.cu", 4, 8, true, false}}},
   };
   std::vector<std::vector<std::pair<Compiled, std::string>>> units;
   for (auto& c : cases) {

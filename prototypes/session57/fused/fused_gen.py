@@ -241,6 +241,74 @@ def make_staged_warps(src, name, m, warps, split):
 def src_cols(addr):
     return re.search(r'\(ulong\)nx \* (\d+)u', addr).group(1)
 
+def make_staged_warpregs(src, name, m, warps, split):
+    """Several samples a slice, read once, without atomics: warp w takes samples w,
+    w + warps, ... whole (its lanes over each sample's chunks, held in registers), folds
+    each by shuffles, and stages them scaled: the staging's chunk order changes, not its
+    layout."""
+    src = common(src, name)
+    src = src.replace("  float up_s = 1.0f;  // this group's power of two of x",
+                      f"  GROUP_SHARED float fp_up[{m}];  // per sample: 2^e\n"
+                      f"  GROUP_SHARED uint fp_tiny[{m}];")
+    m_ = re.search(r'\n  // Chunk q of 8 columns.*?\n  const uint q0 = z0 \* 16u, nq = (\d+)u;\n  UNROLL for \(uint c = 0; c < (\(\d+u \+ GROUP_THREADS_FIXED - 1u\) / GROUP_THREADS_FIXED); \+\+c\) \{\n(.*?)\n    uint v\[4\];\n    x_f16x2_quad2\(x \+ (.*?), v\);\n    const uint o = n \* (\d+)u \+ (.*?)\n(.*?)\n  \}\n  BARRIER\(\);\n', src, re.S)
+    assert m_, name
+    nq, stride, o_rest = m_.group(1), m_.group(5), m_.group(6)
+    cols = src_cols(m_.group(4))
+    per_lane = -(-int(nq) // 32)
+    per_warp = m // warps
+    new = f"""
+  // Fused prescale (staged, {m} samples, a warp a sample, read once): lane l holds chunks
+  // l, l + 32, ... of each of its warp's samples; the warp folds each sample's largest
+  // by shuffles, then stages it scaled.
+  const uint q0 = z0 * 16u, nq = {nq}u;
+  {{
+    const uint w = THREAD_IN_GROUP >> 5, l = THREAD_IN_GROUP & 31u;
+    uint4 raw[{per_warp}][{per_lane}];
+    UNROLL for (uint j = 0; j < {per_warp}u; ++j) {{
+      const uint n = w + j * {warps}u, nx = m0 + n < {m}u ? m0 + n : {m - 1}u;
+      UNROLL for (uint c = 0; c < {per_lane}u; ++c) {{
+        const uint i = l + c * 32u;
+        raw[j][c] = i < nq ? *(const uint4*)(x + (ulong)nx * {cols}u + (q0 + i) * 8u) : make_uint4(0u, 0u, 0u, 0u);
+      }}
+    }}
+    UNROLL for (uint j = 0; j < {per_warp}u; ++j) {{
+      const uint n = w + j * {warps}u;
+      float mx = 0.0f;
+      UNROLL for (uint c = 0; c < {per_lane}u; ++c) mx = fmax(mx, fp_absmax8(raw[j][c]));
+      UNROLL for (uint o = 16u; o > 0u; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const bool finite = mx <= as_f32(0x7F7FFFFFu);
+      const int top = (mx != 0.0f && finite) ? fp_floor_log2(mx) : 13;
+      const int e = top - 13 < -126 ? -126 : top - 13;
+      const float down = as_f32((uint)(127 - e) << 23), floor_tiny = mul32(mx, as_f32(0x31800000u));
+      uint tiny = (mx != 0.0f && finite && top < -113) ? 1u : 0u;
+      UNROLL for (uint c = 0; c < {per_lane}u; ++c) {{
+        const uint i = l + c * 32u;
+        if (i < nq) {{
+          const uint q = q0 + i, u = (q >> 2) - z0 * 4u;
+          if (GROUP_X == 0u) tiny |= fp_tiny8(raw[j][c], floor_tiny);
+          uint v[4];
+          fp_scaled4(raw[j][c], down, v);
+          const uint o = n * {stride}u + {o_rest}
+          UNROLL for (uint k = 0; k < 4u; ++k) xs[o + k] = v[k];
+        }}
+      }}
+      tiny = __any_sync(0xffffffffu, tiny != 0u) ? 1u : 0u;
+      if (l == 0u) {{ fp_up[n] = as_f32((uint)(e + 127) << 23); fp_tiny[n] = tiny; }}
+    }}
+  }}
+  BARRIER();
+  if (GROUP_X == 0u && THREAD_IN_GROUP < {m}u) flags[GROUP_Y * {m}u + THREAD_IN_GROUP] = fp_tiny[THREAD_IN_GROUP];
+"""
+    src = src[:m_.start()] + new + src[m_.end():]
+    if split:
+        src, k = re.subn(r"= sum\[i\];  // this split's part", "= mul32(sum[i], fp_up[n - m0]);  // this split's part, its power put back", src)
+        assert k == 1
+        src, k = re.subn(r', unscale\[n\]\)\);', ', 1.0f));', src)
+    else:
+        src, k = re.subn(r', unscale\[n\]\)\);', ', fp_up[n - m0]));', src)
+    assert k == 1, (name, k)
+    return src
+
 d = sys.argv[1] if len(sys.argv) > 1 else '.'
 rd = lambda f: open(f'{d}/{f}').read()
 # (rendered unit, fused unit, threads, warps, k_split)
@@ -257,5 +325,7 @@ open(f'{d}/fused_c.cu', 'w').write(make_staged_multi(rd('sh_c.cu'), 'fused_c', 1
 open(f'{d}/fused_c_nocap.cu', 'w').write(make_staged_multi(rd('sh_c_nocap.cu'), 'fused_c_nocap', 16, 8))
 open(f'{d}/fused_c2.cu', 'w').write(make_staged_warps(rd('sh_c.cu'), 'fused_c2', 16, 8, 8))
 open(f'{d}/fused_c2_nocap.cu', 'w').write(make_staged_warps(rd('sh_c_nocap.cu'), 'fused_c2_nocap', 16, 8, 8))
+open(f'{d}/fused_c3.cu', 'w').write(make_staged_warpregs(rd('sh_c.cu'), 'fused_c3', 16, 8, 8))
+open(f'{d}/fused_c3_nocap.cu', 'w').write(make_staged_warpregs(rd('sh_c_nocap.cu'), 'fused_c3_nocap', 16, 8, 8))
 open(f'{d}/fusedg_a.cu', 'w').write(make_global(rd('win_a.cu'), 'fusedg_a', 256, 8, 5120))
-print('wrote', ' '.join(n + '.cu' for _, n, *_ in STAGED), 'fused_c.cu', 'fused_c_nocap.cu', 'fused_c2.cu', 'fused_c2_nocap.cu', 'fusedg_a.cu')
+print('wrote', ' '.join(n + '.cu' for _, n, *_ in STAGED), 'fused_c.cu', 'fused_c_nocap.cu', 'fused_c2.cu', 'fused_c2_nocap.cu', 'fused_c3.cu', 'fused_c3_nocap.cu', 'fusedg_a.cu')
