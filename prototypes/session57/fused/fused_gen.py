@@ -11,6 +11,12 @@ units (`cargo run --release --example mma_unit`, arguments in `make.sh`). M = 1 
   back on its part before the combine (per-slice, not bit-identical: SPEC 7's bound).
 - `fusedg_a.cu` from `win_a.cu` (x read from global in the loop): a prologue folds the
   sample's largest magnitude; each B load converts bf16 to f16 with the power taken out.
+- M = 16 (`sh_c.cu`, `sh_c_nocap.cu`: 16 samples a slice, batched staging): `fused_c*`
+  (each chunk's largest into its sample's slot by an atomic max), `fused_c2*` (a warp a
+  sample folds by shuffles, then the template's staging reads x again) and `fused_c3*`
+  (a warp a sample, its chunks held in registers, staged by the same warp).
+The CUDA built-ins (`__shfl_xor_sync`, `atomicMax`, `uint4`) make these CUDA-only; a
+shipped form folds through group memory where the dialect has no shuffles.
 """
 import re, sys
 
