@@ -55,6 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             batch_stage: num(15, "0")? == 1,
             opt_in_shared: num(16, "0")? == 1,
             early_words: num(17, "0")? == 1,
+            fused_x: num(18, "0")? == 1,
         },
     };
     kernel.validate()?;

@@ -11,6 +11,8 @@ mod f16_edge;
 mod facade;
 #[path = "common/flagged.rs"]
 mod flagged;
+#[path = "common/fused.rs"]
+mod fused;
 #[path = "common/host_prescaled.rs"]
 mod host_prescaled;
 
@@ -367,6 +369,42 @@ fn the_prescale_kernel_matches_the_host_at_any_width() {
     let b = CudaBackend::new(0).unwrap();
     for cols in [32, 5152, 20512, 28672] {
         host_prescaled::prescale_kernel_matches(&b, cols);
+    }
+}
+
+/// The prescale fused into `reduce_mma`'s staging (`fused_x`) on the GPU, at the launch
+/// shapes of the Qwen3-14B keys (a group over one sample's 5120 columns at 17408 x
+/// 5120; 8 splits at 5120 x 17408) and at M 2: the pipeline's bits without split-K,
+/// SPEC 7 and the flags per split and sample (`common/fused.rs`).
+#[test]
+#[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
+fn the_fused_prescale_matches_the_pipeline() {
+    use trellis::families::mma::{MmaVariant, MmaXStage};
+    use trellis::{check, Activations, Code, DType, Geometry};
+    let b = CudaBackend::new(0).unwrap();
+    // (rows, columns, M, row tiles, col split, k split)
+    for (i, (rows, cols, m, rt, cs, ks)) in [
+        (17408, 5120, 1, 1, 8, 1),
+        (5120, 17408, 1, 1, 4, 8),
+        (1024, 5120, 2, 1, 8, 1),
+        (1024, 5120, 3, 2, 4, 4),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let g = Geometry::new(rows, cols, 256, 2, 12, Code::OneMad).unwrap();
+        let w = check::random_matrix(g, 40 + i as u64);
+        let x = check::random_activations_with_outliers(DType::Bf16, m, cols, 50 + i as u64);
+        // A value tiny against its sample in the last sample (split 0's columns).
+        let mut data = x.data.clone();
+        data[(m - 1) * cols + 7] = 1e-12;
+        let x = Activations::from_f32(DType::Bf16, m, cols, data).unwrap();
+        let plain = MmaVariant {
+            batch_stage: true,
+            k_split: ks,
+            ..MmaVariant::unsplit(rt, cs, 16, MmaXStage::Shared)
+        };
+        fused::fused_matches(&b, &w, &x, plain, &format!("cuda {g} M={m}"));
     }
 }
 

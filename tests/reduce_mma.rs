@@ -5,6 +5,8 @@
 
 #[path = "common/f16_edge.rs"]
 mod f16_edge;
+#[path = "common/fused.rs"]
+mod fused;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -233,6 +235,7 @@ fn reduce_mma_meets_spec7_on_cpu_for_random_geometry() {
                 opt_in_shared: false,
                 // The first words before the staging, where x is staged (not always).
                 early_words: (ci + mi) % 3 != 0 && ci % 2 == 0,
+                fused_x: false,
             };
             let dev = ReduceMmaFamily::upload(
                 &b,
@@ -292,6 +295,7 @@ fn reduce_mma_split_k_is_deterministic_and_resets_its_counters() {
         batch_stage: false,
         opt_in_shared: false,
         early_words: false,
+        fused_x: false,
     };
     // Outside the family: a clear error, not a launch.
     for (bad, field) in [
@@ -416,6 +420,7 @@ fn gate_up_mma_meets_spec7_on_cpu_same_and_mixed_k() {
             batch_stage: false,
             opt_in_shared: false,
             early_words: false,
+            fused_x: false,
         };
         let host = GateUpMmaHost { gate, up, x };
         let want = GateUpMmaFamily::expected(&p, &host).unwrap();
@@ -462,6 +467,7 @@ fn reduce_mma_split_k_stages_only_its_share_of_x() {
         batch_stage: false,
         opt_in_shared: false,
         early_words: false,
+        fused_x: false,
     };
     let e = ReduceMmaFamily::kernel(&p, v(1)).validate().unwrap_err();
     assert!(e.to_string().contains("threadgroup memory"), "{e}");
@@ -595,6 +601,7 @@ fn reduce_mma_bf16_operands_are_checked() {
         batch_stage: false,
         opt_in_shared: false,
         early_words: false,
+        fused_x: false,
     };
     ReduceMmaFamily::kernel(&p(Code::OneMad, DType::Bf16), v(MmaXStage::Global))
         .validate()
@@ -1298,6 +1305,7 @@ fn early_words_keep_the_bits() {
         };
         let early = MmaVariant {
             early_words: true,
+            fused_x: false,
             ..plain
         };
         assert_twins_agree((&cpu, &sim), w, x, plain, early, &format!("{g} M={m}"));
@@ -1313,6 +1321,7 @@ fn early_words_keep_the_bits() {
         };
         let early = MmaVariant {
             early_words: true,
+            fused_x: false,
             ..plain
         };
         assert_twins_agree((&cpu, &sim), w, x, plain, early, &format!("{g}"));
@@ -1326,6 +1335,7 @@ fn early_words_keep_the_bits() {
     let plain = MmaVariant::unsplit(2, 2, 16, MmaXStage::SharedDup);
     let early = MmaVariant {
         early_words: true,
+        fused_x: false,
         ..plain
     };
     assert_gate_up_twins_agree(gate, up, x, plain, early, "early words");
@@ -1333,6 +1343,7 @@ fn early_words_keep_the_bits() {
     assert_eq!(
         MmaVariant {
             early_words: true,
+            fused_x: false,
             k_split: 8,
             ..MmaVariant::unsplit(8, 1, 16, MmaXStage::Shared)
         }
@@ -1370,6 +1381,7 @@ fn early_words_keep_the_bits() {
     // It needs staged x.
     let v = MmaVariant {
         early_words: true,
+        fused_x: false,
         ..MmaVariant::default()
     };
     let e = refusal(v, 7, &mut rng);
@@ -1647,4 +1659,67 @@ fn fast_tier_holds_f16_sums_at_the_edge() {
     f16_edge::holds_f16_sums_at_the_edge(&MetalSimBackend::new().expect("metal-sim backend"));
     f16_edge::simt_fast_holds_f16_sums_at_the_edge(&CpuBackend::new().expect("cpu backend"));
     f16_edge::simt_fast_holds_f16_sums_at_the_edge(&MetalSimBackend::new().expect("sim"));
+}
+
+/// The prescale fused into the staging (`fused_x`), on the CPU and the Metal simulator:
+/// the prescale pipeline's bits where a threadgroup's columns are the whole sample,
+/// SPEC 7 with split-K (each split its own power), the flags per split and sample
+/// (`common/fused.rs`). What it is not for is refused by name.
+#[test]
+fn fused_prescale_keeps_the_bits_and_raises_the_flags() {
+    let cpu = CpuBackend::new().expect("cpu backend");
+    let sim = MetalSimBackend::new().expect("metal-sim backend");
+    let mut rng = ChaCha8Rng::seed_from_u64(83);
+    // (code, M, columns, stage, row tiles, col split, k split)
+    for case @ (_, m, cols, ..) in [
+        (Code::OneMad, 1, 1280, MmaXStage::Shared, 2, 2, 1),
+        (Code::OneMad, 3, 1536, MmaXStage::Shared, 1, 2, 1),
+        (Code::OneMad, 2, 1280, MmaXStage::Shared, 1, 2, 3),
+    ] {
+        let (g, w, x, plain) = split_case(&mut rng, case);
+        // A value tiny against its sample in the last sample, at column 7 (split 0).
+        let mut data = x.data.clone();
+        data[(m - 1) * cols + 7] = 1e-12;
+        let x = Activations::from_f32(DType::Bf16, m, cols, data).unwrap();
+        assert_eq!(fused::tiny_flag(&x, m - 1, (0, 128)), 1);
+        let plain = MmaVariant {
+            batch_stage: true,
+            ..plain
+        };
+        fused::fused_matches(&cpu, &w, &x, plain, &format!("cpu {g} M={m}"));
+        fused::fused_matches(&sim, &w, &x, plain, &format!("metal-sim {g} M={m}"));
+    }
+    // Refused by name: what the fused staging is not for.
+    let base = MmaVariant {
+        batch_stage: true,
+        fused_x: true,
+        ..MmaVariant::unsplit(1, 2, 16, MmaXStage::Shared)
+    };
+    for (bad, why) in [
+        (
+            MmaVariant {
+                batch_stage: false,
+                ..base
+            },
+            "batch_stage",
+        ),
+        (
+            MmaVariant {
+                x_stage: MmaXStage::Global,
+                batch_stage: false,
+                ..base
+            },
+            "x_stage = shared",
+        ),
+        (
+            MmaVariant {
+                x_f16: true,
+                ..base
+            },
+            "x_f16",
+        ),
+    ] {
+        let e = refusal(bad, 3, &mut rng);
+        assert!(e.contains("fused_x") && e.contains(why), "{bad}: {e}");
+    }
 }

@@ -117,6 +117,15 @@ pub struct MmaVariant {
     /// itself (the same values; a group runs on one thread). Same loads, so the same bits.
     #[serde(default, skip_serializing_if = "is_default")]
     pub early_words: bool,
+    /// The prescale fused into the staging (`x_stage` shared, `batch_stage`): x arrives as
+    /// the caller's activations, and each threadgroup takes a power of two out of each
+    /// staged sample's columns as it converts them to f16 (the largest over its own
+    /// columns, as `prescale.kernel` does over the whole sample), puts it back in the
+    /// epilogue (or on its split's part before the combine) and writes the sample's tiny
+    /// flag per split (`flags`), so no prescale kernel runs first. Without split-K a
+    /// group's columns are the whole sample: the prescale pipeline's bits.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub fused_x: bool,
 }
 
 crate::families::simt::hash_debug_skipping_default!(
@@ -132,7 +141,8 @@ crate::families::simt::hash_debug_skipping_default!(
     x_f16,
     batch_stage,
     opt_in_shared,
-    early_words
+    early_words,
+    fused_x
 );
 
 /// The operand type of the matrix unit (the accumulator is f32 either way).
@@ -246,6 +256,7 @@ impl MmaVariant {
             batch_stage: false,
             opt_in_shared: false,
             early_words: false,
+            fused_x: false,
         }
     }
 }
@@ -298,6 +309,9 @@ impl fmt::Display for MmaVariant {
         }
         if self.early_words {
             write!(f, " ew")?;
+        }
+        if self.fused_x {
+            write!(f, " fx")?;
         }
         Ok(())
     }
@@ -444,7 +458,22 @@ pub trait MmaLayout {
     /// Words of the `unscale` input ([`Prescaled`](crate::families::reduce_mma::Prescaled)): one per sample, then one per
     /// projection.
     fn unscale_len(&self) -> usize {
-        self.dims().3 as usize + self.projs().len()
+        // A fused variant takes the samples' powers itself: the projections' alone.
+        if self.dims().4.fused_x {
+            self.projs().len()
+        } else {
+            self.dims().3 as usize + self.projs().len()
+        }
+    }
+    /// Words of a fused variant's tiny flags, the last of `ws` (`[k_split, M]` u32, each
+    /// written every launch); none otherwise.
+    fn flag_words(&self) -> usize {
+        let (_, _, _, m, v) = self.dims();
+        if v.fused_x {
+            v.k_split as usize * m as usize
+        } else {
+            0
+        }
     }
     /// Simdgroups per threadgroup.
     fn warps(&self) -> usize {
@@ -650,7 +679,17 @@ pub trait MmaLayout {
         };
         // Split-K's `last_group` flag.
         let flag = if self.dims().4.k_split > 1 { 4 } else { 0 };
-        red + self.xs_words() * 4 + self.warps() * ((256 + 128) * operand_bytes + 128 * 4) + flag
+        // The fused staging's folds (two per sample over the group's threads, one of 32)
+        // and each sample's 2^e.
+        let fused = if self.dims().4.fused_x {
+            self.x_samples() * (2 * 32 * self.warps() + 32 + 1) * 4
+        } else {
+            0
+        };
+        red + self.xs_words() * 4
+            + self.warps() * ((256 + 128) * operand_bytes + 128 * 4)
+            + flag
+            + fused
     }
     /// Grid slices of samples (`m_tile` each).
     fn slices(&self) -> usize {
@@ -670,11 +709,16 @@ pub trait MmaLayout {
         let (rows, _, _, m, v) = self.dims();
         v.k_split as usize * m as usize * rows
     }
-    /// Words of the `ws` output (split-K): the parts, then one u32 arrival counter per
-    /// row group and slice (`[groups_x, slices]`); one unused word without split-K.
+    /// Words of the `ws` output: with split-K the parts, then one u32 arrival counter per
+    /// row group and slice (`[groups_x, slices]`); then a fused variant's flags; one
+    /// unused word where there is none of these (a tensor is never empty).
     fn ws_words(&self) -> usize {
+        (self.ws_flags() + self.flag_words()).max(1)
+    }
+    /// Where a fused variant's flags start in `ws`: after the split parts and counters.
+    fn ws_flags(&self) -> usize {
         if self.dims().4.k_split <= 1 {
-            return 1;
+            return 0;
         }
         self.ws_parts() + self.mma_grid().groups[0] as usize * self.slices()
     }
@@ -795,6 +839,26 @@ pub trait MmaLayout {
                 true,
                 "is for x staged in threadgroup memory (x_stage = shared or shared_dup)",
             ));
+        }
+        if v.fused_x {
+            let why = if self.is_gate_up() {
+                Some("is for reduce_mma for now (gate_up_mma's outputs have no flags)")
+            } else if v.x_stage != MmaXStage::Shared || !v.batch_stage {
+                Some("is for x staged in threadgroup memory in batches (x_stage = shared, batch_stage)")
+            } else if self.act() != DType::Bf16 {
+                Some("takes bf16 activations (its staging unpacks bf16 pairs)")
+            } else if !v.operands.is_f16() {
+                Some("is for f16 operands (bf16 operands take x as it is)")
+            } else if v.x_f16 {
+                Some("reads the caller's x, not the host's f16 copy (x_f16)")
+            } else if self.x_samples() > 4 {
+                Some("stages at most 4 samples (its folds' group memory grows with them, and it only pays at small M)")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(Error::invalid("fused_x", true, why));
+            }
         }
         if v.paired_windows && self.projs().iter().any(|p| p.slots() != 1) {
             return Err(Error::invalid(

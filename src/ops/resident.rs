@@ -344,6 +344,13 @@ where
     family::fits::<F>(p, v, &b.limits())?;
     let kernel = F::kernel(p, v);
     kernel.validate()?;
+    if v.fused_x {
+        return Err(Error::invalid(
+            "fused_x",
+            true,
+            "runs in the tuner and the tests for now: the facade's fast path prescales x in a kernel of its own",
+        ));
+    }
     let specs = kernel.outputs();
     specs[0].check(kernel.id().name, y.elem(), &y.shape())?;
     let (on_host, from_device) = match source {
@@ -432,6 +439,7 @@ where
         x_f16: None,
         unscale,
         tables: tables.iter().map(|t| t.table.clone()).collect(),
+        fused: None,
     });
     // y the caller's; the partials the scratch's (zeroed when bound, where the kernel
     // needs them zeroed).

@@ -194,6 +194,7 @@ struct Variant {
   const char* file;
   unsigned row_tiles, k_split;
   bool fused, same_bits;
+  bool shipped_form = false;  // rendered by the shipped template with `fused_x`: `unscale` is the table powers
 };
 struct Case {
   const char* name;
@@ -221,12 +222,16 @@ int main(int argc, char** argv) {
         {"fused staged", "fused_a.cu", 1, 1, true, true},
         {"fused staged, early words", "fused_a_ew.cu", 1, 1, true, true},
         {"fused staged, 2 splits", "fused_a_ks2.cu", 1, 2, true, false},
-        {"fused global x", "fusedg_a.cu", 1, 1, true, true}}},
+        {"fused global x", "fusedg_a.cu", 1, 1, true, true},
+        {"template: staged, batched", "ts_a.cu", 1, 1, false, false},
+        {"template: fused_x", "tf_a.cu", 1, 1, true, true, true}}},
       {"5120x17408 k2 M1", 5120, 17408, 1088, 1, 128,
        {{"shipped (global x)", "win_b.cu", 1, 8, false, false},
         {"shared x", "sh_b.cu", 1, 8, false, false},
         {"fused staged", "fused_b.cu", 1, 8, true, false},
-        {"fused staged, no cap", "fused_b_nocap.cu", 1, 8, true, false}}},
+        {"fused staged, no cap", "fused_b_nocap.cu", 1, 8, true, false},
+        {"template: staged, batched", "ts_b.cu", 1, 8, false, false},
+        {"template: fused_x", "tf_b.cu", 1, 8, true, false, true}}},
       {"17408x5120 k2 M16", 17408, 5120, 320, 16, 256,
        {{"shipped (shared x, 8 splits)", "sh_c.cu", 4, 8, false, false},
         {"shipped, no register cap", "sh_c_nocap.cu", 4, 8, false, false},
@@ -304,7 +309,8 @@ int main(int argc, char** argv) {
                     c.variants[k].k_split, c.threads});
     auto run = [&](size_t k, int i) {
       CUdeviceptr cw = cp(i);
-      if (c.variants[k].fused) launch(ls[k], {&x, &cw, &scales, &table, &unscale, &y, &ws, &flags});
+      if (c.variants[k].shipped_form) launch(ls[k], {&x, &cw, &scales, &table, &powers, &y, &ws});
+      else if (c.variants[k].fused) launch(ls[k], {&x, &cw, &scales, &table, &unscale, &y, &ws, &flags});
       else launch(ls[k], {&xs, &cw, &scales, &table, &unscale, &y, &ws});
     };
     auto out = [&] {

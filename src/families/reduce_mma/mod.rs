@@ -250,12 +250,13 @@ impl Family for ReduceMmaFamily {
         d: &'d ReduceMmaDevice<B>,
         v: &MmaVariant,
     ) -> Result<Vec<&'d B::Tensor>> {
+        let (x, unscale) = d.ops.x_and_unscale(v)?;
         Ok(vec![
-            d.ops.x_for(v),
+            x,
             &d.w.codes,
             &d.w.scales,
             d.ops.table(0, &d.w),
-            &d.ops.unscale,
+            unscale,
         ])
     }
     fn problem(s: &ProblemSpec) -> Result<ReduceMmaProblem> {

@@ -76,6 +76,10 @@ pub struct Prescaled<B: Backend> {
     /// where the kernel takes the matrix's own table argument. (Shared: a resident
     /// matrix's device path makes them once.)
     pub tables: Vec<Option<Arc<B::Tensor>>>,
+    /// For a fused variant ([`MmaVariant::fused_x`]), which prescales x itself: x as the
+    /// caller gave it, and f32 `[projections]` (the projections' powers alone). `None`
+    /// where they were not made (the facade's device path, for now).
+    pub fused: Option<(B::Tensor, B::Tensor)>,
 }
 
 impl<B: Backend> Prescaled<B> {
@@ -98,6 +102,17 @@ impl<B: Backend> Prescaled<B> {
             unscale.push(pow2(e));
         }
         let TablePowers { tables, powers } = TablePowers::upload(b, ws)?;
+        let fused = (
+            upload_activations(b, x)?,
+            b.upload(
+                Elem::F32,
+                &[powers.len()],
+                &powers
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<_>>(),
+            )?,
+        );
         unscale.extend(powers);
         let bytes: Vec<u8> = unscale.iter().flat_map(|v| v.to_le_bytes()).collect();
         // The f16 copy takes the prescaled values themselves (rounded by `from_f32`).
@@ -116,6 +131,7 @@ impl<B: Backend> Prescaled<B> {
             x_f16,
             unscale: b.upload(Elem::F32, &[unscale.len()], &bytes)?,
             tables,
+            fused: Some(fused),
         })
     }
 
@@ -123,6 +139,24 @@ impl<B: Backend> Prescaled<B> {
     /// (an `x_f16` variant validates only for bf16 and f32 activations), else `x` (which
     /// the facade's upload makes the f16 copy itself; the launch's checks of x's dtype
     /// refuse a variant given the other form).
+    /// The x and `unscale` inputs of variant `v`: the prescaled x (or its f16 copy) and
+    /// the samples' and projections' powers, or for a fused variant the caller's x and
+    /// the projections' powers alone (an error where they were not made).
+    pub fn x_and_unscale(&self, v: &MmaVariant) -> Result<(&B::Tensor, &B::Tensor)> {
+        if v.fused_x {
+            let (x, powers) = self.fused.as_ref().ok_or_else(|| {
+                Error::invalid(
+                    "fused_x",
+                    true,
+                    "needs x as the caller gave it, which this path did not upload",
+                )
+            })?;
+            Ok((x, powers))
+        } else {
+            Ok((self.x_for(v), &self.unscale))
+        }
+    }
+    /// The x input of a variant that reads prescaled x.
     pub fn x_for(&self, v: &MmaVariant) -> &B::Tensor {
         match (&self.x_f16, v.x_f16) {
             (Some(h), true) => h,

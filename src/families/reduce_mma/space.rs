@@ -107,6 +107,7 @@ pub fn add_early_words_twins(variants: &mut Vec<MmaVariant>) {
         |v| v.x_stage.is_shared(),
         |v| MmaVariant {
             early_words: true,
+            fused_x: false,
             ..v
         },
     );
