@@ -679,10 +679,10 @@ pub trait MmaLayout {
         };
         // Split-K's `last_group` flag.
         let flag = if self.dims().4.k_split > 1 { 4 } else { 0 };
-        // The fused staging's folds (two per sample over the group's threads, one of 32)
-        // and each sample's 2^e.
+        // The fused staging's folds (per sample: two over the group's threads, two of 32)
+        // and each sample's powers and flags.
         let fused = if self.dims().4.fused_x {
-            self.x_samples() * (2 * 32 * self.warps() + 32 + 1) * 4
+            self.x_samples() * (2 * 32 * self.warps() + 2 * 32 + 4) * 4
         } else {
             0
         };

@@ -360,6 +360,8 @@ extern "C" __global__ void reduce_mma_0650fa659647f95e(const bf16_t* __restrict_
   GROUP_SHARED float fx_part[1u * GROUP_THREADS_FIXED];
   GROUP_SHARED float fx_part2[32];
   GROUP_SHARED uint fx_tinyp[1u * GROUP_THREADS_FIXED];
+  GROUP_SHARED uint fx_tiny2[32], fx_clamp[1];
+  GROUP_SHARED float fx_pow[2];  // per sample: 2^-e, then the tiny floors
   GROUP_SHARED float xup[1];
   GROUP_SHARED GROUP_ALIGN16 uint xs[1224];
   FOR_EACH_SIMDGROUP(sg, 4u) {
@@ -419,9 +421,8 @@ extern "C" __global__ void reduce_mma_0650fa659647f95e(const bf16_t* __restrict_
     }
   }
   BARRIER();
-  float fx_down[1], fx_floor[1];
-  uint fx_tiny[1];
-  UNROLL for (uint s = 0; s < 1u; ++s) {
+  // A thread a sample folds the last level and takes its power (once, not per thread).
+  for (uint s = THREAD_IN_GROUP; s < 1u; s += GROUP_THREADS_FIXED) {
     float mx = 0.0f;
     UNROLL for (uint t = 0u; t < FX_FIRSTS; ++t) mx = fmax(mx, fx_part2[s * 32u + t]);
   const bool finite = mx <= as_f32(0x7F7FFFFFu);
@@ -430,10 +431,18 @@ extern "C" __global__ void reduce_mma_0650fa659647f95e(const bf16_t* __restrict_
   // A value below 2^-28 of the largest, or a largest the clamp could not lift.
   const float floor_tiny = mul32(mx, as_f32(0x31800000u));
   uint tiny = (mx != 0.0f && finite && top < -113) ? 1u : 0u;
-    fx_down[s] = as_f32((uint)(127 - e) << 23);
-    fx_floor[s] = floor_tiny;
-    fx_tiny[s] = tiny;
-    if (THREAD_IN_GROUP == 0u) xup[s] = as_f32((uint)(e + 127) << 23);
+    fx_pow[s] = as_f32((uint)(127 - e) << 23);
+    fx_pow[1u + s] = floor_tiny;
+    xup[s] = as_f32((uint)(e + 127) << 23);
+    fx_clamp[s] = tiny;  // the clamp's flag, folded with the values' below
+  }
+  BARRIER();
+  float fx_down[1], fx_floor[1];
+  uint fx_tiny[1];
+  UNROLL for (uint s = 0; s < 1u; ++s) {
+    fx_down[s] = fx_pow[s];
+    fx_floor[s] = fx_pow[1u + s];
+    fx_tiny[s] = 0u;
   }
   UNROLL for (uint c = 0; c < (272u + GROUP_THREADS_FIXED - 1u) / GROUP_THREADS_FIXED; ++c) {
     const uint ic = THREAD_IN_GROUP + c * GROUP_THREADS_FIXED, i = ic < 1u * nq ? ic : 1u * nq - 1u;
@@ -450,10 +459,19 @@ extern "C" __global__ void reduce_mma_0650fa659647f95e(const bf16_t* __restrict_
     UNROLL for (uint s = 0; s < 1u; ++s) fx_tinyp[s * GROUP_THREADS_FIXED + THREAD_IN_GROUP] = fx_tiny[s];
   }
   BARRIER();
+  // The flags, by row group 0 alone (a branch the whole group takes), in two levels.
   if (GROUP_X == 0u) {
+    if (THREAD_IN_GROUP < FX_FIRSTS) {
+      UNROLL for (uint s = 0; s < 1u; ++s) {
+        uint t = fx_tinyp[s * GROUP_THREADS_FIXED + THREAD_IN_GROUP];
+        UNROLL for (uint k = 1u; k < GROUP_THREADS_FIXED / 32u; ++k) t |= fx_tinyp[s * GROUP_THREADS_FIXED + THREAD_IN_GROUP + 32u * k];
+        fx_tiny2[s * 32u + THREAD_IN_GROUP] = t;
+      }
+    }
+    BARRIER();
     for (uint s = THREAD_IN_GROUP; s < 1u; s += GROUP_THREADS_FIXED) {
-      uint t = 0u;
-      for (uint k = 0u; k < GROUP_THREADS_FIXED; ++k) t |= fx_tinyp[s * GROUP_THREADS_FIXED + k];
+      uint t = fx_clamp[s];
+      UNROLL for (uint k = 0u; k < FX_FIRSTS; ++k) t |= fx_tiny2[s * 32u + k];
       // The flags are the last words of ws (after a split kernel's parts and counters).
       if (m0 + s < 1u) ((GLOBAL uint*)(ws + 41280u))[split * 1u + m0 + s] = t;
     }
