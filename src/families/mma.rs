@@ -122,8 +122,9 @@ pub struct MmaVariant {
     /// staged sample's columns as it converts them to f16 (the largest over its own
     /// columns, as `prescale.kernel` does over the whole sample), puts it back in the
     /// epilogue (or on its split's part before the combine) and writes the sample's tiny
-    /// flag per split (`flags`), so no prescale kernel runs first. Without split-K a
-    /// group's columns are the whole sample: the prescale pipeline's bits.
+    /// flag per split (the last `[k_split, M]` words of `ws`), so no prescale kernel runs
+    /// first. Without split-K a group's columns are the whole sample: the prescale
+    /// pipeline's bits. Not yet offered by the tuning space nor run by the facade.
     #[serde(default, skip_serializing_if = "is_default")]
     pub fused_x: bool,
 }
@@ -842,7 +843,7 @@ pub trait MmaLayout {
         }
         if v.fused_x {
             let why = if self.is_gate_up() {
-                Some("is for reduce_mma for now (gate_up_mma's outputs have no flags)")
+                Some("is for reduce_mma for now (gate_up_mma has no ws output to hold its flags)")
             } else if v.x_stage != MmaXStage::Shared || !v.batch_stage {
                 Some("is for x staged in threadgroup memory in batches (x_stage = shared, batch_stage)")
             } else if self.act() != DType::Bf16 {

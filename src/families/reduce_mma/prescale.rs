@@ -135,10 +135,6 @@ impl<B: Backend> Prescaled<B> {
         })
     }
 
-    /// The x argument of variant `v`: the f16 copy where `v` reads one and there is one
-    /// (an `x_f16` variant validates only for bf16 and f32 activations), else `x` (which
-    /// the facade's upload makes the f16 copy itself; the launch's checks of x's dtype
-    /// refuse a variant given the other form).
     /// The x and `unscale` inputs of variant `v`: the prescaled x (or its f16 copy) and
     /// the samples' and projections' powers, or for a fused variant the caller's x and
     /// the projections' powers alone (an error where they were not made).
@@ -156,7 +152,10 @@ impl<B: Backend> Prescaled<B> {
             Ok((self.x_for(v), &self.unscale))
         }
     }
-    /// The x input of a variant that reads prescaled x.
+    /// The x argument of variant `v`: the f16 copy where `v` reads one and there is one
+    /// (an `x_f16` variant validates only for bf16 and f32 activations), else `x` (which
+    /// the facade's upload makes the f16 copy itself; the launch's checks of x's dtype
+    /// refuse a variant given the other form).
     pub fn x_for(&self, v: &MmaVariant) -> &B::Tensor {
         match (&self.x_f16, v.x_f16) {
             (Some(h), true) => h,
