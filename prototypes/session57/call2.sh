@@ -6,6 +6,7 @@
 . prototypes/device.sh
 left() { echo $(( ${CAP:-585} - ($(date +%s) - T0) )); }
 cd prototypes/session57/fused
+python3 fused_gen.py > /dev/null
 g++ -O2 -std=c++17 fused_bench.cpp -ldl -o /tmp/fused_bench 2> $OUT/fused-build.txt || cp ../../../.device/fused_bench /tmp/fused_bench
 timeout 120 /tmp/fused_bench > $OUT/fused-bench.txt 2>&1
 echo "fused bench rc=$? $(since)"; cat $OUT/fused-bench.txt

@@ -3,7 +3,8 @@
 // Every unit is compiled by NVRTC with the CUDA backend's options and launched through
 // the driver API, both loaded at run time (no CUDA toolkit needed to build this):
 //   g++ -O2 -std=c++17 fused_bench.cpp -ldl -o fused_bench
-//   ./fused_bench [--compile-only]      (in this folder: it reads the .cu/.cuh files)
+//   python3 fused_gen.py && ./fused_bench [--compile-only]   (in this folder: it reads
+//   the .cu/.cuh files; the fused ones are fused_gen.py's)
 // Outputs are checked before timing: the fused forms against the prescale pipeline (bits
 // where the group's slice is the sample, a relative difference where it is a split's).
 // Times: the median of 30 samples, each 10 launches between two events, rotating through

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fifty-seventh session: the fused prescale as a prototype, made by editing rendered
-units (`cargo run --release --example mma_unit`, arguments in `make.sh`). M = 1 only.
+units (`render.sh`: `cargo run --release --example mma_unit`). Its outputs are not
+committed: `render.sh` and the call scripts run it.
 
 - `fused_a.cu` / `fused_b.cu` from `sh_a.cu` / `sh_b.cu` (x staged in group memory): the
   staging reads raw bf16 x once into registers, folds its largest magnitude over the
