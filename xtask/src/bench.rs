@@ -308,7 +308,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                             cs.median, cs.median / ts.median,
                             prescale_cells(pair, ts.median, cs.median),
                         );
-                        eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us{}", shape.rows, shape.cols, ts.median, cs.median, pair.map_or(String::new(), |pr| format!(", after the prescale {:.1} us", pr.median)));
+                        eprintln!("reduce {}x{} k{k} M{m} {tier}: trellis {:.1} us (seed {seed}, best registers {best}), cublas {:.1} us{}", shape.rows, shape.cols, ts.median, cs.median, after_prescale(pair));
                     };
                     // Exact: the SIMT family, up to its MAX_M (larger M are fast rows only).
                     if m <= MAX_M {
@@ -394,10 +394,7 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                         "gate_up {rows}x{cols} {kg}/{ku} M{m} {tier}: trellis {:.1} us, 2x cublas {:.1} us{}",
                         ts.median,
                         cs.median,
-                        pair.map_or(String::new(), |pr| format!(
-                            ", after the prescale {:.1} us",
-                            pr.median
-                        ))
+                        after_prescale(pair)
                     );
                 }
             }
@@ -540,6 +537,13 @@ fn with_prescale<T>(
     let mut refs: Vec<&mut _> = outs.iter_mut().collect();
     let mut bound = b.bind(&compiled, &launch, &[&x, &powers], &mut refs)?;
     f(&mut || b.run(&mut bound))
+}
+
+/// A log line's ending: the pair's median where the row has one (fast rows).
+fn after_prescale(pair: Option<Stats>) -> String {
+    pair.map_or(String::new(), |pr| {
+        format!(", after the prescale {:.1} us", pr.median)
+    })
 }
 
 /// A row's last two cells: what the prescale adds (the pair's median less the kernel's
