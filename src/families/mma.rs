@@ -663,6 +663,23 @@ pub trait MmaLayout {
             "GROUP_SHARED GROUP_ALIGN16 type name[n]"
         }
     }
+    /// The fused staging's two primitives in the dialect's words (`fused_x`): `f32_bits`
+    /// (the CPU's header has it) and a simdgroup's xor shuffle (the CPU runs a group as
+    /// one thread: nothing to exchange). Here, not in the dialect headers, which every
+    /// tuned unit hashes.
+    fn fused_shim(&self, d: &Dialect) -> &'static str {
+        match d {
+            Dialect::Cuda => concat!(
+                "DEVICE uint f32_bits(float v) { return __float_as_uint(v); }\n",
+                "DEVICE float fx_shuffle_xor(float v, uint o) { return __shfl_xor_sync(0xffffffffu, v, o); }"
+            ),
+            Dialect::Metal => concat!(
+                "DEVICE uint f32_bits(float v) { return as_type<uint>(v); }\n",
+                "DEVICE float fx_shuffle_xor(float v, uint o) { return simd_shuffle_xor(v, (ushort)o); }"
+            ),
+            Dialect::Cpu => "DEVICE float fx_shuffle_xor(float v, uint) { return v; }  // never called: one lane",
+        }
+    }
     /// Threadgroup bytes: the column-split sums, the staged x, and the fragment staging
     /// of the Metal dialect (counted everywhere so one specialization fits every backend
     /// alike).
@@ -680,10 +697,10 @@ pub trait MmaLayout {
         };
         // Split-K's `last_group` flag.
         let flag = if self.dims().4.k_split > 1 { 4 } else { 0 };
-        // The fused staging's folds (per sample: two over the group's threads, two of 32)
-        // and each sample's powers and flags.
+        // The fused staging's folds (per sample: a largest and a flag per simdgroup) and
+        // each sample's 2^e.
         let fused = if self.dims().4.fused_x {
-            self.x_samples() * (2 * 32 * self.warps() + 2 * 32 + 4) * 4
+            self.x_samples() * (2 * self.warps() + 1) * 4
         } else {
             0
         };
