@@ -226,6 +226,13 @@ pub trait Backend {
         let bytes = self.download(t)?;
         Ok(Box::new(move || Ok(bytes)))
     }
+    /// Copy bytes `range` of a tensor back to the host (a few flags at the end of a
+    /// kernel's scratch, say). The default reads the whole tensor and keeps the range;
+    /// CUDA copies the range alone. A range past the tensor's bytes is an error naming it.
+    fn download_range(&self, t: &Self::Tensor, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
+        check_range(t, &range)?;
+        Ok(self.download(t)?[range].to_vec())
+    }
     /// Copy host bytes into `t`, a tensor made before, which keeps its element type and
     /// shape (`bytes` must be exactly its size; queued work that reads or writes `t`
     /// comes first). The default puts a new tensor in its place ([`Backend::upload`]:
@@ -343,6 +350,19 @@ macro_rules! dims {
     )*};
 }
 dims!(usize, u64, u32, u16, u8);
+
+/// An error naming the range where bytes `range` are not within tensor `t`'s.
+pub fn check_range<T: DeviceTensor>(t: &T, range: &std::ops::Range<usize>) -> Result<()> {
+    let len = t.shape().iter().product::<usize>() * t.elem().size();
+    if range.start > range.end || range.end > len {
+        return Err(Error::invalid(
+            "download range",
+            format!("{range:?}"),
+            format!("is not within the tensor's {len} bytes (shape {:?})", t.shape()),
+        ));
+    }
+    Ok(())
+}
 
 /// Check that `bytes` are exactly what a tensor of `elem` and `shape` holds, for
 /// [`Backend::write`]; the number of bytes.

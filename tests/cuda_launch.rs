@@ -375,7 +375,8 @@ fn the_prescale_kernel_matches_the_host_at_any_width() {
 /// The prescale fused into `reduce_mma`'s staging (`fused_x`) on the GPU, at the launch
 /// shapes of the Qwen3-14B keys (a group over one sample's 5120 columns at 17408 x
 /// 5120; 8 splits at 5120 x 17408) and at M 2: the pipeline's bits without split-K,
-/// SPEC 7 and the flags per split and sample (`common/fused.rs`).
+/// SPEC 7 and the flags per split and sample (`common/fused.rs`); then the same through
+/// the facade's fast device call, flagged and held samples too.
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --ignored on one"]
 fn the_fused_prescale_matches_the_pipeline() {
@@ -405,6 +406,7 @@ fn the_fused_prescale_matches_the_pipeline() {
             ..MmaVariant::unsplit(rt, cs, 16, MmaXStage::Shared)
         };
         fused::fused_matches(&b, &w, &x, plain, &format!("cuda {g} M={m}"));
+        fused::facade_fused_matches(&b, &w, &x, plain, &format!("cuda facade {g} M={m}"));
     }
 }
 

@@ -5,6 +5,8 @@
 
 #[path = "common/f16_edge.rs"]
 mod f16_edge;
+#[path = "common/flagged.rs"]
+mod flagged;
 #[path = "common/fused.rs"]
 mod fused;
 
@@ -1688,6 +1690,7 @@ fn fused_prescale_keeps_the_bits_and_raises_the_flags() {
         };
         fused::fused_matches(&cpu, &w, &x, plain, &format!("cpu {g} M={m}"));
         fused::fused_matches(&sim, &w, &x, plain, &format!("metal-sim {g} M={m}"));
+        fused::facade_fused_matches(&cpu, &w, &x, plain, &format!("cpu facade {g} M={m}"));
     }
     // Refused by name: what the fused staging is not for.
     let base = MmaVariant {

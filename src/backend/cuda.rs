@@ -647,6 +647,18 @@ impl Backend for CudaBackend {
         Ok(v)
     }
 
+    fn download_range(&self, t: &CudaTensor, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
+        crate::kernel::check_range(t, &range)?;
+        let mut v = vec![0u8; range.len()];
+        if !v.is_empty() {
+            // Pageable and synchronous: a few words (a kernel's flags), after the queued work.
+            self.stream
+                .memcpy_dtoh(&t.buf.slice(range), &mut v)
+                .map_err(driver_err)?;
+        }
+        Ok(v)
+    }
+
     fn download_later<'a>(&'a self, t: &'a CudaTensor) -> Result<crate::kernel::Later<'a>> {
         let n = t.shape.iter().product::<usize>() * t.elem.size();
         // The staging, held until the bytes are taken: the copy lands there (past it, or

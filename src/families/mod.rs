@@ -271,6 +271,11 @@ impl<B: Backend> DeviceActivations<B> {
     pub fn tensor(&self) -> Option<&B::Tensor> {
         self.x.as_deref()
     }
+    /// x as it is, shared: a kernel input held beside the call's own (the fused prescale
+    /// reads the caller's x).
+    pub(crate) fn shared_tensor(&self) -> Option<&Arc<B::Tensor>> {
+        self.x.as_ref()
+    }
     /// Whether the lane-interleaved copy is here (an `interleaved_x` variant reads it).
     pub fn has_interleaved(&self) -> bool {
         self.interleaved.is_some()

@@ -143,14 +143,39 @@ impl<'a, B: Backend> Resident<'a, B> {
 
     /// The fast tier of [`Resident::matvec_device`], into `y`.
     fn matvec_device_fast(&self, x: &DeviceActivations<B>, y: &mut B::Tensor) -> Result<()> {
+        self.matvec_device_fast_in(x, y, None)
+    }
+
+    /// [`Resident::matvec_device_into`]'s fast tier in matrix-unit variant `v`, forced
+    /// rather than the tables' (as [`Resident::matvec_with`] forces a SIMT one): a
+    /// variant's experiments, and the tests that hold two variants' bits side by side.
+    /// A variant that does not fit the problem or the device is refused, named.
+    pub fn matvec_device_with(
+        &self,
+        x: &DeviceActivations<B>,
+        y: &mut B::Tensor,
+        v: MmaVariant,
+    ) -> Result<()> {
+        self.matvec_device_fast_in(x, y, Some(v))
+    }
+
+    /// The fast tier into `y`, in `v` or the tables' variant.
+    fn matvec_device_fast_in(
+        &self,
+        x: &DeviceActivations<B>,
+        y: &mut B::Tensor,
+        v: Option<MmaVariant>,
+    ) -> Result<()> {
         let w = &*self.w.w;
         crate::reference::check_x_shape([x.samples(), x.cols()], w.geometry.cols)?;
         let p = ReduceProblem::of_samples(w, x.dtype(), x.samples(), MAX_M_MMA)?;
         let matrix = self.w.get()?;
-        let v = crate::tune::select_for::<ReduceMmaFamily, B>(&*self.w.b, &p, Tier::Fast);
+        let v = v.unwrap_or_else(|| {
+            crate::tune::select_for::<ReduceMmaFamily, B>(&*self.w.b, &p, Tier::Fast).variant
+        });
         fast_on_device::<ReduceMmaFamily, B>(
             &[&self.w],
-            (&p, v.variant),
+            (&p, v),
             x,
             y,
             |ops| ReduceMmaDevice { w: matrix, ops },
@@ -344,13 +369,6 @@ where
     family::fits::<F>(p, v, &b.limits())?;
     let kernel = F::kernel(p, v);
     kernel.validate()?;
-    if v.fused_x {
-        return Err(Error::invalid(
-            "fused_x",
-            true,
-            "runs in the tuner and the tests for now: the facade's fast path prescales x in a kernel of its own",
-        ));
-    }
     let specs = kernel.outputs();
     specs[0].check(kernel.id().name, y.elem(), &y.shape())?;
     let (on_host, from_device) = match source {
@@ -407,6 +425,34 @@ where
         },
     };
     let [mut xs, mut unscale, mut flag_out] = prescaled;
+    if v.fused_x {
+        // The kernel prescales x itself: the caller's x and the projections' powers are
+        // its inputs, no prescale launch runs (the scratch's prescale outputs wait
+        // unused), and its flags are the last words of its `ws`, read once it is done.
+        let d = device(Prescaled {
+            x: xs,
+            x_f16: None,
+            unscale,
+            tables: tables.iter().map(|t| t.table.clone()).collect(),
+            fused: x.shared_tensor().map(|x| (x.clone(), powers.clone())),
+        });
+        let launched = {
+            let mut outs: Vec<&mut B::Tensor> =
+                std::iter::once(&mut *y).chain(rest.iter_mut()).collect();
+            family::launch_into::<F, B>(b, p, v, &d, &mut outs)
+        };
+        let Prescaled { x: xs, unscale, .. } = operands(d);
+        let flagged = match (launched, from_device) {
+            (Ok(()), true) => fused_flags(b, &kernel, &specs, &rest).map(Some),
+            (Ok(()), false) => Ok(None),
+            (Err(e), _) => Err(e),
+        };
+        put_back([xs, unscale, flag_out], rest);
+        return match held_after_flags(b, projections, x, flagged?)? {
+            Some(xh) => host(&xh, y),
+            None => Ok(()),
+        };
+    }
     let launched = k.launch_request().and_then(|launch| {
         let mut refs = [&mut xs, &mut unscale, &mut flag_out];
         b.launch_into(&launch, &[plain, &*powers], &mut refs)
@@ -456,6 +502,23 @@ where
         Some(xh) => host(&xh, y),
         None => Ok(()),
     }
+}
+
+/// A fused-prescale kernel's tiny flags ([`MmaVariant::fused_x`]): the last words of its
+/// `ws` output (`rest`: its outputs after the first), read back after its launch.
+fn fused_flags<B: Backend>(
+    b: &B,
+    kernel: &impl crate::families::mma::MmaLayout,
+    specs: &[crate::kernel::TensorSpec],
+    rest: &[B::Tensor],
+) -> Result<Vec<u8>> {
+    let ws = specs[1..]
+        .iter()
+        .position(|s| s.name == "ws")
+        .and_then(|i| rest.get(i))
+        .ok_or_else(|| Error::invalid("fused_x", true, "needs a ws output to hold its flags"))?;
+    let start = 4 * kernel.ws_flags();
+    b.download_range(ws, start..start + 4 * kernel.flag_words())
 }
 
 /// Fresh outputs of prescale `k`: x prescaled, `unscale`, the flags.

@@ -65,3 +65,53 @@ pub fn fused_matches<B: Backend>(
         .collect();
     assert_eq!(flags, want, "{what} {fused}: flags per split and sample");
 }
+
+/// The facade's fast device call ([`trellis::ops::Resident::matvec_device_with`]) in
+/// `plain`'s fused twin against `plain` itself, for x as it is, with a sample the
+/// prescale flags and with one the host's operand check holds (the call then runs on the
+/// host: both give the host's result; these two need M of 2 or more): the fused call's
+/// bits are the pipeline's where a group's columns are the whole sample (`k_split` 1),
+/// else within SPEC 7.
+pub fn facade_fused_matches<B: Backend>(
+    b: &B,
+    w: &QuantizedMatrix,
+    x: &Activations,
+    plain: MmaVariant,
+    what: &str,
+) {
+    use trellis::families::DeviceActivations;
+    let fused = MmaVariant {
+        fused_x: true,
+        ..plain
+    };
+    let rw = trellis::ops::Resident::new(b, w).unwrap();
+    let cases: &[(bool, bool)] = match x.rows {
+        1 => &[(false, false)],
+        _ => &[(false, false), (true, false), (true, true)],
+    };
+    for &(flagged, held) in cases {
+        let x = match flagged {
+            true => super::flagged::with_flagged_sample(x.clone(), held),
+            false => x.clone(),
+        };
+        let xd = DeviceActivations::upload(b, &x).unwrap();
+        let spec = trellis::kernel::TensorSpec {
+            name: "y",
+            elem: trellis::kernel::Elem::Bf16,
+            shape: vec![x.rows, w.geometry.rows],
+        };
+        let run = |v: MmaVariant| {
+            let mut y = b.alloc(&spec).unwrap();
+            rw.matvec_device_with(&xd, &mut y, v)
+                .unwrap_or_else(|e| panic!("{what} {v}: {e}"));
+            family::download(b, &y).unwrap()
+        };
+        let (got, want) = (run(fused), run(plain));
+        let case = format!("{what} {fused}, flagged {flagged} held {held}");
+        let real = RealSums::of(w, &x).unwrap();
+        check::fast_reduce(&got, &real).unwrap_or_else(|e| panic!("{case}: {e}"));
+        if plain.k_split == 1 || held {
+            assert!(got.bits_eq(&want), "{case}: differs from {plain}");
+        }
+    }
+}

@@ -77,9 +77,10 @@ pub struct Prescaled<B: Backend> {
     /// matrix's device path makes them once.)
     pub tables: Vec<Option<Arc<B::Tensor>>>,
     /// For a fused variant ([`MmaVariant::fused_x`]), which prescales x itself: x as the
-    /// caller gave it, and f32 `[projections]` (the projections' powers alone). `None`
-    /// where they were not made (the facade's device path, for now).
-    pub fused: Option<(B::Tensor, B::Tensor)>,
+    /// caller gave it, and f32 `[projections]` (the projections' powers alone); shared, as
+    /// the facade's device path borrows the caller's x and the matrix's powers. `None`
+    /// where they were not made (that path, for an unfused variant).
+    pub fused: Option<(Arc<B::Tensor>, Arc<B::Tensor>)>,
 }
 
 impl<B: Backend> Prescaled<B> {
@@ -103,15 +104,15 @@ impl<B: Backend> Prescaled<B> {
         }
         let TablePowers { tables, powers } = TablePowers::upload(b, ws)?;
         let fused = (
-            upload_activations(b, x)?,
-            b.upload(
+            Arc::new(upload_activations(b, x)?),
+            Arc::new(b.upload(
                 Elem::F32,
                 &[powers.len()],
                 &powers
                     .iter()
                     .flat_map(|v| v.to_le_bytes())
                     .collect::<Vec<_>>(),
-            )?,
+            )?),
         );
         unscale.extend(powers);
         let bytes: Vec<u8> = unscale.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -147,7 +148,7 @@ impl<B: Backend> Prescaled<B> {
                     "needs x as the caller gave it, which this path did not upload",
                 )
             })?;
-            Ok((x, powers))
+            Ok((&**x, &**powers))
         } else {
             Ok((self.x_for(v), &self.unscale))
         }
