@@ -31,6 +31,11 @@ fn subnormal_sums_keep_their_bits() {
 }
 
 #[test]
+fn a_ranged_download_reads_its_bytes() {
+    contract::download_range_reads_its_bytes(&CpuBackend::new().unwrap());
+}
+
+#[test]
 fn dynamic_threadgroup_memory_is_part_of_the_declared() {
     contract::dynamic_within_declared(&CpuBackend::new().unwrap());
 }

@@ -417,6 +417,7 @@ fn the_backend_contract_holds() {
     contract::zeroed_when_bound(&b);
     contract::binds_only_its_own(&b);
     contract::empty_grid_runs_nothing(&b);
+    contract::download_range_reads_its_bytes(&b);
     contract::dynamic_within_declared(&b);
     contract::subnormal_sums_keep_their_bits(&b);
 }

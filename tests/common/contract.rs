@@ -190,3 +190,22 @@ pub fn subnormal_sums_keep_their_bits<B: Backend>(b: &B) {
         }
     }
 }
+
+/// `download_range` reads the bytes asked for, an empty range reads none, and a range
+/// past the tensor's bytes (or reversed) is an error naming it.
+pub fn download_range_reads_its_bytes<B: Backend>(b: &B) {
+    use trellis::kernel::Elem;
+    let bytes: Vec<u8> = (0..40u8).collect();
+    let t = b.upload(Elem::U32, &[10], &bytes).unwrap();
+    assert_eq!(b.download_range(&t, 12..20).unwrap(), bytes[12..20]);
+    assert_eq!(b.download_range(&t, 36..40).unwrap(), bytes[36..40]);
+    assert!(b.download_range(&t, 40..40).unwrap().is_empty());
+    #[allow(clippy::reversed_empty_ranges)]
+    for bad in [36..44, 41..41, 8..4] {
+        let e = b.download_range(&t, bad.clone()).unwrap_err().to_string();
+        assert!(
+            e.contains("download range") && e.contains(&format!("{bad:?}")) && e.contains("40 bytes"),
+            "{bad:?}: {e}"
+        );
+    }
+}
