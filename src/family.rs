@@ -68,6 +68,20 @@ pub trait Family: 'static {
         false
     }
 
+    /// `time` given the launch a call makes before variant `v`'s in the same stream, where
+    /// the tuner must count it: `reduce_mma`'s prescale kernel, for a variant that reads
+    /// x prescaled where a variant that prescales x itself competes
+    /// ([`crate::families::mma::MmaVariant::fused_x`]). By default none (a launch that
+    /// does nothing is not made: `time` gets `None`).
+    fn with_call_prelude<B: Backend, T>(
+        _b: &B,
+        _p: &Self::Problem,
+        _v: &Self::Variant,
+        time: impl FnOnce(Option<&mut dyn FnMut() -> Result<()>>) -> Result<T>,
+    ) -> Result<T> {
+        time(None)
+    }
+
     /// The name this problem is listed under (`gate_up_mixed` when the two k differ).
     fn label(_p: &Self::Problem) -> &'static str {
         Self::NAME

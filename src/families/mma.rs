@@ -124,7 +124,9 @@ pub struct MmaVariant {
     /// epilogue (or on its split's part before the combine) and writes the sample's tiny
     /// flag per split (the last `[k_split, M]` words of `ws`), so no prescale kernel runs
     /// first. Without split-K a group's columns are the whole sample: the prescale
-    /// pipeline's bits. Not yet offered by the tuning space nor run by the facade.
+    /// pipeline's bits. The facade's fast device path runs it (the flags read from `ws`);
+    /// the tuning space offers it at M 1 once the H200 table is re-measured
+    /// (`reduce_mma::space::offers_fused`).
     #[serde(default, skip_serializing_if = "is_default")]
     pub fused_x: bool,
 }

@@ -550,6 +550,22 @@ fn time_candidate<F: Family, B: Backend>(
     time_candidate_after::<F, B>(b, o, p, v, inst, cutoff, &mut || Ok(()))
 }
 
+/// [`time_candidate`] as a call runs `v`: after the launch its family says a call makes
+/// before it ([`Family::with_call_prelude`]), where there is one.
+fn time_as_called<F: Family, B: Backend>(
+    b: &B,
+    o: &TuneOptions,
+    p: &F::Problem,
+    v: F::Variant,
+    inst: &Instance<F, B>,
+    cutoff: Option<f64>,
+) -> Result<Stats> {
+    F::with_call_prelude(b, p, &v, |prelude| match prelude {
+        Some(before) => time_candidate_after::<F, B>(b, o, p, v, inst, cutoff, before),
+        None => time_candidate::<F, B>(b, o, p, v, inst, cutoff),
+    })
+}
+
 /// [`time_candidate`], each launch after `before` (another launch in the same stream).
 fn time_candidate_after<F: Family, B: Backend>(
     b: &B,
@@ -799,7 +815,7 @@ pub fn tune_problem<F: Family, B: Backend>(
                     j.begin(&id, timing_allowance(o, launch))
                         .map_err(|e| e.to_string())?;
                 }
-                time_candidate::<F, B>(b, o, p, v, &inst, cutoff)
+                time_as_called::<F, B>(b, o, p, v, &inst, cutoff)
                     .map_err(|e| format!("timing failed: {e}"))
             });
         if let Some(j) = journal {

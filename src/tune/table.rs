@@ -84,7 +84,8 @@ pub struct Entry {
     pub space_hash: Option<String>,
     /// The chosen variant, in the family's own fields.
     pub winner: toml::Table,
-    /// The winner's statistics.
+    /// The winner's statistics, as a call runs it: after the launch its family's calls
+    /// make before it, where the tuner counts one ([`crate::family::Family::with_call_prelude`]).
     pub stats: StatsRecord,
     /// The built-in default's statistics (absent when it could not run).
     pub default: Option<StatsRecord>,

@@ -523,20 +523,7 @@ fn with_prescale<T>(
     k: &impl MmaLayout,
     f: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<T>,
 ) -> Result<T> {
-    let pk = Prescale::of(k)?;
-    pk.validate()?;
-    let launch = pk.launch_request()?;
-    let compiled = b.compile(&launch)?;
-    let x = trellis::check::random_activations(pk.act, pk.m as usize, pk.cols, 17);
-    let x = trellis::families::upload_activations(b, &x)?;
-    let ones: Vec<u8> = (0..pk.projections)
-        .flat_map(|_| 1f32.to_le_bytes())
-        .collect();
-    let powers = b.upload(Elem::F32, &[pk.projections], &ones)?;
-    let mut outs = family::alloc_outputs(b, &pk)?;
-    let mut refs: Vec<&mut _> = outs.iter_mut().collect();
-    let mut bound = b.bind(&compiled, &launch, &[&x, &powers], &mut refs)?;
-    f(&mut || b.run(&mut bound))
+    Prescale::of(k)?.with_bound(b, f)
 }
 
 /// A log line's ending: the pair's median where the row has one (fast rows).

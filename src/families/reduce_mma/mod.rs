@@ -27,8 +27,8 @@ pub use prescale::{
 };
 pub(crate) use prescale::{pow2, TablePowers};
 pub use space::{
-    add_batched_stage_twins, add_early_words_twins, add_paired_twins, opt_in_where_needed,
-    with_host_f16_x,
+    add_batched_stage_twins, add_early_words_twins, add_fused_twins, add_paired_twins,
+    opt_in_where_needed, with_host_f16_x,
 };
 pub(crate) use space::{add_col_split_twins, candidates_for, default_for};
 
@@ -176,6 +176,18 @@ impl Family for ReduceMmaFamily {
     }
     fn measured_far(p: &ReduceMmaProblem, v: &MmaVariant) -> bool {
         space::measured_far(p, v)
+    }
+    fn with_call_prelude<B: Backend, T>(
+        b: &B,
+        p: &ReduceMmaProblem,
+        v: &MmaVariant,
+        time: impl FnOnce(Option<&mut dyn FnMut() -> Result<()>>) -> Result<T>,
+    ) -> Result<T> {
+        // Where a fused variant competes, the others pay for the prescale kernel.
+        if v.fused_x || !space::offers_fused(p) {
+            return time(None);
+        }
+        Prescale::of(&Self::kernel(p, *v))?.with_bound(b, |before| time(Some(before)))
     }
     fn key_fields(p: &ReduceMmaProblem) -> String {
         p.key_fields().to_string()

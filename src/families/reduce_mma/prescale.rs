@@ -241,6 +241,30 @@ pub struct Prescale {
 }
 
 impl Prescale {
+    /// `f` given a launch of this kernel, bound once over a random x of its own and unit
+    /// powers: the launch a fast call makes before its matrix kernel, to time the two in
+    /// one stream (the tuner, where a fused variant competes; `xtask bench`'s pair).
+    pub fn with_bound<B: Backend, T>(
+        &self,
+        b: &B,
+        f: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<T>,
+    ) -> Result<T> {
+        use crate::kernel::KernelSpec;
+        self.validate()?;
+        let launch = self.launch_request()?;
+        let compiled = b.compile(&launch)?;
+        let x = crate::check::random_activations(self.act, self.m as usize, self.cols, 17);
+        let x = upload_activations(b, &x)?;
+        let ones: Vec<u8> = (0..self.projections)
+            .flat_map(|_| 1f32.to_le_bytes())
+            .collect();
+        let powers = b.upload(Elem::F32, &[self.projections], &ones)?;
+        let mut outs = crate::family::alloc_outputs(b, self)?;
+        let mut refs: Vec<&mut _> = outs.iter_mut().collect();
+        let mut bound = b.bind(&compiled, &launch, &[&x, &powers], &mut refs)?;
+        f(&mut || b.run(&mut bound))
+    }
+
     /// A multiple of 32 (the folds' first level takes 32 threads' shares).
     const THREADS: u32 = 512;
     /// At most 40 values a thread: 20480 columns in registers (the Qwen3-14B down

@@ -51,7 +51,48 @@ pub(crate) fn candidates(p: &ReduceMmaProblem, tier: Tier, quick: bool) -> Vec<M
         // x staged past 48 KB where the M = 16 splits need it (not measured below).
         opt_in_where_needed(p, &mut out);
     }
+    if offers_fused(p) {
+        add_fused_twins(&mut out);
+    }
     out
+}
+
+/// Whether `p`'s space holds twins that prescale x themselves ([`MmaVariant::fused_x`]):
+/// bf16 x at M 1 at the tuned sizes, where the prototypes and the template's form beat
+/// the prescale kernel then the matrix kernel (H100, M 1: 27.7 against 28.2 us at
+/// 17408 x 5120, 29.2 against 31.2 at 5120 x 17408, `prototypes/results/session58/`);
+/// at M 16 every fused form lost (each row group converts its own copy of x). Where it
+/// holds them, every other candidate is timed after the prescale kernel a call runs
+/// before it ([`crate::family::Family::with_call_prelude`]).
+pub(crate) fn offers_fused(p: &ReduceMmaProblem) -> bool {
+    FUSED_OFFERED
+        && p.geometry.rows >= crate::families::catalog::TUNED_ROWS
+        && p.m == 1
+        && p.act == DType::Bf16
+}
+
+/// Off until the H200 re-measures the 72 `reduce_mma` M 1 entries its table holds (the
+/// twins change their candidate space; `prototypes/session58/offer-fused.patch` turns it
+/// on, and `prototypes/next/NEXT.md` has the run).
+const FUSED_OFFERED: bool = false;
+
+/// Append to `variants` each that stages plain x for f16 operands again, batched and
+/// prescaling the caller's x itself ([`MmaVariant::fused_x`]).
+pub fn add_fused_twins(variants: &mut Vec<MmaVariant>) {
+    add_twins(
+        variants,
+        |v| v.x_stage == MmaXStage::Shared && v.operands.is_f16() && !v.fused_x,
+        |v| MmaVariant {
+            x_f16: false,
+            batch_stage: true,
+            early_words: false,
+            fused_x: true,
+            ..v
+        },
+    );
+    // A batched twin of a variant already batched is that variant's fused twin alone.
+    let mut seen = std::collections::HashSet::new();
+    variants.retain(|v| seen.insert(*v));
 }
 
 /// Whether `candidates` leaves `v` out at the tuned sizes: a structure measured far from
