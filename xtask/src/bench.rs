@@ -15,11 +15,11 @@ use std::path::Path;
 use trellis::backend::cuda::CudaBackend;
 use trellis::families::gate_up::{GateUpFamily, GateUpProblem};
 use trellis::families::gate_up_mma::GateUpMmaFamily;
-use trellis::families::mma::MmaLayout;
+use trellis::families::mma::{MmaLayout, MmaVariant};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::{Prescale, ReduceMmaFamily};
 use trellis::families::simt::{MStrategy, Representation, Variant, XStage, MAX_M, ROWS_PER_SIMD};
-use trellis::family::{self, preset, Family};
+use trellis::family::{preset, Family};
 use trellis::kernel::{Backend, Elem, KernelSpec, TensorSpec};
 use trellis::numerics::{Tail, Tier};
 use trellis::tune::harness::{self, measure, Stats, TuneOptions};
@@ -326,11 +326,9 @@ pub fn run(out: &Path, table: Option<&Path>) -> Result<()> {
                     }
                     // Fast: the matrix-unit family the facade's fast tier runs.
                     let sel = choose::<ReduceMmaFamily>(&selector, &b, &p, Tier::Fast);
-                    let k = ReduceMmaFamily::kernel(&p, sel.variant);
-                    let (ts, pair, check) = with_prescale(&b, &k, |pre| {
-                        harness::bench_after::<ReduceMmaFamily, _>(&b, &o, &p, sel.variant, 11, pre)
-                    })?
-                    .map_err(|e| Error::backend("bench", format!("reduce_mma {p}: {e}")))?;
+                    let (ts, pair, check) =
+                        as_called::<ReduceMmaFamily>(&b, &o, &p, sel.variant, 11)?
+                            .map_err(|e| Error::backend("bench", format!("reduce_mma {p}: {e}")))?;
                     row(
                         Tier::Fast,
                         ts,
@@ -498,11 +496,8 @@ fn gate_up_row(
         ))
     } else {
         let sel = choose::<GateUpMmaFamily>(selector, b, p, tier);
-        let k = GateUpMmaFamily::kernel(p, sel.variant);
-        let (ts, pair, check) = with_prescale(b, &k, |pre| {
-            harness::bench_after::<GateUpMmaFamily, _>(b, o, p, sel.variant, 13, pre)
-        })?
-        .map_err(|e| Error::backend("bench", format!("gate_up_mma {p}: {e}")))?;
+        let (ts, pair, check) = as_called::<GateUpMmaFamily>(b, o, p, sel.variant, 13)?
+            .map_err(|e| Error::backend("bench", format!("gate_up_mma {p}: {e}")))?;
         Ok((
             ts,
             check,
@@ -524,6 +519,32 @@ fn with_prescale<T>(
     f: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<T>,
 ) -> Result<T> {
     Prescale::of(k)?.with_bound(b, f)
+}
+
+/// A fast row's measurement ([`harness::bench_after`]): variant `v` alone, then as a call
+/// runs it (after the prescale kernel; a fused variant, [`MmaVariant::fused_x`],
+/// prescales x itself, so alone is how a call runs it), and its check detail.
+#[allow(clippy::type_complexity)]
+fn as_called<F>(
+    b: &CudaBackend,
+    o: &TuneOptions,
+    p: &F::Problem,
+    v: MmaVariant,
+    seed: u64,
+) -> Result<std::result::Result<(Stats, Stats, String), String>>
+where
+    F: Family<Variant = MmaVariant>,
+    F::Kernel: MmaLayout,
+{
+    if v.fused_x {
+        let one = harness::bench::<F, _>(b, o, p, &[v], seed)?.pop();
+        return Ok(one
+            .unwrap_or_else(|| Err("no measurement".into()))
+            .map(|(ts, check)| (ts, ts, check)));
+    }
+    with_prescale(b, &F::kernel(p, v), |pre| {
+        harness::bench_after::<F, _>(b, o, p, v, seed, pre)
+    })
 }
 
 /// A log line's ending: the pair's median where the row has one (fast rows).
