@@ -373,3 +373,43 @@ pub(crate) fn candidates_for(m: u32, tier: Tier, quick: bool, bf16_ok: bool) -> 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::ScaleDType;
+    use crate::kernel::KernelSpec;
+    use crate::{Code, Geometry};
+
+    /// Every fused twin of the space's staged f16-operand candidates at a tuned M 1 key
+    /// is a valid kernel (batched, bf16 x read as it is), one per such candidate.
+    #[test]
+    fn fused_twins_are_valid_kernels_of_the_staged_candidates() {
+        let geometry = Geometry::new(17408, 5120, 256, 2, 12, Code::OneMad).unwrap();
+        let p = ReduceMmaProblem {
+            geometry,
+            scale: ScaleDType::F16,
+            act: DType::Bf16,
+            m: 1,
+        };
+        let mut vs: Vec<MmaVariant> = candidates(&p, Tier::Fast, false)
+            .into_iter()
+            .filter(|v| !v.fused_x)
+            .collect();
+        let (before, staged) = (
+            vs.len(),
+            vs.iter()
+                .filter(|v| v.x_stage == MmaXStage::Shared && v.operands.is_f16())
+                .count(),
+        );
+        add_fused_twins(&mut vs);
+        let twins = &vs[before..];
+        assert!(staged > 0 && !twins.is_empty() && twins.len() <= staged);
+        for t in twins {
+            assert!(t.fused_x && t.batch_stage && !t.x_f16 && !t.early_words, "{t}");
+            ReduceMmaFamily::kernel(&p, *t)
+                .validate()
+                .unwrap_or_else(|e| panic!("{t}: {e}"));
+        }
+    }
+}
