@@ -22,8 +22,8 @@ mod space;
 
 use crate::families::mma::{MmaLayout, MmaProj, MmaVariant, MAX_M_MMA};
 pub use prescale::{
-    beyond_f16_operands, beyond_f16_operands_of, operand_exponent, OperandFacts, Prescale,
-    Prescaled,
+    beyond_f16_operands, beyond_f16_operands_of, operand_exponent, FusedInputs, OperandFacts,
+    Prescale, Prescaled,
 };
 pub(crate) use prescale::{pow2, TablePowers};
 pub use space::{

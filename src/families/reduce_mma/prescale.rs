@@ -49,6 +49,10 @@ pub(crate) fn pow2(e: i32) -> f32 {
     f32::from_bits(((e + 127) as u32) << 23)
 }
 
+/// A fused variant's own inputs ([`Prescaled::fused`]): x as the caller gave it, and the
+/// projections' powers.
+pub type FusedInputs<B> = (Arc<<B as Backend>::Tensor>, Arc<<B as Backend>::Tensor>);
+
 /// The matrix-unit kernels' inputs that SPEC 7's range asks the host to prepare. Their
 /// f16 operands hold |v| < 65520 to a relative 2^-11 only above 2^-14, where SPEC 7
 /// promises activations up to 2^15 (bf16 and f32 ones reach 2^127) and a relative
@@ -80,7 +84,7 @@ pub struct Prescaled<B: Backend> {
     /// caller gave it, and f32 `[projections]` (the projections' powers alone); shared, as
     /// the facade's device path borrows the caller's x and the matrix's powers. `None`
     /// where they were not made (that path, for an unfused variant).
-    pub fused: Option<(Arc<B::Tensor>, Arc<B::Tensor>)>,
+    pub fused: Option<FusedInputs<B>>,
 }
 
 impl<B: Backend> Prescaled<B> {
@@ -105,14 +109,16 @@ impl<B: Backend> Prescaled<B> {
         let TablePowers { tables, powers } = TablePowers::upload(b, ws)?;
         let fused = (
             Arc::new(upload_activations(b, x)?),
-            Arc::new(b.upload(
-                Elem::F32,
-                &[powers.len()],
-                &powers
-                    .iter()
-                    .flat_map(|v| v.to_le_bytes())
-                    .collect::<Vec<_>>(),
-            )?),
+            Arc::new(
+                b.upload(
+                    Elem::F32,
+                    &[powers.len()],
+                    &powers
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect::<Vec<_>>(),
+                )?,
+            ),
         );
         unscale.extend(powers);
         let bytes: Vec<u8> = unscale.iter().flat_map(|v| v.to_le_bytes()).collect();
