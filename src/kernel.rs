@@ -358,7 +358,10 @@ pub fn check_range<T: DeviceTensor>(t: &T, range: &std::ops::Range<usize>) -> Re
         return Err(Error::invalid(
             "download range",
             format!("{range:?}"),
-            format!("is not within the tensor's {len} bytes (shape {:?})", t.shape()),
+            format!(
+                "is not within the tensor's {len} bytes (shape {:?})",
+                t.shape()
+            ),
         ));
     }
     Ok(())

@@ -204,7 +204,9 @@ pub fn download_range_reads_its_bytes<B: Backend>(b: &B) {
     for bad in [36..44, 41..41, 8..4] {
         let e = b.download_range(&t, bad.clone()).unwrap_err().to_string();
         assert!(
-            e.contains("download range") && e.contains(&format!("{bad:?}")) && e.contains("40 bytes"),
+            e.contains("download range")
+                && e.contains(&format!("{bad:?}"))
+                && e.contains("40 bytes"),
             "{bad:?}: {e}"
         );
     }

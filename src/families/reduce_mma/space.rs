@@ -406,7 +406,10 @@ mod tests {
         let twins = &vs[before..];
         assert!(staged > 0 && !twins.is_empty() && twins.len() <= staged);
         for t in twins {
-            assert!(t.fused_x && t.batch_stage && !t.x_f16 && !t.early_words, "{t}");
+            assert!(
+                t.fused_x && t.batch_stage && !t.x_f16 && !t.early_words,
+                "{t}"
+            );
             ReduceMmaFamily::kernel(&p, *t)
                 .validate()
                 .unwrap_or_else(|e| panic!("{t}: {e}"));
