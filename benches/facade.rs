@@ -5,7 +5,8 @@
 //! `Resident::matvec_device` (x and y stay on the device; the fast tier with bf16 x, which
 //! reads its flags back, and with f16 x, which does not) against the same kernel bound
 //! once and launched alone (then synchronized), in each tier, and the fast tier's GPU
-//! part alone (its prescale kernel, then its matrix kernel, one synchronization), on the
+//! part alone (its prescale kernel, then its matrix kernel, one synchronization), and the
+//! fast call into y in a variant that prescales x itself (`fused_x`) beside its kernel, on the
 //! backend `TRELLIS_BENCH_BACKEND` names (default `cpu`; `cuda` on a GPU). The shape is the
 //! issues' goal key (17408 x 5120, k 3, M 1) on a GPU and 1024 x 4096 on the CPU.
 //!
@@ -17,6 +18,7 @@ mod common;
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
 use trellis::backend::{AnyBackend, Backend, BackendVisitor};
+use trellis::families::mma::{MmaVariant, MmaXStage};
 use trellis::families::reduce::{ReduceFamily, ReduceProblem};
 use trellis::families::reduce_mma::{Prescale, ReduceMmaFamily};
 use trellis::family::Family;
@@ -188,6 +190,30 @@ impl BackendVisitor for Facade<'_> {
             &p16,
             Tier::Fast,
         );
+        // The prescale fused into the matrix kernel (`fused_x`, forced: the space offers
+        // it once the H200 table is re-measured): the call into y launches one kernel and
+        // reads its flags from its `ws`; and that kernel bound and launched alone.
+        let fused = MmaVariant {
+            max_registers: 48,
+            batch_stage: true,
+            fused_x: true,
+            ..MmaVariant::unsplit(1, 8, 16, MmaXStage::Shared)
+        };
+        c.bench_function(
+            &format!("{at}/fast/resident-matvec-device-into-fused"),
+            |bn| {
+                bn.iter(|| {
+                    r.matvec_device_with(black_box(&xd), &mut y_out, fused)
+                        .unwrap();
+                    b.synchronize().unwrap();
+                })
+            },
+        );
+        common::with_bound_kernel::<ReduceMmaFamily, B>(b, &p, fused, |kernel| {
+            c.bench_function(&format!("{at}/fast/kernel-fused"), |bn| {
+                bn.iter(&mut *kernel)
+            });
+        });
         for tier in [Tier::Exact, Tier::Fast] {
             c.bench_function(&format!("{at}/{tier}/resident-matvec-device-into"), |bn| {
                 bn.iter(|| {
