@@ -446,6 +446,43 @@ impl CudaBackend {
             .map_err(|e| failed("function", e))
     }
 
+    /// Bytes `range` of `t` (within its elements: the caller checked), after the queued
+    /// work: through the page-locked staging where it is free and large enough (a copy
+    /// into pageable memory costs a staging of the driver's own and more latency: the
+    /// fused kernels' flags are a few words read after every call), else pageable.
+    fn copy_out(&self, t: &CudaTensor, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
+        let n = range.len();
+        // Into memory reserved first: a huge output is an error, not an allocation abort.
+        let mut v = crate::error::reserve(n, "download", format!("{:?}", t.shape))?;
+        v.resize(n, 0);
+        if n == 0 {
+            return Ok(v);
+        }
+        match self.staging_for(n).and_then(free_staging) {
+            Some(mut pinned) => {
+                let ptr = pinned.as_mut_ptr().map_err(driver_err)?;
+                // SAFETY: n is within the buffer's STAGED_BYTES (zeroed when made), and
+                // the lock keeps every other use out until the stream has finished this
+                // copy. (cudarc copies a whole host slice: the pinned slice itself would
+                // ask for all of it.)
+                let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
+                self.stream
+                    .memcpy_dtoh(&t.buf.slice(range), dst)
+                    .map_err(driver_err)?;
+                // A copy into page-locked memory is asynchronous: wait for it.
+                self.stream.synchronize().map_err(driver_err)?;
+                v.copy_from_slice(dst);
+            }
+            // Past the staging, none could be had, or it is held: pageable memory
+            // (synchronous).
+            None => self
+                .stream
+                .memcpy_dtoh(&t.buf.slice(range), &mut v)
+                .map_err(driver_err)?,
+        }
+        Ok(v)
+    }
+
     /// The page-locked staging for a copy of `n` bytes back to the host, made on first
     /// need; `None` past [`STAGED_BYTES`] or where none could be had.
     fn staging_for(&self, n: usize) -> Option<&Mutex<PinnedHostSlice<u8>>> {
@@ -615,48 +652,13 @@ impl Backend for CudaBackend {
 
     fn download(&self, t: &CudaTensor) -> Result<Vec<u8>> {
         let n = t.shape.iter().product::<usize>() * t.elem.size();
-        // Into memory reserved first: a huge output is an error, not an allocation abort.
         // The elements only, not the slack after them.
-        let mut v = crate::error::reserve(n, "download", format!("{:?}", t.shape))?;
-        v.resize(n, 0);
-        if n == 0 {
-            return Ok(v);
-        }
-        match self.staging_for(n).and_then(free_staging) {
-            Some(mut pinned) => {
-                let ptr = pinned.as_mut_ptr().map_err(driver_err)?;
-                // SAFETY: n is within the buffer's STAGED_BYTES (zeroed when made), and
-                // the lock keeps every other use out until the stream has finished this
-                // copy. (cudarc copies a whole host slice: the pinned slice itself would
-                // ask for all of it.)
-                let dst = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
-                self.stream
-                    .memcpy_dtoh(&t.buf.slice(0..n), dst)
-                    .map_err(driver_err)?;
-                // A copy into page-locked memory is asynchronous: wait for it.
-                self.stream.synchronize().map_err(driver_err)?;
-                v.copy_from_slice(dst);
-            }
-            // Past the staging, none could be had, or it is held: pageable memory
-            // (synchronous).
-            None => self
-                .stream
-                .memcpy_dtoh(&t.buf.slice(0..n), &mut v)
-                .map_err(driver_err)?,
-        }
-        Ok(v)
+        self.copy_out(t, 0..n)
     }
 
     fn download_range(&self, t: &CudaTensor, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
         crate::kernel::check_range(t, &range)?;
-        let mut v = vec![0u8; range.len()];
-        if !v.is_empty() {
-            // Pageable and synchronous: a few words (a kernel's flags), after the queued work.
-            self.stream
-                .memcpy_dtoh(&t.buf.slice(range), &mut v)
-                .map_err(driver_err)?;
-        }
-        Ok(v)
+        self.copy_out(t, range)
     }
 
     fn download_later<'a>(&'a self, t: &'a CudaTensor) -> Result<crate::kernel::Later<'a>> {
