@@ -6,8 +6,8 @@
 # flags read through pageable memory).
 . prototypes/device.sh
 C=$OUT/checks; mkdir -p $C
-timeout 150 $D/cuda_launch --ignored --test-threads 1 > $C/cuda_launch.txt 2>&1
+timeout 100 $D/cuda_launch --ignored --test-threads 1 round_trip chain fast_tier fused contract > $C/cuda_launch.txt 2>&1
 echo "cuda_launch rc=$? $(since)"; grep -E "test result|panicked|FAILED" $C/cuda_launch.txt
-TRELLIS_BENCH_BACKEND=cuda timeout 150 $D/facade --bench "fast/(resident-matvec-device-into|kernel|prescale-then-kernel)" > $OUT/facade-bench.txt 2>&1
+TRELLIS_BENCH_BACKEND=cuda timeout 100 $D/facade --bench "fast/(resident-matvec-device-into|kernel-fused)" > $OUT/facade-bench.txt 2>&1
 echo "facade bench rc=$? $(since)"; grep -E "^cuda|time:" $OUT/facade-bench.txt
 echo "done $(since)"
