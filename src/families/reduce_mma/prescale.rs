@@ -577,4 +577,28 @@ mod tests {
             );
         }
     }
+
+    /// `with_bound` hands its closure the prescale kernel bound once, which launches as
+    /// often as it is called; the closure's result comes back.
+    #[test]
+    fn with_bound_hands_over_a_launch_of_the_kernel() {
+        let cpu = CpuBackend::new().unwrap();
+        let g = Geometry::new(16, 512, 256, 2, 12, Code::OneMad).unwrap();
+        let w = check::random_matrix(g, 1);
+        let x = check::random_activations(DType::Bf16, 2, 512, 2);
+        let p = ReduceMmaFamily::problem_of(&w, &x).unwrap();
+        let k = ReduceMmaFamily::kernel(&p, ReduceMmaFamily::default_variant(&p, Tier::Fast));
+        let mut runs = 0;
+        let got = super::Prescale::of(&k)
+            .unwrap()
+            .with_bound(&cpu, |before| {
+                for _ in 0..3 {
+                    before()?;
+                    runs += 1;
+                }
+                Ok(runs)
+            })
+            .unwrap();
+        assert_eq!((got, runs), (3, 3));
+    }
 }
