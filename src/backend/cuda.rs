@@ -450,7 +450,7 @@ impl CudaBackend {
     /// work: through the page-locked staging where it is free and large enough (a copy
     /// into pageable memory costs a staging of the driver's own and more latency: the
     /// fused kernels' flags are a few words read after every call), else pageable.
-    fn copy_out(&self, t: &CudaTensor, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
+    fn copy_to_host(&self, t: &CudaTensor, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
         let n = range.len();
         // Into memory reserved first: a huge output is an error, not an allocation abort.
         let mut v = crate::error::reserve(n, "download", format!("{:?}", t.shape))?;
@@ -653,12 +653,12 @@ impl Backend for CudaBackend {
     fn download(&self, t: &CudaTensor) -> Result<Vec<u8>> {
         let n = t.shape.iter().product::<usize>() * t.elem.size();
         // The elements only, not the slack after them.
-        self.copy_out(t, 0..n)
+        self.copy_to_host(t, 0..n)
     }
 
     fn download_range(&self, t: &CudaTensor, range: std::ops::Range<usize>) -> Result<Vec<u8>> {
         crate::kernel::check_range(t, &range)?;
-        self.copy_out(t, range)
+        self.copy_to_host(t, range)
     }
 
     fn download_later<'a>(&'a self, t: &'a CudaTensor) -> Result<crate::kernel::Later<'a>> {

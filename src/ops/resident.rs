@@ -348,7 +348,9 @@ pub(super) enum Source<H> {
 /// The fast tier on activations on the device, into `y`: problem `p` of family `F`
 /// in variant `v` (the table's) over `projections` (one matrix, or a fused pair: gate,
 /// then up), x prescaled on the device ([`Prescale`]; its flags read by
-/// [`held_after_flags`] where x comes from the device). `device` makes the family's
+/// [`held_after_flags`] where x comes from the device), or, for a variant that prescales
+/// x itself ([`MmaVariant::fused_x`]), by the matrix kernel, its flags read from its
+/// `ws`'s tail ([`fused_flags`]). `device` makes the family's
 /// device data of the prescaled operands and `operands` takes them back (they go back
 /// to the scratch).
 pub(super) fn fast_on_device<F, B>(

@@ -87,7 +87,8 @@ pub struct Entry {
     /// The winner's statistics, as a call runs it: after the launch its family's calls
     /// make before it, where the tuner counts one ([`crate::family::Family::with_call_prelude`]).
     pub stats: StatsRecord,
-    /// The built-in default's statistics (absent when it could not run).
+    /// The built-in default's statistics, timed as `stats` is (absent when it could not
+    /// run).
     pub default: Option<StatsRecord>,
     /// Default median over winner median (absent where the default could not run:
     /// rejected, or over the device's limits).

@@ -2,7 +2,7 @@
 //! prescale pipeline (the host's `Prescaled` then the plain staged kernel), on any
 //! backend: the CPU tests and the GPU tests share it.
 use trellis::check::{self, RealSums};
-use trellis::families::mma::MmaVariant;
+use trellis::families::mma::{MmaLayout, MmaVariant};
 use trellis::families::reduce_mma::{ReduceMmaFamily, ReduceMmaHost};
 use trellis::family::{self, Family};
 use trellis::kernel::Backend;
@@ -51,6 +51,18 @@ pub fn fused_matches<B: Backend>(
     }
     let (m, cols, ks) = (x.rows, x.cols, fused.k_split as usize);
     let bytes = b.download(&outs[1]).unwrap();
+    // Where the facade reads them (`MmaLayout::ws_flags`, by a ranged download): the
+    // last words.
+    let k = ReduceMmaFamily::kernel(&p, fused);
+    let start = 4 * k.ws_flags();
+    let ranged = b
+        .download_range(&outs[1], start..start + 4 * k.flag_words())
+        .unwrap();
+    assert_eq!(
+        ranged,
+        bytes[bytes.len() - 4 * ks * m..],
+        "{what}: the flags' range"
+    );
     let flags: Vec<u32> = bytes[bytes.len() - 4 * ks * m..]
         .chunks(4)
         .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
