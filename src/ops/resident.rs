@@ -427,41 +427,17 @@ where
         },
     };
     let [mut xs, mut unscale, mut flag_out] = prescaled;
-    if v.fused_x {
-        // The kernel prescales x itself: the caller's x and the projections' powers are
-        // its inputs, no prescale launch runs (the scratch's prescale outputs wait
-        // unused), and its flags are the last words of its `ws`, read once it is done.
-        let d = device(Prescaled {
-            x: xs,
-            x_f16: None,
-            unscale,
-            tables: tables.iter().map(|t| t.table.clone()).collect(),
-            fused: x.shared_tensor().map(|x| (x.clone(), powers.clone())),
+    // A fused variant prescales x itself (`fused_x`): no prescale launch (the scratch's
+    // outputs wait unused); its flags are the last words of its `ws`, read once it is done.
+    if !v.fused_x {
+        let launched = k.launch_request().and_then(|launch| {
+            let mut refs = [&mut xs, &mut unscale, &mut flag_out];
+            b.launch_into(&launch, &[plain, &*powers], &mut refs)
         });
-        let launched = {
-            let mut outs: Vec<&mut B::Tensor> =
-                std::iter::once(&mut *y).chain(rest.iter_mut()).collect();
-            family::launch_into::<F, B>(b, p, v, &d, &mut outs)
-        };
-        let Prescaled { x: xs, unscale, .. } = operands(d);
-        let flagged = match (launched, from_device) {
-            (Ok(()), true) => fused_flags(b, &kernel, &specs, &rest).map(Some),
-            (Ok(()), false) => Ok(None),
-            (Err(e), _) => Err(e),
-        };
-        put_back([xs, unscale, flag_out], rest);
-        return match held_after_flags(b, projections, x, flagged?)? {
-            Some(xh) => host(&xh, y),
-            None => Ok(()),
-        };
-    }
-    let launched = k.launch_request().and_then(|launch| {
-        let mut refs = [&mut xs, &mut unscale, &mut flag_out];
-        b.launch_into(&launch, &[plain, &*powers], &mut refs)
-    });
-    if let Err(e) = launched {
-        put_back([xs, unscale, flag_out], rest);
-        return Err(e);
+        if let Err(e) = launched {
+            put_back([xs, unscale, flag_out], rest);
+            return Err(e);
+        }
     }
     // Only bf16 and f32 samples can be held with f16 operands (f16 ones fit them; bf16
     // operands hold any), so only those read the flags back (where the host has not
@@ -470,7 +446,7 @@ where
     // The error taken out of the match (a `match` on the result would keep flag_out
     // borrowed through its arms, so the scratch could not go back there).
     let mut failed = None;
-    let flags = match from_device && v.operands.is_f16() && x.dtype() != DType::F16 {
+    let flags = match !v.fused_x && from_device && v.operands.is_f16() && x.dtype() != DType::F16 {
         true => b
             .download_later(&flag_out)
             .map_err(|e| failed = Some(e))
@@ -487,13 +463,26 @@ where
         x_f16: None,
         unscale,
         tables: tables.iter().map(|t| t.table.clone()).collect(),
-        fused: None,
+        // A fused variant's inputs: the caller's x and the projections' powers.
+        fused: match v.fused_x {
+            true => x.shared_tensor().map(|x| (x.clone(), powers.clone())),
+            false => None,
+        },
     });
     // y the caller's; the partials the scratch's (zeroed when bound, where the kernel
     // needs them zeroed).
-    let mut outs: Vec<&mut B::Tensor> = std::iter::once(&mut *y).chain(rest.iter_mut()).collect();
-    let launched = family::launch_into::<F, B>(b, p, v, &d, &mut outs);
-    let flagged = flags.map(|taken| taken()).transpose();
+    let launched = {
+        let mut outs: Vec<&mut B::Tensor> =
+            std::iter::once(&mut *y).chain(rest.iter_mut()).collect();
+        family::launch_into::<F, B>(b, p, v, &d, &mut outs)
+    };
+    let flagged = match flags.map(|taken| taken()) {
+        Some(read) => read.map(Some),
+        None if v.fused_x && from_device && launched.is_ok() => {
+            fused_flags(b, &kernel, &specs, &rest).map(Some)
+        }
+        None => Ok(None),
+    };
     let Prescaled { x: xs, unscale, .. } = operands(d);
     // Stream order puts the next call's use of them after this one's kernels (and
     // after a host result written over y below).

@@ -508,19 +508,6 @@ fn gate_up_row(
     }
 }
 
-/// `f` given a launch of the prescale kernel a fast call runs before matrix-unit
-/// kernel `k` (its x in the type `k` reads, [`Prescale::of`]), bound once over a random
-/// x of its own: the bench launches it before each of `k`'s launches in the same stream
-/// (the family's timing takes x prescaled by the host), so the pair's time is what the
-/// two cost a stream.
-fn with_prescale<T>(
-    b: &CudaBackend,
-    k: &impl MmaLayout,
-    f: impl FnOnce(&mut dyn FnMut() -> Result<()>) -> Result<T>,
-) -> Result<T> {
-    Prescale::of(k)?.with_bound(b, f)
-}
-
 /// A fast row's measurement ([`harness::bench_after`]): variant `v` alone, then as a call
 /// runs it (after the prescale kernel; a fused variant, [`MmaVariant::fused_x`],
 /// prescales x itself, so alone is how a call runs it), and its check detail.
@@ -542,9 +529,11 @@ where
             .unwrap_or_else(|| Err("no measurement".into()))
             .map(|(ts, check)| (ts, ts, check)));
     }
-    with_prescale(b, &F::kernel(p, v), |pre| {
-        harness::bench_after::<F, _>(b, o, p, v, seed, pre)
-    })
+    // The prescale kernel bound once over a random x of its own, launched before each
+    // launch of `v` in the same stream (the family's timing takes x prescaled by the
+    // host), so the pair's time is what the two cost a stream.
+    Prescale::of(&F::kernel(p, v))?
+        .with_bound(b, |pre| harness::bench_after::<F, _>(b, o, p, v, seed, pre))
 }
 
 /// A log line's ending: the pair's median where the row has one (fast rows).
